@@ -1,0 +1,718 @@
+/* Table-driven INI configuration (Debian's inih does the lexing; this file does the meaning). */
+#include "conf/conf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+enum conf_type {
+    CONF_BOOL,
+    CONF_INT,
+    CONF_SIZE,
+    CONF_STRING,
+    CONF_ENUM,
+};
+
+struct conf_key {
+    const char *name;
+    enum conf_type type;
+    size_t offset; /* within the section struct */
+    size_t size;   /* of the field (bounds strings) */
+    const char *def;
+    int64_t min, max; /* INT and SIZE */
+    const char *const *choices; /* ENUM, NULL-terminated; the field holds the index */
+    const char *doc;
+};
+
+struct conf_section {
+    const char *name;
+    size_t offset; /* within struct weft_conf */
+    const struct conf_key *keys;
+    size_t n_keys;
+    const char *doc;
+};
+
+/* s is a struct tag, which cannot be parenthesised */
+#define FIELD(s, f) offsetof(struct s, f), sizeof(((struct s *)0)->f) /* NOLINT */
+#define KEY_BOOL(s, f, def, doc) {#f, CONF_BOOL, FIELD(s, f), def, 0, 0, NULL, doc}
+#define KEY_INT(s, f, def, lo, hi, doc) {#f, CONF_INT, FIELD(s, f), def, lo, hi, NULL, doc}
+#define KEY_SIZE(s, f, def, lo, hi, doc) {#f, CONF_SIZE, FIELD(s, f), def, lo, hi, NULL, doc}
+#define KEY_STR(s, f, def, doc) {#f, CONF_STRING, FIELD(s, f), def, 0, 0, NULL, doc}
+#define KEY_ENUM(s, f, def, ch, doc) {#f, CONF_ENUM, FIELD(s, f), def, 0, 0, ch, doc}
+#define SECTION(name, keys, doc) {#name, offsetof(struct weft_conf, name), (keys), \
+                                  sizeof(keys) / sizeof((keys)[0]), (doc)}
+
+/* Orders match enum weft_log_level and enum weft_dtype. */
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const compute_dtypes[] = {"f32", "bf16", "f16", NULL};
+
+static const struct conf_key log_keys[] = {
+    KEY_ENUM(weft_conf_log, level, "info", log_levels,
+             "Lowest level that is printed."),
+};
+
+static const struct conf_key model_keys[] = {
+    KEY_STR(weft_conf_model, path, "",
+            "Diffusers pipeline or model folder. Empty: the embedded default (models/flux-tiny)."),
+    KEY_ENUM(weft_conf_model, dtype, "f32", compute_dtypes,
+             "Compute dtype. Weights on disk may be any of f32, bf16, f16."),
+};
+
+static const struct conf_key kernels_keys[] = {
+    KEY_INT(weft_conf_kernels, threads, "0", 0, 1024,
+            "Threads per worker for CPU kernels; 0 uses every core the process may run on."),
+};
+
+static const struct conf_key parallel_keys[] = {
+    KEY_INT(weft_conf_parallel, tp_degree, "1", 1, 1024,
+            "Tensor-parallel degree: ranks that share each layer's weights; divides the heads."),
+    KEY_INT(weft_conf_parallel, ulysses_degree, "1", 1, 1024,
+            "Ulysses (all-to-all) context-parallel degree."),
+    KEY_INT(weft_conf_parallel, ring_degree, "1", 1, 1024,
+            "Ring-attention context-parallel degree."),
+    KEY_INT(weft_conf_parallel, dp_degree, "1", 1, 1024,
+            "Data-parallel replicas; a batch of prompts is split between them."),
+    KEY_BOOL(weft_conf_parallel, ulysses_anything, "false",
+             "Ulysses over any sequence length and head count (uneven splits, padded heads)."),
+    KEY_BOOL(weft_conf_parallel, ring_anything, "false",
+             "Ring attention over any sequence length (K/V padded to the longest rank)."),
+};
+
+static const struct conf_section sections[] = {
+    SECTION(log, log_keys, "Logging."),
+    SECTION(model, model_keys, "The model to run."),
+    SECTION(kernels, kernels_keys, "Compute kernels."),
+    SECTION(parallel, parallel_keys, "How the work is split across ranks."),
+};
+#define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
+
+/* Where a value came from, for error messages: "weft.ini:12", "WEFT_LOG_LEVEL", "--log.level". */
+struct conf_origin {
+    char text[WEFT_CONF_PATH + 32];
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Value parsing                                                                             */
+
+weft_status_t weft_conf_parse_size(const char *text, uint64_t *bytes_p)
+{
+    static const struct {
+        const char *unit;
+        uint64_t mult;
+    } units[] = {
+        {"", 1},
+        {"b", 1},
+        {"k", 1ull << 10},
+        {"kib", 1ull << 10},
+        {"kb", 1000ull},
+        {"m", 1ull << 20},
+        {"mib", 1ull << 20},
+        {"mb", 1000000ull},
+        {"g", 1ull << 30},
+        {"gib", 1ull << 30},
+        {"gb", 1000000000ull},
+        {"t", 1ull << 40},
+        {"tib", 1ull << 40},
+        {"tb", 1000000000000ull},
+    };
+    const char *p = text;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return WEFT_ERR_INVALID;
+    uint64_t whole = 0;
+    while (isdigit((unsigned char)*p)) {
+        if (__builtin_mul_overflow(whole, 10u, &whole) ||
+            __builtin_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
+            return WEFT_ERR_RANGE;
+        p++;
+    }
+    /* Fraction kept as decimal digits so 1.5GiB is exact. */
+    uint64_t frac = 0, frac_div = 1;
+    if (*p == '.') {
+        p++;
+        if (!isdigit((unsigned char)*p))
+            return WEFT_ERR_INVALID;
+        while (isdigit((unsigned char)*p)) {
+            if (frac_div < 1000000000000ull) {
+                frac = frac * 10 + (uint64_t)(*p - '0');
+                frac_div *= 10;
+            }
+            p++;
+        }
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    char unit[8];
+    size_t n = 0;
+    while (*p && !isspace((unsigned char)*p) && n < sizeof(unit) - 1)
+        unit[n++] = (char)tolower((unsigned char)*p++);
+    unit[n] = '\0';
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p)
+        return WEFT_ERR_INVALID;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(unit, units[i].unit) != 0)
+            continue;
+        uint64_t bytes;
+        if (__builtin_mul_overflow(whole, units[i].mult, &bytes))
+            return WEFT_ERR_RANGE;
+        /* frac/frac_div * mult, without overflow for any mult <= 2^40 and frac_div <= 10^12 */
+        long double part = (long double)frac * (long double)units[i].mult / (long double)frac_div;
+        if (__builtin_add_overflow(bytes, (uint64_t)part, &bytes))
+            return WEFT_ERR_RANGE;
+        *bytes_p = bytes;
+        return WEFT_OK;
+    }
+    return WEFT_ERR_INVALID;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_int(const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || errno == ERANGE)
+        return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    if (*end)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static void choices_str(const char *const *choices, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; choices[i] && off < len; i++) {
+        int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "", choices[i]);
+        off += n > 0 ? (size_t)n : 0;
+    }
+}
+
+/* Parse value into the key's field of section struct sect. Logs the error with origin. */
+static weft_status_t key_set(const struct conf_section *sec, const struct conf_key *key,
+                             void *sect, const char *value, const struct conf_origin *origin)
+{
+    char *field = (char *)sect + key->offset;
+    switch (key->type) {
+    case CONF_BOOL: {
+        bool b;
+        if (parse_bool(value, &b) != 0) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': expected true or false", origin->text,
+                           sec->name, key->name, value);
+            return WEFT_ERR_CONFIG;
+        }
+        *(bool *)field = b;
+        return WEFT_OK;
+    }
+    case CONF_INT: {
+        int64_t x;
+        if (parse_int(value, &x) != 0) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': not an integer", origin->text,
+                           sec->name, key->name, value);
+            return WEFT_ERR_CONFIG;
+        }
+        if (x < key->min || x > key->max) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': out of range [%lld, %lld]",
+                           origin->text, sec->name, key->name, value, (long long)key->min,
+                           (long long)key->max);
+            return WEFT_ERR_CONFIG;
+        }
+        *(int64_t *)field = x;
+        return WEFT_OK;
+    }
+    case CONF_SIZE: {
+        uint64_t x;
+        weft_status_t st = weft_conf_parse_size(value, &x);
+        if (st != WEFT_OK) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': %s", origin->text, sec->name, key->name,
+                           value,
+                           st == WEFT_ERR_RANGE ? "size overflows 64 bits"
+                                                : "not a size (e.g. 4096, 64KiB, 16GiB, 1.5GB)");
+            return WEFT_ERR_CONFIG;
+        }
+        if (x < (uint64_t)key->min || x > (uint64_t)key->max) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': out of range [%lld, %lld] bytes",
+                           origin->text, sec->name, key->name, value, (long long)key->min,
+                           (long long)key->max);
+            return WEFT_ERR_CONFIG;
+        }
+        *(uint64_t *)field = x;
+        return WEFT_OK;
+    }
+    case CONF_STRING: {
+        size_t n = strlen(value);
+        if (n >= key->size) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s: value is %zu bytes, longer than the limit %zu",
+                           origin->text, sec->name, key->name, n, key->size - 1);
+            return WEFT_ERR_CONFIG;
+        }
+        memcpy(field, value, n + 1);
+        return WEFT_OK;
+    }
+    case CONF_ENUM:
+        for (int i = 0; key->choices[i]; i++) {
+            if (strcmp(value, key->choices[i]) == 0) {
+                *(int *)field = i;
+                return WEFT_OK;
+            }
+        }
+        char ch[256];
+        choices_str(key->choices, ch, sizeof(ch));
+        WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': expected one of %s", origin->text, sec->name,
+                       key->name, value, ch);
+        return WEFT_ERR_CONFIG;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
+static void key_format(const struct conf_key *key, const void *sect, char *buf, size_t len)
+{
+    const char *field = (const char *)sect + key->offset;
+    switch (key->type) {
+    case CONF_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)field ? "true" : "false");
+        return;
+    case CONF_INT:
+        snprintf(buf, len, "%lld", (long long)*(const int64_t *)field);
+        return;
+    case CONF_SIZE: {
+        uint64_t x = *(const uint64_t *)field;
+        static const char *const u[] = {"TiB", "GiB", "MiB", "KiB"};
+        for (int i = 0; i < 4; i++) {
+            uint64_t m = 1ull << (10 * (4 - i));
+            if (x && x % m == 0) {
+                snprintf(buf, len, "%llu%s", (unsigned long long)(x / m), u[i]);
+                return;
+            }
+        }
+        snprintf(buf, len, "%llu", (unsigned long long)x);
+        return;
+    }
+    case CONF_STRING:
+        snprintf(buf, len, "%s", field);
+        return;
+    case CONF_ENUM:
+        snprintf(buf, len, "%s", key->choices[*(const int *)field]);
+        return;
+    }
+}
+
+static const struct conf_section *section_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_SECTIONS; i++)
+        if (strlen(sections[i].name) == len && strncmp(sections[i].name, name, len) == 0)
+            return &sections[i];
+    return NULL;
+}
+
+static const struct conf_key *key_find(const struct conf_section *sec, const char *name)
+{
+    for (size_t i = 0; i < sec->n_keys; i++)
+        if (strcmp(sec->keys[i].name, name) == 0)
+            return &sec->keys[i];
+    return NULL;
+}
+
+void weft_conf_defaults(struct weft_conf *conf)
+{
+    memset(conf, 0, sizeof(*conf));
+    struct conf_origin o = {"built-in default"};
+    for (size_t s = 0; s < N_SECTIONS; s++) {
+        for (size_t k = 0; k < sections[s].n_keys; k++) {
+            weft_status_t st = key_set(&sections[s], &sections[s].keys[k],
+                                       (char *)conf + sections[s].offset,
+                                       sections[s].keys[k].def, &o);
+            (void)st; /* the defaults are checked by the unit tests */
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* INI files                                                                                 */
+
+#define MAX_LINE 4096
+#define LONG_VALUE_MARK "\x01"
+#define MAX_SECTIONS 16
+#define MAX_KEYS 32
+_Static_assert(N_SECTIONS <= MAX_SECTIONS, "raise MAX_SECTIONS");
+
+struct ini_state {
+    struct weft_conf *conf;
+    const char *name; /* file name for messages */
+    /* reader side */
+    FILE *file;
+    const char *text;
+    int line;
+    bool bad_line; /* the reader rejected a line (already logged) */
+    char long_value[MAX_LINE + 2]; /* value of the current line when inih could not hold it */
+    /* handler side */
+    weft_status_t status;
+    /* line of the first assignment of each key, to report duplicates */
+    int seen[MAX_SECTIONS][MAX_KEYS];
+};
+
+/* Reads one line for inih, counts lines, strips leading blanks (so indented keys are keys, not
+ * inih "continuation lines") and validates section headers, which inih does not report. */
+static char *ini_read_line(char *str, int num, void *stream)
+{
+    struct ini_state *st = stream;
+    char buf[MAX_LINE + 2];
+    size_t n = 0;
+    if (st->file) {
+        if (!fgets(buf, sizeof(buf), st->file))
+            return NULL;
+        n = strlen(buf);
+    } else {
+        if (!*st->text)
+            return NULL;
+        const char *nl = strchr(st->text, '\n');
+        n = nl ? (size_t)(nl - st->text) + 1 : strlen(st->text);
+        if (n > MAX_LINE)
+            n = MAX_LINE + 1;
+        memcpy(buf, st->text, n);
+        buf[n] = '\0';
+        st->text += n;
+    }
+    st->line++;
+    bool complete = n > 0 && buf[n - 1] == '\n';
+    bool at_end = st->file ? feof(st->file) : *st->text == '\0';
+    if (!complete && !at_end) {
+        WEFT_LOG_ERROR("conf", "%s:%d: line longer than %d bytes", st->name, st->line, MAX_LINE);
+        st->bad_line = true;
+        return NULL;
+    }
+    st->long_value[0] = '\0';
+    const char *p = buf;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    /* inih reports a syntax error only as a line number after the fact; catch it here so the
+     * first error in the file is the one reported, with its text. */
+    if (*p == '[' && !strchr(p, ']')) {
+        WEFT_LOG_ERROR("conf", "%s:%d: syntax error: section header without ']'", st->name,
+                       st->line);
+        st->bad_line = true;
+        return NULL;
+    }
+    if (*p && *p != '[' && *p != '#' && *p != ';' && *p != '\n' && *p != '\r' &&
+        !strpbrk(p, "=:")) {
+        WEFT_LOG_ERROR("conf", "%s:%d: syntax error: expected key = value", st->name, st->line);
+        st->bad_line = true;
+        return NULL;
+    }
+    if (*p == '[' && st->status == WEFT_OK) {
+        const char *end = strchr(p, ']');
+        const char *name = p + 1;
+        size_t len = (size_t)(end - name);
+        while (len && isspace((unsigned char)*name)) {
+            name++;
+            len--;
+        }
+        while (len && isspace((unsigned char)name[len - 1]))
+            len--;
+        if (!section_find(name, len)) {
+            WEFT_LOG_ERROR("conf", "%s:%d: unknown section [%.*s]", st->name, st->line,
+                           (int)len, name);
+            st->status = WEFT_ERR_CONFIG;
+        }
+    }
+    /* Debian's inih holds 199 bytes a line. A longer "key = value" line is handed to it as
+     * "key = <mark>" and the handler takes the value from here, trimmed as inih trims. */
+    if (strlen(p) >= (size_t)num) {
+        const char *eq = strpbrk(p, "=:");
+        if (*p == '#' || *p == ';')
+            return strcpy(str, "#");
+        if (!eq || (size_t)(eq - p) + sizeof(LONG_VALUE_MARK) + 2 >= (size_t)num) {
+            WEFT_LOG_ERROR("conf", "%s:%d: line too long", st->name, st->line);
+            st->bad_line = true;
+            return NULL;
+        }
+        const char *v = eq + 1;
+        while (isspace((unsigned char)*v))
+            v++;
+        snprintf(st->long_value, sizeof(st->long_value), "%s", v);
+        char *c = st->long_value;
+        for (char *q = c; *q; q++) {
+            if (*q == ';' && q > c && isspace((unsigned char)q[-1])) {
+                *q = '\0';
+                break;
+            }
+        }
+        size_t len = strlen(c);
+        while (len && isspace((unsigned char)c[len - 1]))
+            c[--len] = '\0';
+        snprintf(str, (size_t)num, "%.*s= %s\n", (int)(eq - p), p, LONG_VALUE_MARK);
+        return str;
+    }
+    strcpy(str, p);
+    return str;
+}
+
+static int ini_on_value(void *user, const char *section, const char *name, const char *value)
+{
+    struct ini_state *st = user;
+    if (st->status != WEFT_OK)
+        return 1; /* report only the first error */
+    struct conf_origin o;
+    snprintf(o.text, sizeof(o.text), "%s:%d", st->name, st->line);
+    const struct conf_section *sec = section_find(section, strlen(section));
+    if (!sec) {
+        if (section[0] == '\0')
+            WEFT_LOG_ERROR("conf", "%s: key '%s' outside any section", o.text, name);
+        /* an unknown named section was reported by the reader */
+        st->status = WEFT_ERR_CONFIG;
+        return 1;
+    }
+    const struct conf_key *key = key_find(sec, name);
+    if (!key) {
+        WEFT_LOG_ERROR("conf", "%s: unknown key '%s' in section [%s]", o.text, name, sec->name);
+        st->status = WEFT_ERR_CONFIG;
+        return 1;
+    }
+    if (key - sec->keys >= MAX_KEYS) {
+        WEFT_LOG_ERROR("conf", "section [%s] has more than %d keys: raise MAX_KEYS", sec->name,
+                       MAX_KEYS);
+        st->status = WEFT_ERR_INTERNAL;
+        return 1;
+    }
+    int *first = &st->seen[sec - sections][key - sec->keys];
+    if (*first) {
+        WEFT_LOG_ERROR("conf", "%s: duplicate key '%s' in section [%s] (first set at line %d)",
+                       o.text, name, sec->name, *first);
+        st->status = WEFT_ERR_CONFIG;
+        return 1;
+    }
+    *first = st->line;
+    if (strcmp(value, LONG_VALUE_MARK) == 0 && st->long_value[0])
+        value = st->long_value;
+    st->status = key_set(sec, key, (char *)st->conf + sec->offset, value, &o);
+    return 1;
+}
+
+static weft_status_t ini_run(struct weft_conf *conf, struct ini_state *st)
+{
+    struct weft_conf work = *conf;
+    st->conf = &work;
+    int rc = ini_parse_stream(ini_read_line, st, ini_on_value, st);
+    if (st->status != WEFT_OK)
+        return st->status;
+    if (st->bad_line)
+        return WEFT_ERR_CONFIG;
+    if (rc > 0) {
+        WEFT_LOG_ERROR("conf", "%s:%d: syntax error (expected [section], key = value, or a "
+                               "comment starting with # or ;)", st->name, rc);
+        return WEFT_ERR_CONFIG;
+    }
+    if (rc < 0) {
+        WEFT_LOG_ERROR("conf", "%s: cannot read the file", st->name);
+        return WEFT_ERR_IO;
+    }
+    *conf = work;
+    return WEFT_OK;
+}
+
+weft_status_t weft_conf_apply_file(struct weft_conf *conf, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        WEFT_LOG_ERROR("conf", "%s: cannot open: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    struct ini_state st = {.name = path, .file = f};
+    weft_status_t status = ini_run(conf, &st);
+    (void)fclose(f); /* read-only stream: nothing to lose */
+    return status;
+}
+
+weft_status_t weft_conf_apply_string(struct weft_conf *conf, const char *text, const char *name)
+{
+    struct ini_state st = {.name = name, .text = text};
+    return ini_run(conf, &st);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Environment and command line                                                              */
+
+static void env_name(const struct conf_section *sec, const struct conf_key *key, char *buf,
+                     size_t len)
+{
+    snprintf(buf, len, "WEFT_%s_%s", sec->name, key->name);
+    for (char *p = buf; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+}
+
+weft_status_t weft_conf_apply_env(struct weft_conf *conf, char *const *envp)
+{
+    if (!envp)
+        return WEFT_OK;
+    struct weft_conf work = *conf;
+    for (char *const *e = envp; *e; e++) {
+        if (strncmp(*e, "WEFT_", 5) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq)
+            continue;
+        size_t name_len = (size_t)(eq - *e);
+        const struct conf_section *match_sec = NULL;
+        bool matched = false;
+        for (size_t s = 0; s < N_SECTIONS && !matched; s++) {
+            char prefix[64];
+            snprintf(prefix, sizeof(prefix), "WEFT_%s_", sections[s].name);
+            for (char *p = prefix; *p; p++)
+                *p = (char)toupper((unsigned char)*p);
+            if (strncmp(*e, prefix, strlen(prefix)) != 0)
+                continue;
+            match_sec = &sections[s];
+            for (size_t k = 0; k < sections[s].n_keys; k++) {
+                char name[128];
+                env_name(&sections[s], &sections[s].keys[k], name, sizeof(name));
+                if (strlen(name) != name_len || strncmp(*e, name, name_len) != 0)
+                    continue;
+                struct conf_origin o;
+                snprintf(o.text, sizeof(o.text), "environment %s", name);
+                weft_status_t st = key_set(&sections[s], &sections[s].keys[k],
+                                           (char *)&work + sections[s].offset, eq + 1, &o);
+                if (st != WEFT_OK)
+                    return st;
+                matched = true;
+                break;
+            }
+        }
+        /* WEFT_<SECTION>_<anything else> is a typo of a key: refuse rather than ignore it. */
+        if (match_sec && !matched) {
+            WEFT_LOG_ERROR("conf", "environment %.*s: no key of that name in section [%s]",
+                           (int)name_len, *e, match_sec->name);
+            return WEFT_ERR_CONFIG;
+        }
+    }
+    *conf = work;
+    return WEFT_OK;
+}
+
+weft_status_t weft_conf_apply_override(struct weft_conf *conf, const char *assignment)
+{
+    struct conf_origin o;
+    snprintf(o.text, sizeof(o.text), "option --%s", assignment);
+    const char *dot = strchr(assignment, '.');
+    const char *eq = strchr(assignment, '=');
+    if (!dot || !eq || dot > eq) {
+        WEFT_LOG_ERROR("conf", "%s: expected --section.key=value", o.text);
+        return WEFT_ERR_CONFIG;
+    }
+    const struct conf_section *sec = section_find(assignment, (size_t)(dot - assignment));
+    if (!sec) {
+        WEFT_LOG_ERROR("conf", "%s: unknown section [%.*s]", o.text, (int)(dot - assignment),
+                       assignment);
+        return WEFT_ERR_CONFIG;
+    }
+    char name[128];
+    size_t len = (size_t)(eq - dot - 1);
+    if (len >= sizeof(name))
+        len = sizeof(name) - 1;
+    memcpy(name, dot + 1, len);
+    name[len] = '\0';
+    const struct conf_key *key = key_find(sec, name);
+    if (!key) {
+        WEFT_LOG_ERROR("conf", "%s: unknown key '%s' in section [%s]", o.text, name, sec->name);
+        return WEFT_ERR_CONFIG;
+    }
+    return key_set(sec, key, (char *)conf + sec->offset, eq + 1, &o);
+}
+
+weft_status_t weft_conf_load(struct weft_conf *conf, const char *ini_path, char *const *envp,
+                             int n_overrides, const char *const *overrides)
+{
+    struct weft_conf work;
+    weft_conf_defaults(&work);
+    if (!ini_path && envp) {
+        for (char *const *e = envp; *e; e++)
+            if (strncmp(*e, "WEFT_CONFIG=", 12) == 0 && (*e)[12])
+                ini_path = *e + 12;
+    }
+    weft_status_t st = WEFT_OK;
+    if (ini_path)
+        st = weft_conf_apply_file(&work, ini_path);
+    if (st == WEFT_OK)
+        st = weft_conf_apply_env(&work, envp);
+    for (int i = 0; st == WEFT_OK && i < n_overrides; i++)
+        st = weft_conf_apply_override(&work, overrides[i]);
+    if (st == WEFT_OK)
+        *conf = work;
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Output                                                                                    */
+
+static void key_doc(const struct conf_key *key, FILE *out)
+{
+    fprintf(out, "# %s", key->doc);
+    if (key->type == CONF_INT)
+        fprintf(out, " Range %lld..%lld.", (long long)key->min, (long long)key->max);
+    else if (key->type == CONF_SIZE)
+        fprintf(out, " A size (units B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB).");
+    else if (key->type == CONF_ENUM) {
+        char ch[256];
+        choices_str(key->choices, ch, sizeof(ch));
+        fprintf(out, " One of: %s.", ch);
+    } else if (key->type == CONF_BOOL)
+        fprintf(out, " true or false.");
+    fprintf(out, "\n# Environment: ");
+}
+
+void weft_conf_dump(const struct weft_conf *conf, FILE *out)
+{
+    for (size_t s = 0; s < N_SECTIONS; s++) {
+        const struct conf_section *sec = &sections[s];
+        fprintf(out, "%s[%s]\n# %s\n", s ? "\n" : "", sec->name, sec->doc);
+        for (size_t k = 0; k < sec->n_keys; k++) {
+            const struct conf_key *key = &sec->keys[k];
+            char value[WEFT_CONF_PATH + 1], env[128];
+            key_format(key, (const char *)conf + sec->offset, value, sizeof(value));
+            env_name(sec, key, env, sizeof(env));
+            fprintf(out, "\n");
+            key_doc(key, out);
+            fprintf(out, "%s, option --%s.%s=...\n%s = %s\n", env, sec->name, key->name,
+                    key->name, value);
+        }
+    }
+}
+
+void weft_conf_write_example(FILE *out)
+{
+    struct weft_conf conf;
+    weft_conf_defaults(&conf);
+    fprintf(out, "# weft example configuration: every key with its default value.\n"
+                 "# Generated by `weft --dump-config --defaults`; a test keeps it in sync.\n"
+                 "# Precedence: default < this file < WEFT_<SECTION>_<KEY> < "
+                 "--section.key=value.\n\n");
+    weft_conf_dump(&conf, out);
+}

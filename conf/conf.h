@@ -1,0 +1,73 @@
+/* weft configuration: INI sections into typed, validated, read-only structs.
+ *
+ * One declarative table per section (name, type, default, bounds, doc) drives parsing,
+ * validation, `weft --dump-config` and the generated conf/weft.example.ini.
+ * Precedence: default < INI file < WEFT_<SECTION>_<KEY> environment < --section.key=value.
+ * Unknown sections or keys, bad values, out-of-range values and duplicate keys are errors that
+ * name the file and line (or the variable, or the option) and the offending text. */
+#ifndef WEFT_CONF_CONF_H
+#define WEFT_CONF_CONF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+
+#define WEFT_CONF_STR 256
+#define WEFT_CONF_PATH 1024
+
+struct weft_conf_log {
+    int level; /* enum weft_log_level */
+};
+
+struct weft_conf_model {
+    char path[WEFT_CONF_PATH];
+    int dtype; /* compute dtype: enum weft_dtype (f32, bf16, f16) */
+};
+
+struct weft_conf_kernels {
+    int64_t threads;
+};
+
+struct weft_conf_parallel {
+    int64_t tp_degree;
+    int64_t ulysses_degree;
+    int64_t ring_degree;
+    int64_t dp_degree;
+    bool ulysses_anything;
+    bool ring_anything;
+};
+
+struct weft_conf {
+    struct weft_conf_log log;
+    struct weft_conf_model model;
+    struct weft_conf_kernels kernels;
+    struct weft_conf_parallel parallel;
+};
+
+/* Fill every key with its default. */
+void weft_conf_defaults(struct weft_conf *conf);
+
+/* Defaults, then the INI file (ini_path, or $WEFT_CONFIG from envp when ini_path is NULL; no
+ * file at all is fine), then WEFT_<SECTION>_<KEY> variables from envp (may be NULL), then the
+ * overrides "section.key=value" in order. conf is written only on success. */
+weft_status_t weft_conf_load(struct weft_conf *conf, const char *ini_path, char *const *envp,
+                             int n_overrides, const char *const *overrides);
+
+/* Individual layers, applied on top of what conf already holds. */
+weft_status_t weft_conf_apply_file(struct weft_conf *conf, const char *path);
+weft_status_t weft_conf_apply_string(struct weft_conf *conf, const char *text, const char *name);
+weft_status_t weft_conf_apply_env(struct weft_conf *conf, char *const *envp);
+weft_status_t weft_conf_apply_override(struct weft_conf *conf, const char *assignment);
+
+/* Write conf as an INI file with every key documented. */
+void weft_conf_dump(const struct weft_conf *conf, FILE *out);
+/* The example file: the dump of the defaults, with a header. */
+void weft_conf_write_example(FILE *out);
+
+/* "16GiB", "512 MiB", "1.5GB", "4096" -> bytes. Units: B; K/KiB, M/MiB, G/GiB, T/TiB (1024^n);
+ * KB, MB, GB, TB (1000^n). Returns WEFT_ERR_INVALID on bad syntax, WEFT_ERR_RANGE on overflow. */
+weft_status_t weft_conf_parse_size(const char *text, uint64_t *bytes_p);
+
+#endif

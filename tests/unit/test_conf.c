@@ -1,0 +1,217 @@
+/* conf/: defaults, every error kind with file:line, precedence, sizes, example file in sync. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf/conf.h"
+#include "test.h"
+
+static struct weft_conf conf;
+
+static weft_status_t apply(const char *text)
+{
+    weft_conf_defaults(&conf);
+    return weft_conf_apply_string(&conf, text, "t.ini");
+}
+
+static void test_defaults(void)
+{
+    weft_conf_defaults(&conf);
+    CHECK_EQ(conf.log.level, WEFT_LOG_LEVEL_INFO);
+    CHECK_EQ(conf.parallel.tp_degree, 1);
+    CHECK_EQ(conf.parallel.ring_anything, 0);
+    CHECK(strcmp(conf.model.path, "") == 0);
+}
+
+static void test_values(void)
+{
+    CHECK_OK(apply("# comment\n; comment\n[log]\nlevel = debug\n\n[parallel]\n"
+                   "  tp_degree = 4 ; inline\n\tulysses_anything = yes\n[model]\npath = /m\n"));
+    CHECK_EQ(conf.log.level, WEFT_LOG_LEVEL_DEBUG);
+    CHECK_EQ(conf.parallel.tp_degree, 4);
+    CHECK_EQ(conf.parallel.ulysses_anything, 1);
+    CHECK(strcmp(conf.model.path, "/m") == 0);
+}
+
+static void test_errors(void)
+{
+    CHECK_FAILS(apply("[log]\nlevel = info\n[nosuch]\nx = 1\n"), WEFT_ERR_CONFIG, "t.ini:3",
+                "unknown section [nosuch]");
+    CHECK_FAILS(apply("[log]\n\nlevle = info\n"), WEFT_ERR_CONFIG, "t.ini:3",
+                "unknown key 'levle'", "[log]");
+    CHECK_FAILS(apply("[parallel]\ntp_degree = four\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                "'four'", "not an integer");
+    CHECK_FAILS(apply("[parallel]\ntp_degree = 12x\n"), WEFT_ERR_CONFIG, "t.ini:2", "'12x'");
+    CHECK_FAILS(apply("[parallel]\ntp_degree = 0\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                "out of range [1, 1024]");
+    CHECK_FAILS(apply("[parallel]\ntp_degree = 99999999999999999999\n"), WEFT_ERR_CONFIG,
+                "t.ini:2", "not an integer");
+    CHECK_FAILS(apply("[parallel]\ntp_degree = 2\n\ntp_degree = 3\n"), WEFT_ERR_CONFIG,
+                "t.ini:4", "duplicate key 'tp_degree'", "line 2");
+    CHECK_FAILS(apply("[parallel]\nring_anything = maybe\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                "'maybe'", "true or false");
+    CHECK_FAILS(apply("[log]\nlevel = loud\n"), WEFT_ERR_CONFIG, "t.ini:2", "'loud'",
+                "error, warn, info, debug");
+    CHECK_FAILS(apply("[log]\nlevel info\n"), WEFT_ERR_CONFIG, "t.ini:2", "syntax error",
+                "key = value");
+    CHECK_FAILS(apply("[log\nlevel = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "syntax error");
+    CHECK_FAILS(apply("level = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "outside any section");
+    char longline[6000];
+    memset(longline, 'x', sizeof(longline));
+    memcpy(longline, "[model]\npath = ", 15);
+    strcpy(longline + 5990, "\n");
+    CHECK_FAILS(apply(longline), WEFT_ERR_CONFIG, "t.ini:2", "longer than 4096");
+    /* a long value inih alone could not hold (its line limit is 199 bytes) still works */
+    char path_line[700];
+    memset(path_line, 'q', sizeof(path_line));
+    memcpy(path_line, "[model]\npath = /", 16);
+    strcpy(path_line + 600, " ; comment\n");
+    CHECK_OK(apply(path_line));
+    CHECK_EQ(strlen(conf.model.path), 600 - 15);
+    CHECK(conf.model.path[0] == '/' && conf.model.path[584] == 'q');
+    /* a string longer than its field */
+    char *big = malloc(1200 + 32);
+    strcpy(big, "[model]\npath = ");
+    memset(big + 15, 'p', 1100);
+    strcpy(big + 1115, "\n");
+    CHECK_FAILS(apply(big), WEFT_ERR_CONFIG, "t.ini:2", "longer than the limit 1023");
+    free(big);
+    /* conf is not modified by a failed load */
+    weft_conf_defaults(&conf);
+    CHECK(weft_conf_apply_string(&conf, "[parallel]\ntp_degree = 2\ndp_degree = x\n", "t") ==
+          WEFT_ERR_CONFIG);
+    CHECK_EQ(conf.parallel.tp_degree, 1);
+}
+
+static void test_file_errors(void)
+{
+    char path[] = "/tmp/weft_test_conf_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *text = "[log]\nlevel = info\n[parallel]\nbogus = 1\n";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    weft_conf_defaults(&conf);
+    char want[64];
+    snprintf(want, sizeof(want), "%s:4", path);
+    CHECK_FAILS(weft_conf_apply_file(&conf, path), WEFT_ERR_CONFIG, want, "unknown key 'bogus'");
+    unlink(path);
+    CHECK_FAILS(weft_conf_apply_file(&conf, "/nonexistent/weft.ini"), WEFT_ERR_IO,
+                "/nonexistent/weft.ini", "cannot open");
+}
+
+static void test_precedence(void)
+{
+    char path[] = "/tmp/weft_test_conf_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *text = "[parallel]\ntp_degree = 2\nulysses_degree = 2\nring_degree = 2\n";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    char cfg[128];
+    snprintf(cfg, sizeof(cfg), "WEFT_CONFIG=%s", path);
+    char *env[] = {cfg, "WEFT_PARALLEL_ULYSSES_DEGREE=3", "WEFT_PARALLEL_RING_DEGREE=3",
+                   "HOME=/root", NULL};
+    const char *over[] = {"parallel.ring_degree=4"};
+    CHECK_OK(weft_conf_load(&conf, NULL, env, 1, over));
+    CHECK_EQ(conf.parallel.tp_degree, 2);      /* INI over default */
+    CHECK_EQ(conf.parallel.ulysses_degree, 3); /* env over INI */
+    CHECK_EQ(conf.parallel.ring_degree, 4);    /* option over env */
+    CHECK_EQ(conf.parallel.dp_degree, 1);      /* default */
+
+    char *bad_env[] = {"WEFT_PARALLEL_TP_DEGREEE=3", NULL};
+    CHECK_FAILS(weft_conf_load(&conf, NULL, bad_env, 0, NULL), WEFT_ERR_CONFIG,
+                "WEFT_PARALLEL_TP_DEGREEE", "no key");
+    char *bad_val[] = {"WEFT_PARALLEL_TP_DEGREE=abc", NULL};
+    CHECK_FAILS(weft_conf_load(&conf, NULL, bad_val, 0, NULL), WEFT_ERR_CONFIG,
+                "environment WEFT_PARALLEL_TP_DEGREE", "'abc'");
+    const char *bad_over[] = {"parallel.tp=2"};
+    CHECK_FAILS(weft_conf_load(&conf, NULL, NULL, 1, bad_over), WEFT_ERR_CONFIG,
+                "--parallel.tp=2", "unknown key 'tp'");
+    const char *bad_sec[] = {"paralel.tp_degree=2"};
+    CHECK_FAILS(weft_conf_load(&conf, NULL, NULL, 1, bad_sec), WEFT_ERR_CONFIG,
+                "unknown section [paralel]");
+    unlink(path);
+}
+
+static void test_sizes(void)
+{
+    uint64_t b;
+    CHECK_OK(weft_conf_parse_size("4096", &b));
+    CHECK_EQ(b, 4096);
+    CHECK_OK(weft_conf_parse_size("16GiB", &b));
+    CHECK(b == 16ull << 30);
+    CHECK_OK(weft_conf_parse_size(" 512 MiB ", &b));
+    CHECK(b == 512ull << 20);
+    CHECK_OK(weft_conf_parse_size("1.5GB", &b));
+    CHECK(b == 1500000000ull);
+    CHECK_OK(weft_conf_parse_size("1.5GiB", &b));
+    CHECK(b == 3ull << 29);
+    CHECK_OK(weft_conf_parse_size("64k", &b));
+    CHECK(b == 65536);
+    CHECK(weft_conf_parse_size("16XB", &b) == WEFT_ERR_INVALID);
+    CHECK(weft_conf_parse_size("", &b) == WEFT_ERR_INVALID);
+    CHECK(weft_conf_parse_size("-1", &b) == WEFT_ERR_INVALID);
+    CHECK(weft_conf_parse_size("1.", &b) == WEFT_ERR_INVALID);
+    CHECK(weft_conf_parse_size("99999999999TiB", &b) == WEFT_ERR_RANGE);
+    CHECK(weft_conf_parse_size("99999999999999999999", &b) == WEFT_ERR_RANGE);
+}
+
+/* The dump parses back to the same configuration. */
+static void test_roundtrip(void)
+{
+    CHECK_OK(apply("[parallel]\ntp_degree = 3\nring_anything = true\n[model]\npath = /x y\n"));
+    struct weft_conf a = conf;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    weft_conf_dump(&a, f);
+    fclose(f);
+    weft_conf_defaults(&conf);
+    CHECK_OK(weft_conf_apply_string(&conf, text, "dump"));
+    CHECK(memcmp(&a, &conf, sizeof(conf)) == 0);
+    free(text);
+}
+
+static void test_example_in_sync(void)
+{
+    const char *root = getenv("WEFT_SOURCE_ROOT");
+    CHECK(root);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/conf/weft.example.ini", root);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    char want[65536];
+    size_t n = fread(want, 1, sizeof(want) - 1, f);
+    want[n] = '\0';
+    fclose(f);
+    char *got = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&got, &len);
+    weft_conf_write_example(m);
+    fclose(m);
+    if (strcmp(want, got) != 0) {
+        fprintf(stderr, "conf/weft.example.ini is out of date: regenerate it with\n"
+                        "  build/weft --dump-config --defaults > conf/weft.example.ini\n");
+        exit(1);
+    }
+    /* and the example itself is a valid configuration */
+    weft_conf_defaults(&conf);
+    CHECK_OK(weft_conf_apply_string(&conf, got, "example"));
+    free(got);
+}
+
+int main(void)
+{
+    test_quiet();
+    test_defaults();
+    test_values();
+    test_errors();
+    test_file_errors();
+    test_precedence();
+    test_sizes();
+    test_roundtrip();
+    test_example_in_sync();
+    return 0;
+}
