@@ -1,0 +1,24 @@
+/* The weft command line: one binary, one function per subcommand. */
+#ifndef WEFT_CLI_CLI_H
+#define WEFT_CLI_CLI_H
+
+#include <stdbool.h>
+
+#include "conf/conf.h"
+
+/* What every subcommand receives: the loaded configuration and its own arguments (options
+ * common to all commands, such as --config and --section.key=value, already removed). */
+struct weft_cli {
+    const char *prog;
+    struct weft_conf conf;
+    int argc;
+    char **argv; /* argv[0] is the subcommand name */
+};
+
+int weft_cmd_inspect(struct weft_cli *cli);
+
+/* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
+const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
+bool weft_cli_is_help(const char *arg);
+
+#endif

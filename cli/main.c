@@ -1,0 +1,147 @@
+/* weft: entry point, common options and subcommand dispatch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/alloc.h"
+#include "common/log.h"
+
+extern char **environ;
+
+struct command {
+    const char *name;
+    int (*run)(struct weft_cli *cli);
+    const char *summary;
+};
+
+static const struct command commands[] = {
+    {"inspect", weft_cmd_inspect, "show a checkpoint: class, config, parameters, tensor table"},
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *out, const char *prog)
+{
+    fprintf(out,
+            "usage: %s [common options] <command> [options]\n"
+            "\n"
+            "Distributed inference for diffusion transformers.\n"
+            "\n"
+            "commands:\n",
+            prog);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\n"
+            "common options (before or after the command):\n"
+            "  --config=FILE          INI configuration (default: $WEFT_CONFIG, else none)\n"
+            "  --SECTION.KEY=VALUE    override one configuration key\n"
+            "  --dump-config          print the effective configuration and exit\n"
+            "  --dump-config --defaults   print the default configuration (the example file)\n"
+            "  --help, -h             this help; `%s <command> --help` for a command\n"
+            "  --version              print the version\n"
+            "\n"
+            "Configuration precedence: default < INI < WEFT_<SECTION>_<KEY> < --section.key=value.\n",
+            prog);
+}
+
+const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (a[n] == '\0' && *i + 1 < argc && argv[*i + 1]) {
+        (*i)++;
+        return argv[*i];
+    }
+    return NULL;
+}
+
+bool weft_cli_is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+/* A --section.key=value override: "--" then a dotted name before any '='. */
+static bool is_override(const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return false;
+    const char *dot = strchr(arg + 2, '.'), *eq = strchr(arg + 2, '=');
+    return dot && eq && dot < eq;
+}
+
+int main(int argc, char **argv)
+{
+    const char *prog = "weft";
+    weft_log_set_style(WEFT_LOG_STYLE_SHORT);
+
+    const char *config = NULL;
+    bool dump = false, defaults = false;
+    const char **overrides = weft_calloc((size_t)argc + 1, sizeof(*overrides));
+    char **rest = weft_calloc((size_t)argc + 1, sizeof(*rest));
+    if (!overrides || !rest) {
+        fprintf(stderr, "weft: out of memory\n");
+        return 1;
+    }
+    int n_over = 0, n_rest = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!argv[i])
+            break;
+        if ((v = weft_cli_opt_value(argc, argv, &i, "--config")))
+            config = v;
+        else if (is_override(argv[i]))
+            overrides[n_over++] = argv[i] + 2;
+        else if (strcmp(argv[i], "--dump-config") == 0)
+            dump = true;
+        else if (strcmp(argv[i], "--defaults") == 0 && n_rest == 0)
+            defaults = true;
+        else
+            rest[n_rest++] = argv[i];
+    }
+
+    int rc = 2;
+    if (defaults && dump) {
+        weft_conf_write_example(stdout);
+        rc = 0;
+        goto out;
+    }
+    struct weft_cli cli = {.prog = prog, .argc = n_rest, .argv = rest};
+    if (weft_conf_load(&cli.conf, config, environ, n_over, overrides) != WEFT_OK)
+        goto out; /* the error is logged with its file:line */
+    weft_log_set_level((enum weft_log_level)cli.conf.log.level);
+    if (dump) {
+        weft_conf_dump(&cli.conf, stdout);
+        rc = 0;
+        goto out;
+    }
+    if (n_rest == 0) {
+        usage(stderr, prog);
+        goto out;
+    }
+    if (weft_cli_is_help(rest[0])) {
+        usage(stdout, prog);
+        rc = 0;
+        goto out;
+    }
+    if (strcmp(rest[0], "--version") == 0) {
+        printf("weft %s\n", WEFT_VERSION);
+        rc = 0;
+        goto out;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(rest[0], commands[i].name) == 0) {
+            rc = commands[i].run(&cli);
+            goto out;
+        }
+    }
+    WEFT_LOG_ERROR("cli", "unknown command '%s' (try `%s --help`)", rest[0], prog);
+out:
+    weft_free(overrides);
+    weft_free(rest);
+    return rc;
+}

@@ -1,0 +1,13 @@
+#!/bin/sh
+# Installs the Debian 12 packages weft builds and tests with (the CUDA toolkit is separate:
+# nvcc, cuBLAS; without it the CUDA backend is simply not built).
+set -eu
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
+    gcc clang clang-tidy meson ninja-build pkg-config \
+    libucx-dev ucx-utils libuv1-dev libinih-dev libopenblas-dev libspng-dev libcjson-dev \
+    libhwloc-dev libibverbs-dev \
+    openmpi-bin libopenmpi-dev \
+    node-llhttp iproute2 procps
