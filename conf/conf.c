@@ -85,11 +85,38 @@ static const struct conf_key parallel_keys[] = {
              "Ring attention over any sequence length (K/V padded to the longest rank)."),
 };
 
+static const char *const allreduce_algos[] = {"auto", "ring", "direct", NULL};
+
+static const struct conf_key transport_keys[] = {
+    KEY_STR(weft_conf_transport, tls, "",
+            "UCX transports (what UCX_TLS would say), e.g. 'sm,self' or 'tcp'. Empty: UCX "
+            "picks (shared memory and CMA on one host, TCP or verbs between hosts)."),
+    KEY_SIZE(weft_conf_transport, chunk_bytes, "512KiB", 4096, 1ll << 30,
+             "Pipelining unit of the ring and chain collectives: each message carries at most "
+             "this many bytes of data."),
+    KEY_INT(weft_conf_transport, pipeline_depth, "4", 1, 64,
+            "Chunks each rank keeps in flight per collective; with chunk_bytes it sizes the "
+            "registered scratch buffer of every process group (4 * depth * chunk_bytes)."),
+    KEY_ENUM(weft_conf_transport, allreduce_algo, "auto", allreduce_algos,
+             "All-reduce algorithm: ring (reduce-scatter + all-gather, bandwidth-optimal), "
+             "direct (every rank sends its whole input to every other: one step, for small "
+             "messages), or auto (direct up to allreduce_direct_max, ring above)."),
+    KEY_SIZE(weft_conf_transport, allreduce_direct_max, "32KiB", 0, 1ll << 30,
+             "Largest all-reduce (bytes per rank) that auto sends with the direct algorithm."),
+    KEY_INT(weft_conf_transport, timeout_ms, "30000", 1, 86400000,
+            "Deadline of every blocking transport call: a peer that is dead or silent this "
+            "long makes the call return 'peer lost' (or 'timed out')."),
+    KEY_INT(weft_conf_transport, spin_us, "50", 0, 10000000,
+            "How long a wait polls UCX before it sleeps on the worker's event descriptor. Busy "
+            "polling starves peers when there are more processes than cores."),
+};
+
 static const struct conf_section sections[] = {
     SECTION(log, log_keys, "Logging."),
     SECTION(model, model_keys, "The model to run."),
     SECTION(kernels, kernels_keys, "Compute kernels."),
     SECTION(parallel, parallel_keys, "How the work is split across ranks."),
+    SECTION(transport, transport_keys, "Worker-to-worker communication (UCX) and collectives."),
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
 

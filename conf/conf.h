@@ -39,11 +39,23 @@ struct weft_conf_parallel {
     bool ring_anything;
 };
 
+/* Orders of allreduce_algo match enum weft_comm_algo in transport/comm.h. */
+struct weft_conf_transport {
+    char tls[WEFT_CONF_STR];
+    uint64_t chunk_bytes;
+    int64_t pipeline_depth;
+    int allreduce_algo;
+    uint64_t allreduce_direct_max;
+    int64_t timeout_ms;
+    int64_t spin_us;
+};
+
 struct weft_conf {
     struct weft_conf_log log;
     struct weft_conf_model model;
     struct weft_conf_kernels kernels;
     struct weft_conf_parallel parallel;
+    struct weft_conf_transport transport;
 };
 
 /* Fill every key with its default. */
