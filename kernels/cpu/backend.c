@@ -1,0 +1,140 @@
+/* The CPU backend: its table, memory (huge-page buffers) and the thread pool's lifetime. */
+#include <sched.h>
+#include <stdlib.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "kernels/cpu/cpu.h"
+
+static weft_status_t buf_alloc(struct weft_kctx *ctx, size_t bytes, void **ptr_p)
+{
+    (void)ctx;
+    void *p = weft_big_alloc(bytes);
+    if (!p)
+        return WEFT_ERR_NOMEM;
+    *ptr_p = p;
+    return WEFT_OK;
+}
+
+static void buf_free(struct weft_kctx *ctx, void *ptr, size_t bytes)
+{
+    (void)ctx;
+    weft_big_free(ptr, bytes);
+}
+
+static void upload(struct weft_kctx *ctx, void *dst, const void *host, size_t bytes)
+{
+    (void)ctx;
+    if (dst != host)
+        memcpy(dst, host, bytes);
+}
+
+struct rows_arg {
+    float *dst;
+    const float *src;
+    int64_t ld_dst, ld_src, cols;
+};
+
+static void copy_rows_range(void *varg, int64_t b, int64_t e, int thread)
+{
+    (void)thread;
+    const struct rows_arg *a = varg;
+    for (int64_t r = b; r < e; r++)
+        memcpy(a->dst + r * a->ld_dst, a->src + r * a->ld_src, (size_t)a->cols * sizeof(float));
+}
+
+static void copy_rows(struct weft_kctx *ctx, float *dst, int64_t ld_dst, const float *src,
+                      int64_t ld_src, int64_t rows, int64_t cols)
+{
+    struct rows_arg a = {dst, src, ld_dst, ld_src, cols};
+    cpu_parallel(ctx, rows, 1 + 16384 / (cols + 1), copy_rows_range, &a);
+}
+
+static void fill(struct weft_kctx *ctx, float *dst, float value, int64_t n)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = value;
+}
+
+static weft_status_t no_error(struct weft_kctx *ctx)
+{
+    (void)ctx;
+    return WEFT_OK;
+}
+
+static const struct weft_kernels cpu_kernels = {
+    .name = "cpu",
+    .host_visible = 1,
+    .buf_alloc = buf_alloc,
+    .buf_free = buf_free,
+    .upload = upload,
+    .download = upload,
+    .copy_rows = copy_rows,
+    .fill = fill,
+    .sync = no_error,
+    .status = no_error,
+    .linear = cpu_linear,
+    .layernorm = cpu_layernorm,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .attn_merge = cpu_attn_merge,
+    .gelu_tanh = cpu_gelu_tanh,
+    .silu = cpu_silu,
+    .modulate = cpu_modulate,
+    .gated_add = cpu_gated_add,
+    .timestep_embed = cpu_timestep_embed,
+};
+
+static int usable_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
+
+weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **ops_p,
+                                      struct weft_kctx **ctx_p)
+{
+    struct weft_kctx *ctx = weft_calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return WEFT_ERR_NOMEM;
+    ctx->threads = threads > 0 ? threads : usable_cores();
+    weft_status_t st = cpu_pool_create(ctx->threads, &ctx->pool);
+    if (st != WEFT_OK) {
+        weft_free(ctx);
+        return st;
+    }
+    ctx->scratch = weft_calloc((size_t)ctx->threads, sizeof(*ctx->scratch));
+    for (int i = 0; ctx->scratch && i < ctx->threads; i++) {
+        ctx->scratch[i] = weft_big_alloc(CPU_SCRATCH_FLOATS * sizeof(float));
+        if (!ctx->scratch[i])
+            break;
+    }
+    if (!ctx->scratch || !ctx->scratch[ctx->threads - 1]) {
+        weft_kernels_cpu_destroy(ctx);
+        return WEFT_ERR_NOMEM;
+    }
+    WEFT_LOG_DEBUG("kernels", "cpu backend: %d threads", ctx->threads);
+    *ops_p = &cpu_kernels;
+    *ctx_p = ctx;
+    return WEFT_OK;
+}
+
+void weft_kernels_cpu_destroy(struct weft_kctx *ctx)
+{
+    if (!ctx)
+        return;
+    cpu_pool_destroy(ctx->pool);
+    for (int i = 0; ctx->scratch && i < ctx->threads; i++)
+        weft_big_free(ctx->scratch[i], CPU_SCRATCH_FLOATS * sizeof(float));
+    weft_free(ctx->scratch);
+    weft_free(ctx);
+}
+
+int weft_kernels_cpu_threads(const struct weft_kctx *ctx)
+{
+    return ctx->threads;
+}

@@ -1,0 +1,90 @@
+/* CPU backend internals: the context, the thread pool and vector-friendly math shared by the
+ * one-op-per-file kernels in this folder. */
+#ifndef WEFT_KERNELS_CPU_CPU_H
+#define WEFT_KERNELS_CPU_CPU_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+struct cpu_pool;
+
+/* Per-thread scratch of the attention kernel, reserved once with the context. */
+#define CPU_SCRATCH_FLOATS (512 * 128 + 64 * 128 + 64 * 512)
+
+struct weft_kctx {
+    int threads;
+    struct cpu_pool *pool;
+    float **scratch; /* [threads] x CPU_SCRATCH_FLOATS */
+};
+
+/* fn(arg, begin, end, thread) over [0, n) split into contiguous ranges, one per thread (the
+ * caller is thread 0). Ranges are multiples of grain except the last. Not reentrant. */
+typedef void (*cpu_range_fn)(void *arg, int64_t begin, int64_t end, int thread);
+void cpu_parallel(struct weft_kctx *ctx, int64_t n, int64_t grain, cpu_range_fn fn, void *arg);
+
+weft_status_t cpu_pool_create(int threads, struct cpu_pool **pool_p);
+void cpu_pool_destroy(struct cpu_pool *pool);
+
+/* Ops, one per file, installed in the table by backend.c. */
+void cpu_linear(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
+                const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                int accumulate);
+void cpu_layernorm(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                   int64_t rows, int64_t d, float eps);
+void cpu_rmsnorm(struct weft_kctx *ctx, float *x, int64_t ld, const float *w, int64_t rows,
+                 int64_t heads, int64_t d, float eps);
+void cpu_rope(struct weft_kctx *ctx, float *x, int64_t ld, const float *cos, const float *sin,
+              int64_t rows, int64_t heads, int64_t d);
+void cpu_attention(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
+                   int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo, float *lse,
+                   int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale);
+void cpu_attn_merge(struct weft_kctx *ctx, float *out, int64_t ldo, float *lse,
+                    const float *out_i, int64_t ldi, const float *lse_i, int64_t rows,
+                    int64_t heads, int64_t d);
+void cpu_gelu_tanh(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                   int64_t rows, int64_t n);
+void cpu_silu(struct weft_kctx *ctx, const float *x, float *y, int64_t n);
+void cpu_modulate(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *shift,
+                  const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d);
+void cpu_gated_add(struct weft_kctx *ctx, float *x, int64_t ldx, const float *gate,
+                   const float *y, int64_t ldy, int64_t rows, int64_t d);
+void cpu_timestep_embed(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
+                        int64_t dim);
+
+/* exp(x) for x <= 0 (the softmax and SiLU/GELU range; larger x is clamped to 88), branch-free
+ * so loops over it vectorize: 2^n * p(r) with |r| <= ln2/2 and a degree-6 polynomial; relative
+ * error below 2 ulp. Below -87.3 it returns 0. */
+static inline float cpu_expf(float x)
+{
+    const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+    float fn = x * log2e;
+    fn = (fn + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    float r = x - fn * ln2_hi;
+    r = r - fn * ln2_lo;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = (int32_t)fn + 127;
+    union { int32_t i; float f; } s = {.i = e << 23};
+    return p * s.f;
+}
+
+/* tanh(y) = sign(y) (1 - e) / (1 + e), e = exp(-2|y|): no overflow, vectorizable. */
+static inline float cpu_tanhf(float y)
+{
+    float a = fabsf(y);
+    float e = cpu_expf(-2.0f * a);
+    float t = (1.0f - e) / (1.0f + e);
+    return y < 0.0f ? -t : t;
+}
+
+#endif

@@ -1,0 +1,31 @@
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+#include "kernels/cpu/cpu.h"
+
+struct gelu_arg {
+    const float *x;
+    float *y;
+    int64_t ldx, ldy, n;
+};
+
+static void gelu_rows(void *varg, int64_t b, int64_t e, int thread)
+{
+    (void)thread;
+    const struct gelu_arg *a = varg;
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    for (int64_t r = b; r < e; r++) {
+        const float *x = a->x + r * a->ldx;
+        float *y = a->y + r * a->ldy;
+        for (int64_t j = 0; j < a->n; j++) {
+            float v = x[j];
+            float inner = k0 * (v + k1 * v * v * v);
+            y[j] = 0.5f * v * (1.0f + cpu_tanhf(inner));
+        }
+    }
+}
+
+void cpu_gelu_tanh(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                   int64_t rows, int64_t n)
+{
+    struct gelu_arg a = {x, y, ldx, ldy, n};
+    cpu_parallel(ctx, rows, 1 + 8192 / (n + 1), gelu_rows, &a);
+}

@@ -1,0 +1,87 @@
+/* The kernel backend table: one set of operations per backend (CPU reference, CUDA).
+ *
+ * Model code calls the math only through this table, on buffers the backend allocated, so a
+ * forward pass runs unchanged on any backend. Activations are f32; weights are f32 on the CPU
+ * backend (bf16/f16 checkpoints are converted once at load). Row-major throughout; every
+ * operation that reads or writes rows takes a row stride (in elements) so model code can work
+ * on column slices (heads of a joint sequence, one half of a packed projection) without copies.
+ *
+ * Operations return nothing: a backend records its first error (a CUDA launch failure, say) and
+ * weft_kernels_status() reports it; model code checks once per block. The CPU backend never
+ * fails after its buffers are allocated. */
+#ifndef WEFT_KERNELS_KERNELS_H
+#define WEFT_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+struct weft_kctx; /* a backend instance: the CPU thread pool, or a CUDA stream and handles */
+
+struct weft_kernels {
+    const char *name;
+    int host_visible; /* buffers are plain host memory (the CPU backend): no staging needed */
+
+    /* Memory on the backend's device (zeroed). */
+    weft_status_t (*buf_alloc)(struct weft_kctx *ctx, size_t bytes, void **ptr_p);
+    void (*buf_free)(struct weft_kctx *ctx, void *ptr, size_t bytes);
+    void (*upload)(struct weft_kctx *ctx, void *dst, const void *host, size_t bytes);
+    void (*download)(struct weft_kctx *ctx, void *host, const void *src, size_t bytes);
+    /* rows x cols floats between strided row sets on the device */
+    void (*copy_rows)(struct weft_kctx *ctx, float *dst, int64_t ld_dst, const float *src,
+                      int64_t ld_src, int64_t rows, int64_t cols);
+    void (*fill)(struct weft_kctx *ctx, float *dst, float value, int64_t n);
+    weft_status_t (*sync)(struct weft_kctx *ctx);
+    weft_status_t (*status)(struct weft_kctx *ctx);
+
+    /* y[m, n] (row stride ldy) = x[m, k] (row stride ldx) . w[n, k]^T + b[n] (b may be NULL).
+     * With accumulate, y += instead of =. */
+    void (*linear)(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
+                   const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                   int accumulate);
+    /* y = (x - mean) / sqrt(var + eps) over each row of d (no affine), rows of stride ld. */
+    void (*layernorm)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                      int64_t rows, int64_t d, float eps);
+    /* In place, each d-vector: x * rsqrt(mean(x^2) + eps) * w; rows of h heads x d, stride ld. */
+    void (*rmsnorm)(struct weft_kctx *ctx, float *x, int64_t ld, const float *w, int64_t rows,
+                    int64_t heads, int64_t d, float eps);
+    /* In place, interleaved pairs: x[2i] = x[2i]c - x[2i+1]s, x[2i+1] = x[2i+1]c + x[2i]s with
+     * cos/sin rows [rows, d] (each pair's two entries equal), for each of h heads. */
+    void (*rope)(struct weft_kctx *ctx, float *x, int64_t ld, const float *cos,
+                 const float *sin, int64_t rows, int64_t heads, int64_t d);
+    /* Softmax attention for h heads: q [sq, h, d] (stride ldq), k/v [sk, h, d] (ldk, ldv) ->
+     * out [sq, h, d] (ldo) and, when lse != NULL, the per-row log-sum-exp lse[sq, h]
+     * (natural log, of the scaled scores). Never forms the sq x sk matrix. */
+    void (*attention)(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
+                      int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                      float *lse, int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale);
+    /* Merge a partial attention result into an accumulated one by their LSEs (ring attention):
+     * out = (e^lse out + e^lse_i out_i) / (e^lse + e^lse_i), lse = log(e^lse + e^lse_i). */
+    void (*attn_merge)(struct weft_kctx *ctx, float *out, int64_t ldo, float *lse,
+                       const float *out_i, int64_t ldi, const float *lse_i, int64_t rows,
+                       int64_t heads, int64_t d);
+    /* Elementwise on rows x n (strides ldx, ldy): y = gelu_tanh(x), y = silu(x). */
+    void (*gelu_tanh)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                      int64_t rows, int64_t n);
+    void (*silu)(struct weft_kctx *ctx, const float *x, float *y, int64_t n);
+    /* AdaLN modulation: y = x * (1 + scale) + shift, scale/shift [d] broadcast over rows. */
+    void (*modulate)(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *shift,
+                     const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d);
+    /* Gated residual: x += gate * y, gate [d] broadcast over rows (gate NULL: plain add). */
+    void (*gated_add)(struct weft_kctx *ctx, float *x, int64_t ldx, const float *gate,
+                      const float *y, int64_t ldy, int64_t rows, int64_t d);
+    /* Sinusoidal timestep embedding (Diffusers' get_timestep_embedding with
+     * flip_sin_to_cos=True, downscale_freq_shift=0, max_period=10000): out[n, dim] =
+     * [cos(t f), sin(t f)], f_j = exp(-ln(10000) j / (dim/2)). */
+    void (*timestep_embed)(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
+                           int64_t dim);
+};
+
+/* The CPU backend: threads 0 = every core this process may run on. */
+weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **ops_p,
+                                      struct weft_kctx **ctx_p);
+void weft_kernels_cpu_destroy(struct weft_kctx *ctx);
+int weft_kernels_cpu_threads(const struct weft_kctx *ctx);
+
+#endif
