@@ -1,6 +1,8 @@
 /* FLUX.1 config: Diffusers' FluxTransformer2DModel defaults, bounded and cross-checked. */
 #include "model/flux.h"
 
+#include <stdio.h>
+
 #include "common/log.h"
 #include "model/json_get.h"
 
@@ -60,4 +62,130 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
     }
     *out = c;
     return WEFT_OK;
+}
+
+void weft_flux_top_linears(const struct weft_flux_config *c,
+                           struct weft_flux_linear_desc out[WEFT_FLUX_TOP_COUNT])
+{
+    const int64_t d = c->inner_dim;
+    const bool g = c->guidance_embeds;
+    const struct weft_flux_linear_desc t[WEFT_FLUX_TOP_COUNT] = {
+        [WEFT_FLUX_X_EMBEDDER] = {"x_embedder", d, c->in_channels, true},
+        [WEFT_FLUX_CONTEXT_EMBEDDER] = {"context_embedder", d, c->joint_attention_dim, true},
+        [WEFT_FLUX_TIME_LIN1] = {"time_text_embed.timestep_embedder.linear_1", d, 256, true},
+        [WEFT_FLUX_TIME_LIN2] = {"time_text_embed.timestep_embedder.linear_2", d, d, true},
+        [WEFT_FLUX_GUIDANCE_LIN1] = {"time_text_embed.guidance_embedder.linear_1", d, 256, g},
+        [WEFT_FLUX_GUIDANCE_LIN2] = {"time_text_embed.guidance_embedder.linear_2", d, d, g},
+        [WEFT_FLUX_TEXT_LIN1] = {"time_text_embed.text_embedder.linear_1", d,
+                                 c->pooled_projection_dim, true},
+        [WEFT_FLUX_TEXT_LIN2] = {"time_text_embed.text_embedder.linear_2", d, d, true},
+        [WEFT_FLUX_NORM_OUT] = {"norm_out.linear", 2 * d, d, true},
+        [WEFT_FLUX_PROJ_OUT] = {"proj_out", c->out_channels, d, true},
+    };
+    for (int i = 0; i < WEFT_FLUX_TOP_COUNT; i++)
+        out[i] = t[i];
+}
+
+void weft_flux_double_linears(const struct weft_flux_config *c,
+                              struct weft_flux_linear_desc out[WEFT_FLUX_DOUBLE_COUNT])
+{
+    const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
+    const struct weft_flux_linear_desc t[WEFT_FLUX_DOUBLE_COUNT] = {
+        [WEFT_FLUX_D_NORM1] = {"norm1.linear", 6 * d, d, true},
+        [WEFT_FLUX_D_NORM1_CONTEXT] = {"norm1_context.linear", 6 * d, d, true},
+        [WEFT_FLUX_D_TO_Q] = {"attn.to_q", d, d, true},
+        [WEFT_FLUX_D_TO_K] = {"attn.to_k", d, d, true},
+        [WEFT_FLUX_D_TO_V] = {"attn.to_v", d, d, true},
+        [WEFT_FLUX_D_TO_OUT] = {"attn.to_out.0", d, d, true},
+        [WEFT_FLUX_D_ADD_Q] = {"attn.add_q_proj", d, d, true},
+        [WEFT_FLUX_D_ADD_K] = {"attn.add_k_proj", d, d, true},
+        [WEFT_FLUX_D_ADD_V] = {"attn.add_v_proj", d, d, true},
+        [WEFT_FLUX_D_TO_ADD_OUT] = {"attn.to_add_out", d, d, true},
+        [WEFT_FLUX_D_FF_IN] = {"ff.net.0.proj", mlp, d, true},
+        [WEFT_FLUX_D_FF_OUT] = {"ff.net.2", d, mlp, true},
+        [WEFT_FLUX_D_FF_CONTEXT_IN] = {"ff_context.net.0.proj", mlp, d, true},
+        [WEFT_FLUX_D_FF_CONTEXT_OUT] = {"ff_context.net.2", d, mlp, true},
+    };
+    for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++)
+        out[i] = t[i];
+}
+
+void weft_flux_single_linears(const struct weft_flux_config *c,
+                              struct weft_flux_linear_desc out[WEFT_FLUX_SINGLE_COUNT])
+{
+    const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
+    const struct weft_flux_linear_desc t[WEFT_FLUX_SINGLE_COUNT] = {
+        [WEFT_FLUX_S_NORM] = {"norm.linear", 3 * d, d, true},
+        [WEFT_FLUX_S_TO_Q] = {"attn.to_q", d, d, true},
+        [WEFT_FLUX_S_TO_K] = {"attn.to_k", d, d, true},
+        [WEFT_FLUX_S_TO_V] = {"attn.to_v", d, d, true},
+        [WEFT_FLUX_S_PROJ_MLP] = {"proj_mlp", mlp, d, true},
+        [WEFT_FLUX_S_PROJ_OUT] = {"proj_out", d, d + mlp, true},
+    };
+    for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT; i++)
+        out[i] = t[i];
+}
+
+const char *weft_flux_qk_norm_name(enum weft_flux_qk_norm which)
+{
+    static const char *const names[WEFT_FLUX_QK_NORM_COUNT] = {
+        "attn.norm_q", "attn.norm_k", "attn.norm_added_q", "attn.norm_added_k"};
+    return names[which];
+}
+
+static size_t add_linear(struct weft_param *p, size_t n, const char *prefix,
+                         const struct weft_flux_linear_desc *l)
+{
+    if (!l->present)
+        return n;
+    if (p) {
+        snprintf(p[n].name, sizeof(p[n].name), "%s%s.weight", prefix, l->name);
+        p[n].ndim = 2;
+        p[n].shape[0] = l->out;
+        p[n].shape[1] = l->in;
+        snprintf(p[n + 1].name, sizeof(p[n + 1].name), "%s%s.bias", prefix, l->name);
+        p[n + 1].ndim = 1;
+        p[n + 1].shape[0] = l->out;
+    }
+    return n + 2;
+}
+
+size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *p)
+{
+    struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
+        sgl[WEFT_FLUX_SINGLE_COUNT];
+    weft_flux_top_linears(c, top);
+    weft_flux_double_linears(c, dbl);
+    weft_flux_single_linears(c, sgl);
+    size_t n = 0;
+    for (int i = 0; i < WEFT_FLUX_TOP_COUNT; i++)
+        n = add_linear(p, n, "", &top[i]);
+    char prefix[64];
+    for (int64_t b = 0; b < c->num_layers; b++) {
+        snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
+        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++)
+            n = add_linear(p, n, prefix, &dbl[i]);
+        for (int i = 0; i < WEFT_FLUX_QK_NORM_COUNT; i++, n++) {
+            if (!p)
+                continue;
+            snprintf(p[n].name, sizeof(p[n].name), "%s%s.weight", prefix,
+                     weft_flux_qk_norm_name((enum weft_flux_qk_norm)i));
+            p[n].ndim = 1;
+            p[n].shape[0] = c->attention_head_dim;
+        }
+    }
+    for (int64_t b = 0; b < c->num_single_layers; b++) {
+        snprintf(prefix, sizeof(prefix), "single_transformer_blocks.%lld.", (long long)b);
+        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT; i++)
+            n = add_linear(p, n, prefix, &sgl[i]);
+        for (int i = 0; i < 2; i++, n++) {
+            if (!p)
+                continue;
+            snprintf(p[n].name, sizeof(p[n].name), "%s%s.weight", prefix,
+                     weft_flux_qk_norm_name((enum weft_flux_qk_norm)i));
+            p[n].ndim = 1;
+            p[n].shape[0] = c->attention_head_dim;
+        }
+    }
+    return n;
 }

@@ -35,4 +35,85 @@ struct weft_flux_config {
 weft_status_t weft_flux_config_parse(const cJSON *config, const char *origin,
                                      struct weft_flux_config *out);
 
+/* The parameter inventory, as tables of Linear layers and norm weights named exactly like the
+ * checkpoint keys. The worker binds its weights through these same tables, the planner and the
+ * tensor-parallel plan check checkpoints against them: one definition of the model's shape. */
+
+struct weft_flux_linear_desc {
+    const char *name; /* full key prefix for top-level layers, block-relative for blocks */
+    int64_t out, in;  /* weight [out, in], bias [out] */
+    bool present;     /* guidance layers exist only with guidance_embeds */
+};
+
+enum weft_flux_top {
+    WEFT_FLUX_X_EMBEDDER,
+    WEFT_FLUX_CONTEXT_EMBEDDER,
+    WEFT_FLUX_TIME_LIN1,
+    WEFT_FLUX_TIME_LIN2,
+    WEFT_FLUX_GUIDANCE_LIN1,
+    WEFT_FLUX_GUIDANCE_LIN2,
+    WEFT_FLUX_TEXT_LIN1,
+    WEFT_FLUX_TEXT_LIN2,
+    WEFT_FLUX_NORM_OUT,
+    WEFT_FLUX_PROJ_OUT,
+    WEFT_FLUX_TOP_COUNT
+};
+
+/* transformer_blocks.{i}.<name> */
+enum weft_flux_double {
+    WEFT_FLUX_D_NORM1,
+    WEFT_FLUX_D_NORM1_CONTEXT,
+    WEFT_FLUX_D_TO_Q,
+    WEFT_FLUX_D_TO_K,
+    WEFT_FLUX_D_TO_V,
+    WEFT_FLUX_D_TO_OUT,
+    WEFT_FLUX_D_ADD_Q,
+    WEFT_FLUX_D_ADD_K,
+    WEFT_FLUX_D_ADD_V,
+    WEFT_FLUX_D_TO_ADD_OUT,
+    WEFT_FLUX_D_FF_IN,
+    WEFT_FLUX_D_FF_OUT,
+    WEFT_FLUX_D_FF_CONTEXT_IN,
+    WEFT_FLUX_D_FF_CONTEXT_OUT,
+    WEFT_FLUX_DOUBLE_COUNT
+};
+
+/* single_transformer_blocks.{i}.<name> */
+enum weft_flux_single {
+    WEFT_FLUX_S_NORM,
+    WEFT_FLUX_S_TO_Q,
+    WEFT_FLUX_S_TO_K,
+    WEFT_FLUX_S_TO_V,
+    WEFT_FLUX_S_PROJ_MLP,
+    WEFT_FLUX_S_PROJ_OUT,
+    WEFT_FLUX_SINGLE_COUNT
+};
+
+/* RMSNorm weights [head_dim]: double blocks have all four, single blocks the first two. */
+enum weft_flux_qk_norm {
+    WEFT_FLUX_NORM_Q,
+    WEFT_FLUX_NORM_K,
+    WEFT_FLUX_NORM_ADDED_Q,
+    WEFT_FLUX_NORM_ADDED_K,
+    WEFT_FLUX_QK_NORM_COUNT
+};
+
+void weft_flux_top_linears(const struct weft_flux_config *c,
+                           struct weft_flux_linear_desc out[WEFT_FLUX_TOP_COUNT]);
+void weft_flux_double_linears(const struct weft_flux_config *c,
+                              struct weft_flux_linear_desc out[WEFT_FLUX_DOUBLE_COUNT]);
+void weft_flux_single_linears(const struct weft_flux_config *c,
+                              struct weft_flux_linear_desc out[WEFT_FLUX_SINGLE_COUNT]);
+/* "attn.norm_q" ... (block-relative; ".weight" follows) */
+const char *weft_flux_qk_norm_name(enum weft_flux_qk_norm which);
+
+/* Every parameter: full checkpoint key and shape. */
+struct weft_param {
+    char name[112];
+    int ndim;
+    int64_t shape[2];
+};
+/* Number of parameters for this config, and fill params (may be NULL to count). */
+size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *params);
+
 #endif

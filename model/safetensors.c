@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -695,5 +696,119 @@ weft_status_t weft_st_read_ranges(struct weft_st_file *f, const struct weft_st_t
     }
     if (run_n)
         st = read_run(f, t, run_off, run_n, dst, run_index, dst_dtype);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Writing                                                                                   */
+
+static const char *st_name_of(enum weft_dtype d)
+{
+    for (size_t i = 0; i < N_ST_DTYPES; i++)
+        if (st_dtypes[i].dtype == (int)d)
+            return st_dtypes[i].name;
+    return NULL;
+}
+
+static weft_status_t write_all(int fd, const void *p, size_t n, const char *path)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            WEFT_LOG_ERROR("safetensors", "%s: write failed: %s", path, strerror(errno));
+            return WEFT_ERR_IO;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out *t,
+                            size_t n_meta, const struct weft_st_meta *meta)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return WEFT_ERR_NOMEM;
+    weft_status_t st = WEFT_OK;
+    char *json = NULL, *tmp = NULL;
+    int fd = -1;
+    if (n_meta) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (size_t i = 0; i < n_meta; i++)
+            cJSON_AddStringToObject(m, meta[i].key, meta[i].value);
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *dn = st_name_of(t[i].dtype);
+        int64_t numel = weft_shape_numel(t[i].ndim, t[i].shape);
+        if (!dn || numel < 0) {
+            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': cannot write dtype %s", path,
+                           t[i].name, weft_dtype_name(t[i].dtype));
+            st = WEFT_ERR_INVALID;
+            goto out;
+        }
+        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
+        cJSON_AddStringToObject(e, "dtype", dn);
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t[i].ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
+        uint64_t bytes = (uint64_t)numel * weft_dtype_size(t[i].dtype);
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+        off += bytes;
+    }
+    json = cJSON_PrintUnformatted(root);
+    size_t plen = strlen(path) + 16;
+    tmp = weft_malloc(plen);
+    if (!json || !tmp) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    snprintf(tmp, plen, "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("safetensors", "%s: cannot create: %s", tmp, strerror(errno));
+        st = WEFT_ERR_IO;
+        goto out;
+    }
+    size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    static const char spaces[8] = "        ";
+    if ((st = write_all(fd, le, 8, tmp)) || (st = write_all(fd, json, jlen, tmp)) ||
+        (st = write_all(fd, spaces, padded - jlen, tmp)))
+        goto out;
+    for (size_t i = 0; i < n && st == WEFT_OK; i++)
+        st = write_all(fd, t[i].data,
+                       (size_t)weft_shape_numel(t[i].ndim, t[i].shape) *
+                           weft_dtype_size(t[i].dtype),
+                       tmp);
+    if (st == WEFT_OK && fsync(fd) != 0) {
+        WEFT_LOG_ERROR("safetensors", "%s: fsync failed: %s", tmp, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    if (close(fd) != 0 && st == WEFT_OK) {
+        WEFT_LOG_ERROR("safetensors", "%s: close failed: %s", tmp, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    fd = -1;
+    if (st == WEFT_OK && rename(tmp, path) != 0) {
+        WEFT_LOG_ERROR("safetensors", "%s: cannot rename into place: %s", path, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    if (st != WEFT_OK && tmp)
+        unlink(tmp);
+    weft_free(tmp);
+    cJSON_free(json);
+    cJSON_Delete(root);
     return st;
 }

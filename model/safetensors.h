@@ -69,6 +69,18 @@ weft_status_t weft_st_read_ranges(struct weft_st_file *file, const struct weft_s
                                   int dim, size_t n_ranges, const struct weft_range *ranges,
                                   void *dst, enum weft_dtype dst_dtype);
 
+/* Writing: tensors laid out in the given order; the file is written beside the target and
+ * renamed into place, so a reader never sees half a file. */
+struct weft_st_out {
+    const char *name;
+    enum weft_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    const void *data;
+};
+weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out *tensors,
+                            size_t n_meta, const struct weft_st_meta *meta);
+
 /* Bytes requested from the file by reads so far (the header excluded). */
 uint64_t weft_st_bytes_read(const struct weft_st_file *file);
 

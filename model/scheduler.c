@@ -1,0 +1,131 @@
+/* FlowMatch Euler schedule and step (see scheduler.h for the exact float semantics). */
+#include "model/scheduler.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "model/json_get.h"
+
+void weft_sched_config_flux_default(struct weft_sched_config *out)
+{
+    *out = (struct weft_sched_config){
+        .num_train_timesteps = 1000,
+        .shift = 3.0,
+        .use_dynamic_shifting = true,
+        .base_shift = 0.5,
+        .max_shift = 1.15,
+        .base_image_seq_len = 256,
+        .max_image_seq_len = 4096,
+        .time_shift_type = WEFT_TIME_SHIFT_EXPONENTIAL,
+    };
+}
+
+weft_status_t weft_sched_config_parse(const cJSON *cfg, const char *origin,
+                                      struct weft_sched_config *out)
+{
+    struct weft_sched_config c;
+    const char *cls, *shift_type;
+    weft_status_t st;
+    if ((st = weft_json_get_string(cfg, "_class_name", WEFT_SCHED_CLASS, origin, &cls)))
+        return st;
+    if (strcmp(cls, WEFT_SCHED_CLASS) != 0) {
+        WEFT_LOG_ERROR("model", "%s: scheduler class '%s' is not supported (only %s)", origin,
+                       cls, WEFT_SCHED_CLASS);
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    /* Defaults are the class defaults, as Diffusers applies them to absent keys. */
+    if ((st = weft_json_get_int(cfg, "num_train_timesteps", 1000, 1, 1000000, origin,
+                                &c.num_train_timesteps)) ||
+        (st = weft_json_get_double(cfg, "shift", 1.0, 1e-6, 1e6, origin, &c.shift)) ||
+        (st = weft_json_get_bool(cfg, "use_dynamic_shifting", false, origin,
+                                 &c.use_dynamic_shifting)) ||
+        (st = weft_json_get_double(cfg, "base_shift", 0.5, -100, 100, origin, &c.base_shift)) ||
+        (st = weft_json_get_double(cfg, "max_shift", 1.15, -100, 100, origin, &c.max_shift)) ||
+        (st = weft_json_get_int(cfg, "base_image_seq_len", 256, 1, 1 << 30, origin,
+                                &c.base_image_seq_len)) ||
+        (st = weft_json_get_int(cfg, "max_image_seq_len", 4096, 1, 1 << 30, origin,
+                                &c.max_image_seq_len)) ||
+        (st = weft_json_get_string(cfg, "time_shift_type", "exponential", origin, &shift_type)))
+        return st;
+    if (c.max_image_seq_len == c.base_image_seq_len) {
+        WEFT_LOG_ERROR("model", "%s: max_image_seq_len equals base_image_seq_len", origin);
+        return WEFT_ERR_FORMAT;
+    }
+    if (strcmp(shift_type, "exponential") == 0) {
+        c.time_shift_type = WEFT_TIME_SHIFT_EXPONENTIAL;
+    } else if (strcmp(shift_type, "linear") == 0) {
+        c.time_shift_type = WEFT_TIME_SHIFT_LINEAR;
+    } else {
+        WEFT_LOG_ERROR("model", "%s: time_shift_type '%s' is not exponential or linear", origin,
+                       shift_type);
+        return WEFT_ERR_FORMAT;
+    }
+    static const char *const refused[] = {"use_karras_sigmas", "use_exponential_sigmas",
+                                          "use_beta_sigmas", "stochastic_sampling",
+                                          "invert_sigmas"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        bool on;
+        if ((st = weft_json_get_bool(cfg, refused[i], false, origin, &on)))
+            return st;
+        if (on) {
+            WEFT_LOG_ERROR("model", "%s: %s is not supported", origin, refused[i]);
+            return WEFT_ERR_UNSUPPORTED;
+        }
+    }
+    double terminal;
+    if ((st = weft_json_get_double(cfg, "shift_terminal", 0.0, 0.0, 1.0, origin, &terminal)))
+        return st;
+    if (terminal != 0.0) {
+        WEFT_LOG_ERROR("model", "%s: shift_terminal is not supported", origin);
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    *out = c;
+    return WEFT_OK;
+}
+
+double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len)
+{
+    double m = (c->max_shift - c->base_shift) /
+               (double)(c->max_image_seq_len - c->base_image_seq_len);
+    double b = c->base_shift - m * (double)c->base_image_seq_len;
+    return (double)image_seq_len * m + b;
+}
+
+weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps,
+                              int64_t image_seq_len, struct weft_schedule *out)
+{
+    if (steps < 1 || steps > WEFT_SCHED_MAX_STEPS) {
+        WEFT_LOG_ERROR("model", "steps = %d is outside [1, %d]", steps, WEFT_SCHED_MAX_STEPS);
+        return WEFT_ERR_RANGE;
+    }
+    out->steps = steps;
+    out->mu = weft_sched_mu(c, image_seq_len);
+    /* numpy linspace(1.0, 1/N, N): start + i * step, the last exactly the stop */
+    double start = 1.0, stop = 1.0 / steps;
+    double step = steps > 1 ? (stop - start) / (steps - 1) : 0.0;
+    const float e = (float)exp(out->mu), mu = (float)out->mu;
+    const float shift = (float)c->shift;
+    for (int i = 0; i < steps; i++) {
+        double lin = (steps > 1 && i == steps - 1) ? stop : (double)i * step + start;
+        float s = (float)lin;
+        if (c->use_dynamic_shifting) {
+            float d = 1.0f / s - 1.0f; /* (1/t - 1) ** 1.0 */
+            s = c->time_shift_type == WEFT_TIME_SHIFT_EXPONENTIAL ? e / (e + d) : mu / (mu + d);
+        } else {
+            s = shift * s / (1.0f + (float)(c->shift - 1.0) * s);
+        }
+        out->sigmas[i] = s;
+        out->timesteps[i] = s * (float)c->num_train_timesteps;
+    }
+    out->sigmas[steps] = 0.0f;
+    return WEFT_OK;
+}
+
+void weft_sched_step(const struct weft_schedule *s, int i, float *latents,
+                     const float *model_output, int64_t n)
+{
+    const float dt = s->sigmas[i + 1] - s->sigmas[i];
+    for (int64_t k = 0; k < n; k++)
+        latents[k] = latents[k] + dt * model_output[k];
+}

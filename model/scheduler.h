@@ -1,0 +1,54 @@
+/* FlowMatchEulerDiscreteScheduler as FluxPipeline drives it: the config, the sigma schedule with
+ * dynamic shifting (mu from the image sequence length), and the Euler step. The arithmetic
+ * follows Diffusers to the float: sigmas start as float64 linspace(1, 1/N, N) rounded to f32,
+ * the exponential time shift runs in f32 with exp(mu) rounded to f32 (numpy's NEP 50
+ * promotion), timesteps = sigmas * 1000 in f32. */
+#ifndef WEFT_MODEL_SCHEDULER_H
+#define WEFT_MODEL_SCHEDULER_H
+
+#include <cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define WEFT_SCHED_CLASS "FlowMatchEulerDiscreteScheduler"
+#define WEFT_SCHED_MAX_STEPS 1000
+
+enum weft_time_shift {
+    WEFT_TIME_SHIFT_EXPONENTIAL,
+    WEFT_TIME_SHIFT_LINEAR,
+};
+
+struct weft_sched_config {
+    int64_t num_train_timesteps;
+    double shift;
+    bool use_dynamic_shifting;
+    double base_shift, max_shift;
+    int64_t base_image_seq_len, max_image_seq_len;
+    enum weft_time_shift time_shift_type;
+};
+
+/* FLUX.1-dev's scheduler_config.json values (used when a folder has no scheduler). */
+void weft_sched_config_flux_default(struct weft_sched_config *out);
+/* Parse scheduler_config.json; options weft does not implement (karras/exponential/beta
+ * sigmas, shift_terminal, stochastic sampling, invert_sigmas) are refused, never ignored. */
+weft_status_t weft_sched_config_parse(const cJSON *config, const char *origin,
+                                      struct weft_sched_config *out);
+
+struct weft_schedule {
+    int steps;
+    double mu;
+    float sigmas[WEFT_SCHED_MAX_STEPS + 1]; /* steps + 1, the last is 0 */
+    float timesteps[WEFT_SCHED_MAX_STEPS];
+};
+
+/* FluxPipeline's calculate_shift: mu = m * image_seq_len + b. */
+double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len);
+weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps,
+                              int64_t image_seq_len, struct weft_schedule *out);
+/* latents += (sigma[i+1] - sigma[i]) * model_output, in f32 (n elements). */
+void weft_sched_step(const struct weft_schedule *s, int i, float *latents,
+                     const float *model_output, int64_t n);
+
+#endif

@@ -1,0 +1,66 @@
+/* The denoising loop (see denoise.h). */
+#include "worker/denoise.h"
+
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+void weft_flux_image_ids(int64_t grid_h, int64_t grid_w, int n_axes, float *ids)
+{
+    for (int64_t r = 0; r < grid_h; r++)
+        for (int64_t c = 0; c < grid_w; c++) {
+            float *row = ids + (r * grid_w + c) * n_axes;
+            for (int a = 0; a < n_axes; a++)
+                row[a] = a == 1 ? (float)r : a == 2 ? (float)c : 0.0f;
+        }
+}
+
+weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params *p,
+                           float *latents)
+{
+    const struct weft_flux_config *c = weft_flux_get_config(m);
+    const int64_t s_img = p->grid_h * p->grid_w, n = s_img * c->in_channels;
+    if (p->grid_h < 1 || p->grid_w < 1 || p->s_txt < 0 || !p->schedule) {
+        WEFT_LOG_ERROR("denoise", "empty image grid or no schedule");
+        return WEFT_ERR_INVALID;
+    }
+    weft_status_t st = weft_flux_reserve(m, 1, s_img, p->s_txt);
+    if (st != WEFT_OK)
+        return st;
+    float *img_ids = weft_malloc((size_t)(s_img * c->n_axes) * sizeof(float));
+    float *txt_ids = weft_calloc((size_t)(p->s_txt * c->n_axes) + 1, sizeof(float));
+    float *pred = weft_big_alloc((size_t)n * sizeof(float));
+    if (!img_ids || !txt_ids || !pred) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    weft_flux_image_ids(p->grid_h, p->grid_w, c->n_axes, img_ids);
+    float t_in, g_in = p->guidance;
+    struct weft_flux_inputs in = {
+        .batch = 1,
+        .s_img = s_img,
+        .s_txt = p->s_txt,
+        .hidden = latents,
+        .encoder = p->prompt_embeds,
+        .pooled = p->pooled,
+        .timestep = &t_in,
+        .guidance = c->guidance_embeds ? &g_in : NULL,
+        .img_ids = img_ids,
+        .txt_ids = txt_ids,
+    };
+    const struct weft_schedule *s = p->schedule;
+    for (int i = 0; i < s->steps; i++) {
+        t_in = s->timesteps[i] / 1000.0f; /* FluxPipeline passes timestep / 1000 */
+        if ((st = weft_flux_forward(m, &in, pred)) != WEFT_OK)
+            break;
+        weft_sched_step(s, i, latents, pred, n);
+        if (p->on_step && (st = p->on_step(p->cb_arg, i, s->steps, latents, n)) != WEFT_OK)
+            break;
+    }
+out:
+    weft_free(img_ids);
+    weft_free(txt_ids);
+    weft_big_free(pred, (size_t)n * sizeof(float));
+    return st;
+}

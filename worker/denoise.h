@@ -1,0 +1,35 @@
+/* The FLUX denoising loop: ids, timesteps/1000 as FluxPipeline passes them, a forward pass and
+ * an Euler step per timestep, on packed latents. Everything it needs is reserved before the
+ * first step. */
+#ifndef WEFT_WORKER_DENOISE_H
+#define WEFT_WORKER_DENOISE_H
+
+#include <stdint.h>
+
+#include "model/scheduler.h"
+#include "worker/flux.h"
+
+/* Called after every step with the latents after it (host memory). Non-OK stops the loop. */
+typedef weft_status_t (*weft_denoise_step_cb)(void *arg, int step, int steps,
+                                              const float *latents, int64_t n);
+
+struct weft_denoise_params {
+    int64_t grid_h, grid_w;      /* packed token grid: height / 16, width / 16 */
+    const float *prompt_embeds;  /* [1, s_txt, joint_attention_dim] */
+    int64_t s_txt;
+    const float *pooled;         /* [1, pooled_projection_dim] */
+    float guidance;              /* used when the model has guidance_embeds */
+    const struct weft_schedule *schedule;
+    weft_denoise_step_cb on_step; /* may be NULL */
+    void *cb_arg;
+};
+
+/* latents: [grid_h * grid_w, in_channels], the initial noise in, the final latents out. */
+weft_status_t weft_denoise(struct weft_flux *model, const struct weft_denoise_params *p,
+                           float *latents);
+
+/* FluxPipeline._prepare_latent_image_ids: [0, row, col] for each token, row-major
+ * (n_axes columns; axes beyond the third are 0). */
+void weft_flux_image_ids(int64_t grid_h, int64_t grid_w, int n_axes, float *ids);
+
+#endif

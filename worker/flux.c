@@ -1,0 +1,602 @@
+/* FLUX.1 forward pass, in Diffusers' exact order of operations (reference §5.3). Rows of the
+ * joint sequence are [text tokens, image tokens] as in Diffusers' cat(encoder, hidden). */
+#include "worker/flux.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/tensor.h"
+#include "model/checkpoint.h"
+
+#define FLUX_EPS 1e-6f
+#define TIME_PROJ_DIM 256
+#define ROPE_THETA 10000.0
+
+struct linear {
+    float *w; /* [out, in] */
+    float *b; /* [out] */
+    int64_t out, in;
+};
+
+struct double_block {
+    struct linear l[WEFT_FLUX_DOUBLE_COUNT];
+    float *qk_norm[WEFT_FLUX_QK_NORM_COUNT];
+};
+
+struct single_block {
+    struct linear l[WEFT_FLUX_SINGLE_COUNT];
+    float *qk_norm[2];
+};
+
+/* Activations for one (batch, s_img, s_txt) reservation. */
+struct acts {
+    int64_t batch, s_img, s_txt;
+    size_t bytes;
+    void *base;
+    float *h;        /* [B, S, D] hidden states, text rows first */
+    float *xn;       /* [B, S, D] modulated norm output */
+    float *q, *k, *v; /* [B, S, D] */
+    float *cat;      /* [B, S, D + mlp]: attention output | MLP hidden */
+    float *tmp;      /* [B, S, D] projection output before gating */
+    float *cos, *sin; /* [S, head_dim] */
+    float *in_hidden, *in_encoder, *out; /* staging of inputs and output */
+    float *temb;     /* [B, D] */
+    float *act;      /* [B, D] silu(temb) */
+    float *vec;      /* [B, D] scratch */
+    float *proj;     /* [B, 256] timestep / guidance projection */
+    float *mod;      /* [B, 6D] */
+    float *modc;     /* [B, 6D] */
+    float *scalars;  /* [4B]: timestep and guidance x 1000, pooled staging follows */
+};
+
+struct weft_flux {
+    struct weft_flux_config cfg;
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    void *weights;
+    size_t weight_bytes;
+    struct linear top[WEFT_FLUX_TOP_COUNT];
+    struct double_block *dbl;
+    struct single_block *sgl;
+    struct acts a;
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Loading                                                                                   */
+
+struct binding {
+    char name[112];
+    float *dst;
+    int ndim;
+    int64_t shape[2];
+};
+
+struct binder {
+    struct binding *b;
+    size_t n, cap;
+    float *next; /* arena cursor */
+    size_t floats;
+};
+
+static weft_status_t bind(struct binder *bd, const char *prefix, const char *name,
+                          const char *suffix, int ndim, int64_t d0, int64_t d1, float **dst)
+{
+    if (bd->n == bd->cap) {
+        size_t cap = bd->cap ? bd->cap * 2 : 256;
+        struct binding *nb = weft_realloc(bd->b, cap * sizeof(*nb));
+        if (!nb)
+            return WEFT_ERR_NOMEM;
+        bd->b = nb;
+        bd->cap = cap;
+    }
+    struct binding *b = &bd->b[bd->n++];
+    snprintf(b->name, sizeof(b->name), "%s%s%s", prefix, name, suffix);
+    b->ndim = ndim;
+    b->shape[0] = d0;
+    b->shape[1] = d1;
+    int64_t n = ndim == 2 ? d0 * d1 : d0;
+    bd->floats += (size_t)n;
+    if (bd->next) { /* second pass: assign arena space */
+        b->dst = bd->next;
+        *dst = bd->next;
+        bd->next += n;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t bind_linear(struct binder *bd, const char *prefix,
+                                 const struct weft_flux_linear_desc *desc, struct linear *l)
+{
+    l->out = desc->out;
+    l->in = desc->in;
+    if (!desc->present)
+        return WEFT_OK;
+    weft_status_t st = bind(bd, prefix, desc->name, ".weight", 2, desc->out, desc->in, &l->w);
+    return st != WEFT_OK ? st : bind(bd, prefix, desc->name, ".bias", 1, desc->out, 0, &l->b);
+}
+
+/* Walks the model structure; the first pass (bd->next NULL) counts, the second assigns. */
+static weft_status_t bind_all(struct weft_flux *m, struct binder *bd)
+{
+    const struct weft_flux_config *c = &m->cfg;
+    struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
+        sgl[WEFT_FLUX_SINGLE_COUNT];
+    weft_flux_top_linears(c, top);
+    weft_flux_double_linears(c, dbl);
+    weft_flux_single_linears(c, sgl);
+    weft_status_t st = WEFT_OK;
+    for (int i = 0; i < WEFT_FLUX_TOP_COUNT && st == WEFT_OK; i++)
+        st = bind_linear(bd, "", &top[i], &m->top[i]);
+    char prefix[64];
+    for (int64_t b = 0; b < c->num_layers && st == WEFT_OK; b++) {
+        snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
+        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT && st == WEFT_OK; i++)
+            st = bind_linear(bd, prefix, &dbl[i], &m->dbl[b].l[i]);
+        for (int i = 0; i < WEFT_FLUX_QK_NORM_COUNT && st == WEFT_OK; i++)
+            st = bind(bd, prefix, weft_flux_qk_norm_name((enum weft_flux_qk_norm)i), ".weight",
+                      1, c->attention_head_dim, 0, &m->dbl[b].qk_norm[i]);
+    }
+    for (int64_t b = 0; b < c->num_single_layers && st == WEFT_OK; b++) {
+        snprintf(prefix, sizeof(prefix), "single_transformer_blocks.%lld.", (long long)b);
+        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT && st == WEFT_OK; i++)
+            st = bind_linear(bd, prefix, &sgl[i], &m->sgl[b].l[i]);
+        for (int i = 0; i < 2 && st == WEFT_OK; i++)
+            st = bind(bd, prefix, weft_flux_qk_norm_name((enum weft_flux_qk_norm)i), ".weight",
+                      1, c->attention_head_dim, 0, &m->sgl[b].qk_norm[i]);
+    }
+    return st;
+}
+
+static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
+                                  const struct binder *bd)
+{
+    float *staging = NULL;
+    size_t staging_floats = 0;
+    weft_status_t st = WEFT_OK;
+    for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
+        const struct binding *b = &bd->b[i];
+        const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, b->name);
+        if (!t) {
+            WEFT_LOG_ERROR("flux", "%s: missing tensor '%s' (required by the config)",
+                           weft_ckpt_dir(ck), b->name);
+            st = WEFT_ERR_FORMAT;
+            break;
+        }
+        bool same = t->info->ndim == b->ndim && t->info->shape[0] == b->shape[0] &&
+                    (b->ndim == 1 || t->info->shape[1] == b->shape[1]);
+        if (!same) {
+            char got[128], want[128];
+            WEFT_LOG_ERROR("flux", "%s: tensor '%s' has shape %s but the config implies %s",
+                           weft_ckpt_dir(ck), b->name,
+                           weft_shape_str(t->info->ndim, t->info->shape, got, sizeof(got)),
+                           weft_shape_str(b->ndim, b->shape, want, sizeof(want)));
+            st = WEFT_ERR_FORMAT;
+            break;
+        }
+        size_t n = (size_t)t->info->numel;
+        if (m->K->host_visible) {
+            st = weft_st_read(t->file, t->info, b->dst, WEFT_DTYPE_F32);
+            continue;
+        }
+        if (n > staging_floats) {
+            weft_big_free(staging, staging_floats * sizeof(float));
+            staging_floats = n;
+            staging = weft_big_alloc(n * sizeof(float));
+            if (!staging) {
+                st = WEFT_ERR_NOMEM;
+                break;
+            }
+        }
+        st = weft_st_read(t->file, t->info, staging, WEFT_DTYPE_F32);
+        if (st == WEFT_OK)
+            m->K->upload(m->kc, b->dst, staging, n * sizeof(float));
+    }
+    weft_big_free(staging, staging_floats * sizeof(float));
+    if (st == WEFT_OK && weft_ckpt_count(ck) != bd->n) {
+        /* more tensors than parameters: name the first one nobody asked for */
+        for (size_t i = 0; i < weft_ckpt_count(ck); i++) {
+            const char *name = weft_ckpt_at(ck, i)->info->name;
+            size_t k = 0;
+            while (k < bd->n && strcmp(bd->b[k].name, name) != 0)
+                k++;
+            if (k == bd->n) {
+                WEFT_LOG_ERROR("flux", "%s: unexpected tensor '%s': not a parameter of %s with "
+                                       "this config", weft_ckpt_dir(ck), name, WEFT_FLUX_CLASS);
+                break;
+            }
+        }
+        st = WEFT_ERR_FORMAT;
+    }
+    return st;
+}
+
+weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
+                             struct weft_flux **model_p)
+{
+    struct weft_ckpt *ck;
+    weft_status_t st = weft_ckpt_open(dir, &ck);
+    if (st != WEFT_OK)
+        return st;
+    struct binder bd = {0};
+    struct weft_flux *m = weft_calloc(1, sizeof(*m));
+    if (!m) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    m->K = opts->kernels;
+    m->kc = opts->kctx;
+    if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0) {
+        WEFT_LOG_ERROR("flux", "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
+                       WEFT_FLUX_CLASS);
+        st = WEFT_ERR_UNSUPPORTED;
+        goto out;
+    }
+    char origin[1100];
+    snprintf(origin, sizeof(origin), "%s/config.json", dir);
+    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->cfg)) != WEFT_OK)
+        goto out;
+    if (m->cfg.attention_head_dim > 512) {
+        WEFT_LOG_ERROR("flux", "%s: attention_head_dim %lld is above this backend's limit of 512",
+                       origin, (long long)m->cfg.attention_head_dim);
+        st = WEFT_ERR_UNSUPPORTED;
+        goto out;
+    }
+    m->dbl = weft_calloc((size_t)m->cfg.num_layers + 1, sizeof(*m->dbl));
+    m->sgl = weft_calloc((size_t)m->cfg.num_single_layers + 1, sizeof(*m->sgl));
+    if (!m->dbl || !m->sgl) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    if ((st = bind_all(m, &bd)) != WEFT_OK) /* count */
+        goto out;
+    m->weight_bytes = bd.floats * sizeof(float);
+    if ((st = m->K->buf_alloc(m->kc, m->weight_bytes, &m->weights)) != WEFT_OK) {
+        WEFT_LOG_ERROR("flux", "%s: cannot allocate %zu bytes of weights", dir, m->weight_bytes);
+        goto out;
+    }
+    bd.n = 0;
+    bd.floats = 0;
+    bd.next = m->weights;
+    if ((st = bind_all(m, &bd)) != WEFT_OK) /* assign */
+        goto out;
+    st = read_weights(m, ck, &bd);
+out:
+    weft_free(bd.b);
+    weft_ckpt_close(ck);
+    if (st != WEFT_OK) {
+        weft_flux_destroy(m);
+        return st;
+    }
+    *model_p = m;
+    return WEFT_OK;
+}
+
+static void acts_release(struct weft_flux *m)
+{
+    if (m->a.base)
+        m->K->buf_free(m->kc, m->a.base, m->a.bytes);
+    memset(&m->a, 0, sizeof(m->a));
+}
+
+void weft_flux_destroy(struct weft_flux *m)
+{
+    if (!m)
+        return;
+    acts_release(m);
+    if (m->weights)
+        m->K->buf_free(m->kc, m->weights, m->weight_bytes);
+    weft_free(m->dbl);
+    weft_free(m->sgl);
+    weft_free(m);
+}
+
+const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *m)
+{
+    return &m->cfg;
+}
+
+size_t weft_flux_weight_bytes(const struct weft_flux *m)
+{
+    return m->weight_bytes;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Activations                                                                               */
+
+weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_img,
+                                int64_t s_txt)
+{
+    struct acts *a = &m->a;
+    if (a->base && batch <= a->batch && s_img == a->s_img && s_txt == a->s_txt)
+        return WEFT_OK;
+    const struct weft_flux_config *c = &m->cfg;
+    const int64_t B = batch, S = s_img + s_txt, D = c->inner_dim, mlp = c->mlp_hidden_dim;
+    const int64_t hd = c->attention_head_dim;
+    /* sizes in floats, each rounded up to 16 floats (64 bytes) */
+    int64_t sizes[] = {
+        B * S * D,         B * S * D,      B * S * D, B * S * D, B * S * D,
+        B * S * (D + mlp), B * S * D,      S * hd,    S * hd,    B * s_img * c->in_channels,
+        B * s_txt * c->joint_attention_dim, B * s_img * c->out_channels,
+        B * D,             B * D,          B * D,     B * TIME_PROJ_DIM,
+        B * 6 * D,         B * 6 * D,      4 * B + B * c->pooled_projection_dim,
+    };
+    float **ptrs[] = {&a->h,   &a->xn,  &a->q,    &a->k,          &a->v,
+                      &a->cat, &a->tmp, &a->cos,  &a->sin,        &a->in_hidden,
+                      &a->in_encoder, &a->out, &a->temb, &a->act, &a->vec,
+                      &a->proj, &a->mod, &a->modc, &a->scalars};
+    _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == sizeof(ptrs) / sizeof(ptrs[0]),
+                   "sizes and pointers");
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        total += ((size_t)sizes[i] + 15) / 16 * 16;
+    acts_release(m);
+    void *base;
+    weft_status_t st = m->K->buf_alloc(m->kc, total * sizeof(float), &base);
+    if (st != WEFT_OK) {
+        WEFT_LOG_ERROR("flux", "cannot reserve %zu bytes of activations for batch %lld, %lld "
+                               "image and %lld text tokens", total * sizeof(float),
+                       (long long)batch, (long long)s_img, (long long)s_txt);
+        return st;
+    }
+    a->base = base;
+    a->bytes = total * sizeof(float);
+    float *p = base;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        *ptrs[i] = p;
+        p += ((size_t)sizes[i] + 15) / 16 * 16;
+    }
+    a->batch = batch;
+    a->s_img = s_img;
+    a->s_txt = s_txt;
+    return WEFT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Forward                                                                                   */
+
+static void lin(struct weft_flux *m, const struct linear *l, const float *x, int64_t ldx,
+                float *y, int64_t ldy, int64_t rows)
+{
+    m->K->linear(m->kc, x, ldx, l->w, l->b, y, ldy, rows, l->out, l->in, 0);
+}
+
+/* RoPE tables for the joint ids [txt; img]: per axis, angles in f64, cos/sin stored in f32. */
+static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
+{
+    const struct weft_flux_config *c = &m->cfg;
+    const int64_t S = in->s_txt + in->s_img, hd = c->attention_head_dim;
+    float *cs = m->a.cos, *sn = m->a.sin;
+    float *hcos = cs, *hsin = sn;
+    for (int64_t r = 0; r < S; r++) {
+        const float *ids = r < in->s_txt ? in->txt_ids + r * c->n_axes
+                                         : in->img_ids + (r - in->s_txt) * c->n_axes;
+        int64_t off = 0;
+        for (int ax = 0; ax < c->n_axes; ax++) {
+            int64_t dim = c->axes_dims_rope[ax];
+            for (int64_t j = 0; j < dim / 2; j++) {
+                double inv = 1.0 / pow(ROPE_THETA, (double)(2 * j) / (double)dim);
+                double ang = (double)ids[ax] * inv;
+                float cv = (float)cos(ang), sv = (float)sin(ang);
+                hcos[r * hd + off + 2 * j] = hcos[r * hd + off + 2 * j + 1] = cv;
+                hsin[r * hd + off + 2 * j] = hsin[r * hd + off + 2 * j + 1] = sv;
+            }
+            off += dim;
+        }
+    }
+}
+
+/* temb = timestep_embedder(proj(t)) [+ guidance_embedder(proj(g))] + text_embedder(pooled) */
+static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *in)
+{
+    struct acts *a = &m->a;
+    const int64_t B = in->batch, D = m->cfg.inner_dim;
+    const struct weft_kernels *K = m->K;
+    float *tval = a->scalars, *gval = a->scalars + B, *pooled = a->scalars + 4 * B;
+    for (int64_t b = 0; b < B; b++) {
+        tval[b] = in->timestep[b] * 1000.0f;
+        gval[b] = in->guidance ? in->guidance[b] * 1000.0f : 0.0f;
+    }
+    K->upload(m->kc, pooled, in->pooled, (size_t)(B * m->cfg.pooled_projection_dim) * 4);
+    K->timestep_embed(m->kc, tval, B, a->proj, TIME_PROJ_DIM);
+    lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, TIME_PROJ_DIM, a->vec, D, B);
+    K->silu(m->kc, a->vec, a->vec, B * D);
+    lin(m, &m->top[WEFT_FLUX_TIME_LIN2], a->vec, D, a->temb, D, B);
+    if (m->cfg.guidance_embeds) {
+        K->timestep_embed(m->kc, gval, B, a->proj, TIME_PROJ_DIM);
+        lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, TIME_PROJ_DIM, a->vec, D, B);
+        K->silu(m->kc, a->vec, a->vec, B * D);
+        lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN2], a->vec, D, a->act, D, B);
+        K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);
+    }
+    lin(m, &m->top[WEFT_FLUX_TEXT_LIN1], pooled, m->cfg.pooled_projection_dim, a->vec, D, B);
+    K->silu(m->kc, a->vec, a->vec, B * D);
+    lin(m, &m->top[WEFT_FLUX_TEXT_LIN2], a->vec, D, a->act, D, B);
+    K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);
+    K->silu(m->kc, a->temb, a->act, B * D); /* every AdaLN takes silu(temb) */
+}
+
+/* Q, K, V of rows [r0, r0+n) of every batch element: rmsnorm with the given norm weights. */
+static void qkv(struct weft_flux *m, const struct linear *lq, const struct linear *lk,
+                const struct linear *lv, const float *nq, const float *nk, int64_t r0,
+                int64_t n)
+{
+    struct acts *a = &m->a;
+    const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, hd = m->cfg.attention_head_dim;
+    const int64_t H = m->cfg.num_attention_heads;
+    for (int64_t b = 0; b < a->batch; b++) {
+        int64_t o = (b * S + r0) * D;
+        lin(m, lq, a->xn + o, D, a->q + o, D, n);
+        lin(m, lk, a->xn + o, D, a->k + o, D, n);
+        lin(m, lv, a->xn + o, D, a->v + o, D, n);
+        m->K->rmsnorm(m->kc, a->q + o, D, nq, n, H, hd, FLUX_EPS);
+        m->K->rmsnorm(m->kc, a->k + o, D, nk, n, H, hd, FLUX_EPS);
+    }
+}
+
+/* RoPE on all of Q and K, then attention per batch element into cat[:, :, 0:D]. */
+static void attend(struct weft_flux *m)
+{
+    struct acts *a = &m->a;
+    const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, hd = m->cfg.attention_head_dim;
+    const int64_t H = m->cfg.num_attention_heads, ldc = D + m->cfg.mlp_hidden_dim;
+    for (int64_t b = 0; b < a->batch; b++) {
+        float *q = a->q + b * S * D, *k = a->k + b * S * D, *v = a->v + b * S * D;
+        m->K->rope(m->kc, q, D, a->cos, a->sin, S, H, hd);
+        m->K->rope(m->kc, k, D, a->cos, a->sin, S, H, hd);
+        m->K->attention(m->kc, q, D, k, D, v, D, a->cat + b * S * ldc, ldc, NULL, S, S, H, hd,
+                        1.0f / sqrtf((float)hd));
+    }
+}
+
+/* x += gate * ff(LN(x) * (1 + scale) + shift), for rows [r0, r0+n) of each batch element. */
+static void mlp_residual(struct weft_flux *m, const struct linear *l_in,
+                         const struct linear *l_out, const float *mod, int64_t r0, int64_t n)
+{
+    struct acts *a = &m->a;
+    const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, mlp = m->cfg.mlp_hidden_dim;
+    const int64_t ldc = D + mlp;
+    const struct weft_kernels *K = m->K;
+    for (int64_t b = 0; b < a->batch; b++) {
+        const float *md = mod + b * 6 * D; /* shift_mlp, scale_mlp, gate_mlp at 3D, 4D, 5D */
+        float *x = a->h + (b * S + r0) * D, *xn = a->xn + (b * S + r0) * D;
+        float *hid = a->cat + (b * S + r0) * ldc + D, *y = a->tmp + (b * S + r0) * D;
+        K->layernorm(m->kc, x, D, xn, D, n, D, FLUX_EPS);
+        K->modulate(m->kc, xn, D, md + 3 * D, md + 4 * D, xn, D, n, D);
+        lin(m, l_in, xn, D, hid, ldc, n);
+        K->gelu_tanh(m->kc, hid, ldc, hid, ldc, n, mlp);
+        lin(m, l_out, hid, ldc, y, D, n);
+        K->gated_add(m->kc, x, D, md + 5 * D, y, D, n, D);
+    }
+}
+
+static void double_block(struct weft_flux *m, const struct double_block *blk)
+{
+    struct acts *a = &m->a;
+    const struct weft_kernels *K = m->K;
+    const int64_t B = a->batch, St = a->s_txt, Si = a->s_img, S = St + Si;
+    const int64_t D = m->cfg.inner_dim, ldc = D + m->cfg.mlp_hidden_dim;
+    /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
+    lin(m, &blk->l[WEFT_FLUX_D_NORM1], a->act, D, a->mod, 6 * D, B);
+    lin(m, &blk->l[WEFT_FLUX_D_NORM1_CONTEXT], a->act, D, a->modc, 6 * D, B);
+    for (int64_t b = 0; b < B; b++) {
+        const float *mi = a->mod + b * 6 * D, *mt = a->modc + b * 6 * D;
+        float *h = a->h + b * S * D, *xn = a->xn + b * S * D;
+        K->layernorm(m->kc, h, D, xn, D, S, D, FLUX_EPS);
+        K->modulate(m->kc, xn, D, mt, mt + D, xn, D, St, D);
+        K->modulate(m->kc, xn + St * D, D, mi, mi + D, xn + St * D, D, Si, D);
+    }
+    qkv(m, &blk->l[WEFT_FLUX_D_ADD_Q], &blk->l[WEFT_FLUX_D_ADD_K], &blk->l[WEFT_FLUX_D_ADD_V],
+        blk->qk_norm[WEFT_FLUX_NORM_ADDED_Q], blk->qk_norm[WEFT_FLUX_NORM_ADDED_K], 0, St);
+    qkv(m, &blk->l[WEFT_FLUX_D_TO_Q], &blk->l[WEFT_FLUX_D_TO_K], &blk->l[WEFT_FLUX_D_TO_V],
+        blk->qk_norm[WEFT_FLUX_NORM_Q], blk->qk_norm[WEFT_FLUX_NORM_K], St, Si);
+    attend(m);
+    for (int64_t b = 0; b < B; b++) {
+        const float *mi = a->mod + b * 6 * D, *mt = a->modc + b * 6 * D;
+        float *c = a->cat + b * S * ldc, *y = a->tmp + b * S * D, *h = a->h + b * S * D;
+        lin(m, &blk->l[WEFT_FLUX_D_TO_ADD_OUT], c, ldc, y, D, St);
+        lin(m, &blk->l[WEFT_FLUX_D_TO_OUT], c + St * ldc, ldc, y + St * D, D, Si);
+        K->gated_add(m->kc, h, D, mt + 2 * D, y, D, St, D);
+        K->gated_add(m->kc, h + St * D, D, mi + 2 * D, y + St * D, D, Si, D);
+    }
+    mlp_residual(m, &blk->l[WEFT_FLUX_D_FF_IN], &blk->l[WEFT_FLUX_D_FF_OUT], a->mod, St, Si);
+    mlp_residual(m, &blk->l[WEFT_FLUX_D_FF_CONTEXT_IN], &blk->l[WEFT_FLUX_D_FF_CONTEXT_OUT],
+                 a->modc, 0, St);
+}
+
+static void single_block(struct weft_flux *m, const struct single_block *blk)
+{
+    struct acts *a = &m->a;
+    const struct weft_kernels *K = m->K;
+    const int64_t B = a->batch, S = a->s_txt + a->s_img, D = m->cfg.inner_dim;
+    const int64_t mlp = m->cfg.mlp_hidden_dim, ldc = D + mlp;
+    /* shift, scale, gate */
+    lin(m, &blk->l[WEFT_FLUX_S_NORM], a->act, D, a->mod, 3 * D, B);
+    for (int64_t b = 0; b < B; b++) {
+        const float *md = a->mod + b * 3 * D;
+        float *h = a->h + b * S * D, *xn = a->xn + b * S * D;
+        K->layernorm(m->kc, h, D, xn, D, S, D, FLUX_EPS);
+        K->modulate(m->kc, xn, D, md, md + D, xn, D, S, D);
+        float *hid = a->cat + b * S * ldc + D;
+        lin(m, &blk->l[WEFT_FLUX_S_PROJ_MLP], xn, D, hid, ldc, S);
+        K->gelu_tanh(m->kc, hid, ldc, hid, ldc, S, mlp);
+    }
+    qkv(m, &blk->l[WEFT_FLUX_S_TO_Q], &blk->l[WEFT_FLUX_S_TO_K], &blk->l[WEFT_FLUX_S_TO_V],
+        blk->qk_norm[WEFT_FLUX_NORM_Q], blk->qk_norm[WEFT_FLUX_NORM_K], 0, S);
+    attend(m);
+    for (int64_t b = 0; b < B; b++) {
+        const float *md = a->mod + b * 3 * D;
+        lin(m, &blk->l[WEFT_FLUX_S_PROJ_OUT], a->cat + b * S * ldc, ldc, a->tmp + b * S * D, D,
+            S);
+        K->gated_add(m->kc, a->h + b * S * D, D, md + 2 * D, a->tmp + b * S * D, D, S, D);
+    }
+}
+
+static weft_status_t check_inputs(const struct weft_flux *m, const struct weft_flux_inputs *in)
+{
+    if (in->batch < 1 || in->s_img < 1 || in->s_txt < 0 || !in->hidden || !in->pooled ||
+        !in->timestep || !in->img_ids || (in->s_txt > 0 && (!in->encoder || !in->txt_ids))) {
+        WEFT_LOG_ERROR("flux", "forward: missing input or empty batch");
+        return WEFT_ERR_INVALID;
+    }
+    if (m->cfg.guidance_embeds && !in->guidance) {
+        WEFT_LOG_ERROR("flux", "forward: this model has guidance_embeds and needs a guidance "
+                               "value");
+        return WEFT_ERR_INVALID;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inputs *in,
+                                float *out)
+{
+    weft_status_t st = check_inputs(m, in);
+    if (st != WEFT_OK)
+        return st;
+    if ((st = weft_flux_reserve(m, in->batch, in->s_img, in->s_txt)) != WEFT_OK)
+        return st;
+    struct acts *a = &m->a;
+    const struct weft_flux_config *c = &m->cfg;
+    const struct weft_kernels *K = m->K;
+    const int64_t B = in->batch, St = in->s_txt, Si = in->s_img, S = St + Si, D = c->inner_dim;
+    a->batch = B; /* a larger reservation serves smaller batches */
+
+    K->upload(m->kc, a->in_hidden, in->hidden, (size_t)(B * Si * c->in_channels) * 4);
+    if (St)
+        K->upload(m->kc, a->in_encoder, in->encoder,
+                  (size_t)(B * St * c->joint_attention_dim) * 4);
+    for (int64_t b = 0; b < B; b++) {
+        lin(m, &m->top[WEFT_FLUX_X_EMBEDDER], a->in_hidden + b * Si * c->in_channels,
+            c->in_channels, a->h + (b * S + St) * D, D, Si);
+        if (St)
+            lin(m, &m->top[WEFT_FLUX_CONTEXT_EMBEDDER],
+                a->in_encoder + b * St * c->joint_attention_dim, c->joint_attention_dim,
+                a->h + b * S * D, D, St);
+    }
+    time_text_embed(m, in);
+    rope_tables(m, in);
+    for (int64_t i = 0; i < c->num_layers; i++) {
+        double_block(m, &m->dbl[i]);
+        if ((st = K->status(m->kc)) != WEFT_OK)
+            return st;
+    }
+    for (int64_t i = 0; i < c->num_single_layers; i++) {
+        single_block(m, &m->sgl[i]);
+        if ((st = K->status(m->kc)) != WEFT_OK)
+            return st;
+    }
+    /* norm_out: scale first, then shift */
+    lin(m, &m->top[WEFT_FLUX_NORM_OUT], a->act, D, a->mod, 2 * D, B);
+    for (int64_t b = 0; b < B; b++) {
+        const float *md = a->mod + b * 2 * D;
+        float *img = a->h + (b * S + St) * D, *xn = a->xn + b * Si * D;
+        K->layernorm(m->kc, img, D, xn, D, Si, D, FLUX_EPS);
+        K->modulate(m->kc, xn, D, md + D, md, xn, D, Si, D);
+        lin(m, &m->top[WEFT_FLUX_PROJ_OUT], xn, D, a->out + b * Si * c->out_channels,
+            c->out_channels, Si);
+    }
+    K->download(m->kc, out, a->out, (size_t)(B * Si * c->out_channels) * 4);
+    return K->sync(m->kc);
+}
