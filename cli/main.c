@@ -18,6 +18,7 @@ struct command {
 static const struct command commands[] = {
     {"inspect", weft_cmd_inspect, "show a checkpoint: class, config, parameters, tensor table"},
     {"generate", weft_cmd_generate, "run the denoising loop on this machine, write latents"},
+    {"bench", weft_cmd_bench, "benchmarks: `weft bench --help`"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -727,14 +727,32 @@ static weft_status_t write_all(int fd, const void *p, size_t n, const char *path
     return WEFT_OK;
 }
 
+#define FILL_CHUNK ((size_t)8 << 20)
+
+static weft_status_t fill_from_data(void *arg, size_t i, uint64_t offset, void *buf,
+                                    size_t bytes)
+{
+    const struct weft_st_out *t = arg;
+    memcpy(buf, (const char *)t[i].data + offset, bytes);
+    return WEFT_OK;
+}
+
 weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out *t,
                             size_t n_meta, const struct weft_st_meta *meta)
+{
+    return weft_st_write_stream(path, n, t, n_meta, meta, fill_from_data, (void *)t);
+}
+
+weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft_st_out *t,
+                                   size_t n_meta, const struct weft_st_meta *meta,
+                                   weft_st_fill_cb fill, void *fill_arg)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return WEFT_ERR_NOMEM;
     weft_status_t st = WEFT_OK;
     char *json = NULL, *tmp = NULL;
+    void *chunk = NULL;
     int fd = -1;
     if (n_meta) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
@@ -784,11 +802,20 @@ weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out
     if ((st = write_all(fd, le, 8, tmp)) || (st = write_all(fd, json, jlen, tmp)) ||
         (st = write_all(fd, spaces, padded - jlen, tmp)))
         goto out;
-    for (size_t i = 0; i < n && st == WEFT_OK; i++)
-        st = write_all(fd, t[i].data,
-                       (size_t)weft_shape_numel(t[i].ndim, t[i].shape) *
-                           weft_dtype_size(t[i].dtype),
-                       tmp);
+    if (!(chunk = weft_big_alloc(FILL_CHUNK))) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n && st == WEFT_OK; i++) {
+        uint64_t bytes = (uint64_t)weft_shape_numel(t[i].ndim, t[i].shape) *
+                         weft_dtype_size(t[i].dtype);
+        for (uint64_t o = 0; o < bytes && st == WEFT_OK; o += FILL_CHUNK) {
+            size_t k = bytes - o < FILL_CHUNK ? (size_t)(bytes - o) : FILL_CHUNK;
+            st = fill(fill_arg, i, o, chunk, k);
+            if (st == WEFT_OK)
+                st = write_all(fd, chunk, k, tmp);
+        }
+    }
     if (st == WEFT_OK && fsync(fd) != 0) {
         WEFT_LOG_ERROR("safetensors", "%s: fsync failed: %s", tmp, strerror(errno));
         st = WEFT_ERR_IO;
@@ -808,6 +835,7 @@ out:
     if (st != WEFT_OK && tmp)
         unlink(tmp);
     weft_free(tmp);
+    weft_big_free(chunk, FILL_CHUNK);
     cJSON_free(json);
     cJSON_Delete(root);
     return st;

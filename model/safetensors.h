@@ -80,6 +80,14 @@ struct weft_st_out {
 };
 weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out *tensors,
                             size_t n_meta, const struct weft_st_meta *meta);
+/* Streaming form for files larger than memory: tensors[i].data is ignored and fill(arg, i,
+ * buf, bytes) produces each tensor's bytes in turn (buf holds up to chunk bytes; a tensor is
+ * filled in consecutive calls, offset tells where in the tensor this piece starts). */
+typedef weft_status_t (*weft_st_fill_cb)(void *arg, size_t i, uint64_t offset, void *buf,
+                                         size_t bytes);
+weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft_st_out *tensors,
+                                   size_t n_meta, const struct weft_st_meta *meta,
+                                   weft_st_fill_cb fill, void *arg);
 
 /* Bytes requested from the file by reads so far (the header excluded). */
 uint64_t weft_st_bytes_read(const struct weft_st_file *file);

@@ -12,7 +12,7 @@
 struct cpu_pool;
 
 /* Per-thread scratch of the attention kernel, reserved once with the context. */
-#define CPU_SCRATCH_FLOATS (512 * 128 + 64 * 128 + 64 * 512)
+#define CPU_SCRATCH_FLOATS (512 * 64 + 128 * 64 + 64 * 512)
 
 struct weft_kctx {
     int threads;

@@ -11,14 +11,16 @@ static void gate_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
     const struct gate_arg *a = varg;
+    const int64_t d = a->d;
+    const float *gate = a->gate;
     for (int64_t r = b; r < e; r++) {
         float *x = a->x + r * a->ldx;
         const float *y = a->y + r * a->ldy;
-        if (a->gate)
-            for (int64_t j = 0; j < a->d; j++)
-                x[j] = x[j] + a->gate[j] * y[j];
+        if (gate)
+            for (int64_t j = 0; j < d; j++)
+                x[j] = x[j] + gate[j] * y[j];
         else
-            for (int64_t j = 0; j < a->d; j++)
+            for (int64_t j = 0; j < d; j++)
                 x[j] = x[j] + y[j];
     }
 }

@@ -12,10 +12,11 @@ static void gelu_rows(void *varg, int64_t b, int64_t e, int thread)
     (void)thread;
     const struct gelu_arg *a = varg;
     const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    const int64_t n = a->n; /* locals: stores through y could alias *a otherwise */
     for (int64_t r = b; r < e; r++) {
         const float *x = a->x + r * a->ldx;
         float *y = a->y + r * a->ldy;
-        for (int64_t j = 0; j < a->n; j++) {
+        for (int64_t j = 0; j < n; j++) {
             float v = x[j];
             float inner = k0 * (v + k1 * v * v * v);
             y[j] = 0.5f * v * (1.0f + cpu_tanhf(inner));

@@ -12,20 +12,22 @@ static void ln_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
     const struct ln_arg *a = varg;
+    const int64_t d = a->d;
+    const float eps = a->eps;
     for (int64_t r = b; r < e; r++) {
         const float *x = a->x + r * a->ldx;
         float *y = a->y + r * a->ldy;
         float sum = 0.0f;
-        for (int64_t j = 0; j < a->d; j++)
+        for (int64_t j = 0; j < d; j++)
             sum += x[j];
-        float mean = sum / (float)a->d;
+        float mean = sum / (float)d;
         float var = 0.0f;
-        for (int64_t j = 0; j < a->d; j++) {
+        for (int64_t j = 0; j < d; j++) {
             float c = x[j] - mean;
             var += c * c;
         }
-        float inv = 1.0f / sqrtf(var / (float)a->d + a->eps);
-        for (int64_t j = 0; j < a->d; j++)
+        float inv = 1.0f / sqrtf(var / (float)d + eps);
+        for (int64_t j = 0; j < d; j++)
             y[j] = (x[j] - mean) * inv;
     }
 }

@@ -11,11 +11,13 @@ static void mod_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
     const struct mod_arg *a = varg;
+    const int64_t d = a->d;
+    const float *scale = a->scale, *shift = a->shift;
     for (int64_t r = b; r < e; r++) {
         const float *x = a->x + r * a->ldx;
         float *y = a->y + r * a->ldy;
-        for (int64_t j = 0; j < a->d; j++)
-            y[j] = x[j] * (1.0f + a->scale[j]) + a->shift[j];
+        for (int64_t j = 0; j < d; j++)
+            y[j] = x[j] * (1.0f + scale[j]) + shift[j];
     }
 }
 

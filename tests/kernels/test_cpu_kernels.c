@@ -177,7 +177,9 @@ static void test_attention_case(int64_t sq, int64_t sk, int64_t heads, int64_t d
     char what[96];
     snprintf(what, sizeof(what), "attention sq=%lld sk=%lld h=%lld d=%lld", (long long)sq,
              (long long)sk, (long long)heads, (long long)d);
-    check_err(what, rel_err(out, ldo, ro, heads * d, sq, heads * d), 2e-6);
+    /* Scores of magnitude ~qscale^2 carry f32 rounding into the exponent: scale the bound. */
+    double tol = 2e-6 * (qscale > 1 ? qscale / 4 : 1);
+    check_err(what, rel_err(out, ldo, ro, heads * d, sq, heads * d), tol);
     for (int64_t i = 0; i < sq * heads; i++)
         CHECK(fabs(lse[i] - rl[i]) <= 1e-5 * (1 + fabs(rl[i])));
 
@@ -189,7 +191,7 @@ static void test_attention_case(int64_t sq, int64_t sk, int64_t heads, int64_t d
         K->attention(ctx, q, ldq, k + s1 * ldk, ldk, v + s1 * ldv, ldv, o2, ldo, l2, sq, sk - s1,
                      heads, d, (float)scale);
         K->attn_merge(ctx, out, ldo, lse, o2, ldo, l2, sq, heads, d);
-        check_err("attn_merge", rel_err(out, ldo, ro, heads * d, sq, heads * d), 4e-6);
+        check_err("attn_merge", rel_err(out, ldo, ro, heads * d, sq, heads * d), 2 * tol);
         for (int64_t i = 0; i < sq * heads; i++)
             CHECK(fabs(lse[i] - rl[i]) <= 2e-5 * (1 + fabs(rl[i])));
         free(o2), free(l2);

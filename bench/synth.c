@@ -1,0 +1,141 @@
+/* Synthetic FLUX checkpoints (see synth.h). */
+#include "bench/synth.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "model/safetensors.h"
+
+void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
+                            int64_t double_blocks, int64_t single_blocks)
+{
+    *c = (struct weft_flux_config){
+        .patch_size = 1,
+        .in_channels = 64,
+        .out_channels = 64,
+        .num_layers = double_blocks,
+        .num_single_layers = single_blocks,
+        .attention_head_dim = head_dim,
+        .num_attention_heads = heads,
+        .joint_attention_dim = 4096,
+        .pooled_projection_dim = 768,
+        .guidance_embeds = true,
+        .n_axes = 3,
+    };
+    /* FLUX.1's (16, 56, 56) split, scaled to head_dim */
+    int64_t a0 = head_dim / 8 / 2 * 2, rest = (head_dim - a0) / 2 / 2 * 2;
+    c->axes_dims_rope[0] = a0;
+    c->axes_dims_rope[1] = rest;
+    c->axes_dims_rope[2] = head_dim - a0 - rest;
+    c->inner_dim = heads * head_dim;
+    c->mlp_hidden_dim = 4 * c->inner_dim;
+}
+
+struct fill_ctx {
+    const struct weft_param *params;
+    enum weft_dtype dtype;
+    uint64_t seed;
+};
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static weft_status_t fill(void *arg, size_t i, uint64_t offset, void *buf, size_t bytes)
+{
+    const struct fill_ctx *fc = arg;
+    const struct weft_param *p = &fc->params[i];
+    size_t esz = weft_dtype_size(fc->dtype), n = bytes / esz;
+    uint64_t first = offset / esz;
+    bool norm = p->ndim == 1 && strstr(p->name, "norm_") != NULL;
+    int64_t fan_in = p->ndim == 2 ? p->shape[1] : 0;
+    if (p->ndim == 1 && !norm) { /* a bias: bound from the weight's fan-in (previous param) */
+        fan_in = fc->params[i - 1].shape[1];
+    }
+    float bound = norm ? 0.0f : 1.0f / sqrtf((float)fan_in);
+    uint64_t base = mix(fc->seed ^ ((uint64_t)i << 40));
+    for (size_t k = 0; k < n; k++) {
+        float v = 1.0f;
+        if (!norm) {
+            uint64_t r = mix(base + first + k);
+            v = ((float)(r >> 40) / 16777216.0f * 2.0f - 1.0f) * bound;
+        }
+        if (fc->dtype == WEFT_DTYPE_F32)
+            ((float *)buf)[k] = v;
+        else if (fc->dtype == WEFT_DTYPE_BF16)
+            ((uint16_t *)buf)[k] = weft_f32_to_bf16(v);
+        else
+            ((uint16_t *)buf)[k] = weft_f32_to_f16(v);
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t write_config(const char *dir, const struct weft_flux_config *c)
+{
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        WEFT_LOG_ERROR("bench", "%s: cannot create: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    fprintf(f,
+            "{\n  \"_class_name\": \"%s\",\n  \"_diffusers_version\": \"0.42.1\",\n"
+            "  \"attention_head_dim\": %lld,\n  \"axes_dims_rope\": [%lld, %lld, %lld],\n"
+            "  \"guidance_embeds\": %s,\n  \"in_channels\": %lld,\n"
+            "  \"joint_attention_dim\": %lld,\n  \"num_attention_heads\": %lld,\n"
+            "  \"num_layers\": %lld,\n  \"num_single_layers\": %lld,\n  \"out_channels\": null,\n"
+            "  \"patch_size\": 1,\n  \"pooled_projection_dim\": %lld\n}\n",
+            WEFT_FLUX_CLASS, (long long)c->attention_head_dim, (long long)c->axes_dims_rope[0],
+            (long long)c->axes_dims_rope[1], (long long)c->axes_dims_rope[2],
+            c->guidance_embeds ? "true" : "false", (long long)c->in_channels,
+            (long long)c->joint_attention_dim, (long long)c->num_attention_heads,
+            (long long)c->num_layers, (long long)c->num_single_layers,
+            (long long)c->pooled_projection_dim);
+    if (fclose(f) != 0) {
+        WEFT_LOG_ERROR("bench", "%s: write failed", path);
+        return WEFT_ERR_IO;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_config *c,
+                                    enum weft_dtype dtype, uint64_t seed)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        WEFT_LOG_ERROR("bench", "%s: cannot create: %s", dir, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    weft_status_t st = write_config(dir, c);
+    if (st != WEFT_OK)
+        return st;
+    size_t n = weft_flux_params(c, NULL);
+    struct weft_param *params = weft_calloc(n, sizeof(*params));
+    struct weft_st_out *outs = weft_calloc(n, sizeof(*outs));
+    if (!params || !outs) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    weft_flux_params(c, params);
+    for (size_t i = 0; i < n; i++)
+        outs[i] = (struct weft_st_out){params[i].name, dtype, params[i].ndim, params[i].shape,
+                                       NULL};
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
+    struct fill_ctx fc = {params, dtype, seed};
+    const struct weft_st_meta meta[] = {{"format", "pt"}};
+    st = weft_st_write_stream(path, n, outs, 1, meta, fill, &fc);
+out:
+    weft_free(params);
+    weft_free(outs);
+    return st;
+}

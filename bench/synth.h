@@ -1,0 +1,19 @@
+/* Synthetic checkpoints for benchmarks: a Diffusers-format FluxTransformer2DModel folder
+ * (config.json + one safetensors file) with random weights, streamed to disk so a 5 GB model
+ * never sits in memory. Weights follow torch's Linear init bound 1/sqrt(fan_in); QK norms are 1. */
+#ifndef WEFT_BENCH_SYNTH_H
+#define WEFT_BENCH_SYNTH_H
+
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "model/flux.h"
+
+/* A FLUX-shaped config: heads x head_dim wide, with the given block counts. */
+void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
+                            int64_t double_blocks, int64_t single_blocks);
+weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_config *c,
+                                    enum weft_dtype dtype, uint64_t seed);
+
+#endif
