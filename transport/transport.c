@@ -1,0 +1,325 @@
+/* The per-process transport: UCX context and worker, bootstrap through the rendezvous,
+ * endpoints to every rank, orderly shutdown. */
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "transport/internal.h"
+
+/* Shutdown waits at most this long for our last messages to leave. */
+#define CLOSE_WAIT_MS 2000
+
+static weft_status_t ucx_open(struct weft_transport *tp)
+{
+    ucp_config_t *cfg;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK) {
+        WEFT_LOG_ERROR("transport", "UCX configuration: %s", ucs_status_string(s));
+        return weft_tp_ucs_status(s);
+    }
+    if (tp->tls[0]) {
+        s = ucp_config_modify(cfg, "TLS", tp->tls);
+        if (s != UCS_OK) {
+            WEFT_LOG_ERROR("transport", "[transport] tls = '%s': UCX refuses it: %s", tp->tls,
+                           ucs_status_string(s));
+            ucp_config_release(cfg);
+            return WEFT_ERR_CONFIG;
+        }
+    }
+    ucp_params_t p = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_NAME,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+        .estimated_num_eps = (size_t)tp->size,
+        .name = "weft",
+    };
+    s = ucp_init(&p, cfg, &tp->ctx);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) {
+        WEFT_LOG_ERROR("transport", "UCX init: %s", ucs_status_string(s));
+        tp->ctx = NULL;
+        return weft_tp_ucs_status(s);
+    }
+    ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    if (ucp_context_query(tp->ctx, &attr) == UCS_OK)
+        tp->has_cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    s = ucp_worker_create(tp->ctx, &wp, &tp->worker);
+    if (s != UCS_OK) {
+        WEFT_LOG_ERROR("transport", "UCX worker: %s", ucs_status_string(s));
+        tp->worker = NULL;
+        return weft_tp_ucs_status(s);
+    }
+    s = ucp_worker_get_efd(tp->worker, &tp->efd);
+    if (s != UCS_OK) {
+        WEFT_LOG_ERROR("transport", "UCX worker event descriptor: %s", ucs_status_string(s));
+        return weft_tp_ucs_status(s);
+    }
+    tp->pfd[0] = (struct pollfd){.fd = tp->efd, .events = POLLIN};
+    return WEFT_OK;
+}
+
+/* Wait for UCX flush/close requests (NULL entries are done); false at the deadline. */
+static bool ucx_reqs_wait(struct weft_transport *tp, void **reqs, int n, int64_t deadline)
+{
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < n; i++) {
+            if (!reqs[i])
+                continue;
+            if (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS) {
+                pending++;
+                continue;
+            }
+            ucp_request_free(reqs[i]);
+            reqs[i] = NULL;
+        }
+        if (!pending)
+            return true;
+        if (weft_tp_now_ns() > deadline)
+            return false;
+        if (!ucp_worker_progress(tp->worker))
+            weft_tp_sleep(tp, deadline);
+    }
+}
+
+static weft_status_t eps_connect(struct weft_transport *tp, const struct weft_tp_table *table,
+                                 int64_t deadline)
+{
+    void **flush = weft_calloc((size_t)tp->size, sizeof(void *));
+    if (!flush)
+        return WEFT_ERR_NOMEM;
+    weft_status_t st = WEFT_OK;
+    for (int r = 0; r < tp->size && st == WEFT_OK; r++) {
+        /* By worker address and with no UCX error handling: the only way UCX 1.13 uses shared
+         * memory and CMA (see sentinel.c for how death is detected instead). */
+        ucp_ep_params_t ep = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            .address = table->peers[r].addr,
+            .err_mode = UCP_ERR_HANDLING_MODE_NONE,
+        };
+        ucs_status_t s = ucp_ep_create(tp->worker, &ep, &tp->eps[r]);
+        if (s != UCS_OK) {
+            tp->eps[r] = NULL;
+            WEFT_LOG_ERROR("transport", "endpoint to rank %d: %s", r, ucs_status_string(s));
+            st = weft_tp_ucs_status(s);
+            break;
+        }
+        /* Flush before the first send: a send right after creation can hit a shared-memory
+         * lane that is not wired up yet (openucx/ucx#6872, "Invalid am_short length"). */
+        ucp_request_param_t fp = {0};
+        ucs_status_ptr_t f = ucp_ep_flush_nbx(tp->eps[r], &fp);
+        if (UCS_PTR_IS_ERR(f)) {
+            WEFT_LOG_ERROR("transport", "endpoint to rank %d: flush: %s", r,
+                           ucs_status_string(UCS_PTR_STATUS(f)));
+            st = weft_tp_ucs_status(UCS_PTR_STATUS(f));
+            break;
+        }
+        flush[r] = f;
+    }
+    if (st == WEFT_OK && !ucx_reqs_wait(tp, flush, tp->size, deadline)) {
+        WEFT_LOG_ERROR("transport", "endpoints: wire-up not finished before the deadline");
+        st = WEFT_ERR_TIMEOUT;
+    }
+    for (int r = 0; r < tp->size; r++)
+        if (flush[r])
+            ucp_request_free(flush[r]);
+    weft_free(flush);
+    return st;
+}
+
+static weft_status_t bootstrap(struct weft_transport *tp, const char *rendezvous,
+                               int64_t deadline)
+{
+    int fd = -1, lfd = -1;
+    uint16_t port;
+    ucp_address_t *addr = NULL;
+    size_t addr_len = 0;
+    struct weft_tp_table table = {0};
+    weft_status_t st = weft_tp_rdv_connect(rendezvous, deadline, &fd);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_tp_sentinel_listen(fd, tp->size, &lfd, &port);
+    if (st != WEFT_OK)
+        goto out;
+    ucs_status_t s = ucp_worker_get_address(tp->worker, &addr, &addr_len);
+    if (s != UCS_OK) {
+        WEFT_LOG_ERROR("transport", "UCX worker address: %s", ucs_status_string(s));
+        st = weft_tp_ucs_status(s);
+        goto out;
+    }
+    st = weft_tp_rdv_exchange(fd, tp->rank, tp->size, port, addr, addr_len, deadline, &table);
+    ucp_worker_release_address(tp->worker, addr);
+    if (st != WEFT_OK)
+        goto out;
+    close(fd);
+    fd = -1;
+    st = weft_tp_sentinel_mesh(tp, lfd, &table, deadline);
+    if (st == WEFT_OK)
+        st = eps_connect(tp, &table, deadline);
+out:
+    weft_tp_table_free(&table);
+    if (lfd >= 0)
+        close(lfd);
+    if (fd >= 0)
+        close(fd);
+    return st;
+}
+
+static weft_status_t opts_check(const struct weft_transport_opts *o, int rank, int size)
+{
+    if (!o || size < 1 || size > TAG_SRC_LIMIT || rank < 0 || rank >= size) {
+        WEFT_LOG_ERROR("transport", "rank %d of %d: out of range (at most %d ranks)", rank, size,
+                       TAG_SRC_LIMIT);
+        return WEFT_ERR_INVALID;
+    }
+    if (o->chunk_bytes < 4096 || o->pipeline_depth < 1 || o->pipeline_depth > 64 ||
+        o->timeout_ms < 1 || o->spin_us < 0 || (unsigned)o->allreduce_algo >= WEFT_COMM_ALGO_COUNT ||
+        (o->tls && strlen(o->tls) >= 256)) {
+        WEFT_LOG_ERROR("transport", "transport options out of range (chunk_bytes %zu, "
+                       "pipeline_depth %d, timeout_ms %d)", o->chunk_bytes, o->pipeline_depth,
+                       o->timeout_ms);
+        return WEFT_ERR_INVALID;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int rank, int size,
+                                    const char *rendezvous, struct weft_transport **tp_p)
+{
+    weft_status_t st = opts_check(opts, rank, size);
+    if (st != WEFT_OK)
+        return st;
+    int64_t deadline = weft_tp_now_ns() + (int64_t)opts->timeout_ms * 1000000;
+    struct weft_transport *tp = weft_calloc(1, sizeof(*tp));
+    if (!tp)
+        return WEFT_ERR_NOMEM;
+    tp->opts = *opts;
+    if (opts->tls)
+        strcpy(tp->tls, opts->tls);
+    tp->opts.tls = tp->tls;
+    tp->rank = rank;
+    tp->size = size;
+    tp->efd = -1;
+    tp->eps = weft_calloc((size_t)size, sizeof(ucp_ep_h));
+    tp->sock = weft_malloc((size_t)size * sizeof(int));
+    tp->peer = weft_calloc((size_t)size, sizeof(*tp->peer));
+    tp->pfd = weft_calloc((size_t)size + 1, sizeof(*tp->pfd));
+    if (!tp->eps || !tp->sock || !tp->peer || !tp->pfd) {
+        st = WEFT_ERR_NOMEM;
+        goto err_tp;
+    }
+    tp->npfd = size + 1;
+    for (int r = 0; r < size; r++) {
+        tp->sock[r] = -1;
+        tp->pfd[1 + r].fd = -1;
+    }
+    st = ucx_open(tp);
+    if (st != WEFT_OK)
+        goto err_tp;
+    st = bootstrap(tp, rendezvous, deadline);
+    if (st != WEFT_OK)
+        goto err_tp;
+    int *all = weft_malloc((size_t)size * sizeof(int));
+    if (!all) {
+        st = WEFT_ERR_NOMEM;
+        goto err_tp;
+    }
+    for (int r = 0; r < size; r++)
+        all[r] = r;
+    st = weft_tp_comm_new(tp, size, all, 0, &tp->world);
+    weft_free(all);
+    if (st != WEFT_OK)
+        goto err_tp;
+    WEFT_LOG_DEBUG("transport", "rank %d of %d connected (UCX moves CUDA memory: %s)", rank,
+                   size, tp->has_cuda ? "yes" : "no");
+    *tp_p = tp;
+    return WEFT_OK;
+
+err_tp:
+    weft_transport_destroy(tp);
+    return st;
+}
+
+/* Let our last messages reach live peers, say goodbye, then close. */
+static void eps_close(struct weft_transport *tp)
+{
+    int64_t deadline = weft_tp_now_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
+    void **reqs = weft_calloc((size_t)tp->size, sizeof(void *));
+    if (reqs) {
+        for (int r = 0; r < tp->size; r++) {
+            if (!tp->eps[r] || tp->peer[r] == PEER_LOST)
+                continue;
+            ucp_request_param_t fp = {0};
+            ucs_status_ptr_t f = ucp_ep_flush_nbx(tp->eps[r], &fp);
+            reqs[r] = UCS_PTR_IS_ERR(f) ? NULL : f;
+        }
+        if (!ucx_reqs_wait(tp, reqs, tp->size, deadline))
+            WEFT_LOG_WARN("transport", "shutdown: messages to some peers not delivered");
+    }
+    weft_tp_sentinel_close(tp);
+    if (reqs) {
+        for (int r = 0; r < tp->size; r++) {
+            if (reqs[r])
+                ucp_request_free(reqs[r]);
+            reqs[r] = NULL;
+            if (!tp->eps[r] || tp->peer[r] == PEER_LOST)
+                continue; /* the worker's destruction releases it */
+            ucp_request_param_t cp = {0};
+            ucs_status_ptr_t c = ucp_ep_close_nbx(tp->eps[r], &cp);
+            tp->eps[r] = NULL;
+            reqs[r] = UCS_PTR_IS_ERR(c) ? NULL : c;
+        }
+        (void)ucx_reqs_wait(tp, reqs, tp->size, deadline);
+        weft_free(reqs);
+    }
+}
+
+void weft_transport_destroy(struct weft_transport *tp)
+{
+    if (!tp)
+        return;
+    while (tp->groups)
+        weft_tp_comm_free(tp->groups);
+    tp->world = NULL;
+    if (tp->worker) {
+        if (tp->eps && tp->peer && tp->sock && tp->pfd)
+            eps_close(tp);
+        ucp_worker_destroy(tp->worker);
+    }
+    weft_tp_graveyard_free(tp);
+    if (tp->ctx)
+        ucp_cleanup(tp->ctx);
+    if (tp->sock)
+        for (int r = 0; r < tp->size; r++)
+            if (tp->sock[r] >= 0)
+                close(tp->sock[r]);
+    weft_tp_reqs_free(tp);
+    weft_free(tp->eps);
+    weft_free(tp->sock);
+    weft_free(tp->peer);
+    weft_free(tp->pfd);
+    weft_free(tp);
+}
+
+int weft_transport_rank(const struct weft_transport *tp)
+{
+    return tp->rank;
+}
+
+int weft_transport_size(const struct weft_transport *tp)
+{
+    return tp->size;
+}
+
+struct weft_comm *weft_transport_world(struct weft_transport *tp)
+{
+    return tp->world;
+}
+
+int weft_transport_has_cuda(const struct weft_transport *tp)
+{
+    return tp->has_cuda;
+}

@@ -1,0 +1,149 @@
+/* Progress and waiting: UCX, the liveness sockets and every collective in flight, with a
+ * deadline on each wait.
+ *
+ * Waits spin for opts.spin_us and then sleep in poll() on the UCX worker's event descriptor
+ * together with the liveness sockets. Tests and small jobs run more processes than cores; a
+ * waiter that only spins takes the core from the peer it waits for. */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "transport/internal.h"
+
+/* Liveness sockets are read at least this often while spinning (each read is a syscall). */
+#define SENTINEL_PERIOD_NS 1000000
+/* Upper bound of one sleep, so a deadline is never overslept by much. */
+#define SLEEP_MAX_MS 100
+/* UCX progress calls per pass, so one busy stream cannot hold the caller forever. */
+#define PROGRESS_MAX 256
+
+int64_t weft_tp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t weft_tp_deadline(const struct weft_transport *tp)
+{
+    return weft_tp_now_ns() + (int64_t)tp->opts.timeout_ms * 1000000;
+}
+
+weft_status_t weft_tp_ucs_status(ucs_status_t s)
+{
+    switch (s) {
+    case UCS_OK: return WEFT_OK;
+    case UCS_INPROGRESS: return WEFT_INPROGRESS;
+    case UCS_ERR_NO_MEMORY: return WEFT_ERR_NOMEM;
+    case UCS_ERR_INVALID_PARAM: return WEFT_ERR_INVALID;
+    case UCS_ERR_UNSUPPORTED: return WEFT_ERR_UNSUPPORTED;
+    case UCS_ERR_MESSAGE_TRUNCATED: return WEFT_ERR_PROTOCOL;
+    case UCS_ERR_CANCELED: return WEFT_ERR_CANCELLED;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT: return WEFT_ERR_TIMEOUT;
+    case UCS_ERR_UNREACHABLE: return WEFT_ERR_UNREACHABLE;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED: return WEFT_ERR_PEER_LOST;
+    case UCS_ERR_BUSY:
+    case UCS_ERR_NO_RESOURCE: return WEFT_ERR_BUSY;
+    case UCS_ERR_IO_ERROR: return WEFT_ERR_IO;
+    default: return WEFT_ERR_INTERNAL;
+    }
+}
+
+void weft_tp_comm_fail(struct weft_comm *comm, weft_status_t status)
+{
+    if (comm->failed == WEFT_OK)
+        comm->failed = status;
+    struct weft_tp_op *op = &comm->op;
+    if (op->active)
+        weft_tp_op_finish(op, comm->failed);
+}
+
+void weft_tp_peer_lost(struct weft_transport *tp, int world_rank, weft_status_t why)
+{
+    if (tp->peer[world_rank] == PEER_LOST)
+        return;
+    tp->peer[world_rank] = PEER_LOST;
+    WEFT_LOG_ERROR("transport", "rank %d lost: its liveness socket closed without a goodbye "
+                   "(the process died)", world_rank);
+    for (struct weft_comm *g = tp->groups; g; g = g->next) {
+        for (int i = 0; i < g->size; i++) {
+            if (g->ranks[i] == world_rank) {
+                weft_tp_comm_fail(g, why);
+                break;
+            }
+        }
+    }
+}
+
+unsigned weft_tp_progress(struct weft_transport *tp)
+{
+    unsigned events = 0;
+    for (int i = 0; i < PROGRESS_MAX; i++) {
+        unsigned n = ucp_worker_progress(tp->worker);
+        if (!n)
+            break;
+        events += n;
+    }
+    int64_t now = weft_tp_now_ns();
+    if (now >= tp->next_sentinel_ns) {
+        weft_tp_sentinel_check(tp);
+        tp->next_sentinel_ns = now + SENTINEL_PERIOD_NS;
+    }
+    struct weft_tp_op *next;
+    for (struct weft_tp_op *op = tp->active; op; op = next) {
+        next = op->next_active;
+        int moved = 0;
+        weft_status_t st = op->progress(op, &moved);
+        if (st == WEFT_INPROGRESS && now > op->req.deadline_ns) {
+            struct weft_comm *c = op->comm;
+            WEFT_LOG_ERROR("transport", "group %u: %s (collective %u) timed out after %d ms: a "
+                           "peer is silent", c->id, op->name, op->seq, tp->opts.timeout_ms);
+            weft_tp_comm_fail(c, WEFT_ERR_TIMEOUT);
+            events++;
+            continue;
+        }
+        if (st != WEFT_INPROGRESS) {
+            if (WEFT_STATUS_IS_PEER_LOST(st))
+                weft_tp_comm_fail(op->comm, st);
+            else
+                weft_tp_op_finish(op, st);
+        }
+        events += (unsigned)moved + (st != WEFT_INPROGRESS);
+    }
+    return events;
+}
+
+weft_status_t weft_transport_progress(struct weft_transport *tp)
+{
+    weft_tp_progress(tp);
+    return WEFT_OK;
+}
+
+void weft_tp_sleep(struct weft_transport *tp, int64_t deadline)
+{
+    ucs_status_t s = ucp_worker_arm(tp->worker);
+    if (s == UCS_ERR_BUSY)
+        return; /* events arrived meanwhile: go and progress them */
+    int64_t left = deadline - weft_tp_now_ns();
+    if (left <= 0)
+        return;
+    int ms = left / 1000000 + 1 > SLEEP_MAX_MS ? SLEEP_MAX_MS : (int)(left / 1000000 + 1);
+    /* An arm failure other than BUSY leaves no usable descriptor: nap on the sockets alone so
+     * the wait still ends at its deadline. */
+    tp->pfd[0].events = s == UCS_OK ? POLLIN : 0;
+    int n = poll(tp->pfd, (nfds_t)tp->npfd, s == UCS_OK ? ms : 1);
+    if (n > 0) {
+        for (int i = 1; i < tp->npfd; i++) {
+            if (tp->pfd[i].revents) {
+                tp->next_sentinel_ns = 0; /* read them in the next pass */
+                break;
+            }
+        }
+    } else if (n < 0 && errno != EINTR) {
+        WEFT_LOG_WARN("transport", "poll: %s", strerror(errno));
+    }
+}
