@@ -384,6 +384,51 @@ void weft_conf_defaults(struct weft_conf *conf)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Map sections                                                                              */
+
+#define TP_PLAN_SECTION "tp_plan"
+
+static bool is_map_section(const char *name, size_t len)
+{
+    return len == strlen(TP_PLAN_SECTION) && strncmp(name, TP_PLAN_SECTION, len) == 0;
+}
+
+/* Set key in the map. Within one file (dup_file, NULL for options) a key may appear once. */
+static weft_status_t map_set(struct weft_conf_map *map, const char *key, const char *value,
+                             const struct conf_origin *origin, const char *dup_file)
+{
+    if (strlen(key) >= sizeof(map->e[0].key) || strlen(value) >= sizeof(map->e[0].value)) {
+        WEFT_LOG_ERROR("conf", "%s: [%s] entry '%.40s...': key or value longer than %zu bytes",
+                       origin->text, TP_PLAN_SECTION, key, sizeof(map->e[0].key) - 1);
+        return WEFT_ERR_CONFIG;
+    }
+    for (int i = 0; i < map->n; i++) {
+        if (strcmp(map->e[i].key, key) != 0)
+            continue;
+        size_t fl = dup_file ? strlen(dup_file) : 0;
+        if (dup_file && strncmp(map->e[i].origin, dup_file, fl) == 0 &&
+            map->e[i].origin[fl] == ':') {
+            WEFT_LOG_ERROR("conf", "%s: duplicate key '%s' in section [%s] (first set at %s)",
+                           origin->text, key, TP_PLAN_SECTION, map->e[i].origin);
+            return WEFT_ERR_CONFIG;
+        }
+        snprintf(map->e[i].value, sizeof(map->e[i].value), "%s", value);
+        snprintf(map->e[i].origin, sizeof(map->e[i].origin), "%s", origin->text);
+        return WEFT_OK;
+    }
+    if (map->n == WEFT_CONF_MAP_MAX) {
+        WEFT_LOG_ERROR("conf", "%s: more than %d entries in [%s]", origin->text,
+                       WEFT_CONF_MAP_MAX, TP_PLAN_SECTION);
+        return WEFT_ERR_CONFIG;
+    }
+    struct weft_conf_entry *e = &map->e[map->n++];
+    snprintf(e->key, sizeof(e->key), "%s", key);
+    snprintf(e->value, sizeof(e->value), "%s", value);
+    snprintf(e->origin, sizeof(e->origin), "%s", origin->text);
+    return WEFT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* INI files                                                                                 */
 
 #define MAX_LINE 4096
@@ -465,7 +510,7 @@ static char *ini_read_line(char *str, int num, void *stream)
         }
         while (len && isspace((unsigned char)name[len - 1]))
             len--;
-        if (!section_find(name, len)) {
+        if (!section_find(name, len) && !is_map_section(name, len)) {
             WEFT_LOG_ERROR("conf", "%s:%d: unknown section [%.*s]", st->name, st->line,
                            (int)len, name);
             st->status = WEFT_ERR_CONFIG;
@@ -510,6 +555,10 @@ static int ini_on_value(void *user, const char *section, const char *name, const
         return 1; /* report only the first error */
     struct conf_origin o;
     snprintf(o.text, sizeof(o.text), "%s:%d", st->name, st->line);
+    if (is_map_section(section, strlen(section))) {
+        st->status = map_set(&st->conf->tp_plan, name, value, &o, st->name);
+        return 1;
+    }
     const struct conf_section *sec = section_find(section, strlen(section));
     if (!sec) {
         if (section[0] == '\0')
@@ -654,6 +703,11 @@ weft_status_t weft_conf_apply_override(struct weft_conf *conf, const char *assig
         WEFT_LOG_ERROR("conf", "%s: expected --section.key=value", o.text);
         return WEFT_ERR_CONFIG;
     }
+    if (is_map_section(assignment, (size_t)(dot - assignment))) {
+        char mkey[256];
+        snprintf(mkey, sizeof(mkey), "%.*s", (int)(eq - dot - 1), dot + 1);
+        return map_set(&conf->tp_plan, mkey, eq + 1, &o, NULL);
+    }
     const struct conf_section *sec = section_find(assignment, (size_t)(dot - assignment));
     if (!sec) {
         WEFT_LOG_ERROR("conf", "%s: unknown section [%.*s]", o.text, (int)(dot - assignment),
@@ -715,6 +769,20 @@ static void key_doc(const struct conf_key *key, FILE *out)
     fprintf(out, "\n# Environment: ");
 }
 
+static void dump_map(const struct weft_conf_map *map, FILE *out)
+{
+    fprintf(out, "\n[%s]\n# Tensor-parallel plan entries: module glob = style. They override the model's\n"
+                 "# built-in plan (same glob) or extend it; style none removes an entry. Globs\n"
+                 "# have at most one '*', standing for the block index of a list of blocks.\n"
+                 "# Styles: colwise, rowwise, rowwise_split_input, packed_colwise(a,b,...),\n"
+                 "# packed_rowwise(a,b,...) (block proportions; without them the model's own\n"
+                 "# block sizes), none. Option --tp_plan.GLOB=STYLE. Example:\n"
+                 "# single_transformer_blocks.*.proj_out = packed_rowwise\n",
+            TP_PLAN_SECTION);
+    for (int i = 0; i < map->n; i++)
+        fprintf(out, "%s = %s\n", map->e[i].key, map->e[i].value);
+}
+
 void weft_conf_dump(const struct weft_conf *conf, FILE *out)
 {
     for (size_t s = 0; s < N_SECTIONS; s++) {
@@ -731,6 +799,7 @@ void weft_conf_dump(const struct weft_conf *conf, FILE *out)
                     key->name, value);
         }
     }
+    dump_map(&conf->tp_plan, out);
 }
 
 void weft_conf_write_example(FILE *out)

@@ -50,12 +50,26 @@ struct weft_conf_transport {
     int64_t spin_us;
 };
 
+/* [tp_plan]: a free-form map of module globs to tensor-parallel styles, validated by the plan
+ * code (model/plan.h), which reports errors with each entry's origin (file:line, option). */
+#define WEFT_CONF_MAP_MAX 64
+struct weft_conf_entry {
+    char key[128];
+    char value[128];
+    char origin[160];
+};
+struct weft_conf_map {
+    int n;
+    struct weft_conf_entry e[WEFT_CONF_MAP_MAX];
+};
+
 struct weft_conf {
     struct weft_conf_log log;
     struct weft_conf_model model;
     struct weft_conf_kernels kernels;
     struct weft_conf_parallel parallel;
     struct weft_conf_transport transport;
+    struct weft_conf_map tp_plan;
 };
 
 /* Fill every key with its default. */
