@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "model/json_get.h"
+#include "model/plan.h"
 
 #define BIG 1048576 /* bound on any width: keeps products far from overflow */
 
@@ -93,18 +94,19 @@ void weft_flux_double_linears(const struct weft_flux_config *c,
     const struct weft_flux_linear_desc t[WEFT_FLUX_DOUBLE_COUNT] = {
         [WEFT_FLUX_D_NORM1] = {"norm1.linear", 6 * d, d, true},
         [WEFT_FLUX_D_NORM1_CONTEXT] = {"norm1_context.linear", 6 * d, d, true},
-        [WEFT_FLUX_D_TO_Q] = {"attn.to_q", d, d, true},
-        [WEFT_FLUX_D_TO_K] = {"attn.to_k", d, d, true},
-        [WEFT_FLUX_D_TO_V] = {"attn.to_v", d, d, true},
-        [WEFT_FLUX_D_TO_OUT] = {"attn.to_out.0", d, d, true},
-        [WEFT_FLUX_D_ADD_Q] = {"attn.add_q_proj", d, d, true},
-        [WEFT_FLUX_D_ADD_K] = {"attn.add_k_proj", d, d, true},
-        [WEFT_FLUX_D_ADD_V] = {"attn.add_v_proj", d, d, true},
-        [WEFT_FLUX_D_TO_ADD_OUT] = {"attn.to_add_out", d, d, true},
-        [WEFT_FLUX_D_FF_IN] = {"ff.net.0.proj", mlp, d, true},
-        [WEFT_FLUX_D_FF_OUT] = {"ff.net.2", d, mlp, true},
-        [WEFT_FLUX_D_FF_CONTEXT_IN] = {"ff_context.net.0.proj", mlp, d, true},
-        [WEFT_FLUX_D_FF_CONTEXT_OUT] = {"ff_context.net.2", d, mlp, true},
+        [WEFT_FLUX_D_TO_Q] = {"attn.to_q", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_TO_K] = {"attn.to_k", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_TO_V] = {"attn.to_v", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_TO_OUT] = {"attn.to_out.0", d, d, true, WEFT_TP_ROLE_SPLIT_IN},
+        [WEFT_FLUX_D_ADD_Q] = {"attn.add_q_proj", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_ADD_K] = {"attn.add_k_proj", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_ADD_V] = {"attn.add_v_proj", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_TO_ADD_OUT] = {"attn.to_add_out", d, d, true, WEFT_TP_ROLE_SPLIT_IN},
+        [WEFT_FLUX_D_FF_IN] = {"ff.net.0.proj", mlp, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_FF_OUT] = {"ff.net.2", d, mlp, true, WEFT_TP_ROLE_SPLIT_IN},
+        [WEFT_FLUX_D_FF_CONTEXT_IN] = {"ff_context.net.0.proj", mlp, d, true,
+                                       WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_FF_CONTEXT_OUT] = {"ff_context.net.2", d, mlp, true, WEFT_TP_ROLE_SPLIT_IN},
     };
     for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++)
         out[i] = t[i];
@@ -116,11 +118,11 @@ void weft_flux_single_linears(const struct weft_flux_config *c,
     const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
     const struct weft_flux_linear_desc t[WEFT_FLUX_SINGLE_COUNT] = {
         [WEFT_FLUX_S_NORM] = {"norm.linear", 3 * d, d, true},
-        [WEFT_FLUX_S_TO_Q] = {"attn.to_q", d, d, true},
-        [WEFT_FLUX_S_TO_K] = {"attn.to_k", d, d, true},
-        [WEFT_FLUX_S_TO_V] = {"attn.to_v", d, d, true},
-        [WEFT_FLUX_S_PROJ_MLP] = {"proj_mlp", mlp, d, true},
-        [WEFT_FLUX_S_PROJ_OUT] = {"proj_out", d, d + mlp, true},
+        [WEFT_FLUX_S_TO_Q] = {"attn.to_q", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_TO_K] = {"attn.to_k", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_TO_V] = {"attn.to_v", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_PROJ_MLP] = {"proj_mlp", mlp, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_PROJ_OUT] = {"proj_out", d, d + mlp, true, WEFT_TP_ROLE_SPLIT_IN},
     };
     for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT; i++)
         out[i] = t[i];
@@ -188,4 +190,71 @@ size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *p)
         }
     }
     return n;
+}
+
+static const char *role_needs(enum weft_tp_role role)
+{
+    switch (role) {
+    case WEFT_TP_ROLE_SPLIT_OUT:
+        return "colwise or packed_colwise: its output feeds this rank's heads or MLP features";
+    case WEFT_TP_ROLE_SPLIT_IN:
+        return "rowwise or packed_rowwise: its input is this rank's heads or MLP features";
+    default:
+        return "replicated or rowwise_split_input: its input and output are replicated";
+    }
+}
+
+static bool role_allows(enum weft_tp_role role, enum weft_tp_style style, int degree)
+{
+    if (degree == 1)
+        return true;
+    switch (role) {
+    case WEFT_TP_ROLE_SPLIT_OUT:
+        return style == WEFT_TP_COLWISE || style == WEFT_TP_PACKED_COLWISE;
+    case WEFT_TP_ROLE_SPLIT_IN:
+        return style == WEFT_TP_ROWWISE || style == WEFT_TP_PACKED_ROWWISE;
+    default:
+        return style == WEFT_TP_REPLICATE || style == WEFT_TP_ROWWISE_SPLIT_INPUT;
+    }
+}
+
+static weft_status_t check_linear(const struct weft_tp_layout *lay, const char *prefix,
+                                  const struct weft_flux_linear_desc *l)
+{
+    if (!l->present)
+        return WEFT_OK;
+    char name[160];
+    snprintf(name, sizeof(name), "%s%s.weight", prefix, l->name);
+    const struct weft_tp_shard *s = weft_tp_find(lay, name);
+    enum weft_tp_style style = s ? s->style : WEFT_TP_REPLICATE;
+    if (role_allows(l->role, style, lay->degree))
+        return WEFT_OK;
+    WEFT_LOG_ERROR("plan", "%s%s: style %s does not fit %s's dataflow; it must be %s", prefix,
+                   l->name, weft_tp_style_name(style), WEFT_FLUX_CLASS, role_needs(l->role));
+    return WEFT_ERR_CONFIG;
+}
+
+weft_status_t weft_flux_tp_check(const struct weft_flux_config *c,
+                                 const struct weft_tp_layout *lay)
+{
+    struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
+        sgl[WEFT_FLUX_SINGLE_COUNT];
+    weft_flux_top_linears(c, top);
+    weft_flux_double_linears(c, dbl);
+    weft_flux_single_linears(c, sgl);
+    weft_status_t st = WEFT_OK;
+    for (int i = 0; i < WEFT_FLUX_TOP_COUNT && st == WEFT_OK; i++)
+        st = check_linear(lay, "", &top[i]);
+    char prefix[64];
+    for (int64_t b = 0; b < c->num_layers && st == WEFT_OK; b++) {
+        snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
+        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT && st == WEFT_OK; i++)
+            st = check_linear(lay, prefix, &dbl[i]);
+    }
+    for (int64_t b = 0; b < c->num_single_layers && st == WEFT_OK; b++) {
+        snprintf(prefix, sizeof(prefix), "single_transformer_blocks.%lld.", (long long)b);
+        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT && st == WEFT_OK; i++)
+            st = check_linear(lay, prefix, &sgl[i]);
+    }
+    return st;
 }

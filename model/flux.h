@@ -39,10 +39,21 @@ weft_status_t weft_flux_config_parse(const cJSON *config, const char *origin,
  * checkpoint keys. The worker binds its weights through these same tables, the planner and the
  * tensor-parallel plan check checkpoints against them: one definition of the model's shape. */
 
+/* Where a layer sits in the dataflow under tensor parallelism, which fixes the styles it can
+ * take: FULL layers see replicated inputs and must give replicated outputs (replicate or
+ * rowwise_split_input); SPLIT_OUT layers feed per-rank heads or MLP features (colwise or
+ * packed_colwise); SPLIT_IN layers consume them (rowwise or packed_rowwise). */
+enum weft_tp_role {
+    WEFT_TP_ROLE_FULL,
+    WEFT_TP_ROLE_SPLIT_OUT,
+    WEFT_TP_ROLE_SPLIT_IN,
+};
+
 struct weft_flux_linear_desc {
     const char *name; /* full key prefix for top-level layers, block-relative for blocks */
     int64_t out, in;  /* weight [out, in], bias [out] */
     bool present;     /* guidance layers exist only with guidance_embeds */
+    enum weft_tp_role role;
 };
 
 enum weft_flux_top {
@@ -106,6 +117,12 @@ void weft_flux_single_linears(const struct weft_flux_config *c,
                               struct weft_flux_linear_desc out[WEFT_FLUX_SINGLE_COUNT]);
 /* "attn.norm_q" ... (block-relative; ".weight" follows) */
 const char *weft_flux_qk_norm_name(enum weft_flux_qk_norm which);
+
+struct weft_tp_layout;
+/* The plan's styles against FLUX's dataflow (see enum weft_tp_role): an error names the first
+ * module whose style cannot work, and what it must be. */
+weft_status_t weft_flux_tp_check(const struct weft_flux_config *c,
+                                 const struct weft_tp_layout *layout);
 
 /* Every parameter: full checkpoint key and shape. */
 struct weft_param {
