@@ -10,15 +10,17 @@
 #include "common/log.h"
 #include "common/tensor.h"
 #include "model/checkpoint.h"
+#include "model/plan.h"
 
 #define FLUX_EPS 1e-6f
 #define TIME_PROJ_DIM 256
 #define ROPE_THETA 10000.0
 
 struct linear {
-    float *w; /* [out, in] */
+    float *w; /* [out, in], this rank's shard */
     float *b; /* [out] */
-    int64_t out, in;
+    int64_t out, in; /* local */
+    enum weft_tp_style style;
 };
 
 struct double_block {
@@ -38,8 +40,8 @@ struct acts {
     void *base;
     float *h;        /* [B, S, D] hidden states, text rows first */
     float *xn;       /* [B, S, D] modulated norm output */
-    float *q, *k, *v; /* [B, S, D] */
-    float *cat;      /* [B, S, D + mlp]: attention output | MLP hidden */
+    float *q, *k, *v; /* [B, S, Dl] this rank's heads */
+    float *cat;      /* [B, S, Dl + mlpl]: attention output | MLP hidden */
     float *tmp;      /* [B, S, D] projection output before gating */
     float *cos, *sin; /* [S, head_dim] */
     float *in_hidden, *in_encoder, *out; /* staging of inputs and output */
@@ -56,6 +58,11 @@ struct weft_flux {
     struct weft_flux_config cfg;
     const struct weft_kernels *K;
     struct weft_kctx *kc;
+    int tp_rank, tp_size;
+    int64_t heads_l, dim_l, mlp_l; /* this rank's heads, their width, its MLP features */
+    weft_flux_allreduce_fn allreduce;
+    void *allreduce_arg;
+    weft_status_t comm_status; /* first all-reduce failure, reported after the block */
     void *weights;
     size_t weight_bytes;
     struct linear top[WEFT_FLUX_TOP_COUNT];
@@ -71,7 +78,9 @@ struct binding {
     char name[112];
     float *dst;
     int ndim;
-    int64_t shape[2];
+    int64_t shape[2]; /* full, as in the checkpoint */
+    int64_t local[2]; /* this rank's shard */
+    const struct weft_tp_shard *shard; /* NULL: replicated */
 };
 
 struct binder {
@@ -79,6 +88,8 @@ struct binder {
     size_t n, cap;
     float *next; /* arena cursor */
     size_t floats;
+    const struct weft_tp_layout *layout;
+    int tp_size, tp_rank;
 };
 
 static weft_status_t bind(struct binder *bd, const char *prefix, const char *name,
@@ -95,9 +106,14 @@ static weft_status_t bind(struct binder *bd, const char *prefix, const char *nam
     struct binding *b = &bd->b[bd->n++];
     snprintf(b->name, sizeof(b->name), "%s%s%s", prefix, name, suffix);
     b->ndim = ndim;
-    b->shape[0] = d0;
-    b->shape[1] = d1;
-    int64_t n = ndim == 2 ? d0 * d1 : d0;
+    b->shape[0] = b->local[0] = d0;
+    b->shape[1] = b->local[1] = d1;
+    b->shard = weft_tp_find(bd->layout, b->name);
+    if (b->shard && b->shard->dim >= 0) {
+        struct weft_range r[WEFT_MAX_BLOCKS];
+        weft_tp_ranges(b->shard, bd->tp_size, bd->tp_rank, r, &b->local[b->shard->dim]);
+    }
+    int64_t n = ndim == 2 ? b->local[0] * b->local[1] : b->local[0];
     bd->floats += (size_t)n;
     if (bd->next) { /* second pass: assign arena space */
         b->dst = bd->next;
@@ -112,10 +128,17 @@ static weft_status_t bind_linear(struct binder *bd, const char *prefix,
 {
     l->out = desc->out;
     l->in = desc->in;
+    l->style = WEFT_TP_REPLICATE;
     if (!desc->present)
         return WEFT_OK;
     weft_status_t st = bind(bd, prefix, desc->name, ".weight", 2, desc->out, desc->in, &l->w);
-    return st != WEFT_OK ? st : bind(bd, prefix, desc->name, ".bias", 1, desc->out, 0, &l->b);
+    if (st != WEFT_OK)
+        return st;
+    const struct binding *w = &bd->b[bd->n - 1];
+    l->out = w->local[0];
+    l->in = w->local[1];
+    l->style = w->shard ? w->shard->style : WEFT_TP_REPLICATE;
+    return bind(bd, prefix, desc->name, ".bias", 1, desc->out, 0, &l->b);
 }
 
 /* Walks the model structure; the first pass (bd->next NULL) counts, the second assigns. */
@@ -150,11 +173,81 @@ static weft_status_t bind_all(struct weft_flux *m, struct binder *bd)
     return st;
 }
 
-static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
-                                  const struct binder *bd)
+struct staging {
+    float *p;
+    size_t floats;
+};
+
+static float *staging_get(struct staging *sg, size_t n)
 {
-    float *staging = NULL;
-    size_t staging_floats = 0;
+    if (n > sg->floats) {
+        weft_big_free(sg->p, sg->floats * sizeof(float));
+        sg->p = weft_big_alloc(n * sizeof(float));
+        sg->floats = sg->p ? n : 0;
+    }
+    return sg->p;
+}
+
+/* Keep the ranges of full (shape [d0, d1]) along dim, concatenated, in dst. */
+static void slice_copy(const float *full, const int64_t *shape, int ndim, int dim, int n,
+                       const struct weft_range *r, float *dst)
+{
+    int64_t d1 = ndim > 1 ? shape[1] : 1;
+    if (dim == 0) {
+        for (int k = 0; k < n; k++) {
+            size_t len = (size_t)((r[k].end - r[k].begin) * d1);
+            memcpy(dst, full + r[k].begin * d1, len * sizeof(float));
+            dst += len;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < shape[0]; i++)
+        for (int k = 0; k < n; k++) {
+            size_t len = (size_t)(r[k].end - r[k].begin);
+            memcpy(dst, full + i * d1 + r[k].begin, len * sizeof(float));
+            dst += len;
+        }
+}
+
+/* One binding: whole, this rank's byte ranges only, or whole-then-sliced. */
+static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor *t,
+                              const struct binding *b, int full_then_shard, struct staging *sg)
+{
+    const bool sharded = b->shard && b->shard->dim >= 0;
+    const size_t local = (size_t)(b->local[0] * (b->ndim == 2 ? b->local[1] : 1));
+    float *dst = b->dst;
+    if (!m->K->host_visible && !(dst = staging_get(sg, local)))
+        return WEFT_ERR_NOMEM;
+    weft_status_t st;
+    if (!sharded) {
+        st = weft_st_read(t->file, t->info, dst, WEFT_DTYPE_F32);
+    } else {
+        struct weft_range r[WEFT_MAX_BLOCKS];
+        int64_t len;
+        int n = weft_tp_ranges(b->shard, m->tp_size, m->tp_rank, r, &len);
+        if (!full_then_shard) {
+            st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst,
+                                     WEFT_DTYPE_F32);
+        } else {
+            /* the whole tensor first, then the local slice: a separate buffer from dst */
+            float *full = weft_big_alloc((size_t)t->info->numel * sizeof(float));
+            if (!full)
+                return WEFT_ERR_NOMEM;
+            st = weft_st_read(t->file, t->info, full, WEFT_DTYPE_F32);
+            if (st == WEFT_OK)
+                slice_copy(full, b->shape, b->ndim, b->shard->dim, n, r, dst);
+            weft_big_free(full, (size_t)t->info->numel * sizeof(float));
+        }
+    }
+    if (st == WEFT_OK && dst != b->dst)
+        m->K->upload(m->kc, b->dst, dst, local * sizeof(float));
+    return st;
+}
+
+static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
+                                  const struct binder *bd, int full_then_shard)
+{
+    struct staging sg = {0};
     weft_status_t st = WEFT_OK;
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct binding *b = &bd->b[i];
@@ -176,25 +269,9 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
             st = WEFT_ERR_FORMAT;
             break;
         }
-        size_t n = (size_t)t->info->numel;
-        if (m->K->host_visible) {
-            st = weft_st_read(t->file, t->info, b->dst, WEFT_DTYPE_F32);
-            continue;
-        }
-        if (n > staging_floats) {
-            weft_big_free(staging, staging_floats * sizeof(float));
-            staging_floats = n;
-            staging = weft_big_alloc(n * sizeof(float));
-            if (!staging) {
-                st = WEFT_ERR_NOMEM;
-                break;
-            }
-        }
-        st = weft_st_read(t->file, t->info, staging, WEFT_DTYPE_F32);
-        if (st == WEFT_OK)
-            m->K->upload(m->kc, b->dst, staging, n * sizeof(float));
+        st = read_one(m, t, b, full_then_shard, &sg);
     }
-    weft_big_free(staging, staging_floats * sizeof(float));
+    weft_big_free(sg.p, sg.floats * sizeof(float));
     if (st == WEFT_OK && weft_ckpt_count(ck) != bd->n) {
         /* more tensors than parameters: name the first one nobody asked for */
         for (size_t i = 0; i < weft_ckpt_count(ck); i++) {
@@ -228,6 +305,21 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     }
     m->K = opts->kernels;
     m->kc = opts->kctx;
+    m->tp_size = opts->tp_size > 1 ? opts->tp_size : 1;
+    m->tp_rank = m->tp_size > 1 ? opts->tp_rank : 0;
+    m->allreduce = opts->allreduce;
+    m->allreduce_arg = opts->allreduce_arg;
+    if (m->tp_size > 1 && (!opts->tp_layout || !opts->allreduce ||
+                           opts->tp_layout->degree != m->tp_size || m->tp_rank < 0 ||
+                           m->tp_rank >= m->tp_size)) {
+        WEFT_LOG_ERROR("flux", "tensor parallelism needs a layout resolved for degree %d, a "
+                               "rank below it and an all-reduce", m->tp_size);
+        st = WEFT_ERR_INVALID;
+        goto out;
+    }
+    bd.layout = m->tp_size > 1 ? opts->tp_layout : NULL;
+    bd.tp_size = m->tp_size;
+    bd.tp_rank = m->tp_rank;
     if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0) {
         WEFT_LOG_ERROR("flux", "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
                        WEFT_FLUX_CLASS);
@@ -244,6 +336,11 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
         st = WEFT_ERR_UNSUPPORTED;
         goto out;
     }
+    if (bd.layout && (st = weft_flux_tp_check(&m->cfg, bd.layout)) != WEFT_OK)
+        goto out;
+    m->heads_l = m->cfg.num_attention_heads / m->tp_size;
+    m->dim_l = m->heads_l * m->cfg.attention_head_dim;
+    m->mlp_l = m->cfg.mlp_hidden_dim / m->tp_size;
     m->dbl = weft_calloc((size_t)m->cfg.num_layers + 1, sizeof(*m->dbl));
     m->sgl = weft_calloc((size_t)m->cfg.num_single_layers + 1, sizeof(*m->sgl));
     if (!m->dbl || !m->sgl) {
@@ -262,7 +359,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.next = m->weights;
     if ((st = bind_all(m, &bd)) != WEFT_OK) /* assign */
         goto out;
-    st = read_weights(m, ck, &bd);
+    st = read_weights(m, ck, &bd, opts->tp_full_then_shard);
 out:
     weft_free(bd.b);
     weft_ckpt_close(ck);
@@ -313,12 +410,12 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     if (a->base && batch <= a->batch && s_img == a->s_img && s_txt == a->s_txt)
         return WEFT_OK;
     const struct weft_flux_config *c = &m->cfg;
-    const int64_t B = batch, S = s_img + s_txt, D = c->inner_dim, mlp = c->mlp_hidden_dim;
+    const int64_t B = batch, S = s_img + s_txt, D = c->inner_dim, Dl = m->dim_l;
     const int64_t hd = c->attention_head_dim;
     /* sizes in floats, each rounded up to 16 floats (64 bytes) */
     int64_t sizes[] = {
-        B * S * D,         B * S * D,      B * S * D, B * S * D, B * S * D,
-        B * S * (D + mlp), B * S * D,      S * hd,    S * hd,    B * s_img * c->in_channels,
+        B * S * D,         B * S * D,      B * S * Dl, B * S * Dl, B * S * Dl,
+        B * S * (Dl + m->mlp_l), B * S * D, S * hd,   S * hd,    B * s_img * c->in_channels,
         B * s_txt * c->joint_attention_dim, B * s_img * c->out_channels,
         B * D,             B * D,          B * D,     B * TIME_PROJ_DIM,
         B * 6 * D,         B * 6 * D,      4 * B + B * c->pooled_projection_dim,
@@ -357,10 +454,31 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
 /* ---------------------------------------------------------------------------------------- */
 /* Forward                                                                                   */
 
+/* A Linear layer as its tensor-parallel style wants it: plain (replicated or colwise: local
+ * output columns), or a partial product summed across the group with the bias added once
+ * after (rowwise: the input is this rank's columns; rowwise_split_input: the input is
+ * replicated and this rank takes its slice). The sum needs y contiguous (ldy == out). */
 static void lin(struct weft_flux *m, const struct linear *l, const float *x, int64_t ldx,
                 float *y, int64_t ldy, int64_t rows)
 {
-    m->K->linear(m->kc, x, ldx, l->w, l->b, y, ldy, rows, l->out, l->in, 0);
+    const struct weft_kernels *K = m->K;
+    bool partial = l->style == WEFT_TP_ROWWISE || l->style == WEFT_TP_PACKED_ROWWISE ||
+                   l->style == WEFT_TP_ROWWISE_SPLIT_INPUT;
+    if (m->tp_size == 1 || !partial) {
+        K->linear(m->kc, x, ldx, l->w, l->b, y, ldy, rows, l->out, l->in, 0);
+        return;
+    }
+    if (l->style == WEFT_TP_ROWWISE_SPLIT_INPUT)
+        x += (int64_t)m->tp_rank * l->in;
+    K->linear(m->kc, x, ldx, l->w, NULL, y, ldy, rows, l->out, l->in, 0);
+    if (m->comm_status == WEFT_OK) {
+        weft_status_t st = K->sync(m->kc);
+        if (st == WEFT_OK)
+            st = m->allreduce(m->allreduce_arg, y, (size_t)(rows * l->out));
+        m->comm_status = st;
+    }
+    if (l->b)
+        K->gated_add(m->kc, y, ldy, NULL, l->b, 0, rows, l->out);
 }
 
 /* RoPE tables for the joint ids [txt; img]: per axis, angles in f64, cos/sin stored in f32. */
@@ -425,28 +543,29 @@ static void qkv(struct weft_flux *m, const struct linear *lq, const struct linea
 {
     struct acts *a = &m->a;
     const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, hd = m->cfg.attention_head_dim;
-    const int64_t H = m->cfg.num_attention_heads;
+    const int64_t H = m->heads_l, Dl = m->dim_l;
     for (int64_t b = 0; b < a->batch; b++) {
-        int64_t o = (b * S + r0) * D;
-        lin(m, lq, a->xn + o, D, a->q + o, D, n);
-        lin(m, lk, a->xn + o, D, a->k + o, D, n);
-        lin(m, lv, a->xn + o, D, a->v + o, D, n);
-        m->K->rmsnorm(m->kc, a->q + o, D, nq, n, H, hd, FLUX_EPS);
-        m->K->rmsnorm(m->kc, a->k + o, D, nk, n, H, hd, FLUX_EPS);
+        const float *x = a->xn + (b * S + r0) * D;
+        int64_t o = (b * S + r0) * Dl;
+        lin(m, lq, x, D, a->q + o, Dl, n);
+        lin(m, lk, x, D, a->k + o, Dl, n);
+        lin(m, lv, x, D, a->v + o, Dl, n);
+        m->K->rmsnorm(m->kc, a->q + o, Dl, nq, n, H, hd, FLUX_EPS);
+        m->K->rmsnorm(m->kc, a->k + o, Dl, nk, n, H, hd, FLUX_EPS);
     }
 }
 
-/* RoPE on all of Q and K, then attention per batch element into cat[:, :, 0:D]. */
+/* RoPE on all of Q and K, then attention per batch element into cat[:, :, 0:Dl]. */
 static void attend(struct weft_flux *m)
 {
     struct acts *a = &m->a;
-    const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, hd = m->cfg.attention_head_dim;
-    const int64_t H = m->cfg.num_attention_heads, ldc = D + m->cfg.mlp_hidden_dim;
+    const int64_t S = a->s_img + a->s_txt, Dl = m->dim_l, hd = m->cfg.attention_head_dim;
+    const int64_t H = m->heads_l, ldc = Dl + m->mlp_l;
     for (int64_t b = 0; b < a->batch; b++) {
-        float *q = a->q + b * S * D, *k = a->k + b * S * D, *v = a->v + b * S * D;
-        m->K->rope(m->kc, q, D, a->cos, a->sin, S, H, hd);
-        m->K->rope(m->kc, k, D, a->cos, a->sin, S, H, hd);
-        m->K->attention(m->kc, q, D, k, D, v, D, a->cat + b * S * ldc, ldc, NULL, S, S, H, hd,
+        float *q = a->q + b * S * Dl, *k = a->k + b * S * Dl, *v = a->v + b * S * Dl;
+        m->K->rope(m->kc, q, Dl, a->cos, a->sin, S, H, hd);
+        m->K->rope(m->kc, k, Dl, a->cos, a->sin, S, H, hd);
+        m->K->attention(m->kc, q, Dl, k, Dl, v, Dl, a->cat + b * S * ldc, ldc, NULL, S, S, H, hd,
                         1.0f / sqrtf((float)hd));
     }
 }
@@ -456,13 +575,13 @@ static void mlp_residual(struct weft_flux *m, const struct linear *l_in,
                          const struct linear *l_out, const float *mod, int64_t r0, int64_t n)
 {
     struct acts *a = &m->a;
-    const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, mlp = m->cfg.mlp_hidden_dim;
-    const int64_t ldc = D + mlp;
+    const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, mlp = m->mlp_l;
+    const int64_t ldc = m->dim_l + mlp;
     const struct weft_kernels *K = m->K;
     for (int64_t b = 0; b < a->batch; b++) {
         const float *md = mod + b * 6 * D; /* shift_mlp, scale_mlp, gate_mlp at 3D, 4D, 5D */
         float *x = a->h + (b * S + r0) * D, *xn = a->xn + (b * S + r0) * D;
-        float *hid = a->cat + (b * S + r0) * ldc + D, *y = a->tmp + (b * S + r0) * D;
+        float *hid = a->cat + (b * S + r0) * ldc + m->dim_l, *y = a->tmp + (b * S + r0) * D;
         K->layernorm(m->kc, x, D, xn, D, n, D, FLUX_EPS);
         K->modulate(m->kc, xn, D, md + 3 * D, md + 4 * D, xn, D, n, D);
         lin(m, l_in, xn, D, hid, ldc, n);
@@ -477,7 +596,7 @@ static void double_block(struct weft_flux *m, const struct double_block *blk)
     struct acts *a = &m->a;
     const struct weft_kernels *K = m->K;
     const int64_t B = a->batch, St = a->s_txt, Si = a->s_img, S = St + Si;
-    const int64_t D = m->cfg.inner_dim, ldc = D + m->cfg.mlp_hidden_dim;
+    const int64_t D = m->cfg.inner_dim, ldc = m->dim_l + m->mlp_l;
     /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
     lin(m, &blk->l[WEFT_FLUX_D_NORM1], a->act, D, a->mod, 6 * D, B);
     lin(m, &blk->l[WEFT_FLUX_D_NORM1_CONTEXT], a->act, D, a->modc, 6 * D, B);
@@ -511,7 +630,7 @@ static void single_block(struct weft_flux *m, const struct single_block *blk)
     struct acts *a = &m->a;
     const struct weft_kernels *K = m->K;
     const int64_t B = a->batch, S = a->s_txt + a->s_img, D = m->cfg.inner_dim;
-    const int64_t mlp = m->cfg.mlp_hidden_dim, ldc = D + mlp;
+    const int64_t mlp = m->mlp_l, ldc = m->dim_l + mlp;
     /* shift, scale, gate */
     lin(m, &blk->l[WEFT_FLUX_S_NORM], a->act, D, a->mod, 3 * D, B);
     for (int64_t b = 0; b < B; b++) {
@@ -519,7 +638,7 @@ static void single_block(struct weft_flux *m, const struct single_block *blk)
         float *h = a->h + b * S * D, *xn = a->xn + b * S * D;
         K->layernorm(m->kc, h, D, xn, D, S, D, FLUX_EPS);
         K->modulate(m->kc, xn, D, md, md + D, xn, D, S, D);
-        float *hid = a->cat + b * S * ldc + D;
+        float *hid = a->cat + b * S * ldc + m->dim_l;
         lin(m, &blk->l[WEFT_FLUX_S_PROJ_MLP], xn, D, hid, ldc, S);
         K->gelu_tanh(m->kc, hid, ldc, hid, ldc, S, mlp);
     }
@@ -577,14 +696,15 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
     }
     time_text_embed(m, in);
     rope_tables(m, in);
+    m->comm_status = WEFT_OK;
     for (int64_t i = 0; i < c->num_layers; i++) {
         double_block(m, &m->dbl[i]);
-        if ((st = K->status(m->kc)) != WEFT_OK)
+        if ((st = K->status(m->kc)) != WEFT_OK || (st = m->comm_status) != WEFT_OK)
             return st;
     }
     for (int64_t i = 0; i < c->num_single_layers; i++) {
         single_block(m, &m->sgl[i]);
-        if ((st = K->status(m->kc)) != WEFT_OK)
+        if ((st = K->status(m->kc)) != WEFT_OK || (st = m->comm_status) != WEFT_OK)
             return st;
     }
     /* norm_out: scale first, then shift */
@@ -598,5 +718,7 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
             c->out_channels, Si);
     }
     K->download(m->kc, out, a->out, (size_t)(B * Si * c->out_channels) * 4);
+    if ((st = m->comm_status) != WEFT_OK)
+        return st;
     return K->sync(m->kc);
 }

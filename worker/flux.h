@@ -14,10 +14,24 @@
 #include "model/flux.h"
 
 struct weft_flux;
+struct weft_tp_layout;
+
+/* Sum count floats in place across the tensor-parallel group (a transport all-reduce). */
+typedef weft_status_t (*weft_flux_allreduce_fn)(void *arg, float *buf, size_t count);
 
 struct weft_flux_opts {
     const struct weft_kernels *kernels;
     struct weft_kctx *kctx;
+    /* Tensor parallelism (tp_size 1 or 0: none). The layout is the plan resolved against this
+     * checkpoint (model/plan.h); this rank keeps heads [r H/T, (r+1) H/T) and reads only its
+     * byte ranges of each planned tensor, unless tp_full_then_shard, which reads every tensor
+     * whole and keeps the local slice (Diffusers' enable_parallelism path: same result, more
+     * memory). Rowwise outputs are summed with allreduce, the bias added once after. */
+    int tp_rank, tp_size;
+    const struct weft_tp_layout *tp_layout;
+    int tp_full_then_shard;
+    weft_flux_allreduce_fn allreduce;
+    void *allreduce_arg;
 };
 
 /* Inputs of one forward pass, host memory, f32, as FluxPipeline passes them to the model. */
