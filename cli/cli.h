@@ -18,6 +18,7 @@ struct weft_cli {
 int weft_cmd_inspect(struct weft_cli *cli);
 int weft_cmd_generate(struct weft_cli *cli);
 int weft_cmd_bench(struct weft_cli *cli);
+int weft_cmd_plan(struct weft_cli *cli);
 int weft_bench_flux(struct weft_cli *cli);
 int weft_bench_flux_run(struct weft_cli *cli);
 

@@ -18,6 +18,7 @@ struct command {
 static const struct command commands[] = {
     {"inspect", weft_cmd_inspect, "show a checkpoint: class, config, parameters, tensor table"},
     {"generate", weft_cmd_generate, "run the denoising loop on this machine, write latents"},
+    {"plan", weft_cmd_plan, "show how a parallel layout splits a model (loads nothing)"},
     {"bench", weft_cmd_bench, "benchmarks: `weft bench --help`"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

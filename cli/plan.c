@@ -1,0 +1,160 @@
+/* weft plan: what a parallel layout does to a model, without loading a weight. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "common/tensor.h"
+#include "model/checkpoint.h"
+#include "model/flux.h"
+#include "model/plan.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft plan [--model DIR] [--tp N] [--np N] [--json] [--shards]\n"
+        "\n"
+        "Resolve the tensor-parallel plan (the model's built-in plan plus [tp_plan] entries)\n"
+        "against the checkpoint's headers and print, per rank: shard shapes and bytes,\n"
+        "replicated bytes, and the all-reduces per forward pass. Nothing is loaded.\n"
+        "\n"
+        "  --model DIR  pipeline or transformer folder (default [model] path, else the\n"
+        "               embedded models/flux-tiny)\n"
+        "  --tp N       tensor-parallel degree (default [parallel] tp_degree)\n"
+        "  --np N       ranks available (default: the degree)\n"
+        "  --shards     list every planned tensor's full and per-rank shape\n"
+        "  --json       machine-readable output\n");
+}
+
+static double gib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0 * 1024.0);
+}
+
+int weft_cmd_plan(struct weft_cli *cli)
+{
+    const char *model = NULL;
+    long long tp = cli->conf.parallel.tp_degree, np = 0;
+    int json = 0, shards = 0;
+    for (int i = 1; i < cli->argc; i++) {
+        const char *v;
+        char **argv = cli->argv;
+        if (weft_cli_is_help(argv[i])) {
+            help(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--shards") == 0) {
+            shards = 1;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
+            model = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--tp"))) {
+            tp = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--np"))) {
+            np = strtoll(v, NULL, 10);
+        } else {
+            WEFT_LOG_ERROR("plan", "unexpected argument '%s' (see `weft plan --help`)", argv[i]);
+            return 2;
+        }
+    }
+    if (tp < 1 || tp > 1024 || np < 0 || np > 65536) {
+        WEFT_LOG_ERROR("plan", "--tp %lld / --np %lld: expected 1 <= tp <= 1024", tp, np);
+        return 2;
+    }
+    const char *dir = model ? model : cli->conf.model.path[0] ? cli->conf.model.path
+                                                              : WEFT_DEFAULT_MODEL;
+    char tdir[2048];
+    snprintf(tdir, sizeof(tdir), "%s%s", dir,
+             weft_path_kind(dir) == WEFT_PATH_PIPELINE ? "/transformer" : "");
+    struct weft_ckpt *ck;
+    if (weft_ckpt_open(tdir, &ck) != WEFT_OK)
+        return 1;
+    int rc = 1;
+    struct weft_tp_layout *lay = NULL;
+    struct weft_model_info info;
+    struct weft_tp_plan plan;
+    if (weft_model_info_get(ck, &info) != WEFT_OK)
+        goto out;
+    bool builtin = weft_tp_plan_builtin(info.class_name, &plan);
+    if (weft_tp_plan_apply_conf(&plan, &cli->conf.tp_plan) != WEFT_OK)
+        goto out;
+    if (tp > 1 && plan.n == 0) {
+        WEFT_LOG_ERROR("plan", "%s has no built-in tensor-parallel plan; give one in [tp_plan]",
+                       info.class_name);
+        goto out;
+    }
+    if (weft_tp_resolve(&plan, ck, &info, (int)tp, np ? (int)np : (int)tp, &lay) != WEFT_OK)
+        goto out;
+    if (strcmp(info.class_name, WEFT_FLUX_CLASS) == 0) {
+        struct weft_flux_config fc;
+        if (weft_flux_config_parse(weft_ckpt_config(ck), tdir, &fc) != WEFT_OK ||
+            (tp > 1 && weft_flux_tp_check(&fc, lay) != WEFT_OK))
+            goto out;
+    }
+    uint64_t per_rank = lay->replicated_bytes;
+    for (size_t i = 0; i < lay->n; i++) {
+        const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, lay->shards[i].name);
+        per_rank += lay->shards[i].dim >= 0 ? t->info->nbytes / (uint64_t)tp : t->info->nbytes;
+    }
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", tdir);
+        cJSON_AddStringToObject(j, "class", info.class_name);
+        cJSON_AddNumberToObject(j, "heads", (double)info.heads);
+        cJSON_AddNumberToObject(j, "tp_degree", (double)tp);
+        cJSON_AddBoolToObject(j, "builtin_plan", builtin);
+        cJSON_AddNumberToObject(j, "planned_modules", lay->n_modules);
+        cJSON_AddNumberToObject(j, "planned_bytes", (double)lay->planned_bytes);
+        cJSON_AddNumberToObject(j, "replicated_bytes", (double)lay->replicated_bytes);
+        cJSON_AddNumberToObject(j, "bytes_per_rank", (double)per_rank);
+        cJSON_AddNumberToObject(j, "allreduce_per_forward",
+                                tp > 1 ? lay->allreduce_per_pass : 0);
+        cJSON *arr = cJSON_AddArrayToObject(j, "shards");
+        for (size_t i = 0; i < lay->n; i++) {
+            const struct weft_tp_shard *s = &lay->shards[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", s->name);
+            cJSON_AddStringToObject(e, "style", weft_tp_style_name(s->style));
+            cJSON_AddNumberToObject(e, "dim", s->dim);
+            cJSON *full = cJSON_AddArrayToObject(e, "full"), *loc = cJSON_AddArrayToObject(e, "local");
+            for (int d = 0; d < s->ndim; d++) {
+                cJSON_AddItemToArray(full, cJSON_CreateNumber((double)s->shape[d]));
+                cJSON_AddItemToArray(loc, cJSON_CreateNumber(
+                                              (double)(d == s->dim ? s->shape[d] / tp : s->shape[d])));
+            }
+            cJSON_AddItemToArray(arr, e);
+        }
+        char *text = cJSON_Print(j);
+        printf("%s\n", text ? text : "{}");
+        cJSON_free(text);
+        cJSON_Delete(j);
+    } else {
+        printf("model: %s (%s, %lld heads)\n", tdir, info.class_name, (long long)info.heads);
+        printf("tensor parallel: degree %lld, %s plan%s\n", tp, builtin ? "built-in" : "INI",
+               cli->conf.tp_plan.n ? " with [tp_plan] entries" : "");
+        printf("  planned: %d Linear modules, %.3f GiB in full -> %.3f GiB per rank\n",
+               lay->n_modules, gib(lay->planned_bytes),
+               gib(per_rank - lay->replicated_bytes));
+        printf("  replicated on every rank: %.3f GiB\n", gib(lay->replicated_bytes));
+        printf("  weights per rank: %.3f GiB (of %.3f GiB)\n", gib(per_rank),
+               gib(lay->planned_bytes + lay->replicated_bytes));
+        printf("  all-reduces per forward: %d\n", tp > 1 ? lay->allreduce_per_pass : 0);
+        for (size_t i = 0; shards && i < lay->n; i++) {
+            const struct weft_tp_shard *s = &lay->shards[i];
+            int64_t local[2] = {s->shape[0], s->shape[1]};
+            if (s->dim >= 0)
+                local[s->dim] /= tp;
+            char a[64], b[64];
+            printf("  %-56s %-15s %-14s -> %s\n", s->name, weft_tp_style_name(s->style),
+                   weft_shape_str(s->ndim, s->shape, a, sizeof(a)),
+                   weft_shape_str(s->ndim, local, b, sizeof(b)));
+        }
+    }
+    rc = 0;
+out:
+    weft_tp_layout_destroy(lay);
+    weft_ckpt_close(ck);
+    return rc;
+}
