@@ -21,17 +21,42 @@ static void param_init(ucp_request_param_t *p, ucp_mem_h memh)
     }
 }
 
+/* A message that fails: without UCX error handling (sentinel.c) the only
+ * failures left are the transport's own (a CMA copy from a process that has died, a reset TCP
+ * connection), so they mean the peer is lost; the liveness socket usually says so a moment
+ * later (a dying process loses its memory before its sockets). */
+static weft_status_t request_status(struct weft_comm *comm, const char *what, ucs_status_t s)
+{
+    switch (s) {
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        WEFT_LOG_ERROR("transport", "group %u: %s: the message is longer than the buffer",
+                       comm->id, what);
+        return WEFT_ERR_PROTOCOL;
+    case UCS_ERR_CANCELED:
+        return WEFT_ERR_CANCELLED;
+    case UCS_ERR_NO_MEMORY:
+        WEFT_LOG_ERROR("transport", "group %u: %s: UCX is out of memory", comm->id, what);
+        return WEFT_ERR_NOMEM;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_UNSUPPORTED:
+        WEFT_LOG_ERROR("transport", "group %u: %s: UCX refuses it: %s", comm->id, what,
+                       ucs_status_string(s));
+        return weft_tp_ucs_status(s);
+    default:
+        WEFT_LOG_ERROR("transport", "group %u: %s failed (%s): peer lost", comm->id, what,
+                       ucs_status_string(s));
+        return WEFT_ERR_PEER_LOST;
+    }
+}
+
 weft_status_t weft_tp_send(struct weft_comm *comm, int peer, uint64_t tag, const void *buf,
                            size_t bytes, ucp_mem_h memh, void **req_p)
 {
     ucp_request_param_t param;
     param_init(&param, memh);
     ucs_status_ptr_t r = ucp_tag_send_nbx(comm->eps[peer], buf, bytes, tag, &param);
-    if (UCS_PTR_IS_ERR(r)) {
-        WEFT_LOG_ERROR("transport", "group %u: send of %zu bytes to rank %d failed: %s",
-                       comm->id, bytes, comm->ranks[peer], ucs_status_string(UCS_PTR_STATUS(r)));
-        return weft_tp_ucs_status(UCS_PTR_STATUS(r));
-    }
+    if (UCS_PTR_IS_ERR(r))
+        return request_status(comm, "send", UCS_PTR_STATUS(r));
     *req_p = r;
     return WEFT_OK;
 }
@@ -54,11 +79,8 @@ weft_status_t weft_tp_recv(struct weft_comm *comm, uint64_t tag, void *buf, size
      * receive completes at once from the unexpected queue. */
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     ucs_status_ptr_t r = ucp_tag_recv_nbx(comm->tp->worker, buf, bytes, tag, UINT64_MAX, &param);
-    if (UCS_PTR_IS_ERR(r)) {
-        WEFT_LOG_ERROR("transport", "group %u: receive of %zu bytes failed: %s", comm->id, bytes,
-                       ucs_status_string(UCS_PTR_STATUS(r)));
-        return weft_tp_ucs_status(UCS_PTR_STATUS(r));
-    }
+    if (UCS_PTR_IS_ERR(r))
+        return request_status(comm, "receive", UCS_PTR_STATUS(r));
     *req_p = r;
     return WEFT_OK;
 }
@@ -72,10 +94,7 @@ weft_status_t weft_tp_send_test(struct weft_comm *comm, void **req_p)
         return WEFT_INPROGRESS;
     ucp_request_free(*req_p);
     *req_p = NULL;
-    if (s == UCS_OK)
-        return WEFT_OK;
-    WEFT_LOG_ERROR("transport", "group %u: send failed: %s", comm->id, ucs_status_string(s));
-    return weft_tp_ucs_status(s);
+    return s == UCS_OK ? WEFT_OK : request_status(comm, "send", s);
 }
 
 weft_status_t weft_tp_recv_test(struct weft_comm *comm, void **req_p, size_t bytes)
@@ -88,11 +107,8 @@ weft_status_t weft_tp_recv_test(struct weft_comm *comm, void **req_p, size_t byt
         return WEFT_INPROGRESS;
     ucp_request_free(*req_p);
     *req_p = NULL;
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "group %u: receive failed: %s", comm->id,
-                       ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
+    if (s != UCS_OK)
+        return request_status(comm, "receive", s);
     return recv_check(comm, info.length, bytes);
 }
 

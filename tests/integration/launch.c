@@ -109,6 +109,9 @@ int launch_run(int np, const struct weft_transport_opts *opts, launch_rank_cb fn
                 left--;
             }
         }
+        /* the victim may be stopped, not dead: once the others are done, finish it */
+        if (killed_rank >= 0 && killed_rank < nchild && left == 1 && status[killed_rank] == -1)
+            kill(pids[killed_rank], SIGKILL);
     }
     weft_rdv_server_destroy(srv);
     for (int r = 0; r < nchild; r++) {

@@ -1,0 +1,111 @@
+/* A rank dies (SIGKILL) or goes silent (SIGSTOP) in the middle of a 64 MiB all-reduce: every
+ * survivor must return a "peer lost" status within the deadline, the group must refuse further
+ * work with it, and nobody may hang or crash (the launcher kills and fails a hung rank).
+ *
+ * usage: test_comm_fault kill|stop NP */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "launch.h"
+#include "test.h"
+
+#define COUNT ((size_t)16 << 20) /* 64 MiB of f32 */
+
+struct args {
+    bool stop; /* SIGSTOP instead of SIGKILL */
+    int victim;
+    int timeout_ms;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int rank_fn(struct weft_transport *tp, void *arg)
+{
+    const struct args *a = arg;
+    weft_log_set_level(WEFT_LOG_LEVEL_ERROR);
+    test_quiet(); /* the losses are logged as errors: expected here */
+    struct weft_comm *world = weft_transport_world(tp);
+    int me = weft_transport_rank(tp);
+    float *x = weft_big_alloc(COUNT * sizeof(float));
+    CHECK(x);
+    for (size_t i = 0; i < COUNT; i++)
+        x[i] = 1.0f;
+    /* one healthy round first: everyone is connected and warm */
+    CHECK_OK(weft_comm_allreduce(world, x, x, COUNT, WEFT_DTYPE_F32));
+    CHECK(x[0] == (float)weft_transport_size(tp) && x[COUNT - 1] == x[0]);
+    CHECK_OK(weft_comm_barrier(world));
+
+    if (me == a->victim) {
+        struct weft_comm_req *req;
+        CHECK_OK(weft_comm_allreduce_start(world, x, x, COUNT, WEFT_DTYPE_F32, &req));
+        double t0 = now_ms();
+        while (now_ms() - t0 < 3.0) /* a few ms into it: data is moving */
+            CHECK(weft_comm_test(&req) == WEFT_INPROGRESS);
+        raise(a->stop ? SIGSTOP : SIGKILL);
+        /* SIGSTOP: the launcher kills us once the survivors are done */
+        for (;;)
+            pause();
+    }
+
+    double t0 = now_ms();
+    weft_status_t st = weft_comm_allreduce(world, x, x, COUNT, WEFT_DTYPE_F32);
+    double dt = now_ms() - t0;
+    fprintf(stderr, "rank %d: allreduce returned '%s' after %.1f ms\n", me, weft_status_str(st),
+            dt);
+    CHECK(WEFT_STATUS_IS_PEER_LOST(st));
+    if (a->stop) {
+        CHECK_EQ(st, WEFT_ERR_TIMEOUT);
+        CHECK(dt >= a->timeout_ms * 0.9 && dt < a->timeout_ms + 1000);
+    } else {
+        /* seen through the liveness sockets, long before the deadline */
+        CHECK_EQ(st, WEFT_ERR_PEER_LOST);
+        CHECK(dt < a->timeout_ms / 2.0);
+    }
+    /* the group refuses further work with the same status, at once */
+    CHECK_EQ(weft_comm_status(world), st);
+    t0 = now_ms();
+    CHECK_EQ(weft_comm_barrier(world), st);
+    CHECK_EQ(weft_comm_allreduce(world, x, x, 4, WEFT_DTYPE_F32), st);
+    CHECK(now_ms() - t0 < 100);
+    /* a group without the victim still works */
+    int n = weft_transport_size(tp), others[16], k = 0;
+    for (int r = 0; r < n; r++)
+        if (r != a->victim)
+            others[k++] = r;
+    struct weft_comm *rest;
+    CHECK_OK(weft_comm_create(tp, k, others, 9, &rest));
+    for (size_t i = 0; i < 1024; i++)
+        x[i] = 2.0f;
+    CHECK_OK(weft_comm_allreduce(rest, x, x, 1024, WEFT_DTYPE_F32));
+    CHECK(x[0] == 2.0f * (float)k && x[1023] == x[0]);
+    weft_comm_destroy(rest);
+    weft_big_free(x, COUNT * sizeof(float));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3 || (strcmp(argv[1], "kill") != 0 && strcmp(argv[1], "stop") != 0)) {
+        fprintf(stderr, "usage: %s kill|stop NP\n", argv[0]);
+        return 2;
+    }
+    int np = atoi(argv[2]);
+    CHECK(np >= 2 && np <= 16);
+    struct args a = {.stop = strcmp(argv[1], "stop") == 0, .victim = np > 2 ? 2 : 1};
+    struct weft_transport_opts opts;
+    launch_opts(&opts);
+    /* a SIGKILL must be seen well before this; a silent peer is caught by it */
+    opts.timeout_ms = a.stop ? 1500 : 8000;
+    a.timeout_ms = opts.timeout_ms;
+    return launch_run(np, &opts, rank_fn, &a, 60, a.victim);
+}
