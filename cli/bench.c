@@ -14,6 +14,8 @@ struct bench {
 static const struct bench benches[] = {
     {"flux", weft_bench_flux, "FLUX forward pass, weft vs Diffusers on torch, same machine"},
     {"flux-run", weft_bench_flux_run, "(internal) one timed weft run for `bench flux`"},
+    {"load", weft_bench_load, "sharded vs full-then-shard loading: time and peak RSS per rank"},
+    {"load-run", weft_bench_load_run, "(internal) one rank's load for `bench load`"},
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 

@@ -279,7 +279,7 @@ static weft_status_t add_shard(struct resolver *rs, const struct weft_tp_rule *r
     }
     struct weft_tp_shard *s = &lay->shards[lay->n++];
     memset(s, 0, sizeof(*s));
-    s->name = t->info->name;
+    snprintf(s->name, sizeof(s->name), "%s", t->info->name);
     s->style = r->style;
     s->dim = dim;
     s->n_blocks = n_blocks;

@@ -63,7 +63,7 @@ weft_status_t weft_tp_plan_apply_conf(struct weft_tp_plan *plan, const struct we
 
 /* How one parameter is split. dim -1: replicated. */
 struct weft_tp_shard {
-    const char *name; /* the checkpoint key */
+    char name[128]; /* the checkpoint key (a copy: the layout outlives the checkpoint) */
     enum weft_tp_style style;
     int dim;
     int n_blocks;

@@ -209,46 +209,73 @@ static void slice_copy(const float *full, const int64_t *shape, int ndim, int di
         }
 }
 
-/* One binding: whole, this rank's byte ranges only, or whole-then-sliced. */
+/* One binding, from the checkpoint: whole (replicated), or this rank's byte ranges only; or,
+ * with a full copy of the model already in memory (full-then-shard), sliced from it. */
 static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor *t,
-                              const struct binding *b, int full_then_shard, struct staging *sg)
+                              const struct binding *b, const float *full, struct staging *sg)
 {
     const bool sharded = b->shard && b->shard->dim >= 0;
     const size_t local = (size_t)(b->local[0] * (b->ndim == 2 ? b->local[1] : 1));
     float *dst = b->dst;
     if (!m->K->host_visible && !(dst = staging_get(sg, local)))
         return WEFT_ERR_NOMEM;
-    weft_status_t st;
-    if (!sharded) {
+    weft_status_t st = WEFT_OK;
+    struct weft_range r[WEFT_MAX_BLOCKS];
+    int64_t len;
+    int n = sharded ? weft_tp_ranges(b->shard, m->tp_size, m->tp_rank, r, &len) : 0;
+    if (full && sharded)
+        slice_copy(full, b->shape, b->ndim, b->shard->dim, n, r, dst);
+    else if (full)
+        memcpy(dst, full, local * sizeof(float));
+    else if (sharded)
+        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst,
+                                 WEFT_DTYPE_F32);
+    else
         st = weft_st_read(t->file, t->info, dst, WEFT_DTYPE_F32);
-    } else {
-        struct weft_range r[WEFT_MAX_BLOCKS];
-        int64_t len;
-        int n = weft_tp_ranges(b->shard, m->tp_size, m->tp_rank, r, &len);
-        if (!full_then_shard) {
-            st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst,
-                                     WEFT_DTYPE_F32);
-        } else {
-            /* the whole tensor first, then the local slice: a separate buffer from dst */
-            float *full = weft_big_alloc((size_t)t->info->numel * sizeof(float));
-            if (!full)
-                return WEFT_ERR_NOMEM;
-            st = weft_st_read(t->file, t->info, full, WEFT_DTYPE_F32);
-            if (st == WEFT_OK)
-                slice_copy(full, b->shape, b->ndim, b->shard->dim, n, r, dst);
-            weft_big_free(full, (size_t)t->info->numel * sizeof(float));
-        }
-    }
     if (st == WEFT_OK && dst != b->dst)
         m->K->upload(m->kc, b->dst, dst, local * sizeof(float));
     return st;
+}
+
+/* Full-then-shard (Diffusers' enable_parallelism path): every tensor whole into one host
+ * arena first, the model as a single device would hold it; the caller then keeps its slices. */
+static weft_status_t read_full_model(struct weft_ckpt *ck, const struct binder *bd,
+                                     float **arena_p, size_t *floats_p, size_t *offsets)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < bd->n; i++) {
+        offsets[i] = total;
+        total += (size_t)(bd->b[i].shape[0] * (bd->b[i].ndim == 2 ? bd->b[i].shape[1] : 1));
+    }
+    float *arena = weft_big_alloc(total * sizeof(float));
+    if (!arena)
+        return WEFT_ERR_NOMEM;
+    weft_status_t st = WEFT_OK;
+    for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
+        const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, bd->b[i].name);
+        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], WEFT_DTYPE_F32)
+               : WEFT_OK; /* missing tensors are reported by the caller's pass */
+    }
+    if (st != WEFT_OK) {
+        weft_big_free(arena, total * sizeof(float));
+        return st;
+    }
+    *arena_p = arena;
+    *floats_p = total;
+    return WEFT_OK;
 }
 
 static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
                                   const struct binder *bd, int full_then_shard)
 {
     struct staging sg = {0};
+    float *full = NULL;
+    size_t full_floats = 0, *offsets = NULL;
     weft_status_t st = WEFT_OK;
+    if (full_then_shard) {
+        offsets = weft_malloc((bd->n + 1) * sizeof(*offsets));
+        st = offsets ? read_full_model(ck, bd, &full, &full_floats, offsets) : WEFT_ERR_NOMEM;
+    }
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct binding *b = &bd->b[i];
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, b->name);
@@ -269,9 +296,11 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
             st = WEFT_ERR_FORMAT;
             break;
         }
-        st = read_one(m, t, b, full_then_shard, &sg);
+        st = read_one(m, t, b, full ? full + offsets[i] : NULL, &sg);
     }
     weft_big_free(sg.p, sg.floats * sizeof(float));
+    weft_big_free(full, full_floats * sizeof(float));
+    weft_free(offsets);
     if (st == WEFT_OK && weft_ckpt_count(ck) != bd->n) {
         /* more tensors than parameters: name the first one nobody asked for */
         for (size_t i = 0; i < weft_ckpt_count(ck); i++) {
