@@ -111,12 +111,59 @@ static const struct conf_key transport_keys[] = {
             "polling starves peers when there are more processes than cores."),
 };
 
+static const struct conf_key api_keys[] = {
+    KEY_STR(weft_conf_api, listen, "127.0.0.1:8642",
+            "Where weft serve listens and where weft submit/status connect: host:port (TCP) or "
+            "unix:/path (a unix socket, mode 0600). Port 0 picks a free port. An address "
+            "other than loopback exposes the API to the network: set a token."),
+    KEY_STR(weft_conf_api, token, "",
+            "Bearer token: when set, every request needs 'Authorization: Bearer <token>' "
+            "(clients send it from here). Empty: no authentication (loopback use)."),
+    KEY_SIZE(weft_conf_api, max_body, "64MiB", 1024, 1ll << 32,
+             "Largest request body (inline prompt embeddings are base64 in the body)."),
+    KEY_SIZE(weft_conf_api, max_header, "16KiB", 1024, 1ll << 20,
+             "Largest request line plus headers."),
+    KEY_INT(weft_conf_api, max_prompts, "64", 1, 4096, "Most prompts in one job (a batch)."),
+    KEY_INT(weft_conf_api, max_images, "64", 1, 65536,
+            "Most images in one job (prompts x count)."),
+    KEY_INT(weft_conf_api, max_pixels, "4194304", 256, 1ll << 28,
+            "Largest image, width x height in pixels (each side a multiple of 16)."),
+    KEY_INT(weft_conf_api, max_steps, "100", 1, 1000, "Most denoising steps of a job."),
+    KEY_INT(weft_conf_api, max_queue, "1024", 1, 1000000,
+            "Most jobs waiting to run; a submission beyond it gets 503."),
+    KEY_INT(weft_conf_api, max_connections, "256", 1, 65536,
+            "Most client connections at once; more are answered 503 and closed."),
+    KEY_INT(weft_conf_api, idle_timeout_ms, "30000", 10, 86400000,
+            "An open connection with no request in progress is closed after this long."),
+    KEY_INT(weft_conf_api, request_timeout_ms, "60000", 10, 86400000,
+            "A request must arrive whole (and its response be taken) within this long of its "
+            "first byte, else 408 and the connection is closed (slow clients)."),
+    KEY_STR(weft_conf_api, journal_dir, "weft-serve/journal",
+            "Folder of the job journal: accepted jobs are written there (and synced) before "
+            "the 202, so a restart of the coordinator loses none. Empty: no journal, jobs "
+            "live in memory only."),
+    KEY_STR(weft_conf_api, output_dir, "weft-serve/jobs",
+            "Folder of job results: one folder per job with its PNGs (and its inline prompt "
+            "embeddings)."),
+    KEY_SIZE(weft_conf_api, journal_compact, "16MiB", 4096, 1ll << 40,
+             "Journal size that triggers its compaction (rewritten with the live jobs only)."),
+    KEY_INT(weft_conf_api, keep_jobs, "10000", 1, 10000000,
+            "Finished jobs kept (with their images); beyond it the oldest are deleted."),
+    KEY_INT(weft_conf_api, max_attempts, "3", 1, 100,
+            "Runs of a job cut short by coordinator restarts before it is failed instead of "
+            "run again."),
+    KEY_INT(weft_conf_api, shutdown_grace_ms, "10000", 0, 86400000,
+            "On SIGINT/SIGTERM, how long running jobs may finish before they are stopped "
+            "(they stay in the journal and run again after a restart)."),
+};
+
 static const struct conf_section sections[] = {
     SECTION(log, log_keys, "Logging."),
     SECTION(model, model_keys, "The model to run."),
     SECTION(kernels, kernels_keys, "Compute kernels."),
     SECTION(parallel, parallel_keys, "How the work is split across ranks."),
     SECTION(transport, transport_keys, "Worker-to-worker communication (UCX) and collectives."),
+    SECTION(api, api_keys, "The job API: weft serve, and the address weft submit/status use."),
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
 

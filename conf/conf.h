@@ -50,6 +50,28 @@ struct weft_conf_transport {
     int64_t spin_us;
 };
 
+/* [api]: the coordinator's job API (weft serve) and its clients (weft submit, weft status). */
+struct weft_conf_api {
+    char listen[WEFT_CONF_PATH]; /* "host:port" or "unix:/path" */
+    char token[WEFT_CONF_STR];
+    uint64_t max_body;
+    uint64_t max_header;
+    int64_t max_prompts;
+    int64_t max_images;
+    int64_t max_pixels;
+    int64_t max_steps;
+    int64_t max_queue;
+    int64_t max_connections;
+    int64_t idle_timeout_ms;
+    int64_t request_timeout_ms;
+    char journal_dir[WEFT_CONF_PATH];
+    char output_dir[WEFT_CONF_PATH];
+    uint64_t journal_compact;
+    int64_t keep_jobs;
+    int64_t max_attempts;
+    int64_t shutdown_grace_ms;
+};
+
 /* [tp_plan]: a free-form map of module globs to tensor-parallel styles, validated by the plan
  * code (model/plan.h), which reports errors with each entry's origin (file:line, option). */
 #define WEFT_CONF_MAP_MAX 64
@@ -69,6 +91,7 @@ struct weft_conf {
     struct weft_conf_kernels kernels;
     struct weft_conf_parallel parallel;
     struct weft_conf_transport transport;
+    struct weft_conf_api api;
     struct weft_conf_map tp_plan;
 };
 
