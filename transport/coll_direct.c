@@ -25,12 +25,19 @@ static char *peer_input(const struct weft_tp_op *op, int r)
     return c->scratch + (size_t)idx * op->count * op->esize;
 }
 
+/* The f32 accumulator follows the peers' inputs, on a cache line. */
+static size_t acc_offset(const struct weft_tp_op *op)
+{
+    size_t in = (size_t)(op->comm->size - 1) * op->count * op->esize;
+    return (in + 63) & ~(size_t)63;
+}
+
 weft_status_t weft_tp_direct_allreduce_setup(struct weft_tp_op *op)
 {
     struct weft_comm *c = op->comm;
     int n = c->size;
     size_t bytes = op->count * op->esize;
-    weft_status_t st = weft_tp_scratch_need(c, (size_t)(n - 1) * bytes + op->count * 4);
+    weft_status_t st = weft_tp_scratch_need(c, acc_offset(op) + op->count * sizeof(float));
     if (st != WEFT_OK)
         return st;
     for (int r = 0; r < n; r++) {
@@ -66,7 +73,7 @@ weft_status_t weft_tp_direct_allreduce_progress(struct weft_tp_op *op, int *move
     weft_status_t st = weft_tp_op_fifo_reap(op, moved);
     if (st != WEFT_OK)
         return st;
-    float *acc = (float *)(c->scratch + (size_t)(n - 1) * bytes);
+    float *acc = (float *)(c->scratch + acc_offset(op));
     for (int b = 0; b < n; b++) {
         size_t off = c->off[b], len = c->len[b];
         if (!len)

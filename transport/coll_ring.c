@@ -271,7 +271,7 @@ weft_status_t weft_comm_allreduce_start(struct weft_comm *comm, const void *send
         return weft_tp_op_launch(op, n == 1 ? local_reduce(op) : WEFT_OK, req_p);
     const struct weft_transport_opts *o = &comm->tp->opts;
     size_t bytes = count * op->esize;
-    size_t direct_need = (size_t)(n - 1) * bytes + count * sizeof(float);
+    size_t direct_need = (size_t)(n - 1) * bytes + 64 + count * sizeof(float);
     bool fits = direct_need <= 4 * (size_t)o->pipeline_depth * o->chunk_bytes;
     bool direct = fits && (o->allreduce_algo == WEFT_COMM_ALGO_DIRECT ||
                            (o->allreduce_algo == WEFT_COMM_ALGO_AUTO &&

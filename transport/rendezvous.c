@@ -320,15 +320,14 @@ static void conn_write(struct weft_rdv_server *srv, struct rdv_conn *c)
             return;
         if (n <= 0) {
             WEFT_LOG_WARN("rendezvous", "rank %d left before it got the table", c->rank);
-            close(c->fd);
-            c->fd = -1;
-            srv->answered++; /* it will not come back for it: count it as answered */
-            return;
+            break; /* it will not come back for it: count it as answered */
         }
         c->sent += (size_t)n;
     }
     close(c->fd);
     c->fd = -1;
+    weft_free(c->addr);
+    c->addr = NULL;
     srv->answered++;
 }
 
