@@ -34,9 +34,9 @@ static void help(FILE *out)
         "(default 3) runs each and reports the median load time and the largest peak RSS.\n");
 }
 
-static weft_status_t never(void *arg, float *buf, size_t count)
+static weft_status_t never(void *group, float *buf, size_t count)
 {
-    (void)arg, (void)buf, (void)count;
+    (void)group, (void)buf, (void)count;
     return WEFT_ERR_INTERNAL; /* loading never communicates */
 }
 
@@ -73,9 +73,10 @@ int weft_bench_load_run(struct weft_cli *cli)
     if (weft_tp_resolve(&plan, ck, &info, tp, tp, &lay) != WEFT_OK)
         return 1;
     weft_ckpt_close(ck); /* the plan needs headers only; the load opens its own */
+    const struct weft_par_comm comm = {.allreduce = never};
     struct weft_flux_opts o = {.kernels = K, .kctx = kc, .tp_rank = rank, .tp_size = tp,
                                .tp_layout = lay, .tp_full_then_shard = !strcmp(mode, "full"),
-                               .allreduce = never};
+                               .comm = &comm};
     struct weft_flux *m;
     weft_status_t st = weft_flux_load(model, &o, &m);
     double load_s = weft_now() - t0;

@@ -11,6 +11,7 @@
 #include "common/tensor.h"
 #include "model/checkpoint.h"
 #include "model/plan.h"
+#include "worker/cp_attention.h"
 
 #define FLUX_EPS 1e-6f
 #define TIME_PROJ_DIM 256
@@ -33,9 +34,14 @@ struct single_block {
     float *qk_norm[2];
 };
 
-/* Activations for one (batch, s_img, s_txt) reservation. */
+/* Activations for one (batch, s_img, s_txt) reservation: s_img and s_txt are this rank's chunk
+ * (the whole sequence without context parallelism), starting at img0 and txt0. */
 struct acts {
     int64_t batch, s_img, s_txt;
+    int64_t full_img, full_txt, img0, txt0;
+    struct weft_cp_attn *cpa; /* NULL without context parallelism */
+    float *out_local;         /* [B, s_img, out_channels] before the gather */
+    size_t *gather_counts;    /* [W] */
     size_t bytes;
     void *base;
     float *h;        /* [B, S, D] hidden states, text rows first */
@@ -60,9 +66,11 @@ struct weft_flux {
     struct weft_kctx *kc;
     int tp_rank, tp_size;
     int64_t heads_l, dim_l, mlp_l; /* this rank's heads, their width, its MLP features */
-    weft_flux_allreduce_fn allreduce;
-    void *allreduce_arg;
-    weft_status_t comm_status; /* first all-reduce failure, reported after the block */
+    struct weft_cp_layout cp;
+    int cp_size, cp_rank; /* ring x ulysses, and this rank's chunk */
+    int ring_rank, ulysses_rank;
+    const struct weft_par_comm *comm;
+    weft_status_t comm_status; /* first collective failure, reported after the block */
     void *weights;
     size_t weight_bytes;
     struct linear top[WEFT_FLUX_TOP_COUNT];
@@ -336,13 +344,25 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     m->kc = opts->kctx;
     m->tp_size = opts->tp_size > 1 ? opts->tp_size : 1;
     m->tp_rank = m->tp_size > 1 ? opts->tp_rank : 0;
-    m->allreduce = opts->allreduce;
-    m->allreduce_arg = opts->allreduce_arg;
-    if (m->tp_size > 1 && (!opts->tp_layout || !opts->allreduce ||
-                           opts->tp_layout->degree != m->tp_size || m->tp_rank < 0 ||
-                           m->tp_rank >= m->tp_size)) {
+    m->comm = opts->comm;
+    m->cp = opts->cp;
+    m->cp.ring = m->cp.ring > 1 ? m->cp.ring : 1;
+    m->cp.ulysses = m->cp.ulysses > 1 ? m->cp.ulysses : 1;
+    m->cp_size = m->cp.ring * m->cp.ulysses;
+    m->ring_rank = m->cp_size > 1 ? opts->ring_rank : 0;
+    m->ulysses_rank = m->cp_size > 1 ? opts->ulysses_rank : 0;
+    m->cp_rank = m->ring_rank * m->cp.ulysses + m->ulysses_rank;
+    if (m->tp_size > 1 && (!opts->tp_layout || !m->comm || opts->tp_layout->degree != m->tp_size ||
+                           m->tp_rank < 0 || m->tp_rank >= m->tp_size)) {
         WEFT_LOG_ERROR("flux", "tensor parallelism needs a layout resolved for degree %d, a "
-                               "rank below it and an all-reduce", m->tp_size);
+                               "rank below it and collectives", m->tp_size);
+        st = WEFT_ERR_INVALID;
+        goto out;
+    }
+    if (m->cp_size > 1 && (!m->comm || m->ring_rank < 0 || m->ring_rank >= m->cp.ring ||
+                           m->ulysses_rank < 0 || m->ulysses_rank >= m->cp.ulysses)) {
+        WEFT_LOG_ERROR("flux", "context parallelism (ring %d x ulysses %d) needs ranks within "
+                               "the degrees and collectives", m->cp.ring, m->cp.ulysses);
         st = WEFT_ERR_INVALID;
         goto out;
     }
@@ -404,6 +424,8 @@ static void acts_release(struct weft_flux *m)
 {
     if (m->a.base)
         m->K->buf_free(m->kc, m->a.base, m->a.bytes);
+    weft_cp_attn_destroy(m->a.cpa);
+    weft_free(m->a.gather_counts);
     memset(&m->a, 0, sizeof(m->a));
 }
 
@@ -432,27 +454,63 @@ size_t weft_flux_weight_bytes(const struct weft_flux *m)
 /* ---------------------------------------------------------------------------------------- */
 /* Activations                                                                               */
 
+/* Context-parallel attention for this layout of chunk lengths. */
+static weft_status_t reserve_cp(struct weft_flux *m, int64_t s_img, int64_t s_txt)
+{
+    struct acts *a = &m->a;
+    const int W = m->cp_size;
+    int64_t *rows = weft_calloc((size_t)W, sizeof(*rows));
+    a->gather_counts = weft_calloc((size_t)W, sizeof(size_t));
+    if (!rows || !a->gather_counts) {
+        weft_free(rows);
+        return WEFT_ERR_NOMEM;
+    }
+    for (int c = 0; c < W; c++) {
+        int64_t b, ni, nt;
+        weft_cp_chunk(s_img, W, c, &b, &ni);
+        weft_cp_chunk(s_txt, W, c, &b, &nt);
+        rows[c] = ni + nt;
+    }
+    weft_status_t st = weft_cp_attn_create(m->K, m->kc, m->comm, &m->cp, m->ring_rank,
+                                           m->ulysses_rank, m->heads_l,
+                                           m->cfg.attention_head_dim, rows, &a->cpa);
+    weft_free(rows);
+    return st;
+}
+
 weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_img,
                                 int64_t s_txt)
 {
     struct acts *a = &m->a;
-    if (a->base && batch <= a->batch && s_img == a->s_img && s_txt == a->s_txt)
+    if (a->base && batch <= a->batch && s_img == a->full_img && s_txt == a->full_txt)
         return WEFT_OK;
     const struct weft_flux_config *c = &m->cfg;
-    const int64_t B = batch, S = s_img + s_txt, D = c->inner_dim, Dl = m->dim_l;
+    if (m->cp_size > 1) {
+        /* the flags' own consistency is the planner's check; here: can the lengths split? */
+        weft_status_t st = weft_cp_check(&m->cp, m->cp.anything && m->cp.ulysses > 1,
+                                         m->cp.anything && m->cp.ring > 1, s_txt, s_img,
+                                         m->heads_l);
+        if (st != WEFT_OK)
+            return st;
+    }
+    int64_t img0, ni, txt0, nt;
+    weft_cp_chunk(s_img, m->cp_size, m->cp_rank, &img0, &ni);
+    weft_cp_chunk(s_txt, m->cp_size, m->cp_rank, &txt0, &nt);
+    const int64_t B = batch, S = ni + nt, D = c->inner_dim, Dl = m->dim_l;
     const int64_t hd = c->attention_head_dim;
     /* sizes in floats, each rounded up to 16 floats (64 bytes) */
     int64_t sizes[] = {
         B * S * D,         B * S * D,      B * S * Dl, B * S * Dl, B * S * Dl,
-        B * S * (Dl + m->mlp_l), B * S * D, S * hd,   S * hd,    B * s_img * c->in_channels,
-        B * s_txt * c->joint_attention_dim, B * s_img * c->out_channels,
+        B * S * (Dl + m->mlp_l), B * S * D, S * hd,   S * hd,    B * ni * c->in_channels,
+        B * nt * c->joint_attention_dim, B * s_img * c->out_channels,
         B * D,             B * D,          B * D,     B * TIME_PROJ_DIM,
         B * 6 * D,         B * 6 * D,      4 * B + B * c->pooled_projection_dim,
+        m->cp_size > 1 ? B * ni * c->out_channels : 0,
     };
     float **ptrs[] = {&a->h,   &a->xn,  &a->q,    &a->k,          &a->v,
                       &a->cat, &a->tmp, &a->cos,  &a->sin,        &a->in_hidden,
                       &a->in_encoder, &a->out, &a->temb, &a->act, &a->vec,
-                      &a->proj, &a->mod, &a->modc, &a->scalars};
+                      &a->proj, &a->mod, &a->modc, &a->scalars, &a->out_local};
     _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == sizeof(ptrs) / sizeof(ptrs[0]),
                    "sizes and pointers");
     size_t total = 0;
@@ -464,7 +522,7 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     if (st != WEFT_OK) {
         WEFT_LOG_ERROR("flux", "cannot reserve %zu bytes of activations for batch %lld, %lld "
                                "image and %lld text tokens", total * sizeof(float),
-                       (long long)batch, (long long)s_img, (long long)s_txt);
+                       (long long)batch, (long long)ni, (long long)nt);
         return st;
     }
     a->base = base;
@@ -475,9 +533,13 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
         p += ((size_t)sizes[i] + 15) / 16 * 16;
     }
     a->batch = batch;
-    a->s_img = s_img;
-    a->s_txt = s_txt;
-    return WEFT_OK;
+    a->s_img = ni, a->s_txt = nt, a->img0 = img0, a->txt0 = txt0;
+    a->full_img = s_img, a->full_txt = s_txt;
+    if (m->cp_size == 1)
+        a->out_local = a->out;
+    else if ((st = reserve_cp(m, s_img, s_txt)) != WEFT_OK)
+        acts_release(m);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -503,23 +565,25 @@ static void lin(struct weft_flux *m, const struct linear *l, const float *x, int
     if (m->comm_status == WEFT_OK) {
         weft_status_t st = K->sync(m->kc);
         if (st == WEFT_OK)
-            st = m->allreduce(m->allreduce_arg, y, (size_t)(rows * l->out));
+            st = m->comm->allreduce(m->comm->tp, y, (size_t)(rows * l->out));
         m->comm_status = st;
     }
     if (l->b)
         K->gated_add(m->kc, y, ldy, NULL, l->b, 0, rows, l->out);
 }
 
-/* RoPE tables for the joint ids [txt; img]: per axis, angles in f64, cos/sin stored in f32. */
+/* RoPE tables for this rank's joint ids [txt chunk; img chunk]: per axis, angles in f64,
+ * cos/sin stored in f32. */
 static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
 {
     const struct weft_flux_config *c = &m->cfg;
-    const int64_t S = in->s_txt + in->s_img, hd = c->attention_head_dim;
+    const struct acts *a = &m->a;
+    const int64_t S = a->s_txt + a->s_img, hd = c->attention_head_dim;
     float *cs = m->a.cos, *sn = m->a.sin;
     float *hcos = cs, *hsin = sn;
     for (int64_t r = 0; r < S; r++) {
-        const float *ids = r < in->s_txt ? in->txt_ids + r * c->n_axes
-                                         : in->img_ids + (r - in->s_txt) * c->n_axes;
+        const float *ids = r < a->s_txt ? in->txt_ids + (a->txt0 + r) * c->n_axes
+                                        : in->img_ids + (a->img0 + r - a->s_txt) * c->n_axes;
         int64_t off = 0;
         for (int ax = 0; ax < c->n_axes; ax++) {
             int64_t dim = c->axes_dims_rope[ax];
@@ -584,18 +648,26 @@ static void qkv(struct weft_flux *m, const struct linear *lq, const struct linea
     }
 }
 
-/* RoPE on all of Q and K, then attention per batch element into cat[:, :, 0:Dl]. */
+/* RoPE on all of Q and K, then attention per batch element into cat[:, :, 0:Dl]; across the
+ * context-parallel ranks when there are several. */
 static void attend(struct weft_flux *m)
 {
     struct acts *a = &m->a;
     const int64_t S = a->s_img + a->s_txt, Dl = m->dim_l, hd = m->cfg.attention_head_dim;
     const int64_t H = m->heads_l, ldc = Dl + m->mlp_l;
+    const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t b = 0; b < a->batch; b++) {
         float *q = a->q + b * S * Dl, *k = a->k + b * S * Dl, *v = a->v + b * S * Dl;
         m->K->rope(m->kc, q, Dl, a->cos, a->sin, S, H, hd);
         m->K->rope(m->kc, k, Dl, a->cos, a->sin, S, H, hd);
-        m->K->attention(m->kc, q, Dl, k, Dl, v, Dl, a->cat + b * S * ldc, ldc, NULL, S, S, H, hd,
-                        1.0f / sqrtf((float)hd));
+        if (!a->cpa) {
+            m->K->attention(m->kc, q, Dl, k, Dl, v, Dl, a->cat + b * S * ldc, ldc, NULL, S, S, H,
+                            hd, scale);
+            continue;
+        }
+        if (m->comm_status == WEFT_OK)
+            m->comm_status = weft_cp_attn_run(a->cpa, q, k, v, Dl, a->cat + b * S * ldc, ldc,
+                                              scale);
     }
 }
 
@@ -708,13 +780,19 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
     struct acts *a = &m->a;
     const struct weft_flux_config *c = &m->cfg;
     const struct weft_kernels *K = m->K;
-    const int64_t B = in->batch, St = in->s_txt, Si = in->s_img, S = St + Si, D = c->inner_dim;
+    /* this rank's chunk of the text and image tokens (all of them without context parallelism) */
+    const int64_t B = in->batch, St = a->s_txt, Si = a->s_img, S = St + Si, D = c->inner_dim;
     a->batch = B; /* a larger reservation serves smaller batches */
 
-    K->upload(m->kc, a->in_hidden, in->hidden, (size_t)(B * Si * c->in_channels) * 4);
-    if (St)
-        K->upload(m->kc, a->in_encoder, in->encoder,
-                  (size_t)(B * St * c->joint_attention_dim) * 4);
+    for (int64_t b = 0; b < B; b++) {
+        K->upload(m->kc, a->in_hidden + b * Si * c->in_channels,
+                  in->hidden + (b * in->s_img + a->img0) * c->in_channels,
+                  (size_t)(Si * c->in_channels) * 4);
+        if (St)
+            K->upload(m->kc, a->in_encoder + b * St * c->joint_attention_dim,
+                      in->encoder + (b * in->s_txt + a->txt0) * c->joint_attention_dim,
+                      (size_t)(St * c->joint_attention_dim) * 4);
+    }
     for (int64_t b = 0; b < B; b++) {
         lin(m, &m->top[WEFT_FLUX_X_EMBEDDER], a->in_hidden + b * Si * c->in_channels,
             c->in_channels, a->h + (b * S + St) * D, D, Si);
@@ -743,11 +821,23 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
         float *img = a->h + (b * S + St) * D, *xn = a->xn + b * Si * D;
         K->layernorm(m->kc, img, D, xn, D, Si, D, FLUX_EPS);
         K->modulate(m->kc, xn, D, md + D, md, xn, D, Si, D);
-        lin(m, &m->top[WEFT_FLUX_PROJ_OUT], xn, D, a->out + b * Si * c->out_channels,
+        lin(m, &m->top[WEFT_FLUX_PROJ_OUT], xn, D, a->out_local + b * Si * c->out_channels,
             c->out_channels, Si);
     }
-    K->download(m->kc, out, a->out, (size_t)(B * Si * c->out_channels) * 4);
-    if ((st = m->comm_status) != WEFT_OK)
+    /* Context parallelism: every rank gathers every chunk of the output, in sequence order. */
+    for (int64_t b = 0; b < B && m->cp_size > 1 && st == WEFT_OK; b++) {
+        for (int r = 0; r < m->cp_size; r++) {
+            int64_t b0, n;
+            weft_cp_chunk(in->s_img, m->cp_size, r, &b0, &n);
+            a->gather_counts[r] = (size_t)(n * c->out_channels);
+        }
+        if ((st = K->sync(m->kc)) == WEFT_OK && (st = m->comm_status) == WEFT_OK)
+            st = m->comm->allgatherv(m->comm->cp, a->out_local + b * Si * c->out_channels,
+                                     a->out + b * in->s_img * c->out_channels,
+                                     a->gather_counts);
+    }
+    if (st != WEFT_OK || (st = m->comm_status) != WEFT_OK)
         return st;
+    K->download(m->kc, out, a->out, (size_t)(B * in->s_img * c->out_channels) * 4);
     return K->sync(m->kc);
 }

@@ -11,13 +11,12 @@
 
 #include "common/status.h"
 #include "kernels/kernels.h"
+#include "model/cp.h"
 #include "model/flux.h"
+#include "worker/par.h"
 
 struct weft_flux;
 struct weft_tp_layout;
-
-/* Sum count floats in place across the tensor-parallel group (a transport all-reduce). */
-typedef weft_status_t (*weft_flux_allreduce_fn)(void *arg, float *buf, size_t count);
 
 struct weft_flux_opts {
     const struct weft_kernels *kernels;
@@ -26,12 +25,18 @@ struct weft_flux_opts {
      * checkpoint (model/plan.h); this rank keeps heads [r H/T, (r+1) H/T) and reads only its
      * byte ranges of each planned tensor, unless tp_full_then_shard, which reads every tensor
      * whole and keeps the local slice (Diffusers' enable_parallelism path: same result, more
-     * memory). Rowwise outputs are summed with allreduce, the bias added once after. */
+     * memory). Rowwise outputs are summed over comm->tp, the bias added once after. */
     int tp_rank, tp_size;
     const struct weft_tp_layout *tp_layout;
     int tp_full_then_shard;
-    weft_flux_allreduce_fn allreduce;
-    void *allreduce_arg;
+    /* Context parallelism (ring x ulysses <= 1: none): FLUX.1's plan splits the text and image
+     * tokens and both id arrays at model entry (chunk ring_rank * ulysses + ulysses_rank),
+     * computes RoPE from the local ids, attends across ranks (worker/cp_attention.h) and
+     * gathers the output after proj_out, so every rank returns the full output. */
+    struct weft_cp_layout cp;
+    int ring_rank, ulysses_rank;
+    /* The collectives, for tensor or context parallelism. */
+    const struct weft_par_comm *comm;
 };
 
 /* Inputs of one forward pass, host memory, f32, as FluxPipeline passes them to the model. */
@@ -55,7 +60,9 @@ const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *mode
 /* Bytes of weights held. */
 size_t weft_flux_weight_bytes(const struct weft_flux *model);
 
-/* Reserve activations for this shape (a no-op when the current reservation fits). */
+/* Reserve activations for this shape (a no-op when the current reservation fits). s_img and
+ * s_txt are the full lengths; a context-parallel rank reserves for its chunk. Fails (before
+ * anything is allocated) when the lengths cannot be split as the layout requires. */
 weft_status_t weft_flux_reserve(struct weft_flux *model, int64_t batch, int64_t s_img,
                                 int64_t s_txt);
 /* out: [B, S_img, out_channels], host memory. Reserves on first use of a larger shape. */

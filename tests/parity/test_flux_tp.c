@@ -12,16 +12,14 @@
 #include "integration/launch.h"
 #include "model/plan.h"
 #include "worker/denoise.h"
+#include "worker/par_transport.h"
 
 #define FWD_GOLDEN "tests/data/flux1/golden/fwd_tiny-g_15x13_t7.safetensors"
 #define LOOP_GOLDEN "tests/data/flux1/golden/loop_tiny-g_16x16_t8.safetensors"
 
 static char model_dir[1024];
 
-static weft_status_t allreduce(void *arg, float *buf, size_t count)
-{
-    return weft_comm_allreduce(arg, buf, buf, count, WEFT_DTYPE_F32);
-}
+static const struct weft_par_comm *comm_ops;
 
 struct inputs {
     struct golden g;
@@ -69,8 +67,7 @@ static float *forward(struct weft_comm *comm, const struct weft_tp_plan *plan, i
         o.tp_size = T;
         o.tp_layout = lay;
         o.tp_full_then_shard = full_first;
-        o.allreduce = allreduce;
-        o.allreduce_arg = comm;
+        o.comm = comm_ops;
     }
     struct weft_flux *m;
     *load_st = weft_flux_load(model_dir, &o, &m);
@@ -101,7 +98,7 @@ static double loop(struct weft_comm *comm, const struct weft_tp_plan *plan, floa
         int T = weft_comm_size(comm);
         CHECK_OK(weft_tp_resolve(plan, ck, &info, T, T, &lay));
         o.tp_rank = weft_comm_rank(comm), o.tp_size = T, o.tp_layout = lay;
-        o.allreduce = allreduce, o.allreduce_arg = comm;
+        o.comm = comm_ops;
     }
     struct weft_flux *m;
     CHECK_OK(weft_flux_load(model_dir, &o, &m));
@@ -135,6 +132,10 @@ static int rank_main(struct weft_transport *transport, void *arg)
     (void)arg;
     test_quiet();
     struct weft_comm *comm = weft_transport_world(transport);
+    struct weft_mesh mesh = {1, 1, 1, weft_comm_size(comm)};
+    struct weft_par_transport *pt;
+    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt));
+    comm_ops = weft_par_transport_comm(pt);
     int rank = weft_comm_rank(comm), T = weft_comm_size(comm);
     struct inputs x;
     inputs_load(&x);
@@ -187,6 +188,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     CHECK(e_loop <= 1e-5);
     CHECK(el_tp <= 1e-4);
     free(single), free(tp), free(tp_full), free(bad), free(l_single), free(l_tp);
+    weft_par_transport_destroy(pt);
     return 0;
 }
 

@@ -1,0 +1,57 @@
+/* Mesh arithmetic (see mesh.h). */
+#include "model/mesh.h"
+
+int weft_mesh_size(const struct weft_mesh *m)
+{
+    return m->dp * m->ring * m->ulysses * m->tp;
+}
+
+void weft_mesh_coord(const struct weft_mesh *m, int rank, struct weft_mesh_coord *c)
+{
+    c->tp = rank % m->tp;
+    rank /= m->tp;
+    c->ulysses = rank % m->ulysses;
+    rank /= m->ulysses;
+    c->ring = rank % m->ring;
+    c->dp = rank / m->ring;
+    c->cp = c->ring * m->ulysses + c->ulysses;
+}
+
+int weft_mesh_rank(const struct weft_mesh *m, const struct weft_mesh_coord *c)
+{
+    return ((c->dp * m->ring + c->ring) * m->ulysses + c->ulysses) * m->tp + c->tp;
+}
+
+int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group kind, int *ranks,
+                    int *index_p)
+{
+    struct weft_mesh_coord me, c;
+    weft_mesh_coord(m, rank, &me);
+    int n = 0;
+    for (int r = 0; r < weft_mesh_size(m); r++) {
+        weft_mesh_coord(m, r, &c);
+        int same = c.dp == me.dp;
+        switch (kind) {
+        case WEFT_MESH_TP:
+            same = same && c.ring == me.ring && c.ulysses == me.ulysses;
+            break;
+        case WEFT_MESH_ULYSSES:
+            same = same && c.ring == me.ring && c.tp == me.tp;
+            break;
+        case WEFT_MESH_RING:
+            same = same && c.ulysses == me.ulysses && c.tp == me.tp;
+            break;
+        case WEFT_MESH_CP:
+            same = same && c.tp == me.tp;
+            break;
+        default:
+            break;
+        }
+        if (!same)
+            continue;
+        if (r == rank)
+            *index_p = n;
+        ranks[n++] = r;
+    }
+    return n;
+}

@@ -1,0 +1,34 @@
+/* The collectives model code needs, as a table of callbacks on opaque groups, so a forward
+ * pass never touches the transport (STYLE: a model file never calls UCX). The worker fills it
+ * from transport/ (worker/par_transport.c); every count is in floats, every call returns
+ * WEFT_OK or the transport's status (a peer-lost status fails the forward pass). */
+#ifndef WEFT_WORKER_PAR_H
+#define WEFT_WORKER_PAR_H
+
+#include <stddef.h>
+
+#include "common/status.h"
+
+struct weft_par_comm {
+    /* Sum count floats in place over group (tensor parallelism). */
+    weft_status_t (*allreduce)(void *group, float *buf, size_t count);
+    /* Block j of send (send_counts[j] floats) to group rank j; recv gets recv_counts[j] from
+     * rank j; blocks packed in rank order (Ulysses). */
+    weft_status_t (*alltoallv)(void *group, const float *send, const size_t *send_counts,
+                               float *recv, const size_t *recv_counts);
+    /* recv = every rank's send (counts[j] floats from rank j) in rank order. */
+    weft_status_t (*allgatherv)(void *group, const float *send, float *recv,
+                                const size_t *counts);
+    /* Post a send of send_n floats to rank `to` and a receive of recv_n floats from rank
+     * `from`; exchange_wait completes both (ring attention's rotation). */
+    weft_status_t (*exchange_start)(void *group, const float *send, size_t send_n, int to,
+                                    float *recv, size_t recv_n, int from, void **handle_p);
+    weft_status_t (*exchange_wait)(void *group, void *handle);
+
+    void *tp;      /* tensor-parallel group */
+    void *ulysses; /* Ulysses group: contiguous context-parallel ranks */
+    void *ring;    /* ring group: strided context-parallel ranks */
+    void *cp;      /* every context-parallel rank of the replica, flattened order */
+};
+
+#endif

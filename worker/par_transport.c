@@ -1,0 +1,111 @@
+/* worker/par.h callbacks over transport/comm.h groups. Group ids are the mesh dimension: groups
+ * of one dimension partition the world, so no process is in two groups of the same id. */
+#include "worker/par_transport.h"
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+/* What the opaque group pointers of struct weft_par_comm point to. */
+struct par_group {
+    struct weft_comm *comm;
+    struct weft_comm_req *xfer[2]; /* one ring exchange in flight at a time */
+};
+
+struct weft_par_transport {
+    struct weft_par_comm ops;
+    struct par_group groups[WEFT_MESH_GROUP_COUNT];
+};
+
+static weft_status_t allreduce(void *g, float *buf, size_t count)
+{
+    return weft_comm_allreduce(((struct par_group *)g)->comm, buf, buf, count, WEFT_DTYPE_F32);
+}
+
+static weft_status_t alltoallv(void *g, const float *send, const size_t *send_counts,
+                               float *recv, const size_t *recv_counts)
+{
+    return weft_comm_alltoallv(((struct par_group *)g)->comm, send, send_counts, recv,
+                               recv_counts, WEFT_DTYPE_F32);
+}
+
+static weft_status_t allgatherv(void *g, const float *send, float *recv, const size_t *counts)
+{
+    return weft_comm_allgatherv(((struct par_group *)g)->comm, send, recv, counts,
+                                WEFT_DTYPE_F32);
+}
+
+static weft_status_t exchange_start(void *g, const float *send, size_t send_n, int to,
+                                    float *recv, size_t recv_n, int from, void **handle_p)
+{
+    struct par_group *pg = g;
+    weft_status_t st =
+        weft_comm_irecv(pg->comm, from, 0, recv, recv_n * sizeof(float), &pg->xfer[0]);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_comm_isend(pg->comm, to, 0, send, send_n * sizeof(float), &pg->xfer[1]);
+    if (st != WEFT_OK) {
+        (void)weft_comm_wait(&pg->xfer[0]);
+        return st;
+    }
+    *handle_p = pg->xfer;
+    return WEFT_OK;
+}
+
+static weft_status_t exchange_wait(void *g, void *handle)
+{
+    (void)g;
+    return weft_comm_waitall(2, handle);
+}
+
+weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
+                                        int world_base, struct weft_par_transport **pt_p)
+{
+    int rank = weft_transport_rank(tp) - world_base, n = weft_mesh_size(mesh);
+    if (rank < 0 || rank >= n || world_base + n > weft_transport_size(tp)) {
+        WEFT_LOG_ERROR("worker", "world rank %d is not in the mesh of %d ranks at %d",
+                       weft_transport_rank(tp), n, world_base);
+        return WEFT_ERR_INVALID;
+    }
+    struct weft_par_transport *pt = weft_calloc(1, sizeof(*pt));
+    int *ranks = weft_calloc((size_t)n, sizeof(int));
+    weft_status_t st = pt && ranks ? WEFT_OK : WEFT_ERR_NOMEM;
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT && st == WEFT_OK; k++) {
+        int index = 0;
+        int size = weft_mesh_group(mesh, rank, (enum weft_mesh_group)k, ranks, &index);
+        for (int i = 0; i < size; i++)
+            ranks[i] += world_base;
+        st = weft_comm_create(tp, size, ranks, (uint32_t)(k + 1), &pt->groups[k].comm);
+    }
+    weft_free(ranks);
+    if (st != WEFT_OK) {
+        weft_par_transport_destroy(pt);
+        return st;
+    }
+    pt->ops = (struct weft_par_comm){
+        .allreduce = allreduce,
+        .alltoallv = alltoallv,
+        .allgatherv = allgatherv,
+        .exchange_start = exchange_start,
+        .exchange_wait = exchange_wait,
+        .tp = &pt->groups[WEFT_MESH_TP],
+        .ulysses = &pt->groups[WEFT_MESH_ULYSSES],
+        .ring = &pt->groups[WEFT_MESH_RING],
+        .cp = &pt->groups[WEFT_MESH_CP],
+    };
+    *pt_p = pt;
+    return WEFT_OK;
+}
+
+void weft_par_transport_destroy(struct weft_par_transport *pt)
+{
+    if (!pt)
+        return;
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++)
+        weft_comm_destroy(pt->groups[k].comm);
+    weft_free(pt);
+}
+
+const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt)
+{
+    return &pt->ops;
+}

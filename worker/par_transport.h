@@ -1,0 +1,19 @@
+/* The model's collectives (worker/par.h) over weft's transport: one process group per mesh
+ * dimension this rank belongs to. */
+#ifndef WEFT_WORKER_PAR_TRANSPORT_H
+#define WEFT_WORKER_PAR_TRANSPORT_H
+
+#include "model/mesh.h"
+#include "transport/comm.h"
+#include "worker/par.h"
+
+struct weft_par_transport;
+
+/* Groups of rank `rank` of the mesh over tp's world (the world rank of mesh rank i is
+ * world_base + i, so several meshes can share one world). Local: no messages. */
+weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
+                                        int world_base, struct weft_par_transport **pt_p);
+void weft_par_transport_destroy(struct weft_par_transport *pt);
+const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt);
+
+#endif
