@@ -70,6 +70,10 @@ static const struct conf_key kernels_keys[] = {
             "Threads per worker for CPU kernels; 0 uses every core the process may run on."),
 };
 
+/* Orders match enum weft_ring_rotation (model/cp.h). */
+static const char *const ring_rotations[] = {"allgather", "p2p", NULL};
+static const char *const tp_loads[] = {"sharded", "full", NULL};
+
 static const struct conf_key parallel_keys[] = {
     KEY_INT(weft_conf_parallel, tp_degree, "1", 1, 1024,
             "Tensor-parallel degree: ranks that share each layer's weights; divides the heads."),
@@ -80,9 +84,18 @@ static const struct conf_key parallel_keys[] = {
     KEY_INT(weft_conf_parallel, dp_degree, "1", 1, 1024,
             "Data-parallel replicas; a batch of prompts is split between them."),
     KEY_BOOL(weft_conf_parallel, ulysses_anything, "false",
-             "Ulysses over any sequence length and head count (uneven splits, padded heads)."),
+             "Any sequence length and head count for Ulysses (and unified 2-D): uneven splits, "
+             "the first ranks one token (or head) longer."),
     KEY_BOOL(weft_conf_parallel, ring_anything, "false",
-             "Ring attention over any sequence length (K/V padded to the longest rank)."),
+             "Any sequence length for ring attention (and unified 2-D): uneven splits, each "
+             "rank's K/V moved at its true length."),
+    KEY_ENUM(weft_conf_parallel, ring_rotation, "allgather", ring_rotations,
+             "How K/V travel in ring attention: allgather (every chunk at once, one attention) "
+             "or p2p (chunk by chunk around the ring, merged by log-sum-exp; two chunks "
+             "resident)."),
+    KEY_ENUM(weft_conf_parallel, tp_load, "sharded", tp_loads,
+             "Tensor-parallel loading: sharded (each rank reads only its byte ranges) or full "
+             "(read every tensor whole, keep the local slices; more memory)."),
 };
 
 static const char *const allreduce_algos[] = {"auto", "ring", "direct", NULL};

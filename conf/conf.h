@@ -37,6 +37,8 @@ struct weft_conf_parallel {
     int64_t dp_degree;
     bool ulysses_anything;
     bool ring_anything;
+    int ring_rotation; /* enum weft_ring_rotation: allgather, p2p */
+    int tp_load;       /* sharded, full (read everything, then keep the local shards) */
 };
 
 /* Orders of allreduce_algo match enum weft_comm_algo in transport/comm.h. */
