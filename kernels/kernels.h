@@ -76,6 +76,32 @@ struct weft_kernels {
      * [cos(t f), sin(t f)], f_j = exp(-ln(10000) j / (dim/2)). */
     void (*timestep_embed)(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
                            int64_t dim);
+
+    /* Image ops (the VAE). An image is its pixels as rows, [h * w, c] row-major (NHWC). */
+
+    /* Repack a convolution weight from PyTorch's [cout, cin, k, k] into this backend's layout
+     * (the same number of floats), once at load time. */
+    void (*conv2d_pack)(struct weft_kctx *ctx, const float *w, float *packed, int64_t cout,
+                        int64_t cin, int64_t k);
+    /* Bytes of workspace conv2d needs for this shape (0: none). */
+    size_t (*conv2d_workspace)(struct weft_kctx *ctx, int64_t h, int64_t w, int64_t cin,
+                               int64_t cout, int64_t k);
+    /* y [h, w, cout] = conv(x [h, w, cin], packed weight wt) + b (b may be NULL): stride 1, zero
+     * padding k / 2, k 1 or 3. With accumulate, y += (a residual connection, fused). ws holds
+     * conv2d_workspace bytes. x and y do not overlap. */
+    void (*conv2d)(struct weft_kctx *ctx, const float *x, const float *wt, const float *b,
+                   float *y, int64_t h, int64_t w, int64_t cin, int64_t cout, int64_t k,
+                   int accumulate, void *ws);
+    /* GroupNorm on n pixels of c channels: groups of c / groups consecutive channels, mean and
+     * variance of each group over all its n x c / groups values; y = (x - mean) /
+     * sqrt(var + eps) * gamma + beta, then y = silu(y) when silu is set. y may be x;
+     * c is at most 8192. */
+    void (*groupnorm)(struct weft_kctx *ctx, const float *x, float *y, const float *gamma,
+                      const float *beta, int64_t n, int64_t c, int64_t groups, float eps,
+                      int silu);
+    /* Nearest-neighbour 2x upsampling: y [2h, 2w, c] from x [h, w, c]. */
+    void (*upsample2x)(struct weft_kctx *ctx, const float *x, float *y, int64_t h, int64_t w,
+                       int64_t c);
 };
 
 /* The CPU backend: threads 0 = every core this process may run on. */
@@ -83,5 +109,14 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
                                       struct weft_kctx **ctx_p);
 void weft_kernels_cpu_destroy(struct weft_kctx *ctx);
 int weft_kernels_cpu_threads(const struct weft_kctx *ctx);
+
+/* How the CPU backend computes 3x3 convolutions (1x1 ones are always one GEMM). */
+enum weft_conv_algo {
+    WEFT_CONV_DEFAULT, /* the faster one on the machines measured (bench/README.md) */
+    WEFT_CONV_GEMM,    /* im2col in row bands + OpenBLAS sgemm */
+    WEFT_CONV_DIRECT,  /* register-blocked direct kernel, no im2col */
+    WEFT_CONV_ALGO_COUNT
+};
+void weft_kernels_cpu_set_conv_algo(struct weft_kctx *ctx, enum weft_conv_algo algo);
 
 #endif

@@ -85,6 +85,11 @@ static const struct weft_kernels cpu_kernels = {
     .modulate = cpu_modulate,
     .gated_add = cpu_gated_add,
     .timestep_embed = cpu_timestep_embed,
+    .conv2d_pack = cpu_conv2d_pack,
+    .conv2d_workspace = cpu_conv2d_workspace,
+    .conv2d = cpu_conv2d,
+    .groupnorm = cpu_groupnorm,
+    .upsample2x = cpu_upsample2x,
 };
 
 static int usable_cores(void)
@@ -137,4 +142,9 @@ void weft_kernels_cpu_destroy(struct weft_kctx *ctx)
 int weft_kernels_cpu_threads(const struct weft_kctx *ctx)
 {
     return ctx->threads;
+}
+
+void weft_kernels_cpu_set_conv_algo(struct weft_kctx *ctx, enum weft_conv_algo algo)
+{
+    ctx->conv_algo = algo < WEFT_CONV_ALGO_COUNT ? algo : WEFT_CONV_DEFAULT;
 }

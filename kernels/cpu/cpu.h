@@ -18,6 +18,7 @@ struct weft_kctx {
     int threads;
     struct cpu_pool *pool;
     float **scratch; /* [threads] x CPU_SCRATCH_FLOATS */
+    enum weft_conv_algo conv_algo; /* 3x3 convolutions: WEFT_CONV_DEFAULT picks */
 };
 
 /* fn(arg, begin, end, thread) over [0, n) split into contiguous ranges, one per thread (the
@@ -53,6 +54,17 @@ void cpu_gated_add(struct weft_kctx *ctx, float *x, int64_t ldx, const float *ga
                    const float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_timestep_embed(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
                         int64_t dim);
+void cpu_conv2d_pack(struct weft_kctx *ctx, const float *w, float *packed, int64_t cout,
+                     int64_t cin, int64_t k);
+size_t cpu_conv2d_workspace(struct weft_kctx *ctx, int64_t h, int64_t w, int64_t cin,
+                            int64_t cout, int64_t k);
+void cpu_conv2d(struct weft_kctx *ctx, const float *x, const float *wt, const float *b, float *y,
+                int64_t h, int64_t w, int64_t cin, int64_t cout, int64_t k, int accumulate,
+                void *ws);
+void cpu_groupnorm(struct weft_kctx *ctx, const float *x, float *y, const float *gamma,
+                   const float *beta, int64_t n, int64_t c, int64_t groups, float eps, int silu);
+void cpu_upsample2x(struct weft_kctx *ctx, const float *x, float *y, int64_t h, int64_t w,
+                    int64_t c);
 
 /* exp(x) for x <= 0 (the softmax and SiLU/GELU range; larger x is clamped to 88), branch-free
  * so loops over it vectorize: 2^n * p(r) with |r| <= ln2/2 and a degree-6 polynomial; relative
