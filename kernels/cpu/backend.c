@@ -1,4 +1,5 @@
 /* The CPU backend: its table, memory (huge-page buffers) and the thread pool's lifetime. */
+#include <cblas.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -107,6 +108,9 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
     if (!ctx)
         return WEFT_ERR_NOMEM;
     ctx->threads = threads > 0 ? threads : usable_cores();
+    /* GEMMs run on OpenBLAS's own threads: the same budget as ours, or processes sharing a
+     * machine (one per device) oversubscribe it. The setting is per process. */
+    openblas_set_num_threads(ctx->threads);
     weft_status_t st = cpu_pool_create(ctx->threads, &ctx->pool);
     if (st != WEFT_OK) {
         weft_free(ctx);
