@@ -16,6 +16,8 @@ static const struct bench benches[] = {
     {"flux-run", weft_bench_flux_run, "(internal) one timed weft run for `bench flux`"},
     {"load", weft_bench_load, "sharded vs full-then-shard loading: time and peak RSS per rank"},
     {"load-run", weft_bench_load_run, "(internal) one rank's load for `bench load`"},
+    {"cp", weft_bench_cp, "context parallelism: every mode and shape vs one process"},
+    {"cp-run", weft_bench_cp_run, "(internal) one rank of `bench cp`"},
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 

@@ -2,6 +2,8 @@
  * of one dimension partition the world, so no process is in two groups of the same id. */
 #include "worker/par_transport.h"
 
+#include <time.h>
+
 #include "common/alloc.h"
 #include "common/log.h"
 
@@ -9,7 +11,24 @@
 struct par_group {
     struct weft_comm *comm;
     struct weft_comm_req *xfer[2]; /* one ring exchange in flight at a time */
+    double seconds, bytes;
+    long calls;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static weft_status_t account(struct par_group *g, double t0, size_t bytes, weft_status_t st)
+{
+    g->seconds += now_s() - t0;
+    g->bytes += (double)bytes;
+    g->calls++;
+    return st;
+}
 
 struct weft_par_transport {
     struct weft_par_comm ops;
@@ -18,26 +37,38 @@ struct weft_par_transport {
 
 static weft_status_t allreduce(void *g, float *buf, size_t count)
 {
-    return weft_comm_allreduce(((struct par_group *)g)->comm, buf, buf, count, WEFT_DTYPE_F32);
+    double t0 = now_s();
+    return account(g, t0, count * sizeof(float),
+                   weft_comm_allreduce(((struct par_group *)g)->comm, buf, buf, count,
+                                       WEFT_DTYPE_F32));
 }
 
 static weft_status_t alltoallv(void *g, const float *send, const size_t *send_counts,
                                float *recv, const size_t *recv_counts)
 {
-    return weft_comm_alltoallv(((struct par_group *)g)->comm, send, send_counts, recv,
-                               recv_counts, WEFT_DTYPE_F32);
+    struct par_group *pg = g;
+    size_t n = 0;
+    for (int i = 0; i < weft_comm_size(pg->comm); i++)
+        n += i == weft_comm_rank(pg->comm) ? 0 : send_counts[i];
+    double t0 = now_s();
+    return account(pg, t0, n * sizeof(float),
+                   weft_comm_alltoallv(pg->comm, send, send_counts, recv, recv_counts,
+                                       WEFT_DTYPE_F32));
 }
 
 static weft_status_t allgatherv(void *g, const float *send, float *recv, const size_t *counts)
 {
-    return weft_comm_allgatherv(((struct par_group *)g)->comm, send, recv, counts,
-                                WEFT_DTYPE_F32);
+    struct par_group *pg = g;
+    double t0 = now_s();
+    return account(pg, t0, counts[weft_comm_rank(pg->comm)] * sizeof(float),
+                   weft_comm_allgatherv(pg->comm, send, recv, counts, WEFT_DTYPE_F32));
 }
 
 static weft_status_t exchange_start(void *g, const float *send, size_t send_n, int to,
                                     float *recv, size_t recv_n, int from, void **handle_p)
 {
     struct par_group *pg = g;
+    pg->bytes += (double)(send_n * sizeof(float));
     weft_status_t st =
         weft_comm_irecv(pg->comm, from, 0, recv, recv_n * sizeof(float), &pg->xfer[0]);
     if (st != WEFT_OK)
@@ -51,10 +82,11 @@ static weft_status_t exchange_start(void *g, const float *send, size_t send_n, i
     return WEFT_OK;
 }
 
+/* Only the wait counts as communication time: the transfer overlaps the attention. */
 static weft_status_t exchange_wait(void *g, void *handle)
 {
-    (void)g;
-    return weft_comm_waitall(2, handle);
+    double t0 = now_s();
+    return account(g, t0, 0, weft_comm_waitall(2, handle));
 }
 
 weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
@@ -108,4 +140,19 @@ void weft_par_transport_destroy(struct weft_par_transport *pt)
 const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt)
 {
     return &pt->ops;
+}
+
+void weft_par_transport_stats(const struct weft_par_transport *pt, struct weft_par_stats *out)
+{
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++) {
+        out->seconds[k] = pt->groups[k].seconds;
+        out->bytes[k] = pt->groups[k].bytes;
+        out->calls[k] = pt->groups[k].calls;
+    }
+}
+
+void weft_par_transport_reset_stats(struct weft_par_transport *pt)
+{
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++)
+        pt->groups[k].seconds = pt->groups[k].bytes = 0, pt->groups[k].calls = 0;
 }

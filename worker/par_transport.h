@@ -16,4 +16,14 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
 void weft_par_transport_destroy(struct weft_par_transport *pt);
 const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt);
 
+/* Time spent in (and bytes sent by) each mesh group's collectives since creation or the last
+ * reset: what the model waited for, load imbalance included. */
+struct weft_par_stats {
+    double seconds[WEFT_MESH_GROUP_COUNT];
+    double bytes[WEFT_MESH_GROUP_COUNT];
+    long calls[WEFT_MESH_GROUP_COUNT];
+};
+void weft_par_transport_stats(const struct weft_par_transport *pt, struct weft_par_stats *out);
+void weft_par_transport_reset_stats(struct weft_par_transport *pt);
+
 #endif
