@@ -18,6 +18,7 @@ static const struct bench benches[] = {
     {"load-run", weft_bench_load_run, "(internal) one rank's load for `bench load`"},
     {"cp", weft_bench_cp, "context parallelism: every mode and shape vs one process"},
     {"cp-run", weft_bench_cp_run, "(internal) one rank of `bench cp`"},
+    {"comm", weft_bench_comm, "collectives on N processes vs Open MPI and memcpy"},
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 

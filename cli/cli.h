@@ -25,6 +25,7 @@ int weft_bench_load(struct weft_cli *cli);
 int weft_bench_load_run(struct weft_cli *cli);
 int weft_bench_cp(struct weft_cli *cli);
 int weft_bench_cp_run(struct weft_cli *cli);
+int weft_bench_comm(struct weft_cli *cli);
 
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);

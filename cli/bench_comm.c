@@ -1,0 +1,458 @@
+/* weft bench comm: weft's collectives on N local processes, side by side in one run with the
+ * same operation through Open MPI (default and with its malloc tuned) and a single-core memcpy
+ * of the same size, the physical limit on one host. nccl-tests style table or JSON. */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/progress.h"
+#include "common/alloc.h"
+#include "common/log.h"
+#include "transport/comm.h"
+
+extern char **environ;
+
+#define MAX_SIZES 32
+#define MAX_REPEATS 15
+#define RANK_TIMEOUT_S 300
+
+enum bench_op { BOP_ALLREDUCE, BOP_ALLGATHER, BOP_ALLTOALL };
+static const char *const bop_names[] = {"allreduce", "allgather", "alltoall"};
+
+/* Every figure of one run, per size. */
+enum column { COL_WEFT, COL_MPI, COL_MPI_TUNED, COL_MEMCPY, COL_COUNT };
+
+struct params {
+    enum bench_op op;
+    int np;
+    size_t bytes[MAX_SIZES];
+    int nsizes;
+    int iters[MAX_SIZES];
+    int repeats;
+    bool json, no_mpi, bind;
+    const char *mpi_helper;
+    struct weft_transport_opts opts;
+    char tls[WEFT_CONF_STR];
+    /* microseconds per call, [size][column][repeat] */
+    double us[MAX_SIZES][COL_COUNT][MAX_REPEATS];
+};
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft bench comm --op allreduce|allgather|alltoall --np N --bytes LIST [--json]\n"
+        "                       [--repeats R] [--iters N] [--no-mpi] [--no-bind]\n"
+        "                       [--mpi-helper PATH]\n"
+        "\n"
+        "Runs the collective on N forked weft processes (f32, out of place, on huge-page\n"
+        "buffers), then the same through Open MPI (mpirun --oversubscribe -np N, default and with\n"
+        "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=16GiB), then a one-core memcpy of the same\n"
+        "size; R rounds (default 5) and medians. LIST: sizes such as 1MiB,16MiB,64MiB (the\n"
+        "per-rank buffer: the input of all-reduce, the output of all-gather, the send buffer of\n"
+        "all-to-all). busbw as nccl-tests: algbw x 2(n-1)/n for all-reduce, x (n-1)/n else.\n"
+        "Weft rank r runs on core r mod cores (--no-bind: where the scheduler puts it).\n"
+        "[transport] options apply to weft (--transport.chunk_bytes=1MiB ...).\n");
+}
+
+/* ---- the weft side: N forked ranks ----------------------------------------------------- */
+
+static weft_status_t run_op(struct weft_comm *c, enum bench_op op, const float *s, float *r,
+                            size_t bytes, int n)
+{
+    if (op == BOP_ALLREDUCE)
+        return weft_comm_allreduce(c, s, r, bytes / 4, WEFT_DTYPE_F32);
+    if (op == BOP_ALLGATHER)
+        return weft_comm_allgather(c, s, r, bytes / 4 / (size_t)n, WEFT_DTYPE_F32);
+    return weft_comm_alltoall(c, s, r, bytes / 4 / (size_t)n, WEFT_DTYPE_F32);
+}
+
+/* Buffer sizes of one call: what each rank sends and receives. */
+static void op_sizes(enum bench_op op, size_t bytes, int n, size_t *send_p, size_t *recv_p)
+{
+    size_t per = bytes / 4 / (size_t)n * 4;
+    *send_p = op == BOP_ALLREDUCE ? bytes / 4 * 4 : op == BOP_ALLGATHER ? per : per * (size_t)n;
+    *recv_p = op == BOP_ALLREDUCE ? bytes / 4 * 4 : per * (size_t)n;
+}
+
+static int rank_sizes(struct weft_transport *tp, const struct params *p, int out)
+{
+    struct weft_comm *w = weft_transport_world(tp);
+    int n = p->np, me = weft_transport_rank(tp);
+    for (int k = 0; k < p->nsizes; k++) {
+        size_t sb, rb;
+        op_sizes(p->op, p->bytes[k], n, &sb, &rb);
+        float *s = weft_big_alloc(sb), *r = weft_big_alloc(rb);
+        if (!s || !r)
+            return 1;
+        for (size_t i = 0; i < sb / 4; i++)
+            s[i] = (float)(i % 1000);
+        memset(r, 0, rb);
+        weft_status_t st = WEFT_OK;
+        for (int i = 0; i < 2 && st == WEFT_OK; i++)
+            st = run_op(w, p->op, s, r, p->bytes[k], n);
+        if (st == WEFT_OK)
+            st = weft_comm_barrier(w);
+        double t0 = weft_now();
+        for (int i = 0; i < p->iters[k] && st == WEFT_OK; i++)
+            st = run_op(w, p->op, s, r, p->bytes[k], n);
+        double mine = (weft_now() - t0) / p->iters[k], all[64];
+        if (st == WEFT_OK)
+            st = weft_comm_allgather(w, &mine, all, 1, WEFT_DTYPE_F64);
+        if (st != WEFT_OK) {
+            WEFT_LOG_ERROR("bench", "rank %d: %s", me, weft_status_str(st));
+            return 1;
+        }
+        double slowest = 0;
+        for (int i = 0; i < n; i++)
+            slowest = all[i] > slowest ? all[i] : slowest;
+        if (me == 0)
+            dprintf(out, "%zu %.3f\n", p->bytes[k], slowest * 1e6);
+        weft_big_free(s, sb);
+        weft_big_free(r, rb);
+    }
+    return 0;
+}
+
+static void rank_main(int rank, const struct params *p, const char *where, int out)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (p->bind) {
+        /* rank r on core r mod cores, as mpirun binds by default: two ranks left on one core
+         * by the scheduler halve the bandwidth for the whole run */
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(rank % (int)sysconf(_SC_NPROCESSORS_ONLN), &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0)
+            WEFT_LOG_WARN("bench", "rank %d: cannot bind to a core: %s", rank, strerror(errno));
+    }
+    weft_log_set_rank(rank);
+    struct weft_transport *tp;
+    if (weft_transport_create(&p->opts, rank, p->np, where, &tp) != WEFT_OK)
+        _exit(1);
+    int rc = rank_sizes(tp, p, out);
+    weft_transport_destroy(tp);
+    _exit(rc);
+}
+
+/* One weft round: fork the ranks, host their rendezvous, read rank 0's figures. */
+static int run_weft(struct params *p, int rep)
+{
+    struct weft_rdv_server *srv;
+    if (weft_rdv_server_create("127.0.0.1", 0, p->np, &srv) != WEFT_OK)
+        return 1;
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));
+    int fds[2];
+    if (pipe(fds) != 0) {
+        weft_rdv_server_destroy(srv);
+        return 1;
+    }
+    (void)fflush(stdout); /* not twice in the children */
+    pid_t pids[64];
+    int started = 0;
+    for (; started < p->np; started++) {
+        pids[started] = fork();
+        if (pids[started] < 0)
+            break;
+        if (pids[started] == 0) {
+            close(fds[0]);
+            close(weft_rdv_server_fd(srv));
+            rank_main(started, p, where, fds[1]);
+        }
+    }
+    close(fds[1]);
+    weft_status_t st = WEFT_INPROGRESS;
+    double deadline = weft_now() + RANK_TIMEOUT_S;
+    while (started == p->np && st == WEFT_INPROGRESS && weft_now() < deadline)
+        st = weft_rdv_server_progress(srv, 100);
+    weft_rdv_server_destroy(srv);
+    FILE *f = fdopen(fds[0], "r");
+    int got = 0;
+    size_t b;
+    double us;
+    while (f && got < p->nsizes && fscanf(f, "%zu %lf", &b, &us) == 2)
+        p->us[got++][COL_WEFT][rep] = us;
+    if (f)
+        (void)fclose(f); /* a read-only pipe: nothing to lose */
+    else
+        close(fds[0]);
+    int fail = got != p->nsizes;
+    for (int r = 0; r < started; r++) {
+        int ws;
+        if (fail)
+            kill(pids[r], SIGKILL);
+        while (waitpid(pids[r], &ws, 0) < 0 && errno == EINTR)
+            ;
+        fail |= !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    }
+    if (fail)
+        WEFT_LOG_ERROR("bench", "the weft ranks failed (%d of %d sizes measured)", got,
+                       p->nsizes);
+    return fail;
+}
+
+/* ---- the MPI side and memcpy -------------------------------------------------------------- */
+
+static int run_mpi(struct params *p, int rep, bool tuned)
+{
+    /* one mpirun per size, so every size gets its own iteration count */
+    for (int k = 0; k < p->nsizes; k++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof(cmd),
+                 "mpirun --allow-run-as-root --oversubscribe -np %d %s '%s' %s %d %zu 2>&1",
+                 p->np,
+                 tuned ? "-x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=17179869184" : "",
+                 p->mpi_helper, bop_names[p->op], p->iters[k], p->bytes[k]);
+        FILE *f = popen(cmd, "r");
+        if (!f)
+            return 1;
+        char line[512];
+        size_t b;
+        double us = -1;
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "%zu %lf", &b, &us) == 2 && b == p->bytes[k])
+                break;
+        while (fgets(line, sizeof(line), f))
+            ;
+        int rc = pclose(f);
+        if (rc != 0 || us <= 0) {
+            WEFT_LOG_ERROR("bench", "Open MPI run failed: %s", cmd);
+            return 1;
+        }
+        p->us[k][tuned ? COL_MPI_TUNED : COL_MPI][rep] = us;
+    }
+    return 0;
+}
+
+static void run_memcpy(struct params *p, int rep)
+{
+    for (int k = 0; k < p->nsizes; k++) {
+        size_t b = p->bytes[k];
+        char *s = weft_big_alloc(b), *d = weft_big_alloc(b);
+        if (!s || !d) {
+            p->us[k][COL_MEMCPY][rep] = -1;
+            continue;
+        }
+        memset(s, 1, b);
+        memset(d, 0, b);
+        memcpy(d, s, b);
+        int iters = p->iters[k] * 2;
+        double t0 = weft_now();
+        for (int i = 0; i < iters; i++) {
+            s[i % b] = (char)i; /* a use of the copy, so it is not elided */
+            memcpy(d, s, b);
+        }
+        p->us[k][COL_MEMCPY][rep] = (weft_now() - t0) / iters * 1e6;
+        weft_big_free(s, b);
+        weft_big_free(d, b);
+    }
+}
+
+/* ---- report ------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double t[MAX_REPEATS];
+    memcpy(t, v, (size_t)n * sizeof(double));
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+static double busbw(const struct params *p, size_t bytes, double us)
+{
+    if (us <= 0)
+        return 0;
+    double alg = (double)bytes / (us * 1e3), n = p->np;
+    return p->op == BOP_ALLREDUCE ? alg * 2 * (n - 1) / n : alg * (n - 1) / n;
+}
+
+static void env_describe(const struct params *p, char *buf, size_t len)
+{
+    char thp[64] = "?";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(thp, sizeof(thp), f))
+            thp[0] = '\0';
+        (void)fclose(f);
+        thp[strcspn(thp, "\n")] = '\0';
+    }
+    char ucx[256] = "";
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "UCX_", 4) == 0 && strlen(ucx) + strlen(*e) + 2 < sizeof(ucx))
+            strcat(strcat(ucx, *ucx ? " " : ""), *e);
+    snprintf(buf, len,
+             "[transport] tls = '%s' (empty: UCX's choice), chunk_bytes = %zu, "
+             "pipeline_depth = %d, spin_us = %d; UCX environment: %s; THP: %s (weft buffers "
+             "and memcpy use MADV_HUGEPAGE)",
+             p->tls, p->opts.chunk_bytes, p->opts.pipeline_depth, p->opts.spin_us,
+             *ucx ? ucx : "none", thp);
+}
+
+static void report(const struct params *p)
+{
+    char env[1024];
+    env_describe(p, env, sizeof(env));
+    int R = p->repeats;
+    if (p->json) {
+        printf("{\"op\": \"%s\", \"np\": %d, \"repeats\": %d, \"environment\": \"%s\", "
+               "\"rows\": [", bop_names[p->op], p->np, R, env);
+    } else {
+        printf("# weft bench comm: %s, %d processes, f32, median of %d rounds\n# %s\n",
+               bop_names[p->op], p->np, R, env);
+        printf("#%11s %10s %8s %8s | %8s %8s | %8s | %8s %8s %8s\n", "bytes", "weft us",
+               "algbw", "busbw", "mpi", "mpi-tune", "memcpy", "w/mpi", "w/tuned", "w/memcpy");
+        printf("#%11s %10s %8s %8s | %8s %8s | %8s | %8s %8s %8s\n", "", "", "GB/s", "GB/s",
+               "busbw", "busbw", "GB/s", "", "", "");
+    }
+    for (int k = 0; k < p->nsizes; k++) {
+        size_t b = p->bytes[k];
+        double w = median(p->us[k][COL_WEFT], R);
+        double m = p->no_mpi ? 0 : median(p->us[k][COL_MPI], R);
+        double mt = p->no_mpi ? 0 : median(p->us[k][COL_MPI_TUNED], R);
+        double mc = median(p->us[k][COL_MEMCPY], R);
+        double wb = busbw(p, b, w), mb = busbw(p, b, m), mtb = busbw(p, b, mt);
+        double mcb = mc > 0 ? (double)b / (mc * 1e3) : 0;
+        double r1 = mb > 0 ? wb / mb : 0, r2 = mtb > 0 ? wb / mtb : 0, r3 = mcb > 0 ? wb / mcb : 0;
+        if (p->json) {
+            printf("%s\n  {\"bytes\": %zu, \"weft_us\": %.1f, \"weft_algbw\": %.3f, "
+                   "\"weft_busbw\": %.3f, \"mpi_us\": %.1f, \"mpi_busbw\": %.3f, "
+                   "\"mpi_tuned_us\": %.1f, \"mpi_tuned_busbw\": %.3f, \"memcpy_gbs\": %.3f, "
+                   "\"weft_over_mpi\": %.2f, \"weft_over_mpi_tuned\": %.2f, "
+                   "\"weft_over_memcpy\": %.2f}",
+                   k ? "," : "", b, w, (double)b / (w * 1e3), wb, m, mb, mt, mtb, mcb, r1, r2,
+                   r3);
+        } else {
+            printf("%12zu %10.1f %8.2f %8.2f | %8.2f %8.2f | %8.2f | %8.2f %8.2f %8.2f\n", b, w,
+                   (double)b / (w * 1e3), wb, mb, mtb, mcb, r1, r2, r3);
+        }
+    }
+    if (p->json)
+        printf("\n]}\n");
+}
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+static int parse_sizes(struct params *p, const char *list)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", list);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        uint64_t b;
+        if (p->nsizes == MAX_SIZES || weft_conf_parse_size(t, &b) != WEFT_OK || b < 4 ||
+            b > ((uint64_t)1 << 34)) {
+            WEFT_LOG_ERROR("bench", "--bytes: '%s' is not a size from 4 B to 16 GiB", t);
+            return -1;
+        }
+        p->bytes[p->nsizes++] = (size_t)b;
+    }
+    return p->nsizes ? 0 : -1;
+}
+
+static int parse(struct weft_cli *cli, struct params *p)
+{
+    const char *v;
+    int iters = 0;
+    p->repeats = 5;
+    p->np = 2;
+    p->bind = true;
+    p->mpi_helper = WEFT_BENCH_MPI;
+    for (int i = 1; i < cli->argc; i++) {
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--op"))) {
+            int k = 0;
+            while (k < 3 && strcmp(v, bop_names[k]) != 0)
+                k++;
+            if (k == 3) {
+                WEFT_LOG_ERROR("bench", "--op %s: expected allreduce, allgather or alltoall", v);
+                return -1;
+            }
+            p->op = (enum bench_op)k;
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--np"))) {
+            p->np = atoi(v);
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--bytes"))) {
+            if (parse_sizes(p, v) != 0)
+                return -1;
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--repeats"))) {
+            p->repeats = atoi(v);
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--iters"))) {
+            iters = atoi(v);
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--mpi-helper"))) {
+            p->mpi_helper = v;
+        } else if (strcmp(cli->argv[i], "--json") == 0) {
+            p->json = true;
+        } else if (strcmp(cli->argv[i], "--no-mpi") == 0) {
+            p->no_mpi = true;
+        } else if (strcmp(cli->argv[i], "--no-bind") == 0) {
+            p->bind = false;
+        } else {
+            WEFT_LOG_ERROR("bench", "unknown option '%s' (see `weft bench comm --help`)",
+                           cli->argv[i]);
+            return -1;
+        }
+    }
+    if (p->np < 1 || p->np > 64 || p->repeats < 1 || p->repeats > MAX_REPEATS || !p->nsizes) {
+        WEFT_LOG_ERROR("bench", "need --bytes, --np 1..64 and --repeats 1..%d", MAX_REPEATS);
+        return -1;
+    }
+    if (!p->no_mpi && !p->mpi_helper[0]) {
+        WEFT_LOG_ERROR("bench", "no Open MPI helper was built (mpicc missing): use --no-mpi");
+        return -1;
+    }
+    for (int k = 0; k < p->nsizes; k++) {
+        /* about a quarter of a second per size at 2 GB/s, 3 calls at least */
+        size_t want = (size_t)5e8 / (p->bytes[k] + 4096);
+        p->iters[k] = iters > 0 ? iters : want < 3 ? 3 : want > 1000 ? 1000 : (int)want;
+    }
+    const struct weft_conf_transport *t = &cli->conf.transport;
+    snprintf(p->tls, sizeof(p->tls), "%s", t->tls);
+    p->opts = (struct weft_transport_opts){
+        .tls = p->tls,
+        .chunk_bytes = t->chunk_bytes,
+        .pipeline_depth = (int)t->pipeline_depth,
+        .allreduce_algo = (enum weft_comm_algo)t->allreduce_algo,
+        .allreduce_direct_max = t->allreduce_direct_max,
+        .timeout_ms = (int)t->timeout_ms,
+        .spin_us = (int)t->spin_us,
+    };
+    return 0;
+}
+
+int weft_bench_comm(struct weft_cli *cli)
+{
+    for (int i = 1; i < cli->argc; i++) {
+        if (weft_cli_is_help(cli->argv[i])) {
+            help(stdout);
+            return 0;
+        }
+    }
+    struct params *p = weft_calloc(1, sizeof(*p));
+    if (!p)
+        return 1;
+    int rc = parse(cli, p);
+    for (int rep = 0; rc == 0 && rep < p->repeats; rep++) {
+        if (!p->json)
+            fprintf(stderr, "weft bench comm: round %d of %d\n", rep + 1, p->repeats);
+        rc = run_weft(p, rep);
+        if (rc == 0 && !p->no_mpi)
+            rc = run_mpi(p, rep, false) || run_mpi(p, rep, true);
+        if (rc == 0)
+            run_memcpy(p, rep);
+    }
+    if (rc == 0)
+        report(p);
+    weft_free(p);
+    return rc < 0 ? 2 : rc;
+}
