@@ -1,0 +1,268 @@
+/* AutoencoderKL config (Diffusers' class defaults, bounded) and parameter inventory. */
+#include "model/vae.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "model/json_get.h"
+
+/* Every listed block type must be `want` (the only kind weft implements). */
+static weft_status_t check_block_types(const cJSON *cfg, const char *key, const char *want,
+                                       int n_blocks, const char *origin)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (!v || cJSON_IsNull(v))
+        return WEFT_OK; /* Diffusers' default: one block of the supported kind per level */
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != n_blocks) {
+        WEFT_LOG_ERROR("model", "%s: \"%s\" must be an array of %d block types (one per "
+                                "block_out_channels entry)", origin, key, n_blocks);
+        return WEFT_ERR_FORMAT;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v)
+    {
+        if (!cJSON_IsString(e) || strcmp(e->valuestring, want) != 0) {
+            WEFT_LOG_ERROR("model", "%s: \"%s\" has %s; weft implements only %s", origin, key,
+                           cJSON_IsString(e) ? e->valuestring : "a non-string entry", want);
+            return WEFT_ERR_UNSUPPORTED;
+        }
+    }
+    return WEFT_OK;
+}
+
+/* sample_size is an integer or, in some configs, [height, width]; Diffusers takes the first. */
+static weft_status_t get_sample_size(const cJSON *cfg, const char *origin, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "sample_size");
+    if (!cJSON_IsArray(v))
+        return weft_json_get_int(cfg, "sample_size", 32, 8, 1 << 20, origin, out);
+    const cJSON *first = cJSON_GetArrayItem(v, 0);
+    double d = first && cJSON_IsNumber(first) ? first->valuedouble : -1.0;
+    if (!(d >= 8.0 && d <= (double)(1 << 20)) || d != (double)(int64_t)d) {
+        WEFT_LOG_ERROR("model", "%s: \"sample_size\" is an array whose first entry is not an "
+                                "integer in [8, %d]", origin, 1 << 20);
+        return WEFT_ERR_FORMAT;
+    }
+    *out = (int64_t)d;
+    return WEFT_OK;
+}
+
+static weft_status_t parse_strings(const cJSON *cfg, const char *origin, int n_blocks)
+{
+    const char *act, *norm;
+    weft_status_t st;
+    if ((st = weft_json_get_string(cfg, "act_fn", "silu", origin, &act)) ||
+        (st = weft_json_get_string(cfg, "norm_type", "group", origin, &norm)))
+        return st;
+    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0) {
+        WEFT_LOG_ERROR("model", "%s: act_fn \"%s\": weft implements only silu", origin, act);
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    if (strcmp(norm, "group") != 0) {
+        WEFT_LOG_ERROR("model", "%s: norm_type \"%s\": weft implements only group", origin, norm);
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    const cJSON *mean = cJSON_GetObjectItemCaseSensitive(cfg, "latents_mean");
+    if (mean && !cJSON_IsNull(mean))
+        WEFT_LOG_DEBUG("model", "%s: latents_mean/latents_std are a pipeline's business; the "
+                                "FLUX pipeline does not use them", origin);
+    if ((st = check_block_types(cfg, "up_block_types", "UpDecoderBlock2D", n_blocks, origin)))
+        return st;
+    return check_block_types(cfg, "down_block_types", "DownEncoderBlock2D", n_blocks, origin);
+}
+
+weft_status_t weft_vae_config_parse(const cJSON *cfg, const char *origin,
+                                    struct weft_vae_config *out)
+{
+    struct weft_vae_config c = {0};
+    static const int64_t bo_def[] = {64};
+    weft_status_t st;
+    if ((st = weft_json_get_int(cfg, "in_channels", 3, 1, 64, origin, &c.in_channels)) ||
+        (st = weft_json_get_int(cfg, "out_channels", 3, 1, 64, origin, &c.out_channels)) ||
+        (st = weft_json_get_int(cfg, "latent_channels", 4, 1, 1024, origin,
+                                &c.latent_channels)) ||
+        (st = weft_json_get_int_array(cfg, "block_out_channels", bo_def, 1, WEFT_VAE_MAX_BLOCKS,
+                                      1, WEFT_VAE_MAX_CHANNELS, origin, c.block_out_channels,
+                                      &c.n_blocks)) ||
+        (st = weft_json_get_int(cfg, "layers_per_block", 1, 1, 64, origin,
+                                &c.layers_per_block)) ||
+        (st = weft_json_get_int(cfg, "norm_num_groups", 32, 1, WEFT_VAE_MAX_CHANNELS, origin,
+                                &c.norm_num_groups)) ||
+        (st = get_sample_size(cfg, origin, &c.sample_size)) ||
+        (st = weft_json_get_double(cfg, "scaling_factor", 0.18215, 1e-6, 1e6, origin,
+                                   &c.scaling_factor)) ||
+        (st = weft_json_get_double(cfg, "shift_factor", 0.0, -1e6, 1e6, origin,
+                                   &c.shift_factor)) ||
+        (st = weft_json_get_bool(cfg, "use_quant_conv", true, origin, &c.use_quant_conv)) ||
+        (st = weft_json_get_bool(cfg, "use_post_quant_conv", true, origin,
+                                 &c.use_post_quant_conv)) ||
+        (st = weft_json_get_bool(cfg, "mid_block_add_attention", true, origin,
+                                 &c.mid_block_add_attention)) ||
+        (st = parse_strings(cfg, origin, c.n_blocks)))
+        return st;
+    for (int i = 0; i < c.n_blocks; i++) {
+        if (c.block_out_channels[i] % c.norm_num_groups) {
+            WEFT_LOG_ERROR("model", "%s: block_out_channels[%d] = %lld is not a multiple of "
+                                    "norm_num_groups %lld", origin, i,
+                           (long long)c.block_out_channels[i], (long long)c.norm_num_groups);
+            return WEFT_ERR_FORMAT;
+        }
+    }
+    c.scale = (int64_t)1 << (c.n_blocks - 1);
+    *out = c;
+    return WEFT_OK;
+}
+
+int64_t weft_vae_up_in_channels(const struct weft_vae_config *c, int i)
+{
+    /* up block i follows block n-1-i of the encoder in reverse: its input is the previous up
+     * block's output, the first one's the deepest width */
+    return i == 0 ? c->block_out_channels[c->n_blocks - 1]
+                  : c->block_out_channels[c->n_blocks - i];
+}
+
+int64_t weft_vae_up_out_channels(const struct weft_vae_config *c, int i)
+{
+    return c->block_out_channels[c->n_blocks - 1 - i];
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Inventory                                                                                 */
+
+struct emit {
+    struct weft_vae_param *p; /* NULL: count only */
+    size_t n;
+    enum weft_vae_part part;
+    int64_t numel[2]; /* elements per part */
+};
+
+static void param(struct emit *e, const char *prefix, const char *name, const char *suffix,
+                  int ndim, int64_t d0, int64_t d1, int64_t k)
+{
+    if (e->p) {
+        struct weft_vae_param *p = &e->p[e->n];
+        snprintf(p->name, sizeof(p->name), "%s%s%s", prefix, name, suffix);
+        p->part = e->part;
+        p->ndim = ndim;
+        p->shape[0] = d0;
+        p->shape[1] = d1;
+        p->shape[2] = p->shape[3] = k;
+    }
+    e->numel[e->part] += ndim == 4 ? d0 * d1 * k * k : ndim == 2 ? d0 * d1 : d0;
+    e->n++;
+}
+
+static void conv(struct emit *e, const char *prefix, const char *name, int64_t cout,
+                 int64_t cin, int64_t k)
+{
+    param(e, prefix, name, ".weight", 4, cout, cin, k);
+    param(e, prefix, name, ".bias", 1, cout, 0, 0);
+}
+
+static void vector_pair(struct emit *e, const char *prefix, const char *name, int64_t n)
+{
+    param(e, prefix, name, ".weight", 1, n, 0, 0);
+    param(e, prefix, name, ".bias", 1, n, 0, 0);
+}
+
+static void linear(struct emit *e, const char *prefix, const char *name, int64_t out,
+                   int64_t in)
+{
+    param(e, prefix, name, ".weight", 2, out, in, 0);
+    param(e, prefix, name, ".bias", 1, out, 0, 0);
+}
+
+static void resnet(struct emit *e, const char *prefix, int64_t cin, int64_t cout)
+{
+    vector_pair(e, prefix, "norm1", cin);
+    conv(e, prefix, "conv1", cout, cin, 3);
+    vector_pair(e, prefix, "norm2", cout);
+    conv(e, prefix, "conv2", cout, cout, 3);
+    if (cin != cout)
+        conv(e, prefix, "conv_shortcut", cout, cin, 1);
+}
+
+static void mid_block(struct emit *e, const char *top, const struct weft_vae_config *c)
+{
+    const int64_t ch = c->block_out_channels[c->n_blocks - 1];
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "%smid_block.resnets.0.", top);
+    resnet(e, prefix, ch, ch);
+    if (c->mid_block_add_attention) {
+        snprintf(prefix, sizeof(prefix), "%smid_block.attentions.0.", top);
+        vector_pair(e, prefix, "group_norm", ch);
+        linear(e, prefix, "to_q", ch, ch);
+        linear(e, prefix, "to_k", ch, ch);
+        linear(e, prefix, "to_v", ch, ch);
+        linear(e, prefix, "to_out.0", ch, ch);
+    }
+    snprintf(prefix, sizeof(prefix), "%smid_block.resnets.1.", top);
+    resnet(e, prefix, ch, ch);
+}
+
+static void encoder(struct emit *e, const struct weft_vae_config *c)
+{
+    const int64_t *bo = c->block_out_channels;
+    char prefix[96];
+    e->part = WEFT_VAE_ENCODER;
+    conv(e, "encoder.", "conv_in", bo[0], c->in_channels, 3);
+    for (int i = 0; i < c->n_blocks; i++) {
+        const int64_t prev = i == 0 ? bo[0] : bo[i - 1], out = bo[i];
+        for (int64_t j = 0; j < c->layers_per_block; j++) {
+            snprintf(prefix, sizeof(prefix), "encoder.down_blocks.%d.resnets.%lld.", i,
+                     (long long)j);
+            resnet(e, prefix, j == 0 ? prev : out, out);
+        }
+        if (i < c->n_blocks - 1) {
+            snprintf(prefix, sizeof(prefix), "encoder.down_blocks.%d.downsamplers.0.", i);
+            conv(e, prefix, "conv", out, out, 3);
+        }
+    }
+    mid_block(e, "encoder.", c);
+    vector_pair(e, "encoder.", "conv_norm_out", bo[c->n_blocks - 1]);
+    conv(e, "encoder.", "conv_out", 2 * c->latent_channels, bo[c->n_blocks - 1], 3);
+    if (c->use_quant_conv)
+        conv(e, "", "quant_conv", 2 * c->latent_channels, 2 * c->latent_channels, 1);
+}
+
+static void decoder(struct emit *e, const struct weft_vae_config *c)
+{
+    char prefix[96];
+    e->part = WEFT_VAE_DECODER;
+    if (c->use_post_quant_conv)
+        conv(e, "", "post_quant_conv", c->latent_channels, c->latent_channels, 1);
+    conv(e, "decoder.", "conv_in", c->block_out_channels[c->n_blocks - 1], c->latent_channels,
+         3);
+    mid_block(e, "decoder.", c);
+    for (int i = 0; i < c->n_blocks; i++) {
+        const int64_t in = weft_vae_up_in_channels(c, i), out = weft_vae_up_out_channels(c, i);
+        for (int64_t j = 0; j < c->layers_per_block + 1; j++) {
+            snprintf(prefix, sizeof(prefix), "decoder.up_blocks.%d.resnets.%lld.", i,
+                     (long long)j);
+            resnet(e, prefix, j == 0 ? in : out, out);
+        }
+        if (i < c->n_blocks - 1) {
+            snprintf(prefix, sizeof(prefix), "decoder.up_blocks.%d.upsamplers.0.", i);
+            conv(e, prefix, "conv", out, out, 3);
+        }
+    }
+    vector_pair(e, "decoder.", "conv_norm_out", c->block_out_channels[0]);
+    conv(e, "decoder.", "conv_out", c->out_channels, c->block_out_channels[0], 3);
+}
+
+size_t weft_vae_params(const struct weft_vae_config *c, struct weft_vae_param *params)
+{
+    struct emit e = {params, 0, WEFT_VAE_ENCODER, {0, 0}};
+    encoder(&e, c);
+    decoder(&e, c);
+    return e.n;
+}
+
+int64_t weft_vae_part_numel(const struct weft_vae_config *c, enum weft_vae_part part)
+{
+    struct emit e = {NULL, 0, WEFT_VAE_ENCODER, {0, 0}};
+    encoder(&e, c);
+    decoder(&e, c);
+    return e.numel[part];
+}

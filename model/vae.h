@@ -1,0 +1,68 @@
+/* AutoencoderKL (Diffusers' VAE: FLUX.1, SD3 and SD-class layouts) description: the typed
+ * config and the parameter inventory, shared by the coordinator (sizes for placement, checks
+ * before anything loads) and the worker (which binds the decoder's weights by these names).
+ *
+ * Supported: DownEncoderBlock2D / UpDecoderBlock2D blocks, group norm ("norm_type" group),
+ * SiLU, the optional mid-block attention and the optional quant / post-quant 1x1 convs. */
+#ifndef WEFT_MODEL_VAE_H
+#define WEFT_MODEL_VAE_H
+
+#include <cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define WEFT_VAE_CLASS "AutoencoderKL"
+#define WEFT_VAE_MAX_BLOCKS 8
+#define WEFT_VAE_MAX_CHANNELS 8192 /* the GroupNorm kernel's limit */
+
+struct weft_vae_config {
+    int64_t in_channels;      /* image channels (3) */
+    int64_t out_channels;     /* image channels out of the decoder (3) */
+    int64_t latent_channels;  /* 16 for FLUX, 4 for SD */
+    int n_blocks;
+    int64_t block_out_channels[WEFT_VAE_MAX_BLOCKS];
+    int64_t layers_per_block; /* encoder resnets per block; the decoder has one more */
+    int64_t norm_num_groups;
+    int64_t sample_size;      /* tiling: the pixel tile edge Diffusers' enable_tiling uses */
+    double scaling_factor;
+    double shift_factor;      /* null in config.json (SD) reads as 0 */
+    bool use_quant_conv;
+    bool use_post_quant_conv;
+    bool mid_block_add_attention;
+    /* derived */
+    int64_t scale;            /* pixels per latent along an edge: 2^(n_blocks - 1) */
+};
+
+/* Parse config.json with Diffusers' class defaults for absent keys; origin names the file. */
+weft_status_t weft_vae_config_parse(const cJSON *config, const char *origin,
+                                    struct weft_vae_config *out);
+
+/* Which part of the model a parameter belongs to: a decoder-only runtime loads only
+ * WEFT_VAE_DECODER (the decoder and post_quant_conv). */
+enum weft_vae_part {
+    WEFT_VAE_ENCODER, /* encoder.* and quant_conv */
+    WEFT_VAE_DECODER, /* decoder.* and post_quant_conv */
+};
+
+struct weft_vae_param {
+    char name[96];
+    enum weft_vae_part part;
+    int ndim;
+    int64_t shape[4]; /* conv weights [cout, cin, k, k], everything else [n] or [out, in] */
+};
+
+/* Every parameter of the model, in a fixed order (fill params, or count with NULL). */
+size_t weft_vae_params(const struct weft_vae_config *c, struct weft_vae_param *params);
+/* Numbers of elements of one part (for memory planning). */
+int64_t weft_vae_part_numel(const struct weft_vae_config *c, enum weft_vae_part part);
+
+/* Decoder structure, block by block as Diffusers builds it: up block i (0 = the deepest, at
+ * latent resolution) takes in_ch(i) channels and gives out_ch(i); it has layers_per_block + 1
+ * resnets and, except the last, a 2x upsampler. */
+int64_t weft_vae_up_in_channels(const struct weft_vae_config *c, int i);
+int64_t weft_vae_up_out_channels(const struct weft_vae_config *c, int i);
+
+#endif
