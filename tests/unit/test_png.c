@@ -1,0 +1,121 @@
+/* PNG through libspng: what is written reads back pixel for pixel with its text chunks (ASCII
+ * in tEXt, UTF-8 in iTXt); bad keys, sizes, truncated and corrupted files are errors. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "test.h"
+#include "worker/png.h"
+
+static char dir[256];
+
+static void path_in(char *out, size_t len, const char *name)
+{
+    snprintf(out, len, "%s/%s", dir, name);
+}
+
+static uint8_t *pattern(int64_t w, int64_t h)
+{
+    uint8_t *p = malloc((size_t)(w * h * 3));
+    CHECK(p);
+    uint32_t s = 12345;
+    for (int64_t i = 0; i < w * h * 3; i++) {
+        s = s * 1103515245u + 12345u;
+        p[i] = i % 7 == 0 ? (uint8_t)(s >> 24) : (uint8_t)(i * 31 / 7); /* noise and ramps */
+    }
+    return p;
+}
+
+static void roundtrip(int64_t w, int64_t h)
+{
+    char path[512];
+    path_in(path, sizeof(path), "rt.png");
+    uint8_t *rgb = pattern(w, h);
+    const struct weft_png_text text[] = {
+        {"Software", "weft test"},
+        {"weft.prompt", "red-fox"},
+        {"weft.seed", "18446744073709551615"},
+        {"weft.model", "/tmp/mod\xc3\xa8les/flux \xe2\x80\x94 tiny"}, /* UTF-8: iTXt */
+    };
+    CHECK_OK(weft_png_write(path, rgb, w, h, 4, text));
+    FILE *f = fopen(path, "rb");
+    CHECK(f);
+    uint8_t sig[8];
+    CHECK(fread(sig, 1, 8, f) == 8);
+    CHECK(fclose(f) == 0);
+    CHECK(memcmp(sig, "\x89PNG\r\n\x1a\n", 8) == 0);
+    struct weft_png_image img;
+    CHECK_OK(weft_png_read(path, &img));
+    CHECK_EQ(img.width, w);
+    CHECK_EQ(img.height, h);
+    CHECK(memcmp(img.rgb, rgb, (size_t)(w * h * 3)) == 0);
+    CHECK_EQ(img.n_text, 4);
+    for (int i = 0; i < 4; i++) {
+        const char *v = weft_png_image_text(&img, text[i].key);
+        CHECK(v && strcmp(v, text[i].value) == 0);
+    }
+    CHECK(weft_png_image_text(&img, "absent") == NULL);
+    weft_png_image_cleanup(&img);
+    free(rgb);
+}
+
+static void errors(void)
+{
+    char path[512], bad[512];
+    path_in(path, sizeof(path), "e.png");
+    uint8_t px[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    struct weft_png_text long_key = {"k123456789k123456789k123456789k123456789k123456789"
+                                     "k123456789k123456789k123456789", "v"};
+    struct weft_png_text bad_key = {" lead", "v"};
+    test_quiet();
+    CHECK_FAILS(weft_png_write(path, px, 2, 2, 1, &long_key), WEFT_ERR_INVALID, "text key");
+    CHECK_FAILS(weft_png_write(path, px, 2, 2, 1, &bad_key), WEFT_ERR_INVALID, "text key");
+    CHECK_FAILS(weft_png_write(path, px, 0, 2, 0, NULL), WEFT_ERR_INVALID, "not a PNG size");
+    CHECK_FAILS(weft_png_write(path, px, 70000, 1, 0, NULL), WEFT_ERR_INVALID, "PNG size");
+    CHECK(access(path, F_OK) != 0); /* nothing half-written left behind */
+    path_in(bad, sizeof(bad), "no/such/dir/x.png");
+    CHECK_FAILS(weft_png_write(bad, px, 2, 2, 0, NULL), WEFT_ERR_IO, "no/such/dir");
+    struct weft_png_image img;
+    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_IO, "no/such/dir");
+
+    /* a valid file, then truncated, then with a flipped byte in the image data */
+    uint8_t *big = pattern(64, 48);
+    CHECK_OK(weft_png_write(path, big, 64, 48, 0, NULL));
+    FILE *f = fopen(path, "rb");
+    CHECK(f);
+    uint8_t buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    CHECK(fclose(f) == 0 && n > 100);
+    path_in(bad, sizeof(bad), "bad.png");
+    f = fopen(bad, "wb");
+    CHECK(f && fwrite(buf, 1, n / 2, f) == n / 2 && fclose(f) == 0);
+    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_FORMAT, "bad.png");
+    buf[n / 2] ^= 0x55; /* inside IDAT: the CRC no longer matches */
+    f = fopen(bad, "wb");
+    CHECK(f && fwrite(buf, 1, n, f) == n && fclose(f) == 0);
+    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_FORMAT, "bad.png");
+    f = fopen(bad, "wb");
+    CHECK(f && fwrite("not a png at all", 1, 16, f) == 16 && fclose(f) == 0);
+    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_FORMAT, "bad.png");
+    weft_log_set_sink(NULL, NULL);
+    free(big);
+    CHECK(remove(bad) == 0 && remove(path) == 0);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "%s/weft_png_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    CHECK(mkdtemp(dir));
+    roundtrip(1, 1);
+    roundtrip(256, 256);
+    roundtrip(33, 7);
+    errors();
+    char path[512];
+    path_in(path, sizeof(path), "rt.png");
+    CHECK(remove(path) == 0);
+    CHECK(rmdir(dir) == 0);
+    return 0;
+}

@@ -1,0 +1,266 @@
+/* PNG writing and reading through libspng (see png.h). libspng's error codes are translated
+ * here and never leave this file. */
+#include "worker/png.h"
+
+#include <errno.h>
+#include <spng.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+#define MAX_PIXELS ((uint64_t)1 << 28)
+
+static bool is_ascii_text(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s > 126 || ((unsigned char)*s < 32 && *s != '\n'))
+            return false;
+    return true;
+}
+
+static bool valid_key(const char *k)
+{
+    size_t n = strlen(k);
+    if (n < 1 || n > 79 || k[0] == ' ' || k[n - 1] == ' ')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] < 32 || (unsigned char)k[i] > 126)
+            return false;
+    return true;
+}
+
+static weft_status_t set_texts(spng_ctx *ctx, const char *path, size_t n,
+                               const struct weft_png_text *text)
+{
+    if (n == 0)
+        return WEFT_OK;
+    struct spng_text *t = weft_calloc(n, sizeof(*t));
+    if (!t)
+        return WEFT_ERR_NOMEM;
+    static char empty[1] = "";
+    weft_status_t st = WEFT_OK;
+    for (size_t i = 0; i < n && st == WEFT_OK; i++) {
+        if (!valid_key(text[i].key)) {
+            WEFT_LOG_ERROR("png", "%s: text key '%s' is not 1-79 printable ASCII characters",
+                           path, text[i].key);
+            st = WEFT_ERR_INVALID;
+            break;
+        }
+        snprintf(t[i].keyword, sizeof(t[i].keyword), "%s", text[i].key);
+        t[i].type = is_ascii_text(text[i].value) ? SPNG_TEXT : SPNG_ITXT;
+        t[i].text = (char *)text[i].value; /* spng copies it; it does not write through this */
+        t[i].length = strlen(text[i].value);
+        t[i].language_tag = empty;
+        t[i].translated_keyword = empty;
+    }
+    int rc = st == WEFT_OK ? spng_set_text(ctx, t, (uint32_t)n) : 0;
+    if (rc) {
+        WEFT_LOG_ERROR("png", "%s: text chunks: %s", path, spng_strerror(rc));
+        st = WEFT_ERR_INVALID;
+    }
+    weft_free(t);
+    return st;
+}
+
+/* Encode into a buffer (owned by spng's allocator: free()). */
+static weft_status_t encode(const char *path, const uint8_t *rgb, int64_t width, int64_t height,
+                            size_t n_text, const struct weft_png_text *text, void **png_p,
+                            size_t *len_p)
+{
+    spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+    if (!ctx)
+        return WEFT_ERR_NOMEM;
+    struct spng_ihdr ihdr = {
+        .width = (uint32_t)width,
+        .height = (uint32_t)height,
+        .bit_depth = 8,
+        .color_type = SPNG_COLOR_TYPE_TRUECOLOR,
+    };
+    weft_status_t st = WEFT_OK;
+    int rc = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+    if (!rc)
+        rc = spng_set_ihdr(ctx, &ihdr);
+    if (!rc && (st = set_texts(ctx, path, n_text, text)) == WEFT_OK)
+        rc = spng_encode_image(ctx, rgb, (size_t)(width * height * 3), SPNG_FMT_PNG,
+                               SPNG_ENCODE_FINALIZE);
+    if (!rc && st == WEFT_OK) {
+        *png_p = spng_get_png_buffer(ctx, len_p, &rc);
+        if (!*png_p && !rc)
+            rc = SPNG_EMEM;
+    }
+    if (rc && st == WEFT_OK) {
+        WEFT_LOG_ERROR("png", "%s: encoding %lldx%lld RGB: %s", path, (long long)width,
+                       (long long)height, spng_strerror(rc));
+        st = rc == SPNG_EMEM ? WEFT_ERR_NOMEM : WEFT_ERR_INVALID;
+    }
+    spng_ctx_free(ctx);
+    return st;
+}
+
+static weft_status_t write_atomic(const char *path, const void *data, size_t len)
+{
+    size_t n = strlen(path);
+    char *tmp = weft_malloc(n + 16);
+    if (!tmp)
+        return WEFT_ERR_NOMEM;
+    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("png", "%s: cannot create a file beside it: %s", path, strerror(errno));
+        weft_free(tmp);
+        return WEFT_ERR_IO;
+    }
+    if (fchmod(fd, 0644) != 0) /* mkstemp makes 0600; an image is for sharing */
+        WEFT_LOG_DEBUG("png", "%s: fchmod: %s", tmp, strerror(errno));
+    FILE *f = fdopen(fd, "wb");
+    bool ok = f && fwrite(data, 1, len, f) == len;
+    int err = errno;
+    if (f) {
+        ok = fclose(f) == 0 && ok;
+        err = ok ? 0 : errno;
+    } else {
+        close(fd);
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        err = errno;
+    }
+    if (!ok) {
+        WEFT_LOG_ERROR("png", "%s: write failed: %s", path, strerror(err));
+        if (remove(tmp) != 0)
+            WEFT_LOG_DEBUG("png", "%s: cannot remove: %s", tmp, strerror(errno));
+    }
+    weft_free(tmp);
+    return ok ? WEFT_OK : WEFT_ERR_IO;
+}
+
+weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width,
+                             int64_t height, size_t n_text, const struct weft_png_text *text)
+{
+    if (width < 1 || height < 1 || width > WEFT_PNG_MAX_EDGE || height > WEFT_PNG_MAX_EDGE) {
+        WEFT_LOG_ERROR("png", "%s: %lldx%lld is not a PNG size (1 to %d pixels per edge)", path,
+                       (long long)width, (long long)height, WEFT_PNG_MAX_EDGE);
+        return WEFT_ERR_INVALID;
+    }
+    void *png = NULL;
+    size_t len = 0;
+    weft_status_t st = encode(path, rgb, width, height, n_text, text, &png, &len);
+    if (st == WEFT_OK)
+        st = write_atomic(path, png, len);
+    free(png);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reading                                                                                   */
+
+static weft_status_t copy_texts(spng_ctx *ctx, struct weft_png_image *img)
+{
+    uint32_t n = 0;
+    if (spng_get_text(ctx, NULL, &n) != 0 || n == 0)
+        return WEFT_OK; /* SPNG_ECHUNKAVAIL: no text chunks */
+    struct spng_text *t = weft_calloc(n, sizeof(*t));
+    img->text = weft_calloc(n, sizeof(*img->text));
+    if (!t || !img->text) {
+        weft_free(t);
+        return WEFT_ERR_NOMEM;
+    }
+    weft_status_t st = spng_get_text(ctx, t, &n) == 0 ? WEFT_OK : WEFT_ERR_FORMAT;
+    for (uint32_t i = 0; i < n && st == WEFT_OK; i++) {
+        char *k = weft_strdup(t[i].keyword), *v = weft_malloc(t[i].length + 1);
+        if (!k || !v) {
+            weft_free(k);
+            weft_free(v);
+            st = WEFT_ERR_NOMEM;
+            break;
+        }
+        memcpy(v, t[i].text, t[i].length);
+        v[t[i].length] = '\0';
+        img->text[img->n_text++] = (struct weft_png_text){k, v};
+    }
+    weft_free(t);
+    return st;
+}
+
+static weft_status_t decode(spng_ctx *ctx, const char *path, struct weft_png_image *img)
+{
+    struct spng_ihdr ihdr;
+    size_t size = 0;
+    int rc = spng_get_ihdr(ctx, &ihdr);
+    if (!rc && (uint64_t)ihdr.width * ihdr.height > MAX_PIXELS)
+        rc = SPNG_EWIDTH;
+    if (!rc)
+        rc = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size);
+    if (rc) {
+        WEFT_LOG_ERROR("png", "%s: %s", path, spng_strerror(rc));
+        return WEFT_ERR_FORMAT;
+    }
+    if (!(img->rgb = weft_malloc(size)))
+        return WEFT_ERR_NOMEM;
+    if ((rc = spng_decode_image(ctx, img->rgb, size, SPNG_FMT_RGB8, SPNG_DECODE_TRNS))) {
+        WEFT_LOG_ERROR("png", "%s: %s", path, spng_strerror(rc));
+        return WEFT_ERR_FORMAT;
+    }
+    img->width = ihdr.width;
+    img->height = ihdr.height;
+    weft_status_t st = copy_texts(ctx, img);
+    if (st == WEFT_ERR_FORMAT)
+        WEFT_LOG_ERROR("png", "%s: unreadable text chunks", path);
+    return st;
+}
+
+weft_status_t weft_png_read(const char *path, struct weft_png_image *img)
+{
+    struct weft_png_image out = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        WEFT_LOG_ERROR("png", "%s: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    spng_ctx *ctx = spng_ctx_new(0);
+    weft_status_t st = ctx ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st == WEFT_OK && (spng_set_image_limits(ctx, WEFT_PNG_MAX_EDGE, WEFT_PNG_MAX_EDGE) ||
+                          spng_set_chunk_limits(ctx, (size_t)64 << 20, (size_t)64 << 20) ||
+                          spng_set_png_file(ctx, f))) {
+        WEFT_LOG_ERROR("png", "%s: cannot set up the decoder", path);
+        st = WEFT_ERR_INTERNAL;
+    }
+    if (st == WEFT_OK)
+        st = decode(ctx, path, &out);
+    spng_ctx_free(ctx);
+    if (fclose(f) != 0 && st == WEFT_OK) {
+        WEFT_LOG_ERROR("png", "%s: %s", path, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    if (st != WEFT_OK) {
+        weft_png_image_cleanup(&out);
+        return st;
+    }
+    *img = out;
+    return WEFT_OK;
+}
+
+void weft_png_image_cleanup(struct weft_png_image *img)
+{
+    for (size_t i = 0; i < img->n_text; i++) {
+        weft_free((char *)img->text[i].key);
+        weft_free((char *)img->text[i].value);
+    }
+    weft_free(img->text);
+    weft_free(img->rgb);
+    memset(img, 0, sizeof(*img));
+}
+
+const char *weft_png_image_text(const struct weft_png_image *img, const char *key)
+{
+    for (size_t i = 0; i < img->n_text; i++)
+        if (strcmp(img->text[i].key, key) == 0)
+            return img->text[i].value;
+    return NULL;
+}

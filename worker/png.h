@@ -1,0 +1,36 @@
+/* PNG files through libspng: 8-bit RGB images with text chunks (the generation parameters),
+ * written beside the target and renamed into place so a reader never sees half a file, and
+ * read back with bounds on the size a file may claim. */
+#ifndef WEFT_WORKER_PNG_H
+#define WEFT_WORKER_PNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define WEFT_PNG_MAX_EDGE 65535 /* pixels per edge, either way */
+
+struct weft_png_text {
+    const char *key;   /* 1-79 printable ASCII characters, no leading/trailing space */
+    const char *value; /* ASCII goes in a tEXt chunk; anything else UTF-8 in an iTXt chunk */
+};
+
+/* rgb: height rows of width x 3 bytes. */
+weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width,
+                             int64_t height, size_t n_text, const struct weft_png_text *text);
+
+struct weft_png_image {
+    uint8_t *rgb; /* [height, width, 3] (weft_free) */
+    uint32_t width, height;
+    size_t n_text;
+    struct weft_png_text *text; /* keys and values owned by the image */
+};
+
+/* Read any PNG libspng decodes, converted to 8-bit RGB; tEXt/iTXt/zTXt chunks in text. */
+weft_status_t weft_png_read(const char *path, struct weft_png_image *img);
+void weft_png_image_cleanup(struct weft_png_image *img);
+/* The value of a text key, NULL when absent. */
+const char *weft_png_image_text(const struct weft_png_image *img, const char *key);
+
+#endif
