@@ -295,7 +295,7 @@ static void env_describe(const struct params *p, char *buf, size_t len)
             strcat(strcat(ucx, *ucx ? " " : ""), *e);
     snprintf(buf, len,
              "[transport] tls = '%s' (empty: UCX's choice), chunk_bytes = %zu, "
-             "pipeline_depth = %d, spin_us = %d; UCX environment: %s; THP: %s (weft buffers "
+             "pipeline_depth = %d, spin_us = %d (-1: auto); UCX environment: %s; THP: %s (weft buffers "
              "and memcpy use MADV_HUGEPAGE)",
              p->tls, p->opts.chunk_bytes, p->opts.pipeline_depth, p->opts.spin_us,
              *ucx ? ucx : "none", thp);

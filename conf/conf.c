@@ -119,9 +119,10 @@ static const struct conf_key transport_keys[] = {
     KEY_INT(weft_conf_transport, timeout_ms, "30000", 1, 86400000,
             "Deadline of every blocking transport call: a peer that is dead or silent this "
             "long makes the call return 'peer lost' (or 'timed out')."),
-    KEY_INT(weft_conf_transport, spin_us, "50", 0, 10000000,
+    KEY_INT(weft_conf_transport, spin_us, "-1", -1, 10000000,
             "How long a wait polls UCX before it sleeps on the worker's event descriptor. Busy "
-            "polling starves peers when there are more processes than cores."),
+            "polling starves peers when there are more processes than cores. -1: 50 when this "
+            "host runs no more ranks than the process may use cores, else 0."),
 };
 
 static const struct conf_key api_keys[] = {

@@ -48,7 +48,8 @@ struct weft_transport_opts {
     enum weft_comm_algo allreduce_algo;
     size_t allreduce_direct_max; /* auto: direct all-reduce up to this many bytes */
     int timeout_ms;              /* deadline of every wait */
-    int spin_us;                 /* poll this long before sleeping on the event descriptor */
+    int spin_us;                 /* poll this long before sleeping on the event descriptor;
+                                    -1: 50 if this host has a core per local rank, else 0 */
 };
 
 /* ---- Rendezvous ------------------------------------------------------------------------- */

@@ -1,6 +1,8 @@
 /* The per-process transport: UCX context and worker, bootstrap through the rendezvous,
  * endpoints to every rank, orderly shutdown. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <ucs/debug/log_def.h>
@@ -174,6 +176,33 @@ static weft_status_t eps_connect(struct weft_transport *tp, const struct weft_tp
     return st;
 }
 
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+}
+
+/* spin_us = -1: poll before sleeping only when every rank on this host can have a core.
+ * Measured on 2 cores: a 4 KiB all-reduce takes 0.9 us polling against 12.5 us sleeping at
+ * once with 2 ranks, but with 4 ranks polling doubles the time of every size. Ranks that
+ * reached the rendezvous from the same address count as this host's. */
+static void spin_choose(struct weft_transport *tp, const struct weft_tp_table *table)
+{
+    int local = 0;
+    for (int r = 0; r < tp->size; r++)
+        local += same_host(&table->peers[r].sentinel, &table->peers[tp->rank].sentinel);
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    tp->opts.spin_us = local <= cores ? 50 : 0;
+    WEFT_LOG_DEBUG("transport", "%d ranks on this host, %d cores: waits poll for %d us", local,
+                   cores, tp->opts.spin_us);
+}
+
 static weft_status_t bootstrap(struct weft_transport *tp, const char *rendezvous,
                                int64_t deadline)
 {
@@ -198,6 +227,8 @@ static weft_status_t bootstrap(struct weft_transport *tp, const char *rendezvous
     ucp_worker_release_address(tp->worker, addr);
     if (st != WEFT_OK)
         goto out;
+    if (tp->opts.spin_us < 0)
+        spin_choose(tp, &table);
     close(fd);
     fd = -1;
     st = weft_tp_sentinel_mesh(tp, lfd, &table, deadline);
@@ -220,7 +251,7 @@ static weft_status_t opts_check(const struct weft_transport_opts *o, int rank, i
         return WEFT_ERR_INVALID;
     }
     if (o->chunk_bytes < 4096 || o->pipeline_depth < 1 || o->pipeline_depth > 64 ||
-        o->timeout_ms < 1 || o->spin_us < 0 || (unsigned)o->allreduce_algo >= WEFT_COMM_ALGO_COUNT ||
+        o->timeout_ms < 1 || o->spin_us < -1 || (unsigned)o->allreduce_algo >= WEFT_COMM_ALGO_COUNT ||
         (o->tls && strlen(o->tls) >= 256)) {
         WEFT_LOG_ERROR("transport", "transport options out of range (chunk_bytes %zu, "
                        "pipeline_depth %d, timeout_ms %d)", o->chunk_bytes, o->pipeline_depth,
