@@ -1,4 +1,5 @@
-/* weft generate: the denoising loop on one device, from prompt embeddings to final latents. */
+/* weft generate: the staged pipeline on one device, from prompt embeddings to a PNG (or to the
+ * final latents as safetensors). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -14,21 +15,25 @@
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 #include "model/scheduler.h"
-#include "worker/denoise.h"
-#include "worker/noise.h"
+#include "worker/pipeline.h"
+#include "worker/png.h"
 
 static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft generate [--model DIR] [--prompt-embeds FILE|NAME] [--height N] [--width N]\n"
-        "                     [--steps N] [--guidance G] [--seed S] [--latents FILE] --out FILE\n"
+        "                     [--steps N] [--guidance G] [--seed S] [--latents FILE]\n"
+        "                     [--vae-tiling] [--vae-tile PX] --out FILE.png|FILE.safetensors\n"
         "\n"
-        "Run the FLUX.1 denoising loop on this machine (one CPU device) and write the final\n"
-        "packed latents as safetensors (tensor \"latents\" [1, tokens, channels]).\n"
+        "Run a FLUX.1 pipeline on this machine (one CPU device), stage by stage: read the\n"
+        "prompt embeddings, denoise with the transformer, decode with the VAE. Each stage\n"
+        "loads its component and frees it when done. A .png output is the decoded image with\n"
+        "the generation parameters in text chunks; a .safetensors output is the final packed\n"
+        "latents (tensor \"latents\" [1, tokens, channels]) and needs no VAE.\n"
         "\n"
-        "  --model DIR          Diffusers pipeline folder (transformer/ + scheduler/) or a\n"
-        "                       transformer folder; default [model] path, else the embedded\n"
-        "                       models/flux-tiny (random weights)\n"
+        "  --model DIR          Diffusers pipeline folder (transformer/, vae/, scheduler/) or a\n"
+        "                       transformer folder (latents only); default [model] path, else\n"
+        "                       the embedded models/flux-tiny (random weights: noise images)\n"
         "  --prompt-embeds F    safetensors with prompt_embeds [1, T, joint_dim] and\n"
         "                       pooled_prompt_embeds [1, pooled_dim]; a bare NAME means\n"
         "                       DIR/prompts/NAME.safetensors; default: the first in DIR/prompts\n"
@@ -39,14 +44,20 @@ static void help(FILE *out)
         "                       noise on any device count or layout\n"
         "  --latents FILE       initial packed latents instead of noise (tensor \"latents\" or\n"
         "                       \"latents_init\")\n"
-        "  --out FILE           output .safetensors\n");
+        "  --vae-tiling         decode in overlapping tiles as Diffusers' vae.enable_tiling()\n"
+        "                       (tiles of the VAE's sample_size pixels): bounded memory for\n"
+        "                       large images; blended seams differ slightly from one piece\n"
+        "  --vae-tile PX        the same with tiles of PX pixels (a multiple of 8)\n"
+        "  --out FILE           output .png or .safetensors\n");
 }
 
 struct gen_opts {
     const char *model, *prompt, *latents, *out;
-    long long height, width, steps;
+    long long height, width, steps, vae_tile;
     double guidance;
     unsigned long long seed;
+    int vae_tiling;
+    int png;
 };
 
 static int parse_num(const char *opt, const char *v, long long lo, long long hi, long long *out)
@@ -62,56 +73,81 @@ static int parse_num(const char *opt, const char *v, long long lo, long long hi,
     return 0;
 }
 
+/* One option at argv[*i] (advancing past its value); -1 on a bad value, 1 when unknown. */
+static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
+{
+    const char *v;
+    char **argv = cli->argv;
+    if ((v = weft_cli_opt_value(cli->argc, argv, i, "--model")))
+        o->model = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt-embeds")))
+        o->prompt = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--latents")))
+        o->latents = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--out")))
+        o->out = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--height")))
+        return parse_num("--height", v, 16, 16384, &o->height);
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--width")))
+        return parse_num("--width", v, 16, 16384, &o->width);
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--steps")))
+        return parse_num("--steps", v, 1, WEFT_SCHED_MAX_STEPS, &o->steps);
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--vae-tile")))
+        return parse_num("--vae-tile", v, 8, 16384, &o->vae_tile);
+    else if (strcmp(argv[*i], "--vae-tiling") == 0)
+        o->vae_tiling = 1;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--seed"))) {
+        char *end;
+        errno = 0;
+        o->seed = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-') {
+            WEFT_LOG_ERROR("generate", "--seed '%s': expected a non-negative integer", v);
+            return -1;
+        }
+    } else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--guidance"))) {
+        char *end;
+        o->guidance = strtod(v, &end);
+        if (end == v || *end || !(o->guidance >= 0 && o->guidance <= 1000)) {
+            WEFT_LOG_ERROR("generate", "--guidance '%s': expected a number in [0, 1000]", v);
+            return -1;
+        }
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
 static int parse_args(struct weft_cli *cli, struct gen_opts *o)
 {
     *o = (struct gen_opts){.height = 1024, .width = 1024, .steps = 28, .guidance = 3.5};
     for (int i = 1; i < cli->argc; i++) {
-        const char *v;
-        char **argv = cli->argv;
-        if (weft_cli_is_help(argv[i])) {
+        if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
             return 1;
         }
-        if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model")))
-            o->model = v;
-        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt-embeds")))
-            o->prompt = v;
-        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--latents")))
-            o->latents = v;
-        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out")))
-            o->out = v;
-        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
-            if (parse_num("--height", v, 16, 16384, &o->height))
-                return -1;
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
-            if (parse_num("--width", v, 16, 16384, &o->width))
-                return -1;
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--steps"))) {
-            if (parse_num("--steps", v, 1, WEFT_SCHED_MAX_STEPS, &o->steps))
-                return -1;
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-') {
-                WEFT_LOG_ERROR("generate", "--seed '%s': expected a non-negative integer", v);
-                return -1;
-            }
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
-            char *end;
-            o->guidance = strtod(v, &end);
-            if (end == v || *end || !(o->guidance >= 0 && o->guidance <= 1000)) {
-                WEFT_LOG_ERROR("generate", "--guidance '%s': expected a number in [0, 1000]", v);
-                return -1;
-            }
-        } else {
+        int rc = parse_opt(cli, &i, o);
+        if (rc < 0)
+            return -1;
+        if (rc > 0) {
             WEFT_LOG_ERROR("generate", "unexpected argument '%s' (see `weft generate --help`)",
-                           argv[i]);
+                           cli->argv[i]);
             return -1;
         }
     }
     if (!o->out) {
         WEFT_LOG_ERROR("generate", "--out FILE is required (see `weft generate --help`)");
+        return -1;
+    }
+    o->png = ends_with(o->out, ".png");
+    if (!o->png && !ends_with(o->out, ".safetensors")) {
+        WEFT_LOG_ERROR("generate", "--out %s: the output is a .png image or .safetensors latents",
+                       o->out);
         return -1;
     }
     if (o->height % 16 || o->width % 16) {
@@ -120,40 +156,15 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
                        o->width);
         return -1;
     }
+    if (o->vae_tile % 8) {
+        WEFT_LOG_ERROR("generate", "--vae-tile %lld: a tile is a whole number of latents, a "
+                                   "multiple of 8 pixels", o->vae_tile);
+        return -1;
+    }
     return 0;
 }
 
-/* Pipeline folder: transformer/ and scheduler/; model folder: itself and the default schedule. */
-static weft_status_t resolve_model(const char *dir, char *transformer, size_t len,
-                                   struct weft_sched_config *sched)
-{
-    weft_sched_config_flux_default(sched);
-    enum weft_path_kind kind = weft_path_kind(dir);
-    if (kind == WEFT_PATH_MODEL) {
-        snprintf(transformer, len, "%s", dir);
-        return WEFT_OK;
-    }
-    if (kind != WEFT_PATH_PIPELINE) {
-        WEFT_LOG_ERROR("generate", "%s: not a pipeline folder (model_index.json) or a model "
-                                   "folder (config.json)", dir);
-        return WEFT_ERR_NOT_FOUND;
-    }
-    snprintf(transformer, len, "%s/transformer", dir);
-    char path[2048];
-    snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", dir);
-    cJSON *json;
-    FILE *probe = fopen(path, "r");
-    if (!probe)
-        return WEFT_OK; /* no scheduler component: FLUX.1-dev's settings */
-    fclose(probe);
-    weft_status_t st = weft_json_read_file(path, 1 << 20, &json);
-    if (st != WEFT_OK)
-        return st;
-    st = weft_sched_config_parse(json, path, sched);
-    cJSON_Delete(json);
-    return st;
-}
-
+/* The folder prompts/ lives in: the pipeline folder (or the transformer folder itself). */
 static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path, size_t len)
 {
     if (arg && (strchr(arg, '/') || strstr(arg, ".safetensors"))) {
@@ -170,9 +181,7 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
     char best[256] = "";
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0 &&
-            (!best[0] || strcmp(e->d_name, best) < 0))
+        if (ends_with(e->d_name, ".safetensors") && (!best[0] || strcmp(e->d_name, best) < 0))
             snprintf(best, sizeof(best), "%s", e->d_name);
     }
     if (d)
@@ -185,32 +194,31 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
     return WEFT_OK;
 }
 
-/* Read tensor `name` of `file` with exactly `numel` elements as f32 (caller frees). */
-static weft_status_t read_exact(struct weft_st_file *f, const char *name, int64_t numel,
-                                const char *what, float **out)
+/* --latents: tensor "latents" or "latents_init" with exactly numel elements (caller frees). */
+static weft_status_t read_latents(const char *path, int64_t numel, float **out)
 {
-    const struct weft_st_tensor *t = weft_st_find(f, name);
-    if (!t) {
-        WEFT_LOG_ERROR("generate", "%s: no tensor '%s'", weft_st_path(f), name);
-        return WEFT_ERR_FORMAT;
-    }
-    if (numel >= 0 && t->numel != numel) {
-        char sh[128];
-        WEFT_LOG_ERROR("generate", "%s: '%s' has shape %s: %lld elements, but %s needs %lld",
-                       weft_st_path(f), name, weft_shape_str(t->ndim, t->shape, sh, sizeof(sh)),
-                       (long long)t->numel, what, (long long)numel);
-        return WEFT_ERR_FORMAT;
-    }
-    float *p = weft_malloc((size_t)t->numel * sizeof(float) + 4);
-    if (!p)
-        return WEFT_ERR_NOMEM;
-    weft_status_t st = weft_st_read(f, t, p, WEFT_DTYPE_F32);
-    if (st != WEFT_OK) {
-        weft_free(p);
+    struct weft_st_file *f;
+    weft_status_t st = weft_st_open(path, &f);
+    if (st != WEFT_OK)
         return st;
+    const struct weft_st_tensor *t = weft_st_find(f, "latents");
+    if (!t)
+        t = weft_st_find(f, "latents_init");
+    if (!t || t->numel != numel) {
+        WEFT_LOG_ERROR("generate", "%s: needs a tensor \"latents\" or \"latents_init\" of %lld "
+                                   "elements (tokens x in_channels for this image size)", path,
+                       (long long)numel);
+        st = WEFT_ERR_FORMAT;
     }
-    *out = p;
-    return WEFT_OK;
+    float *p = st == WEFT_OK ? weft_malloc((size_t)numel * sizeof(float) + 4) : NULL;
+    if (st == WEFT_OK && !p)
+        st = WEFT_ERR_NOMEM;
+    if (st == WEFT_OK && (st = weft_st_read(f, t, p, WEFT_DTYPE_F32)) == WEFT_OK)
+        *out = p;
+    else
+        weft_free(p);
+    weft_st_close(f);
+    return st;
 }
 
 struct step_ui {
@@ -224,22 +232,111 @@ static weft_status_t on_step(void *arg, int step, int steps, const float *latent
     return WEFT_OK;
 }
 
-static weft_status_t write_latents(const struct gen_opts *o, const char *model, int64_t s_img,
-                                   int64_t ch, const float *latents)
+/* The generation parameters, as text: safetensors metadata or PNG text chunks. */
+struct params_text {
+    char seed[32], steps[32], guid[32], size[64], layout[96], prompt[256];
+};
+
+static void params_text(const struct gen_opts *o, const char *prompt_path, int threads,
+                        struct params_text *t)
 {
-    char seed[32], steps[32], guid[32], size[64];
-    snprintf(seed, sizeof(seed), "%llu", o->seed);
-    snprintf(steps, sizeof(steps), "%lld", o->steps);
-    snprintf(guid, sizeof(guid), "%g", o->guidance);
-    snprintf(size, sizeof(size), "%lldx%lld", o->width, o->height);
+    snprintf(t->seed, sizeof(t->seed), "%llu", o->seed);
+    snprintf(t->steps, sizeof(t->steps), "%lld", o->steps);
+    snprintf(t->guid, sizeof(t->guid), "%g", o->guidance);
+    snprintf(t->size, sizeof(t->size), "%lldx%lld", o->width, o->height);
+    snprintf(t->layout, sizeof(t->layout), "single device: cpu, %d threads (dp 1, tp 1, "
+                                           "ring 1, ulysses 1)", threads);
+    const char *base = strrchr(prompt_path, '/');
+    base = base ? base + 1 : prompt_path;
+    snprintf(t->prompt, sizeof(t->prompt), "%s", base);
+    if (ends_with(t->prompt, ".safetensors"))
+        t->prompt[strlen(t->prompt) - strlen(".safetensors")] = '\0';
+}
+
+static weft_status_t write_output(const struct gen_opts *o, const char *model,
+                                  const struct params_text *t,
+                                  const struct weft_pipeline_result *r)
+{
+    const char *seed = o->latents ? "none (--latents)" : t->seed;
+    if (o->png) {
+        char software[64];
+        snprintf(software, sizeof(software), "weft %s", WEFT_VERSION);
+        const struct weft_png_text text[] = {
+            {"Software", software},     {"weft.prompt", t->prompt}, {"weft.seed", seed},
+            {"weft.steps", t->steps},   {"weft.guidance", t->guid}, {"weft.model", model},
+            {"weft.layout", t->layout}, {"weft.size", t->size},
+        };
+        return weft_png_write(o->out, r->rgb, r->width, r->height,
+                              sizeof(text) / sizeof(text[0]), text);
+    }
     const struct weft_st_meta meta[] = {
-        {"weft_model", model}, {"weft_seed", o->latents ? "none (--latents)" : seed},
-        {"weft_steps", steps}, {"weft_guidance", guid},
-        {"weft_size", size},   {"weft_version", WEFT_VERSION},
+        {"weft_model", model},      {"weft_seed", seed},        {"weft_steps", t->steps},
+        {"weft_guidance", t->guid}, {"weft_size", t->size},     {"weft_prompt", t->prompt},
+        {"weft_layout", t->layout}, {"weft_version", WEFT_VERSION},
     };
-    int64_t shape[3] = {1, s_img, ch};
-    struct weft_st_out t = {"latents", WEFT_DTYPE_F32, 3, shape, latents};
-    return weft_st_write(o->out, 1, &t, sizeof(meta) / sizeof(meta[0]), meta);
+    int64_t shape[3] = {1, r->tokens, r->channels};
+    struct weft_st_out out = {"latents", WEFT_DTYPE_F32, 3, shape, r->latents};
+    return weft_st_write(o->out, 1, &out, sizeof(meta) / sizeof(meta[0]), meta);
+}
+
+static void log_components(const struct weft_pipeline *p)
+{
+    for (size_t i = 0; i < weft_pipeline_component_count(p); i++) {
+        const struct weft_pipeline_component *c = weft_pipeline_component_at(p, i);
+        WEFT_LOG_DEBUG("generate", "component %s (%s): %.1f MB on disk, %.1f MB loaded, on "
+                                   "cpu:%d, stage %s", c->name, c->class_name,
+                       (double)c->file_bytes / 1e6, (double)c->weight_bytes / 1e6,
+                       c->device.index, weft_pipe_stage_name(c->stage));
+    }
+}
+
+/* --vae-tiling / --vae-tile into t; NULL when decoding in one piece. */
+static const struct weft_vae_tiling *tiling_of(const struct gen_opts *o,
+                                               const struct weft_pipeline *p,
+                                               struct weft_vae_tiling *t)
+{
+    const struct weft_vae_config *vc = weft_pipeline_vae_config(p);
+    if (!vc || (!o->vae_tiling && !o->vae_tile))
+        return NULL;
+    if (o->vae_tile)
+        weft_vae_tiling_latent(vc, o->vae_tile / vc->scale, t);
+    else
+        weft_vae_tiling_default(vc, t);
+    return t;
+}
+
+static weft_status_t run(const struct gen_opts *o, const char *dir, const char *prompt,
+                         int threads, struct weft_pipeline *p)
+{
+    const struct weft_flux_config *fc = weft_pipeline_flux_config(p);
+    const int64_t tokens = (o->height / 16) * (o->width / 16);
+    float *init = NULL;
+    weft_status_t st = WEFT_OK;
+    if (o->latents && (st = read_latents(o->latents, tokens * fc->in_channels, &init)))
+        return st;
+    struct weft_vae_tiling tiling;
+    struct step_ui ui;
+    struct weft_pipeline_job job = {
+        .prompt_embeds = prompt, .height = o->height, .width = o->width,
+        .steps = (int)o->steps, .guidance = (float)o->guidance, .seed = o->seed,
+        .latents_init = init, .decode = o->png != 0, .tiling = tiling_of(o, p, &tiling),
+        .on_step = on_step, .cb_arg = &ui,
+    };
+    struct weft_pipeline_result r;
+    weft_progress_begin(&ui.bar, "denoise");
+    st = weft_pipeline_run(p, &job, &r);
+    weft_progress_end(&ui.bar);
+    weft_free(init);
+    if (st != WEFT_OK)
+        return st;
+    struct params_text t;
+    params_text(o, prompt, threads, &t);
+    if ((st = write_output(o, dir, &t, &r)) == WEFT_OK)
+        WEFT_LOG_INFO("generate", "wrote %s (%lldx%lld, %lld steps; denoise %.2f s, decode "
+                                  "%.2f s)", o->out, o->width, o->height, o->steps,
+                      r.seconds[WEFT_STAGE_DENOISE], r.seconds[WEFT_STAGE_DECODE]);
+    weft_pipeline_result_cleanup(&r);
+    return st;
 }
 
 int weft_cmd_generate(struct weft_cli *cli)
@@ -250,79 +347,27 @@ int weft_cmd_generate(struct weft_cli *cli)
         return rc > 0 ? 0 : 2;
     const char *dir = o.model ? o.model : cli->conf.model.path[0] ? cli->conf.model.path
                                                                   : WEFT_DEFAULT_MODEL;
-    size_t n_out = strlen(o.out);
-    if (n_out < 12 || strcmp(o.out + n_out - 12, ".safetensors") != 0) {
-        WEFT_LOG_ERROR("generate", "--out %s: only .safetensors output for now", o.out);
-        return 2;
-    }
-    char tdir[2048], prompt[2300];
-    struct weft_sched_config sc;
-    static struct weft_schedule sched;
+    char prompt[2300];
     const struct weft_kernels *K = NULL;
     struct weft_kctx *kc = NULL;
-    struct weft_flux *m = NULL;
-    struct weft_st_file *pf = NULL;
-    float *pe = NULL, *pooled = NULL, *latents = NULL;
+    struct weft_pipeline *p = NULL;
     weft_status_t st;
-    if ((st = resolve_model(dir, tdir, sizeof(tdir), &sc)) ||
-        (st = resolve_prompt(dir, o.prompt, prompt, sizeof(prompt))) ||
-        (st = weft_st_open(prompt, &pf)))
+    if ((st = resolve_prompt(dir, o.prompt, prompt, sizeof(prompt))) ||
+        (st = weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc)))
         goto out;
-    if ((st = weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc)))
+    struct weft_pipeline_opts po = {K, kc, false};
+    if ((st = weft_pipeline_open(dir, &po, &p)))
         goto out;
-    struct weft_flux_opts fo = {K, kc};
-    if ((st = weft_flux_load(tdir, &fo, &m)))
-        goto out;
-    const struct weft_flux_config *c = weft_flux_get_config(m);
-    const struct weft_st_tensor *pet = weft_st_find(pf, "prompt_embeds");
-    if (!pet || pet->ndim != 3 || pet->shape[0] != 1 || pet->shape[2] != c->joint_attention_dim) {
-        WEFT_LOG_ERROR("generate", "%s: needs prompt_embeds [1, T, %lld] (the model's "
-                                   "joint_attention_dim)", prompt,
-                       (long long)c->joint_attention_dim);
-        st = WEFT_ERR_FORMAT;
+    log_components(p);
+    if (o.png && !weft_pipeline_has_vae(p)) {
+        WEFT_LOG_ERROR("generate", "%s has no vae/: a .png needs a pipeline folder (or write "
+                                   ".safetensors latents)", dir);
+        st = WEFT_ERR_INVALID;
         goto out;
     }
-    int64_t s_txt = pet->shape[1], gh = o.height / 16, gw = o.width / 16, s_img = gh * gw;
-    int64_t n = s_img * c->in_channels;
-    if ((st = read_exact(pf, "prompt_embeds", -1, "", &pe)) ||
-        (st = read_exact(pf, "pooled_prompt_embeds", c->pooled_projection_dim,
-                         "pooled_projection_dim", &pooled)))
-        goto out;
-    if (o.latents) {
-        struct weft_st_file *lf;
-        if ((st = weft_st_open(o.latents, &lf)))
-            goto out;
-        const char *name = weft_st_find(lf, "latents") ? "latents" : "latents_init";
-        st = read_exact(lf, name, n, "the image size", &latents);
-        weft_st_close(lf);
-        if (st)
-            goto out;
-    } else {
-        if (!(latents = weft_malloc((size_t)n * sizeof(float)))) {
-            st = WEFT_ERR_NOMEM;
-            goto out;
-        }
-        weft_noise_normal(o.seed, 0, n, latents);
-    }
-    if ((st = weft_sched_plan(&sc, (int)o.steps, s_img, &sched)))
-        goto out;
-    struct step_ui ui;
-    weft_progress_begin(&ui.bar, "denoise");
-    struct weft_denoise_params p = {
-        .grid_h = gh, .grid_w = gw, .prompt_embeds = pe, .s_txt = s_txt, .pooled = pooled,
-        .guidance = (float)o.guidance, .schedule = &sched, .on_step = on_step, .cb_arg = &ui,
-    };
-    st = weft_denoise(m, &p, latents);
-    weft_progress_end(&ui.bar);
-    if (st == WEFT_OK)
-        st = write_latents(&o, dir, s_img, c->in_channels, latents);
-    if (st == WEFT_OK)
-        WEFT_LOG_INFO("generate", "wrote %s (%lldx%lld, %lld steps, %.2f s)", o.out, o.width,
-                      o.height, o.steps, weft_now() - ui.bar.start);
+    st = run(&o, dir, prompt, weft_kernels_cpu_threads(kc), p);
 out:
-    weft_free(pe), weft_free(pooled), weft_free(latents);
-    weft_st_close(pf);
-    weft_flux_destroy(m);
+    weft_pipeline_close(p);
     weft_kernels_cpu_destroy(kc);
     return st == WEFT_OK ? 0 : 1;
 }
