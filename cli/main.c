@@ -19,6 +19,10 @@ static const struct command commands[] = {
     {"inspect", weft_cmd_inspect, "show a checkpoint: class, config, parameters, tensor table"},
     {"generate", weft_cmd_generate, "run the denoising loop on this machine, write latents"},
     {"plan", weft_cmd_plan, "show how a parallel layout splits a model (loads nothing)"},
+    {"serve", weft_cmd_serve, "serve the job API (HTTP + JSON) until SIGINT/SIGTERM"},
+    {"submit", weft_cmd_submit, "submit a job to a server, follow it, download its PNGs"},
+    {"status", weft_cmd_status, "show a job, or the cluster and its queue"},
+    {"cancel", weft_cmd_cancel, "cancel a job (queued: removed; running: next step)"},
     {"bench", weft_cmd_bench, "benchmarks: `weft bench --help`"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

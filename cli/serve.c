@@ -1,0 +1,103 @@
+/* weft serve: the coordinator with its job API, until SIGINT/SIGTERM. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/local_runner.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft serve [--model DIR] [--listen ADDR] [--runner local] [--port-file FILE]\n"
+        "\n"
+        "Serve the job API (HTTP/1.1 + JSON) until SIGINT or SIGTERM. Jobs are journaled before\n"
+        "they are accepted, so a restart loses none; on a signal the server stops accepting,\n"
+        "lets running jobs finish for [api] shutdown_grace_ms and exits 0 (unfinished jobs run\n"
+        "again after a restart). Limits, token, journal and output folders: the [api] section\n"
+        "(`weft --dump-config --defaults`).\n"
+        "\n"
+        "  --model DIR        Diffusers pipeline folder served; default [model] path, else the\n"
+        "                     embedded models/flux-tiny (random weights)\n"
+        "  --listen ADDR      host:port or unix:/path (default [api] listen, 127.0.0.1:8642);\n"
+        "                     port 0 picks a free one. Only loopback unless set explicitly.\n"
+        "  --runner NAME      what runs the jobs: local (this process, this machine's CPU)\n"
+        "  --port-file FILE   write the address actually bound to FILE once listening\n"
+        "\n"
+        "API: POST /v1/jobs, GET /v1/jobs[/ID[/images/I]], DELETE /v1/jobs/ID, GET /v1/cluster,\n"
+        "GET /metrics (README.md, \"Job API\").\n");
+}
+
+/* The runner behind the API. "local" runs jobs in this process; the distributed runner (workers
+ * over UCX) plugs in here under its own name, chosen by --runner or, later, [cluster]. */
+static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
+                                   const char *model, struct weft_runner_sink *sink,
+                                   struct weft_runner **runner_p)
+{
+    if (strcmp(name, "local") == 0) {
+        struct weft_local_runner_opts o = {.model_dir = model,
+                                           .threads = (int)cli->conf.kernels.threads};
+        return weft_local_runner_create(&o, sink, runner_p);
+    }
+    WEFT_LOG_ERROR("serve", "--runner %s: unknown runner (available: local)", name);
+    return WEFT_ERR_CONFIG;
+}
+
+int weft_cmd_serve(struct weft_cli *cli)
+{
+    const char *model = NULL, *listen = NULL, *runner_name = "local", *port_file = NULL;
+    for (int i = 1; i < cli->argc; i++) {
+        const char *v;
+        char **argv = cli->argv;
+        if (weft_cli_is_help(argv[i])) {
+            help(stdout);
+            return 0;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model")))
+            model = v;
+        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--listen")))
+            listen = v;
+        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--runner")))
+            runner_name = v;
+        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--port-file")))
+            port_file = v;
+        else {
+            WEFT_LOG_ERROR("serve", "unexpected argument '%s' (see `weft serve --help`)",
+                           argv[i]);
+            return 2;
+        }
+    }
+    struct weft_conf_api api = cli->conf.api;
+    if (listen) {
+        if (strlen(listen) >= sizeof(api.listen)) {
+            WEFT_LOG_ERROR("serve", "--listen: address too long");
+            return 2;
+        }
+        snprintf(api.listen, sizeof(api.listen), "%s", listen);
+    }
+    if (!model)
+        model = cli->conf.model.path[0] ? cli->conf.model.path : WEFT_DEFAULT_MODEL;
+    weft_log_set_style(WEFT_LOG_STYLE_FULL); /* a server's log: times and pids */
+
+    struct weft_coord_opts co = {.api = &api, .model_dir = model};
+    struct weft_coord *coord = NULL;
+    struct weft_runner *runner = NULL;
+    weft_status_t st;
+    if ((st = weft_coord_create(&co, &coord)) != WEFT_OK ||
+        (st = runner_create(runner_name, cli, model, weft_coord_sink(coord), &runner)) !=
+            WEFT_OK)
+        goto out;
+    if ((st = weft_coord_listen(coord, port_file)) != WEFT_OK) {
+        weft_runner_destroy(runner);
+        goto out;
+    }
+    WEFT_LOG_INFO("serve", "serving %s with the %s runner on %s", model, runner_name,
+                  weft_coord_address(coord));
+    st = weft_coord_run_take(coord, runner);
+out:
+    weft_coord_destroy(coord);
+    return st == WEFT_OK ? 0 : 1;
+}

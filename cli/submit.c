@@ -1,0 +1,294 @@
+/* weft submit: send a job to `weft serve`, follow it, download its images. */
+#include <errno.h>
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "cli/progress.h"
+#include "client/weft.h"
+#include "common/alloc.h"
+#include "common/log.h"
+
+#define MAX_PROMPTS 4096
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft submit [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
+        "                   [--guidance G] [--seed S] [--count N] [--out DIR] [--no-wait]\n"
+        "                   [--timeout SECONDS] [--server ADDR] [--token TOKEN]\n"
+        "\n"
+        "Submit one job to a `weft serve` (one prompt, or a batch with several --prompt), show\n"
+        "its progress (a bar on a terminal), and save its PNGs as DIR/<job id>-<i>.png, image i\n"
+        "belonging to prompt i / count. Exit status: 0 when the job is done, 1 when it failed,\n"
+        "was cancelled or could not be submitted, 2 on bad usage.\n"
+        "\n"
+        "  --prompt NAME|FILE  a name of the served model's prompts/ folder, or a local\n"
+        "                      safetensors file (prompt_embeds, pooled_prompt_embeds) sent\n"
+        "                      inline; repeat for a batch. Default: the server's first prompt\n"
+        "  --height, --width N image size in pixels, multiples of 16 (server default 1024)\n"
+        "  --steps N           denoising steps (server default 28)\n"
+        "  --guidance G        embedded guidance scale (server default 3.5)\n"
+        "  --seed S            noise seed (default 0); image i uses the seed's noise at i\n"
+        "  --count N           images per prompt (default 1)\n"
+        "  --out DIR           where the PNGs go (default .; created if missing)\n"
+        "  --no-wait           print the job id and exit once the job is accepted\n"
+        "  --timeout SECONDS   give up waiting after this long (default 86400); the job goes on\n"
+        "  --server ADDR       host:port or unix:/path (default [api] listen)\n"
+        "  --token TOKEN       bearer token (default [api] token, or WEFT_API_TOKEN)\n");
+}
+
+struct submit_opts {
+    const char *server, *token, *out;
+    const char *prompts[MAX_PROMPTS];
+    int n_prompts;
+    long long height, width, steps, count, timeout_s;
+    double guidance;
+    unsigned long long seed;
+    bool no_wait;
+};
+
+static int parse_ll(const char *opt, const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        WEFT_LOG_ERROR("submit", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* 1: help shown, 0: ok, -1: usage error (logged). */
+static int parse_args(struct weft_cli *cli, struct submit_opts *o)
+{
+    *o = (struct submit_opts){.server = cli->conf.api.listen, .token = cli->conf.api.token,
+                              .out = ".", .timeout_s = 86400};
+    for (int i = 1; i < cli->argc; i++) {
+        const char *v;
+        char **argv = cli->argv;
+        int bad = 0;
+        if (weft_cli_is_help(argv[i])) {
+            help(stdout);
+            return 1;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt"))) {
+            if (o->n_prompts == MAX_PROMPTS) {
+                WEFT_LOG_ERROR("submit", "more than %d --prompt", MAX_PROMPTS);
+                return -1;
+            }
+            o->prompts[o->n_prompts++] = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
+            bad = parse_ll("--height", v, 16, 1 << 20, &o->height);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
+            bad = parse_ll("--width", v, 16, 1 << 20, &o->width);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--steps"))) {
+            bad = parse_ll("--steps", v, 1, 1000, &o->steps);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--count"))) {
+            bad = parse_ll("--count", v, 1, 65536, &o->count);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--timeout"))) {
+            bad = parse_ll("--timeout", v, 1, 10000000, &o->timeout_s);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (errno || end == v || *end || v[0] == '-') {
+                WEFT_LOG_ERROR("submit", "--seed '%s': expected a non-negative integer", v);
+                return -1;
+            }
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
+            char *end;
+            o->guidance = strtod(v, &end);
+            if (end == v || *end || !(o->guidance > 0 && o->guidance <= 1000)) {
+                WEFT_LOG_ERROR("submit", "--guidance '%s': expected a number in (0, 1000]", v);
+                return -1;
+            }
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
+            o->out = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--server"))) {
+            o->server = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--token"))) {
+            o->token = v;
+        } else if (strcmp(argv[i], "--no-wait") == 0) {
+            o->no_wait = true;
+        } else {
+            WEFT_LOG_ERROR("submit", "unexpected argument '%s' (see `weft submit --help`)",
+                           argv[i]);
+            return -1;
+        }
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+static bool is_file(const char *p)
+{
+    size_t n = strlen(p);
+    return strchr(p, '/') || (n > 12 && strcmp(p + n - 12, ".safetensors") == 0);
+}
+
+static int read_file(const char *path, void **data_p, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        WEFT_LOG_ERROR("submit", "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    char *buf = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? weft_malloc((size_t)n + 1) : NULL;
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        WEFT_LOG_ERROR("submit", "%s: cannot read", path);
+        weft_free(buf);
+        (void)fclose(f);
+        return -1;
+    }
+    (void)fclose(f);
+    *data_p = buf;
+    *len_p = (size_t)n;
+    return 0;
+}
+
+/* The server's first prompt name, from /v1/cluster. */
+static int default_prompt(struct weft_client *c, char *name, size_t len)
+{
+    char *text;
+    if (weft_client_cluster(c, &text) != WEFT_OK) {
+        WEFT_LOG_ERROR("submit", "%s", weft_client_error(c));
+        return -1;
+    }
+    cJSON *o = cJSON_Parse(text);
+    weft_client_free(text);
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "coordinator");
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(co, "prompts"), 0);
+    int rc = -1;
+    if (cJSON_IsString(first)) {
+        snprintf(name, len, "%s", first->valuestring);
+        rc = 0;
+    } else {
+        WEFT_LOG_ERROR("submit", "no --prompt given and the server's model has no prompts/");
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+struct wait_ui {
+    struct weft_progress bar;
+    bool queued_shown;
+};
+
+static int on_progress(void *arg, const struct weft_job_status *st)
+{
+    struct wait_ui *ui = arg;
+    if (st->state == WEFT_JOB_QUEUED && ui->bar.tty && !ui->queued_shown) {
+        fprintf(stderr, "\rqueued (%d ahead)", st->queue_position);
+        ui->queued_shown = true;
+    }
+    if (st->state == WEFT_JOB_RUNNING && st->images_total > 0 && st->steps > 0) {
+        int total = st->images_total * st->steps;
+        weft_progress_update(&ui->bar, (int)(st->fraction * total + 0.5), total);
+    }
+    return 0;
+}
+
+static int download(struct weft_client *c, const struct weft_job_status *st, const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0 && mkdir(dir, 0777) != 0) {
+        WEFT_LOG_ERROR("submit", "%s: cannot create the folder: %s", dir, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < st->n_images; i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s-%d.png", dir, st->id, st->images[i].index);
+        if (weft_client_image_save(c, st->id, st->images[i].index, path) != WEFT_OK) {
+            WEFT_LOG_ERROR("submit", "%s", weft_client_error(c));
+            return -1;
+        }
+        printf("%s\t(prompt %d, %dx%d)\n", path, st->images[i].prompt, st->images[i].width,
+               st->images[i].height);
+    }
+    return 0;
+}
+
+static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
+                           struct weft_prompt *prompts, int n)
+{
+    struct weft_job_request req = {
+        .prompts = prompts, .n_prompts = (size_t)n, .height = o->height, .width = o->width,
+        .steps = o->steps, .count = o->count, .guidance = o->guidance, .seed = o->seed,
+    };
+    char id[WEFT_CLIENT_ID_MAX];
+    if (weft_client_submit(c, &req, id) != WEFT_OK) {
+        WEFT_LOG_ERROR("submit", "%s", weft_client_error(c));
+        return 1;
+    }
+    printf("job %s\n", id);
+    (void)fflush(stdout);
+    if (o->no_wait)
+        return 0;
+    struct wait_ui ui = {0};
+    weft_progress_begin(&ui.bar, id);
+    struct weft_job_status st = {0};
+    weft_status_t s = weft_client_wait(c, id, (int)(o->timeout_s > 2000000 ? 2000000000
+                                                                            : o->timeout_s * 1000),
+                                       on_progress, &ui, &st);
+    weft_progress_end(&ui.bar);
+    int rc = 1;
+    if (s != WEFT_OK)
+        WEFT_LOG_ERROR("submit", "%s", weft_client_error(c));
+    else if (st.state == WEFT_JOB_FAILED)
+        WEFT_LOG_ERROR("submit", "job %s failed: %s", id, st.error);
+    else if (st.state == WEFT_JOB_CANCELLED)
+        WEFT_LOG_ERROR("submit", "job %s was cancelled", id);
+    else
+        rc = download(c, &st, o->out) == 0 ? 0 : 1;
+    weft_job_status_cleanup(&st);
+    return rc;
+}
+
+int weft_cmd_submit(struct weft_cli *cli)
+{
+    static struct submit_opts o; /* large: the prompt list */
+    int rc = parse_args(cli, &o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    struct weft_client_opts co = {.address = o.server, .token = o.token, .timeout_ms = 60000};
+    struct weft_client *c;
+    if (weft_client_connect(&co, &c) != WEFT_OK)
+        return 1; /* logged */
+    int n = o.n_prompts ? o.n_prompts : 1;
+    struct weft_prompt *prompts = weft_calloc((size_t)n, sizeof(*prompts));
+    char first[64];
+    rc = prompts ? 0 : 1;
+    if (rc == 0 && o.n_prompts == 0) {
+        rc = default_prompt(c, first, sizeof(first)) ? 1 : 0;
+        prompts[0].name = first;
+    }
+    for (int i = 0; rc == 0 && i < o.n_prompts; i++) {
+        if (!is_file(o.prompts[i])) {
+            prompts[i].name = o.prompts[i];
+            continue;
+        }
+        void *data;
+        size_t len;
+        if (read_file(o.prompts[i], &data, &len) != 0)
+            rc = 1;
+        else
+            prompts[i] = (struct weft_prompt){.safetensors = data, .safetensors_len = len};
+    }
+    if (rc == 0)
+        rc = submit_and_wait(c, &o, prompts, n);
+    for (int i = 0; prompts && i < n; i++)
+        weft_free((void *)prompts[i].safetensors);
+    weft_free(prompts);
+    weft_client_close(c);
+    return rc;
+}

@@ -1,0 +1,201 @@
+/* File-system helpers: mkdir -p, durable atomic writes, folder sync and removal. */
+#include "coordinator/files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "coordinator/runner.h"
+
+weft_status_t weft_files_mkdirs(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(buf)) {
+        WEFT_LOG_ERROR("files", "'%s': not a usable folder path", path);
+        return WEFT_ERR_INVALID;
+    }
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST) {
+            WEFT_LOG_ERROR("files", "%s: cannot create the folder: %s", buf, strerror(errno));
+            return WEFT_ERR_IO;
+        }
+        buf[i] = c;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        WEFT_LOG_ERROR("files", "%s: not a folder", path);
+        return WEFT_ERR_IO;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_files_sync_file(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        WEFT_LOG_ERROR("files", "%s: cannot sync: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return WEFT_ERR_IO;
+    }
+    close(fd);
+    return WEFT_OK;
+}
+
+weft_status_t weft_files_sync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        WEFT_LOG_ERROR("files", "%s: cannot sync the folder: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return WEFT_ERR_IO;
+    }
+    close(fd);
+    return WEFT_OK;
+}
+
+weft_status_t weft_files_remove_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return errno == ENOENT ? WEFT_OK : WEFT_ERR_IO;
+    struct dirent *e;
+    weft_status_t st = WEFT_OK;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char p[4400];
+        snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+        if (unlink(p) != 0 && errno != ENOENT) {
+            WEFT_LOG_WARN("files", "%s: cannot remove: %s", p, strerror(errno));
+            st = WEFT_ERR_IO;
+        }
+    }
+    closedir(d);
+    if (rmdir(path) != 0 && errno != ENOENT) {
+        WEFT_LOG_WARN("files", "%s: cannot remove the folder: %s", path, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    return st;
+}
+
+weft_status_t weft_files_read(const char *path, size_t max_bytes, char **data_p, size_t *len_p)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return WEFT_ERR_NOT_FOUND;
+        WEFT_LOG_ERROR("files", "%s: cannot open: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    weft_status_t st = WEFT_OK;
+    struct stat sb;
+    char *buf = NULL;
+    if (fstat(fd, &sb) != 0) {
+        WEFT_LOG_ERROR("files", "%s: cannot stat: %s", path, strerror(errno));
+        st = WEFT_ERR_IO;
+        goto out;
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        WEFT_LOG_ERROR("files", "%s: %lld bytes, over the limit of %zu", path,
+                       (long long)sb.st_size, max_bytes);
+        st = WEFT_ERR_RANGE;
+        goto out;
+    }
+    size_t size = (size_t)sb.st_size, got = 0;
+    if (!(buf = weft_malloc(size + 1))) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            WEFT_LOG_ERROR("files", "%s: read failed: %s", path,
+                           n < 0 ? strerror(errno) : "file shrank while read");
+            st = WEFT_ERR_IO;
+            goto out;
+        }
+        got += (size_t)n;
+    }
+    buf[size] = '\0';
+    *data_p = buf;
+    *len_p = size;
+    buf = NULL;
+out:
+    weft_free(buf);
+    close(fd);
+    return st;
+}
+
+static weft_status_t write_all(int fd, const char *path, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            WEFT_LOG_ERROR("files", "%s: write failed: %s", path, strerror(errno));
+            return WEFT_ERR_IO;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_files_write(const char *path, const void *data, size_t len)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("files", "%s: cannot create: %s", tmp, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    weft_status_t st = write_all(fd, tmp, data, len);
+    if (st == WEFT_OK && fsync(fd) != 0) {
+        WEFT_LOG_ERROR("files", "%s: fsync failed: %s", tmp, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    if (close(fd) != 0 && st == WEFT_OK) {
+        WEFT_LOG_ERROR("files", "%s: close failed: %s", tmp, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    if (st == WEFT_OK && rename(tmp, path) != 0) {
+        WEFT_LOG_ERROR("files", "%s: cannot rename into place: %s", path, strerror(errno));
+        st = WEFT_ERR_IO;
+    }
+    if (st != WEFT_OK) {
+        (void)unlink(tmp);
+        return st;
+    }
+    /* the new name must survive a crash as well as the bytes */
+    char *slash = strrchr(tmp, '/');
+    if (slash == tmp)
+        return weft_files_sync_dir("/");
+    if (!slash)
+        return weft_files_sync_dir(".");
+    *slash = '\0';
+    return weft_files_sync_dir(tmp);
+}
+
+weft_status_t weft_runner_file_write(const char *path, const void *data, size_t len)
+{
+    return weft_files_write(path, data, len);
+}

@@ -1,0 +1,25 @@
+/* Small file-system helpers of the coordinator: folders, durable writes, whole-file reads. All
+ * log the exact cause (path and errno text) on failure. */
+#ifndef WEFT_COORDINATOR_FILES_H
+#define WEFT_COORDINATOR_FILES_H
+
+#include <stddef.h>
+
+#include "common/status.h"
+
+/* mkdir -p with mode 0700 for the folders it creates. */
+weft_status_t weft_files_mkdirs(const char *path);
+/* fsync a file (its bytes are on disk when this returns). */
+weft_status_t weft_files_sync_file(const char *path);
+/* fsync a folder, so that a rename or a new entry in it is durable. */
+weft_status_t weft_files_sync_dir(const char *path);
+/* Remove a folder and the files in it (one level: a job's folder). Missing is fine. */
+weft_status_t weft_files_remove_dir(const char *path);
+/* Write len bytes to path atomically and durably: a temporary file beside it, fsync, rename,
+ * fsync of the folder. */
+weft_status_t weft_files_write(const char *path, const void *data, size_t len);
+/* Whole file into a new buffer (+ NUL; caller frees with weft_free); files over max_bytes are
+ * refused with WEFT_ERR_RANGE. WEFT_ERR_NOT_FOUND (not logged) when it does not exist. */
+weft_status_t weft_files_read(const char *path, size_t max_bytes, char **data_p, size_t *len_p);
+
+#endif

@@ -1,0 +1,199 @@
+/* The coordinator's inside: the job table and queue (coord.c), the connections (server.c) and
+ * the API handlers (api.c) share these structures; everything here runs on the loop thread. */
+#ifndef WEFT_COORDINATOR_INTERNAL_H
+#define WEFT_COORDINATOR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "conf/conf.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/http.h"
+#include "coordinator/job.h"
+#include "coordinator/journal.h"
+#include "coordinator/runner.h"
+#include "coordinator/sbuf.h"
+
+#define WEFT_JOB_ID_LEN 16
+#define JOB_MAX_STAGES 8
+
+enum job_state {
+    JOB_QUEUED,
+    JOB_RUNNING,
+    JOB_DONE,
+    JOB_FAILED,
+    JOB_CANCELLED,
+    JOB_STATE_COUNT
+};
+
+struct job_image {
+    bool done;
+    int width, height;
+};
+
+struct job_stage {
+    char name[24];
+    double seconds;
+};
+
+struct job {
+    char id[WEFT_JOB_ID_LEN + 1];
+    uint64_t key;             /* submission order; the runner names the job by it */
+    enum job_state state;
+    struct weft_job_spec spec; /* inline prompt bytes are freed once stored */
+    int attempts;             /* runs started (journaled), restarts included */
+    bool cancel_requested;
+    bool interrupted;         /* stopped by shutdown: stays queued in the journal */
+    double submitted_at, started_at, finished_at; /* unix seconds (0: not yet) */
+    int step, steps;          /* the latest step reported */
+    int n_images, images_done;
+    int *image_steps;         /* [n_images] steps done per image */
+    struct job_image *images; /* [n_images] */
+    int n_stages;
+    struct job_stage stages[JOB_MAX_STAGES];
+    char reason[256];
+    struct job *prev, *next;  /* the queue while queued, the finished list once finished */
+};
+
+struct job_list {
+    struct job *head, *tail;
+    size_t n;
+};
+
+#define STEP_BUCKETS 14
+/* Upper bounds (seconds) of the histogram buckets of step and job times. */
+extern const double weft_coord_buckets[STEP_BUCKETS];
+
+struct coord_metrics {
+    uint64_t submitted, refused;
+    uint64_t finished[JOB_STATE_COUNT];
+    uint64_t step_count;
+    double step_sum;
+    uint64_t step_bucket[STEP_BUCKETS]; /* cumulative at scrape time, per bucket here */
+    uint64_t job_count;
+    double job_sum;
+    uint64_t job_bucket[STEP_BUCKETS];
+    uint64_t http[600]; /* responses by status code */
+    uint64_t connections_total, connections_refused, timeouts;
+};
+
+struct ev_node {
+    struct weft_runner_event ev;
+    struct ev_node *next;
+};
+
+struct weft_runner_sink {
+    uv_async_t async;
+    pthread_mutex_t mu;
+    struct ev_node *head, *tail;
+    bool closed;
+    struct weft_coord *coord;
+};
+
+struct conn;
+
+struct weft_coord {
+    struct weft_conf_api api;
+    uv_loop_t loop;
+    struct weft_job_model *model;
+    struct weft_journal *journal; /* NULL: journal disabled */
+    struct weft_runner *runner;
+    struct weft_runner_sink sink;
+    bool sink_ready, loop_ready;
+    /* the table, in key order */
+    struct job **jobs;
+    size_t n_jobs, cap_jobs;
+    uint64_t next_key;
+    struct job_list queue, finished;
+    int running;
+    /* the API socket */
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+        uv_handle_t handle;
+        uv_stream_t stream;
+    } listener;
+    bool listening, is_unix;
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+        uv_handle_t handle;
+        uv_stream_t stream;
+    } drop; /* takes a connection there is no memory for, to close it */
+    bool drop_busy;
+    char address[1100];
+    char unix_path[1024];
+    struct conn *conns;
+    int n_conns;
+    char read_buf[65536];
+    /* signals and shutdown */
+    uv_signal_t sigint, sigterm;
+    uv_timer_t grace;
+    bool signals_ready, stopping, runner_stopped, closing_handles;
+    struct coord_metrics m;
+};
+
+/* coord.c: jobs */
+struct job *weft_coord_job_find(struct weft_coord *c, const char *id);
+/* Validated spec taken over (spec is emptied); on success id_p points into the new job. On
+ * failure err names the cause and the HTTP status to answer is in *http_p. */
+weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *spec,
+                                    struct job **job_p, int *http_p, char *err, size_t err_len);
+/* 200 (removed from the queue), 202 (the runner was asked to stop it), 409 (finished). */
+int weft_coord_job_cancel(struct weft_coord *c, struct job *job);
+size_t weft_coord_queue_position(const struct weft_coord *c, const struct job *job);
+const char *weft_coord_state_name(enum job_state s);
+void weft_coord_job_dir(const struct weft_coord *c, const struct job *job, char *buf,
+                        size_t len);
+
+/* server.c: the listener and connections */
+weft_status_t weft_server_listen(struct weft_coord *c);
+void weft_server_stop_accepting(struct weft_coord *c);
+/* Close every connection; with idle_only, those with nothing in progress. */
+void weft_server_close_conns(struct weft_coord *c, bool idle_only);
+
+/* A response the API handlers build; the server writes it. body is owned (weft_free). */
+struct weft_api_response {
+    int code;
+    const char *content_type;
+    char headers[256]; /* extra header lines, each ending in \r\n */
+    char *body;
+    size_t len;
+    bool close; /* close the connection after it */
+};
+
+/* api.c */
+enum weft_api_route_kind {
+    WEFT_ROUTE_JOBS,      /* /v1/jobs */
+    WEFT_ROUTE_JOB,       /* /v1/jobs/{id} */
+    WEFT_ROUTE_JOB_IMAGE, /* /v1/jobs/{id}/images/{i} */
+    WEFT_ROUTE_CLUSTER,   /* /v1/cluster */
+    WEFT_ROUTE_METRICS,   /* /metrics */
+    WEFT_ROUTE_HEALTH,    /* /healthz */
+};
+
+struct weft_api_route {
+    enum weft_api_route_kind kind;
+    char id[WEFT_JOB_ID_LEN + 1];
+    int image;
+};
+
+/* Parse a request target; false when it names nothing (404). */
+bool weft_api_match(const char *target, struct weft_api_route *route);
+/* True when token is empty, or authorization is "Bearer <token>" (compared in constant time). */
+bool weft_api_auth_ok(const char *token, const char *authorization);
+/* Headers complete: refuse early (401, 404, 405, 411, 413, 415) so no body is read for
+ * nothing. Returns false with resp filled when refused. */
+bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
+                       struct weft_api_response *resp);
+/* A complete request. */
+void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
+                     struct weft_api_response *resp);
+/* {"error": msg} */
+void weft_api_error(struct weft_api_response *resp, int code, const char *msg);
+/* Prometheus text of everything the coordinator and the runner measure. */
+void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *out);
+
+#endif

@@ -1,0 +1,860 @@
+/* The job API end to end: `weft serve` as a child process on an ephemeral loopback port (or a
+ * unix socket), driven through the C client (client/weft.h) and through raw sockets for what a
+ * well-behaved client never sends. One case per process: test_api WEFT_BINARY CASE.
+ *
+ * Every wait is bounded; a watchdog kills the server and fails the test if a case hangs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spng.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/weft.h"
+#include "test.h"
+
+static const char *weft_bin;
+static char tmpdir[256];
+static pid_t server_pid = -1;
+
+struct server {
+    pid_t pid;
+    char addr[512];
+};
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_api: watchdog: the case did not finish in time\n";
+    if (server_pid > 0)
+        kill(server_pid, SIGKILL);
+    (void)!write(2, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static void dump_log(void)
+{
+    char path[400], line[1024];
+    snprintf(path, sizeof(path), "%s/serve.log", tmpdir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    fprintf(stderr, "--- %s ---\n", path);
+    while (fgets(line, sizeof(line), f))
+        fputs(line, stderr);
+    (void)fclose(f);
+}
+
+/* Start `weft serve` on the case's folders with extra options (NULL-terminated). */
+static void server_start(struct server *s, const char *listen, const char *const *extra)
+{
+    char port_file[400], journal[400], out[400], log[400], opt_listen[600];
+    snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
+    snprintf(journal, sizeof(journal), "--api.journal_dir=%s/journal", tmpdir);
+    snprintf(out, sizeof(out), "--api.output_dir=%s/jobs", tmpdir);
+    snprintf(log, sizeof(log), "%s/serve.log", tmpdir);
+    snprintf(opt_listen, sizeof(opt_listen), "--listen=%s", listen ? listen : "127.0.0.1:0");
+    (void)unlink(port_file);
+    const char *argv[32] = {weft_bin, "serve", opt_listen, "--port-file", port_file, journal,
+                            out, "--kernels.threads=1"};
+    int n = 8;
+    for (int i = 0; extra && extra[i] && n < 30; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(weft_bin, (char *const *)argv);
+        _exit(127);
+    }
+    s->pid = server_pid = pid;
+    for (int i = 0; i < 600; i++) { /* 30 s */
+        FILE *f = fopen(port_file, "r");
+        if (f) {
+            bool ok = fgets(s->addr, sizeof(s->addr), f) != NULL;
+            (void)fclose(f);
+            if (ok) {
+                s->addr[strcspn(s->addr, "\n")] = '\0';
+                return;
+            }
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            dump_log();
+            fprintf(stderr, "weft serve exited early (status %d)\n", status);
+            exit(1);
+        }
+        sleep_ms(50);
+    }
+    dump_log();
+    CHECK(!"weft serve did not write its port file within 30 s");
+}
+
+/* Send sig, wait (bounded) and return the exit code (128 + signal when killed). */
+static int server_stop(struct server *s, int sig)
+{
+    CHECK(kill(s->pid, sig) == 0);
+    for (int i = 0; i < 1200; i++) { /* 60 s */
+        int status;
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            server_pid = -1;
+            int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            if (rc != 0 && sig != SIGKILL)
+                dump_log();
+            return rc;
+        }
+        sleep_ms(50);
+    }
+    kill(s->pid, SIGKILL);
+    dump_log();
+    CHECK(!"weft serve did not exit within 60 s of the signal");
+    return -1;
+}
+
+static struct weft_client *client(const struct server *s, const char *token)
+{
+    struct weft_client_opts o = {.address = s->addr, .token = token, .timeout_ms = 20000};
+    struct weft_client *c;
+    CHECK_OK(weft_client_connect(&o, &c));
+    return c;
+}
+
+#define CHECK_C(c, expr)                                                                     \
+    do {                                                                                     \
+        weft_status_t st_ = (expr);                                                          \
+        if (st_ != WEFT_OK) {                                                                \
+            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #expr,               \
+                    weft_status_str(st_), weft_client_error(c));                            \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+/* GET path and return the status code (the body in *body_p when not NULL, caller frees). */
+static int get(struct weft_client *c, const char *method, const char *path, const char *body,
+               char **body_p)
+{
+    int code;
+    char *ans;
+    CHECK_C(c, weft_client_request(c, method, path, body, body ? strlen(body) : 0, &code, &ans,
+                                   NULL));
+    if (body_p)
+        *body_p = ans;
+    else
+        weft_client_free(ans);
+    return code;
+}
+
+static void check_serving(struct weft_client *c)
+{
+    CHECK_EQ(get(c, "GET", "/healthz", NULL, NULL), 200);
+}
+
+static void wait_done(struct weft_client *c, const char *id, struct weft_job_status *st)
+{
+    CHECK_C(c, weft_client_wait(c, id, 120000, NULL, NULL, st));
+    if (st->state != WEFT_JOB_DONE)
+        fprintf(stderr, "job %s: %s %s\n", id, weft_client_state_name(st->state), st->error);
+    CHECK(st->state == WEFT_JOB_DONE);
+}
+
+/* Decode a PNG (libspng checks every CRC) into RGB8; returns the pixels (free). */
+static unsigned char *png_pixels(const void *png, size_t len, uint32_t *w, uint32_t *h)
+{
+    spng_ctx *ctx = spng_ctx_new(0);
+    CHECK(ctx);
+    CHECK(spng_set_png_buffer(ctx, png, len) == 0);
+    struct spng_ihdr ihdr;
+    CHECK(spng_get_ihdr(ctx, &ihdr) == 0);
+    size_t n;
+    CHECK(spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &n) == 0);
+    unsigned char *px = malloc(n);
+    CHECK(px);
+    CHECK(spng_decode_image(ctx, px, n, SPNG_FMT_RGB8, 0) == 0);
+    spng_ctx_free(ctx);
+    *w = ihdr.width;
+    *h = ihdr.height;
+    return px;
+}
+
+/* Image i of a job: its pixels, checked to be a PNG of w x h. */
+static unsigned char *image(struct weft_client *c, const char *id, int i, uint32_t w,
+                            uint32_t h)
+{
+    void *png;
+    size_t len;
+    CHECK_C(c, weft_client_image(c, id, i, &png, &len));
+    uint32_t gw, gh;
+    unsigned char *px = png_pixels(png, len, &gw, &gh);
+    CHECK_EQ(gw, w);
+    CHECK_EQ(gh, h);
+    weft_client_free(png);
+    return px;
+}
+
+static void submit(struct weft_client *c, const char *const *names, size_t n, int64_t size,
+                   int64_t steps, int64_t count, uint64_t seed, char id[WEFT_CLIENT_ID_MAX])
+{
+    struct weft_prompt p[8] = {0};
+    CHECK(n <= 8);
+    for (size_t i = 0; i < n; i++)
+        p[i].name = names[i];
+    struct weft_job_request r = {.prompts = p, .n_prompts = n, .height = size, .width = size,
+                                 .steps = steps, .count = count, .seed = seed};
+    CHECK_C(c, weft_client_submit(c, &r, id));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static int case_basic(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    struct weft_client *c = client(&s, NULL);
+    char id[WEFT_CLIENT_ID_MAX], id2[WEFT_CLIENT_ID_MAX];
+    const char *fox[] = {"red-fox"};
+    submit(c, fox, 1, 64, 3, 1, 7, id);
+    struct weft_job_status st = {0};
+    wait_done(c, id, &st);
+    CHECK_EQ(st.images_total, 1);
+    CHECK_EQ(st.n_images, 1);
+    CHECK_EQ(st.images[0].prompt, 0);
+    CHECK(st.fraction == 1.0);
+    unsigned char *a = image(c, id, 0, 64, 64);
+    /* equal to the single-device `weft generate` of the same seed */
+    char gen[400], cmd[1200];
+    snprintf(gen, sizeof(gen), "%s/generate.png", tmpdir);
+    snprintf(cmd, sizeof(cmd), "'%s' generate --prompt-embeds red-fox --height 64 --width 64 "
+             "--steps 3 --seed 7 --kernels.threads=1 --out '%s' 2>/dev/null", weft_bin, gen);
+    CHECK(system(cmd) == 0);
+    FILE *gf = fopen(gen, "rb");
+    CHECK(gf);
+    static char gbuf[1 << 20];
+    size_t glen = fread(gbuf, 1, sizeof(gbuf), gf);
+    (void)fclose(gf);
+    uint32_t gw, gh;
+    unsigned char *g = png_pixels(gbuf, glen, &gw, &gh);
+    CHECK(gw == 64 && gh == 64);
+    CHECK(memcmp(a, g, 64 * 64 * 3) == 0);
+    free(g);
+    /* the same request again: the same picture (noise from the seed alone) */
+    submit(c, fox, 1, 64, 3, 1, 7, id2);
+    CHECK(strcmp(id, id2) != 0);
+    wait_done(c, id2, &st);
+    unsigned char *b = image(c, id2, 0, 64, 64);
+    CHECK(memcmp(a, b, 64 * 64 * 3) == 0);
+    /* another seed: another picture */
+    submit(c, fox, 1, 64, 3, 1, 8, id2);
+    wait_done(c, id2, &st);
+    free(b);
+    b = image(c, id2, 0, 64, 64);
+    CHECK(memcmp(a, b, 64 * 64 * 3) != 0);
+    free(a);
+    free(b);
+    /* save to a file */
+    char path[400];
+    snprintf(path, sizeof(path), "%s/saved.png", tmpdir);
+    CHECK_C(c, weft_client_image_save(c, id, 0, path));
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && sb.st_size > 8);
+    /* the cluster and the metrics */
+    char *text;
+    CHECK_C(c, weft_client_cluster(c, &text));
+    CHECK(strstr(text, "\"local\""));
+    CHECK(strstr(text, "\"tp\""));
+    weft_client_free(text);
+    CHECK_EQ(get(c, "GET", "/metrics", NULL, &text), 200);
+    CHECK(strstr(text, "weft_jobs{state=\"done\"} 3"));
+    CHECK(strstr(text, "weft_step_seconds_count 9"));
+    CHECK(strstr(text, "weft_queue_length 0"));
+    weft_client_free(text);
+    CHECK_EQ(get(c, "GET", "/v1/jobs?state=done", NULL, &text), 200);
+    CHECK(strstr(text, id));
+    weft_client_free(text);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int case_batch(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    struct weft_client *c = client(&s, NULL);
+    const char *batch[] = {"red-fox", "lighthouse", "city-night"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, batch, 3, 64, 2, 2, 3, id);
+    struct weft_job_status st = {0};
+    wait_done(c, id, &st);
+    CHECK_EQ(st.n_images, 6);
+    unsigned char *px[6];
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(st.images[i].index, i);
+        CHECK_EQ(st.images[i].prompt, i / 2); /* prompt order, count images each */
+        px[i] = image(c, id, i, 64, 64);
+        for (int k = 0; k < i; k++)
+            CHECK(memcmp(px[i], px[k], 64 * 64 * 3) != 0);
+    }
+    /* image i is the prompt at position i / 2 with the seed's noise at i: the same prompt in
+     * every position of another job gives the same image at that index */
+    for (int p = 0; p < 3; p++) {
+        const char *same[] = {batch[p], batch[p], batch[p]};
+        char id2[WEFT_CLIENT_ID_MAX];
+        submit(c, same, 3, 64, 2, 2, 3, id2);
+        struct weft_job_status st2 = {0};
+        wait_done(c, id2, &st2);
+        for (int k = 0; k < 2; k++) {
+            unsigned char *q = image(c, id2, 2 * p + k, 64, 64);
+            CHECK(memcmp(q, px[2 * p + k], 64 * 64 * 3) == 0);
+            free(q);
+        }
+        weft_job_status_cleanup(&st2);
+    }
+    /* the same embeddings sent inline give the same image as by name */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/models/flux-tiny/prompts/lighthouse.safetensors",
+             getenv("WEFT_SOURCE_ROOT"));
+    FILE *f = fopen(path, "rb");
+    CHECK(f);
+    static char file[1 << 20];
+    size_t n = fread(file, 1, sizeof(file), f);
+    (void)fclose(f);
+    CHECK(n > 0 && n < sizeof(file));
+    struct weft_prompt pr[2] = {{.name = "red-fox"}, {.safetensors = file, .safetensors_len = n}};
+    struct weft_job_request r = {.prompts = pr, .n_prompts = 2, .height = 64, .width = 64,
+                                 .steps = 2, .count = 2, .seed = 3};
+    CHECK_C(c, weft_client_submit(c, &r, id));
+    wait_done(c, id, &st);
+    for (int i = 0; i < 4; i++) {
+        unsigned char *q = image(c, id, i, 64, 64);
+        CHECK(memcmp(q, px[i], 64 * 64 * 3) == 0);
+        free(q);
+    }
+    for (int i = 0; i < 6; i++)
+        free(px[i]);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static void expect_error(struct weft_client *c, const char *method, const char *path,
+                         const char *body, int want, const char *sub)
+{
+    char *ans;
+    int code = get(c, method, path, body, &ans);
+    if (code != want || (sub && !strstr(ans, sub))) {
+        fprintf(stderr, "%s %s: got %d %s, want %d with \"%s\"\n", method, path, code, ans, want,
+                sub ? sub : "");
+        exit(1);
+    }
+    CHECK(strncmp(ans, "{\"error\":", 9) == 0);
+    weft_client_free(ans);
+}
+
+static int case_errors(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.token=s3cret-token", "--api.max_body=4096",
+                           "--api.max_pixels=65536", NULL};
+    server_start(&s, NULL, extra);
+    /* authentication */
+    struct weft_client *bad = client(&s, "wrong");
+    expect_error(bad, "GET", "/v1/cluster", NULL, 401, "wrong bearer token");
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_request r = {0};
+    CHECK(weft_client_submit_json(bad, "{\"prompt\": \"red-fox\"}", id) == WEFT_ERR_AUTH);
+    CHECK_EQ(weft_client_http_status(bad), 401);
+    weft_client_close(bad);
+    struct weft_client *none = client(&s, NULL);
+    expect_error(none, "GET", "/metrics", NULL, 401, "missing Authorization");
+    weft_client_close(none);
+    struct weft_client *c = client(&s, "s3cret-token");
+    check_serving(c);
+    /* malformed and refused requests, each answered and the server still serving */
+    const char *J = "/v1/jobs";
+    expect_error(c, "POST", J, "{\"prompt\": \"red-fox\",", 400, "malformed JSON");
+    expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"bogus\": 1}", 400,
+                 "unknown field \\\"bogus\\\"");
+    expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"height\": 512, \"width\": 512}", 400,
+                 "max_pixels");
+    expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"height\": 100, \"width\": 64}", 400,
+                 "multiples of 16");
+    expect_error(c, "POST", J, "{\"prompt\": \"no-such-prompt\"}", 400, "unknown prompt");
+    static char big[6000];
+    memset(big, ' ', sizeof(big) - 1);
+    big[0] = '{';
+    big[sizeof(big) - 2] = '}';
+    expect_error(c, "POST", J, big, 413, "max_body");
+    check_serving(c); /* a new connection: the 413 closed the last one */
+    expect_error(c, "GET", "/v1/jobs/0123456789abcdef", NULL, 404, "no job");
+    expect_error(c, "GET", "/v1/nothing", NULL, 404, "no such resource");
+    expect_error(c, "PUT", J, "{}", 405, "not allowed");
+    expect_error(c, "DELETE", "/v1/cluster", NULL, 405, "not allowed");
+    check_serving(c);
+    /* and a good job after all that */
+    struct weft_prompt p = {.name = "red-fox"};
+    r = (struct weft_job_request){.prompts = &p, .n_prompts = 1, .height = 64, .width = 64,
+                                  .steps = 2};
+    CHECK_C(c, weft_client_submit(c, &r, id));
+    struct weft_job_status st = {0};
+    wait_done(c, id, &st);
+    free(image(c, id, 0, 64, 64));
+    expect_error(c, "GET", "/v1/jobs/x/images/0", NULL, 404, "no job");
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/jobs/%s/images/1", id);
+    expect_error(c, "GET", path, NULL, 404, "images 0..0");
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Raw sockets                                                                               */
+
+static int raw_connect(const struct server *s)
+{
+    char host[256];
+    snprintf(host, sizeof(host), "%s", s->addr);
+    char *colon = strrchr(host, ':');
+    CHECK(colon);
+    *colon = '\0';
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    CHECK(inet_pton(AF_INET, host, &sa.sin_addr) == 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    return fd;
+}
+
+static void raw_send(int fd, const void *data, size_t len)
+{
+    CHECK(send(fd, data, len, MSG_NOSIGNAL) == (ssize_t)len);
+}
+
+/* Read until the server closes or timeout_ms passes; returns bytes read (NUL-terminated),
+ * *closed_p tells which. */
+static size_t raw_read(int fd, char *buf, size_t cap, int timeout_ms, bool *closed_p)
+{
+    size_t got = 0;
+    *closed_p = false;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int left = timeout_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 +
+                                      (t.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0)
+            continue;
+        ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
+        if (n <= 0) {
+            *closed_p = true;
+            break;
+        }
+        got += (size_t)n;
+        if (got == cap - 1)
+            break;
+    }
+    buf[got] = '\0';
+    return got;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+static int case_robust(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.idle_timeout_ms=300", "--api.request_timeout_ms=800",
+                           "--api.max_header=2048", "--api.max_connections=4", NULL};
+    server_start(&s, NULL, extra);
+    static char buf[1 << 16];
+    bool closed;
+
+    /* garbage bytes: 400 and the connection closed */
+    int fd = raw_connect(&s);
+    static const char tls[] = "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03garbage\r\n\r\n";
+    raw_send(fd, tls, sizeof(tls) - 1);
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 400 ", 13) == 0);
+    CHECK(strstr(buf, "{\"error\":"));
+    CHECK(closed);
+    close(fd);
+
+    /* a request cut short by the client closing: nothing to answer, nothing disturbed */
+    fd = raw_connect(&s);
+    static const char cut[] = "POST /v1/jobs HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro";
+    raw_send(fd, cut, sizeof(cut) - 1);
+    close(fd);
+
+    /* headers over [api] max_header: 431 */
+    fd = raw_connect(&s);
+    static char huge[4096];
+    int n = snprintf(huge, sizeof(huge), "GET /healthz HTTP/1.1\r\nX-Filler: %03000d\r\n\r\n", 0);
+    raw_send(fd, huge, (size_t)n);
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 431 ", 13) == 0);
+    CHECK(closed);
+    close(fd);
+
+    /* pipelined requests: every answer, in order, on one connection */
+    fd = raw_connect(&s);
+    const char *three = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "GET /v1/jobs/0123456789abcdef HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 2\r\n\r\n{}"
+                        "GET /v1/cluster HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    raw_send(fd, three, strlen(three));
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(closed);
+    CHECK_EQ(count(buf, "HTTP/1.1 "), 4);
+    char *a = strstr(buf, "HTTP/1.1 200"), *b = strstr(buf, "HTTP/1.1 404"),
+         *c4 = strstr(buf, "HTTP/1.1 400"), *d = strstr(buf, "\"runner\"");
+    CHECK(a && b && c4 && d && a < b && b < c4 && c4 < d);
+    close(fd);
+
+    /* Expect: 100-continue gets its interim answer before the body is sent */
+    fd = raw_connect(&s);
+    const char *ex = "POST /v1/jobs HTTP/1.1\r\nContent-Type: application/json\r\n"
+                     "Expect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+    raw_send(fd, ex, strlen(ex));
+    raw_read(fd, buf, sizeof(buf), 300, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0);
+    raw_send(fd, "{}", 2);
+    raw_read(fd, buf, sizeof(buf), 300, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 400 ", 13) == 0);
+    close(fd);
+
+    /* an idle connection is closed after idle_timeout_ms */
+    fd = raw_connect(&s);
+    size_t got = raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(closed);
+    CHECK_EQ(got, 0);
+    close(fd);
+
+    /* slowloris: a byte every 100 ms never completes a request within request_timeout_ms */
+    fd = raw_connect(&s);
+    const char *slow = "GET /healthz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    closed = false;
+    for (size_t i = 0; i < strlen(slow) && !closed; i++) {
+        if (send(fd, slow + i, 1, MSG_NOSIGNAL) != 1)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0)
+            break;
+    }
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 408 ", 13) == 0);
+    CHECK(closed);
+    close(fd);
+
+    /* more than max_connections: 503 for the extra one, the others unharmed */
+    int fds[5];
+    for (int i = 0; i < 4; i++)
+        fds[i] = raw_connect(&s);
+    sleep_ms(50);
+    fds[4] = raw_connect(&s);
+    raw_read(fds[4], buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 503 ", 13) == 0);
+    const char *hz = "GET /healthz HTTP/1.1\r\n\r\n";
+    raw_send(fds[0], hz, strlen(hz));
+    raw_read(fds[0], buf, sizeof(buf), 200, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    for (int i = 0; i < 5; i++)
+        close(fds[i]);
+
+    /* and the server still serves */
+    sleep_ms(50);
+    struct weft_client *c = client(&s, NULL);
+    check_serving(c);
+    char *text;
+    CHECK_EQ(get(c, "GET", "/metrics", NULL, &text), 200);
+    CHECK(strstr(text, "weft_http_timeouts_total"));
+    CHECK(strstr(text, "weft_http_responses_total{code=\"408\"} 1"));
+    weft_client_free(text);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void wait_running(struct weft_client *c, const char *id, struct weft_job_status *st)
+{
+    for (int i = 0; i < 3000; i++) { /* 60 s */
+        CHECK_C(c, weft_client_status(c, id, st));
+        if (st->state == WEFT_JOB_RUNNING && st->step >= 1)
+            return;
+        CHECK(st->state == WEFT_JOB_QUEUED || st->state == WEFT_JOB_RUNNING);
+        sleep_ms(20);
+    }
+    CHECK(!"job did not start running within 60 s");
+}
+
+static int case_cancel(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.max_steps=1000", "--api.max_queue=1", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX], queued[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 256, 1000, 1, 0, id);
+    struct weft_job_status st = {0};
+    wait_running(c, id, &st);
+    submit(c, fox, 1, 256, 1000, 1, 0, queued);
+    /* the queue holds one: the next is refused, and says why */
+    CHECK(weft_client_submit_json(c, "{\"prompt\": \"red-fox\"}", id) == WEFT_ERR_BUSY);
+    CHECK_EQ(weft_client_http_status(c), 503);
+    CHECK(strstr(weft_client_error(c), "max_queue"));
+    CHECK_C(c, weft_client_status(c, queued, &st)); /* id was not overwritten: re-read it */
+    char *list;
+    CHECK_EQ(get(c, "GET", "/v1/jobs?state=running", NULL, &list), 200);
+    char *idp = strstr(list, "\"id\":\"");
+    CHECK(idp);
+    snprintf(id, sizeof(id), "%.16s", idp + 6);
+    weft_client_free(list);
+    /* the second waits behind the first: cancelling it removes it at once */
+    CHECK_C(c, weft_client_status(c, queued, &st));
+    CHECK(st.state == WEFT_JOB_QUEUED);
+    CHECK_C(c, weft_client_cancel(c, queued));
+    CHECK_C(c, weft_client_status(c, queued, &st));
+    CHECK(st.state == WEFT_JOB_CANCELLED);
+    /* the running one stops at its next step */
+    CHECK_C(c, weft_client_cancel(c, id));
+    CHECK_C(c, weft_client_wait(c, id, 60000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_CANCELLED);
+    CHECK(st.step < 1000);
+    CHECK_EQ(st.n_images, 0);
+    /* cancelling a finished job is a conflict */
+    CHECK(weft_client_cancel(c, id) == WEFT_ERR_BUSY);
+    CHECK_EQ(weft_client_http_status(c), 409);
+    /* and the runner takes the next job */
+    submit(c, fox, 1, 64, 2, 1, 0, id);
+    wait_done(c, id, &st);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* SIGKILL the coordinator with jobs queued: after a restart every job completes, once. */
+static int case_restart(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    struct weft_client *c = client(&s, NULL);
+    enum { N = 6 };
+    char ids[N][WEFT_CLIENT_ID_MAX];
+    const char *p2[] = {"lighthouse", "city-night"};
+    submit(c, p2, 1, 128, 50, 1, 1, ids[0]); /* long enough to keep the others queued */
+    for (int i = 1; i < N; i++)
+        submit(c, p2, 2, 64, 2, 1, (uint64_t)i, ids[i]);
+    struct weft_job_status st = {0};
+    CHECK_C(c, weft_client_status(c, ids[N - 1], &st));
+    CHECK(st.state == WEFT_JOB_QUEUED); /* so the restart has queued work to recover */
+    CHECK_EQ(server_stop(&s, SIGKILL), 128 + SIGKILL);
+    weft_client_close(c);
+
+    /* a torn record at the end of the journal, as a crash mid-write leaves it */
+    char path[400];
+    snprintf(path, sizeof(path), "%s/journal/journal", tmpdir);
+    FILE *f = fopen(path, "a");
+    CHECK(f);
+    fputs("0badc0de {\"t\":\"submit\",\"id\":\"tor", f);
+    CHECK(fclose(f) == 0);
+
+    /* a small journal_compact: the journal is rewritten while these jobs finish */
+    const char *compact[] = {"--api.journal_compact=4096", NULL};
+    server_start(&s, NULL, compact);
+    c = client(&s, NULL);
+    for (int i = 0; i < N; i++) {
+        wait_done(c, ids[i], &st);
+        CHECK_EQ(st.n_images, i == 0 ? 1 : 2);
+        free(image(c, ids[i], st.n_images - 1, i == 0 ? 128 : 64, i == 0 ? 128 : 64));
+    }
+    /* exactly those jobs, none lost, none twice */
+    char *text;
+    CHECK_EQ(get(c, "GET", "/v1/jobs", NULL, &text), 200);
+    CHECK_EQ(count(text, "\"id\""), N);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(count(text, ids[i]), 1);
+    weft_client_free(text);
+    CHECK_EQ(get(c, "GET", "/metrics", NULL, &text), 200);
+    CHECK(strstr(text, "weft_jobs{state=\"done\"} 6"));
+    weft_client_free(text);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+
+    /* and once more: the finished jobs stay finished, with their images */
+    struct stat jsb;
+    CHECK(stat(path, &jsb) == 0 && jsb.st_size < 3 * 4096);
+    server_start(&s, NULL, compact);
+    c = client(&s, NULL);
+    CHECK_C(c, weft_client_status(c, ids[3], &st));
+    CHECK(st.state == WEFT_JOB_DONE);
+    CHECK_EQ(st.n_images, 2);
+    free(image(c, ids[3], 1, 64, 64));
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* SIGTERM with a job running: stopped at a step after the grace period, exit 0, run again after
+ * a restart. */
+static int case_shutdown(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.max_steps=1000", "--api.shutdown_grace_ms=200", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 256, 1000, 1, 0, id);
+    struct weft_job_status st = {0};
+    wait_running(c, id, &st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    server_start(&s, NULL, extra);
+    c = client(&s, NULL);
+    wait_running(c, id, &st); /* queued again, and run again */
+    CHECK_C(c, weft_client_cancel(c, id));
+    CHECK_C(c, weft_client_wait(c, id, 60000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_CANCELLED);
+    char *text;
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    CHECK_EQ(get(c, "GET", path, NULL, &text), 200);
+    CHECK(strstr(text, "\"attempts\":2"));
+    weft_client_free(text);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGINT), 0);
+    return 0;
+}
+
+/* [api] keep_jobs: the oldest finished jobs go, with their folders, and stay gone. */
+static int case_retain(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.keep_jobs=2", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char ids[4][WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 4; i++) {
+        submit(c, fox, 1, 32, 1, 1, (uint64_t)i, ids[i]);
+        wait_done(c, ids[i], &st);
+    }
+    char *text, dir[600];
+    CHECK_EQ(get(c, "GET", "/v1/jobs", NULL, &text), 200);
+    CHECK_EQ(count(text, "\"id\""), 2);
+    CHECK(!strstr(text, ids[0]) && !strstr(text, ids[1]) && strstr(text, ids[3]));
+    weft_client_free(text);
+    CHECK(weft_client_status(c, ids[0], &st) == WEFT_ERR_NOT_FOUND);
+    snprintf(dir, sizeof(dir), "%s/jobs/%s", tmpdir, ids[0]);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    server_start(&s, NULL, extra);
+    c = client(&s, NULL);
+    CHECK(weft_client_status(c, ids[1], &st) == WEFT_ERR_NOT_FOUND);
+    CHECK_C(c, weft_client_status(c, ids[2], &st));
+    CHECK(st.state == WEFT_JOB_DONE);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int case_unix(void)
+{
+    struct server s;
+    char listen[400];
+    snprintf(listen, sizeof(listen), "unix:%s/api.sock", tmpdir);
+    server_start(&s, listen, NULL);
+    CHECK(strcmp(s.addr, listen) == 0);
+    struct stat sb;
+    CHECK(stat(listen + 5, &sb) == 0 && S_ISSOCK(sb.st_mode));
+    CHECK_EQ(sb.st_mode & 0077, 0); /* the owner's only */
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 32, 2, 1, 0, id);
+    struct weft_job_status st = {0};
+    wait_done(c, id, &st);
+    free(image(c, id, 0, 32, 32));
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    CHECK(stat(listen + 5, &sb) != 0); /* removed on exit */
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_api WEFT_BINARY CASE\n");
+        return 2;
+    }
+    weft_bin = argv[1];
+    CHECK(getenv("WEFT_SOURCE_ROOT"));
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/weft-test-api-XXXXXX");
+    CHECK(mkdtemp(tmpdir));
+    signal(SIGALRM, on_alarm);
+    alarm(240);
+    static const struct {
+        const char *name;
+        int (*fn)(void);
+    } cases[] = {
+        {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
+        {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
+        {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
+    };
+    int rc = 2;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (strcmp(argv[2], cases[i].name) == 0)
+            rc = cases[i].fn();
+    if (rc == 2)
+        fprintf(stderr, "unknown case %s\n", argv[2]);
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (rc == 0 && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}

@@ -1,0 +1,253 @@
+/* coordinator/job.c: job requests against the limits and the model (every refusal names its
+ * field), inline prompt embeddings, base64, and the journal form's round trip. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "coordinator/job.h"
+#include "test.h"
+
+static struct weft_job_model *model;
+static const struct weft_job_limits lim = {.max_prompts = 4, .max_images = 8,
+                                           .max_pixels = 512 * 512, .max_steps = 50};
+
+/* Parse body; expect want, and on failure an error containing sub. */
+static void expect(const char *body, weft_status_t want, const char *sub)
+{
+    struct weft_job_spec spec;
+    char err[512] = "";
+    weft_status_t st = weft_job_spec_parse(body, strlen(body), &lim, model, &spec, err,
+                                           sizeof(err));
+    if (st != want || (sub && !strstr(err, sub))) {
+        fprintf(stderr, "body %.200s\n  got %d (%s) \"%s\", want %d with \"%s\"\n", body, st,
+                weft_status_str(st), err, want, sub ? sub : "");
+        exit(1);
+    }
+    if (st == WEFT_OK)
+        weft_job_spec_cleanup(&spec);
+}
+
+static char *b64(const void *data, size_t len)
+{
+    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = data;
+    char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+    CHECK(out);
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned w = (unsigned)p[i] << 16 | (i + 1 < len ? (unsigned)p[i + 1] << 8 : 0) |
+                     (i + 2 < len ? p[i + 2] : 0);
+        *o++ = t[w >> 18 & 63];
+        *o++ = t[w >> 12 & 63];
+        *o++ = i + 1 < len ? t[w >> 6 & 63] : '=';
+        *o++ = i + 2 < len ? t[w & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+/* A safetensors image: prompt_embeds [1, T, joint], pooled [1, pooled] (f32 zeros). */
+static void *prompt_file(int64_t t, int64_t joint, int64_t pooled, size_t *len_p)
+{
+    char header[512];
+    size_t pe = (size_t)(t * joint) * 4, po = (size_t)pooled * 4;
+    int n = snprintf(header, sizeof(header),
+                     "{\"pooled_prompt_embeds\":{\"dtype\":\"F32\",\"shape\":[1,%lld],"
+                     "\"data_offsets\":[0,%zu]},\"prompt_embeds\":{\"dtype\":\"F32\","
+                     "\"shape\":[1,%lld,%lld],\"data_offsets\":[%zu,%zu]}}",
+                     (long long)pooled, po, (long long)t, (long long)joint, po, po + pe);
+    while (n % 8)
+        header[n++] = ' ';
+    size_t len = 8 + (size_t)n + po + pe;
+    unsigned char *buf = calloc(1, len);
+    CHECK(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, header, (size_t)n);
+    *len_p = len;
+    return buf;
+}
+
+static void test_valid(void)
+{
+    struct weft_job_spec s;
+    char err[256];
+    const char *body = "{\"prompts\": [\"red-fox\", {\"name\": \"lighthouse\"}], \"height\": 256,"
+                       " \"width\": 512, \"steps\": 4, \"guidance\": 0, \"seed\": "
+                       "\"18446744073709551615\", \"count\": 2}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK_EQ(s.n_prompts, 2);
+    CHECK(strcmp(s.prompts[1].name, "lighthouse") == 0);
+    CHECK_EQ(s.height, 256);
+    CHECK_EQ(s.width, 512);
+    CHECK_EQ(s.count, 2);
+    CHECK(s.guidance == 0);
+    CHECK(s.seed == 18446744073709551615ull);
+    CHECK_EQ(weft_job_spec_images(&s), 4);
+    /* journal form and back */
+    cJSON *j = weft_job_spec_to_json(&s);
+    CHECK(j);
+    struct weft_job_spec back;
+    CHECK_OK(weft_job_spec_from_json(j, &back, err, sizeof(err)));
+    CHECK(back.seed == s.seed && back.height == 256 && back.n_prompts == 2);
+    CHECK(strcmp(back.prompts[0].name, "red-fox") == 0);
+    cJSON_Delete(j);
+    weft_job_spec_cleanup(&back);
+    weft_job_spec_cleanup(&s);
+
+    /* defaults */
+    body = "{\"prompt\": \"red-fox\", \"width\": 512, \"height\": 512}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK_EQ(s.steps, 28);
+    CHECK_EQ(s.count, 1);
+    CHECK(s.guidance == 3.5);
+    CHECK(s.seed == 0);
+    weft_job_spec_cleanup(&s);
+}
+
+static void test_refused(void)
+{
+    expect("", WEFT_ERR_INVALID, "empty");
+    expect("{\"prompt\": \"red-fox\"", WEFT_ERR_INVALID, "malformed JSON");
+    expect("{\"prompt\": \"red-fox\"} x", WEFT_ERR_INVALID, "trailing");
+    expect("[1, 2]", WEFT_ERR_INVALID, "JSON object");
+    expect("{\"prompt\": \"red-fox\", \"colour\": 1}", WEFT_ERR_INVALID,
+           "unknown field \"colour\"");
+    expect("{\"prompt\": \"red-fox\", \"steps\": 4, \"steps\": 5}", WEFT_ERR_INVALID,
+           "\"steps\" given twice");
+    expect("{\"prompt\": \"red-fox\xff\"}", WEFT_ERR_INVALID, "UTF-8");
+    expect("{}", WEFT_ERR_INVALID, "\"prompt\" or \"prompts\"");
+    expect("{\"prompt\": \"red-fox\", \"prompts\": [\"red-fox\"]}", WEFT_ERR_INVALID, "one of");
+    expect("{\"prompts\": []}", WEFT_ERR_RANGE, "max_prompts");
+    expect("{\"prompts\": [\"red-fox\", \"red-fox\", \"red-fox\", \"red-fox\", \"red-fox\"]}",
+           WEFT_ERR_RANGE, "max_prompts");
+    expect("{\"prompt\": \"no-such\", \"width\": 64, \"height\": 64}", WEFT_ERR_NOT_FOUND,
+           "unknown prompt \"no-such\"");
+    expect("{\"prompt\": \"../../etc/passwd\"}", WEFT_ERR_INVALID, "not a name");
+    expect("{\"prompt\": \".hidden\"}", WEFT_ERR_INVALID, "not a name");
+    expect("{\"prompt\": 7}", WEFT_ERR_INVALID, "a prompt is");
+    expect("{\"prompt\": {\"name\": \"red-fox\", \"x\": 1}}", WEFT_ERR_INVALID,
+           "unknown field \"x\"");
+    expect("{\"prompt\": \"red-fox\", \"height\": 1000, \"width\": 64}", WEFT_ERR_INVALID,
+           "multiples of 16");
+    expect("{\"prompt\": \"red-fox\", \"height\": 1024, \"width\": 1024}", WEFT_ERR_RANGE,
+           "max_pixels");
+    expect("{\"prompt\": \"red-fox\", \"height\": 64.5, \"width\": 64}", WEFT_ERR_INVALID,
+           "\"height\" must be an integer");
+    expect("{\"prompt\": \"red-fox\", \"height\": \"64\", \"width\": 64}", WEFT_ERR_INVALID,
+           "\"height\" must be an integer");
+    expect("{\"prompt\": \"red-fox\", \"height\": 1e300, \"width\": 64}", WEFT_ERR_INVALID,
+           "\"height\"");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"steps\": 51}",
+           WEFT_ERR_RANGE, "max_steps");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"steps\": 0}",
+           WEFT_ERR_RANGE, "\"steps\"");
+    expect("{\"prompts\": [\"red-fox\", \"red-fox\"], \"width\": 64, \"height\": 64, "
+           "\"count\": 5}", WEFT_ERR_RANGE, "max_images");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"guidance\": -1}",
+           WEFT_ERR_INVALID, "\"guidance\"");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -1}",
+           WEFT_ERR_INVALID, "\"seed\"");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": "
+           "\"18446744073709551616\"}", WEFT_ERR_RANGE, "64 bits");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": 1e17}",
+           WEFT_ERR_INVALID, "\"seed\"");
+}
+
+static void test_inline(void)
+{
+    size_t len;
+    void *good = prompt_file(7, model->joint_dim, model->pooled_dim, &len);
+    char *enc = b64(good, len);
+    char *body = malloc(4 * strlen(enc) + 256); /* the bad files below are larger */
+    CHECK(body);
+    sprintf(body, "{\"prompts\": [{\"safetensors\": \"%s\"}, \"red-fox\"], \"width\": 64, "
+                  "\"height\": 64}", enc);
+    struct weft_job_spec s;
+    char err[512];
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK(s.prompts[0].name[0] == '\0');
+    CHECK_EQ(s.prompts[0].len, len);
+    CHECK(memcmp(s.prompts[0].data, good, len) == 0);
+    cJSON *j = weft_job_spec_to_json(&s);
+    char *text = cJSON_PrintUnformatted(j);
+    CHECK(strstr(text, "{\"file\":0}")); /* the journal refers to the stored file */
+    cJSON_free(text);
+    cJSON_Delete(j);
+    weft_job_spec_cleanup(&s);
+
+    /* the wrong joint dimension, the wrong pooled size, no tensors, not base64 */
+    void *bad = prompt_file(7, model->joint_dim + 1, model->pooled_dim, &len);
+    char *bad_enc = b64(bad, len);
+    sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
+    expect(body, WEFT_ERR_INVALID, "joint_attention_dim");
+    free(bad);
+    free(bad_enc);
+    bad = prompt_file(7, model->joint_dim, model->pooled_dim * 2, &len);
+    bad_enc = b64(bad, len);
+    sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
+    expect(body, WEFT_ERR_INVALID, "pooled_projection_dim");
+    free(bad);
+    free(bad_enc);
+    bad_enc = b64("hello, not a file", 17);
+    sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
+    expect(body, WEFT_ERR_INVALID, "prompts[0]");
+    free(bad_enc);
+    expect("{\"prompt\": {\"safetensors\": \"abc\"}}", WEFT_ERR_INVALID, "not base64");
+    expect("{\"prompt\": {\"safetensors\": \"ab=c\"}}", WEFT_ERR_INVALID, "not base64");
+    expect("{\"prompt\": {\"safetensors\": 5}}", WEFT_ERR_INVALID, "base64 string");
+    expect("{\"prompt\": {\"name\": \"red-fox\", \"safetensors\": \"\"}}", WEFT_ERR_INVALID,
+           "one of");
+    free(good);
+    free(enc);
+    free(body);
+}
+
+static void test_base64(void)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {{"", ""}, {"Zg==", "f"}, {"Zm8=", "fo"}, {"Zm9v", "foo"}, {"Zm9vYg==", "foob"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        void *d;
+        size_t n;
+        CHECK_OK(weft_base64_decode(cases[i].in, strlen(cases[i].in), &d, &n));
+        CHECK_EQ(n, strlen(cases[i].out));
+        CHECK(memcmp(d, cases[i].out, n) == 0);
+        weft_free(d);
+    }
+    const char *bad[] = {"Z", "Zg=", "Z===", "Zg==Zg==", "Zm9v\n", "Zm-v"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        void *d;
+        size_t n;
+        CHECK(weft_base64_decode(bad[i], strlen(bad[i]), &d, &n) == WEFT_ERR_FORMAT);
+    }
+}
+
+static void test_model(void)
+{
+    CHECK(model->joint_dim > 0 && model->pooled_dim > 0);
+    CHECK(model->n_names >= 3);
+    for (size_t i = 1; i < model->n_names; i++)
+        CHECK(strcmp(model->names[i - 1], model->names[i]) < 0);
+    struct weft_job_model *m;
+    CHECK_FAILS(weft_job_model_load("/nonexistent", &m), WEFT_ERR_NOT_FOUND, "/nonexistent");
+}
+
+int main(void)
+{
+    test_quiet();
+    const char *root = getenv("WEFT_SOURCE_ROOT");
+    CHECK(root);
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", root);
+    CHECK_OK(weft_job_model_load(dir, &model));
+    test_model();
+    test_valid();
+    test_refused();
+    test_inline();
+    test_base64();
+    weft_job_model_destroy(model);
+    printf("ok\n");
+    return 0;
+}
