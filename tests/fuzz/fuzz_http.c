@@ -1,0 +1,85 @@
+/* Fuzz target: the job API's request path without sockets: the HTTP parser fed in pieces
+ * (the first byte picks the piece size), then for each request the bearer-token check, the
+ * route, and for POST /v1/jobs the JSON body validation against a model with three prompts. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "coordinator/http.h"
+#include "coordinator/internal.h"
+#include "coordinator/job.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void quiet(enum weft_log_level l, const char *s, const char *m, void *a)
+{
+    (void)l, (void)s, (void)m, (void)a;
+}
+
+static char names[3][WEFT_JOB_NAME_MAX] = {"city-night", "lighthouse", "red-fox"};
+
+static void request(const struct weft_http_request *r)
+{
+    static struct weft_job_model model = {
+        .dir = "fuzz", .prompts_dir = "fuzz/prompts", .joint_dim = 64, .pooled_dim = 64,
+        .in_channels = 64, .n_names = 3, .names = names,
+    };
+    static const struct weft_job_limits lim = {64, 64, 4194304, 100};
+    (void)weft_api_auth_ok("token", r->authorization);
+    struct weft_api_route route;
+    if (!weft_api_match(r->target, &route))
+        return;
+    if (route.kind != WEFT_ROUTE_JOBS || r->method != WEFT_HTTP_POST)
+        return;
+    struct weft_job_spec spec;
+    char err[512];
+    if (weft_job_spec_parse(r->body, r->body_len, &lim, &model, &spec, err, sizeof(err)) !=
+        WEFT_OK)
+        return;
+    /* what was accepted must survive the journal form */
+    cJSON *j = weft_job_spec_to_json(&spec);
+    struct weft_job_spec back;
+    if (j && weft_job_spec_from_json(j, &back, err, sizeof(err)) == WEFT_OK)
+        weft_job_spec_cleanup(&back);
+    cJSON_Delete(j);
+    weft_job_spec_cleanup(&spec);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    weft_log_set_sink(quiet, NULL);
+    if (size == 0)
+        return 0;
+    size_t piece = data[0] ? data[0] : size;
+    data++, size--;
+    struct weft_http_limits lim = {.max_header = 2048, .max_headers = 32, .max_body = 32768};
+    struct weft_http_parser *p;
+    if (weft_http_parser_create(&lim, &p) != WEFT_OK)
+        return 0;
+    size_t off = 0;
+    for (int guard = 0; guard < 100000; guard++) {
+        size_t n = size - off < piece ? size - off : piece;
+        size_t used;
+        enum weft_http_event ev = weft_http_parser_feed(p, (const char *)data + off, n, &used);
+        off += used;
+        if (ev == WEFT_HTTP_BAD) {
+            const char *why;
+            (void)weft_http_parser_error(p, &why);
+            break;
+        }
+        if (ev == WEFT_HTTP_MESSAGE) {
+            request(weft_http_parser_request(p));
+            if (!weft_http_parser_request(p)->keep_alive)
+                break;
+            weft_http_parser_next(p);
+            continue;
+        }
+        if (ev == WEFT_HTTP_NEED_MORE && off == size) {
+            (void)weft_http_parser_eof(p);
+            break;
+        }
+    }
+    weft_http_parser_destroy(p);
+    return 0;
+}
