@@ -812,12 +812,14 @@ static weft_status_t replay_settle(struct weft_coord *c)
 
 weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_coord **coord_p)
 {
+    weft_status_t st = weft_server_check_address(opts->api->listen);
+    if (st != WEFT_OK)
+        return st;
     struct weft_coord *c = weft_calloc(1, sizeof(*c));
     if (!c)
         return WEFT_ERR_NOMEM;
     c->api = *opts->api;
     c->next_key = 1;
-    weft_status_t st;
     int rc;
     if ((rc = uv_loop_init(&c->loop)) != 0) {
         WEFT_LOG_ERROR("coord", "event loop: %s", uv_strerror(rc));

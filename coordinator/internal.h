@@ -149,6 +149,8 @@ void weft_coord_job_dir(const struct weft_coord *c, const struct job *job, char 
                         size_t len);
 
 /* server.c: the listener and connections */
+/* [api] listen is a usable address (checked before anything is created). */
+weft_status_t weft_server_check_address(const char *listen);
 weft_status_t weft_server_listen(struct weft_coord *c);
 void weft_server_stop_accepting(struct weft_coord *c);
 /* Close every connection; with idle_only, those with nothing in progress. */

@@ -528,6 +528,25 @@ static weft_status_t parse_tcp(const char *text, struct sockaddr_storage *sa)
     return WEFT_ERR_CONFIG;
 }
 
+weft_status_t weft_server_check_address(const char *listen)
+{
+    struct sockaddr_un sun;
+    struct sockaddr_storage sa;
+    if (strncmp(listen, "unix:", 5) == 0) {
+        size_t n = strlen(listen + 5);
+        if (n > 0 && n < sizeof(sun.sun_path))
+            return WEFT_OK;
+        WEFT_LOG_ERROR("api", "[api] listen = %s: the socket path must be 1..%zu bytes", listen,
+                       sizeof(sun.sun_path) - 1);
+        return WEFT_ERR_CONFIG;
+    }
+    if (parse_tcp(listen, &sa) == WEFT_OK)
+        return WEFT_OK;
+    WEFT_LOG_ERROR("api", "[api] listen = '%s': expected host:port with a numeric IPv4 or "
+                          "[IPv6] address (or localhost), or unix:/path", listen);
+    return WEFT_ERR_CONFIG;
+}
+
 static weft_status_t listen_unix(struct weft_coord *co, const char *path)
 {
     struct sockaddr_un probe;
