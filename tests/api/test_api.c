@@ -43,6 +43,13 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
+/* A failed CHECK exits: the server must not outlive the test. */
+static void kill_server(void)
+{
+    if (server_pid > 0)
+        kill(server_pid, SIGKILL);
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -845,6 +852,7 @@ int main(int argc, char **argv)
     CHECK(mkdtemp(tmpdir));
     signal(SIGALRM, on_alarm);
     alarm(240);
+    atexit(kill_server);
     static const struct {
         const char *name;
         int (*fn)(void);
