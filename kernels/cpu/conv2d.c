@@ -88,13 +88,15 @@ static void bias_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
     const struct conv_arg *a = varg;
+    const float *bias = a->b; /* a local: stores to row[] cannot change it (vectorizes) */
+    const int64_t cout = a->cout;
     for (int64_t p = b; p < e; p++) {
-        float *row = a->y + p * a->cout;
+        float *row = a->y + p * cout;
         if (a->accumulate)
-            for (int64_t c = 0; c < a->cout; c++)
-                row[c] += a->b[c];
+            for (int64_t c = 0; c < cout; c++)
+                row[c] += bias[c];
         else
-            memcpy(row, a->b, (size_t)a->cout * sizeof(float));
+            memcpy(row, bias, (size_t)cout * sizeof(float));
     }
 }
 

@@ -56,17 +56,20 @@ static void norm_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
     const struct gn_arg *a = varg;
+    /* locals, not a->...: with -fno-strict-aliasing a store to out[j] could change a->mean,
+     * which would keep the loops scalar */
+    const float *mean = a->mean, *scale = a->scale, *beta = a->beta;
     const int64_t c = a->c;
     for (int64_t p = b; p < e; p++) {
         const float *row = a->x + p * c;
         float *out = a->y + p * c;
         if (!a->silu) {
             for (int64_t j = 0; j < c; j++)
-                out[j] = (row[j] - a->mean[j]) * a->scale[j] + a->beta[j];
+                out[j] = (row[j] - mean[j]) * scale[j] + beta[j];
             continue;
         }
         for (int64_t j = 0; j < c; j++) {
-            const float v = (row[j] - a->mean[j]) * a->scale[j] + a->beta[j];
+            const float v = (row[j] - mean[j]) * scale[j] + beta[j];
             const float ex = cpu_expf(-fabsf(v)); /* as cpu_silu */
             out[j] = v * (v >= 0.0f ? 1.0f / (1.0f + ex) : ex / (1.0f + ex));
         }
