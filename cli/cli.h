@@ -30,6 +30,8 @@ int weft_bench_load_run(struct weft_cli *cli);
 int weft_bench_cp(struct weft_cli *cli);
 int weft_bench_cp_run(struct weft_cli *cli);
 int weft_bench_comm(struct weft_cli *cli);
+int weft_bench_vae(struct weft_cli *cli);
+int weft_bench_vae_run(struct weft_cli *cli);
 
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);

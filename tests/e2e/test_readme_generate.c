@@ -113,7 +113,8 @@ int main(int argc, char **argv)
     printf("\n");
 
     char dir[256];
-    snprintf(dir, sizeof(dir), "%s/weft_readme_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(dir, sizeof(dir), "%s/weft_readme_XXXXXX", tmp);
     CHECK(mkdtemp(dir));
     CHECK(chdir(dir) == 0);
     pid_t pid;

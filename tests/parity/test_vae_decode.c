@@ -160,9 +160,21 @@ int main(void)
     CHECK_EQ(c->latent_channels, 16);
     CHECK_EQ(c->scale, 8);
     CHECK(!c->use_post_quant_conv && fabs(c->scaling_factor - 0.3611) < 1e-12);
-    /* the inventory covers the file: decoder weights are what the decoder part counts */
-    CHECK_EQ(weft_vae_weight_bytes(v) / 4 >= (size_t)weft_vae_part_numel(c, WEFT_VAE_DECODER),
-             1);
+    /* the inventory is the file: the loader found every tensor in it with its shape, and
+     * there are as many (encoder included) as it lists */
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/models/flux-tiny/vae/diffusion_pytorch_model.safetensors",
+             getenv("WEFT_SOURCE_ROOT"));
+    struct weft_st_file *f;
+    CHECK_OK(weft_st_open(path, &f));
+    CHECK_EQ(weft_st_count(f), weft_vae_params(c, NULL));
+    int64_t file_numel = 0;
+    for (size_t i = 0; i < weft_st_count(f); i++)
+        file_numel += weft_st_at(f, i)->numel;
+    CHECK_EQ(file_numel, weft_vae_part_numel(c, WEFT_VAE_ENCODER) +
+                             weft_vae_part_numel(c, WEFT_VAE_DECODER));
+    weft_st_close(f);
+    CHECK(weft_vae_weight_bytes(v) / 4 >= (size_t)weft_vae_part_numel(c, WEFT_VAE_DECODER));
     for (int algo = WEFT_CONV_GEMM; algo < WEFT_CONV_ALGO_COUNT; algo++) {
         weft_kernels_cpu_set_conv_algo(kc, (enum weft_conv_algo)algo);
         printf("conv2d %s:\n", algo == WEFT_CONV_GEMM ? "im2col + GEMM" : "direct");

@@ -1,0 +1,644 @@
+/* weft bench vae: what decoding costs, on an AutoencoderKL with FLUX.1's exact config and random
+ * weights (written to a temporary folder):
+ *
+ *   convs     conv2d im2col + OpenBLAS sgemm (OPENBLAS_CORETYPE as set, and unset) vs the
+ *             direct kernel, on every conv shape of one decode, weighted by how often it runs;
+ *   decode    decode time and peak RSS at --size, in one piece and in --tile tiles;
+ *   pipeline  the staged pipeline (each component freed after its stage) vs every component
+ *             resident, peak RSS, on a FLUX-shaped transformer + that VAE at --pipe-size.
+ *
+ * Every memory figure comes from its own child process (getrusage(RUSAGE_SELF).ru_maxrss at its
+ * end), so no configuration inherits another's pages. Figures go to bench/README.md. */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench/synth.h"
+#include "cli/cli.h"
+#include "cli/progress.h"
+#include "common/alloc.h"
+#include "common/log.h"
+#include "model/safetensors.h"
+#include "worker/noise.h"
+#include "worker/pipeline.h"
+#include "worker/vae.h"
+
+extern char **environ;
+
+struct vae_bench_opts {
+    long long size, tile, pipe_size, steps, repeats, text;
+    const char *only, *mode, *dir, *algo;
+    int keep;
+};
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft bench vae [--only convs|decode|pipeline] [--size PX] [--tile PX]\n"
+        "                      [--pipe-size PX] [--steps N] [--repeats N]\n"
+        "\n"
+        "VAE decode costs on an AutoencoderKL with FLUX.1's config (block_out_channels 128,\n"
+        "256, 512, 512; 2 layers per block; 16 latent channels) and random f32 weights:\n"
+        "conv2d im2col+GEMM vs direct on every conv shape of a --size decode (default 1024),\n"
+        "decode time and peak RSS in one piece and in --tile pixel tiles (default 512), and\n"
+        "the staged pipeline vs all components resident (a 1024-wide FLUX-shaped transformer,\n"
+        "4 double + 8 single blocks, at --pipe-size, default 512, --steps 1). Each memory\n"
+        "figure is one child process's ru_maxrss.\n");
+}
+
+static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long lo, long long *out)
+{
+    const char *v = weft_cli_opt_value(cli->argc, cli->argv, i, name);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > 16384) {
+        WEFT_LOG_ERROR("bench", "%s '%s': expected an integer in [%lld, 16384]", name, v, lo);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
+{
+    *o = (struct vae_bench_opts){1024, 512, 512, 1, 3, 128, NULL, NULL, NULL, NULL, 0};
+    static const char *const names[] = {"--size", "--tile", "--pipe-size", "--steps",
+                                        "--repeats", "--keep"};
+    long long keep = 0;
+    long long *fields[] = {&o->size, &o->tile, &o->pipe_size, &o->steps, &o->repeats, &keep};
+    static const long long lows[] = {64, 0, 64, 1, 1, 0};
+    for (int i = 1; i < cli->argc; i++) {
+        if (weft_cli_is_help(cli->argv[i])) {
+            help(stdout);
+            return 1;
+        }
+        const char *v;
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--only")))
+            o->only = v;
+        else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--mode")))
+            o->mode = v;
+        else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dir")))
+            o->dir = v;
+        else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--algo")))
+            o->algo = v;
+        else {
+            int hit = 0;
+            for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
+                if ((hit = opt_ll(cli, &i, names[k], lows[k], fields[k])) < 0)
+                    return -1;
+            if (!hit) {
+                WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench vae --help`)",
+                               cli->argv[i]);
+                return -1;
+            }
+        }
+    }
+    o->keep = keep != 0;
+    if (o->size % 16 || o->pipe_size % 16 || o->tile % 8) {
+        WEFT_LOG_ERROR("bench", "--size and --pipe-size must be multiples of 16, --tile of 8");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A FLUX.1-config AutoencoderKL with random weights                                         */
+
+static void flux_vae_config(struct weft_vae_config *c)
+{
+    *c = (struct weft_vae_config){
+        .in_channels = 3, .out_channels = 3, .latent_channels = 16, .n_blocks = 4,
+        .block_out_channels = {128, 256, 512, 512}, .layers_per_block = 2,
+        .norm_num_groups = 32, .sample_size = 1024, .scaling_factor = 0.3611,
+        .shift_factor = 0.1159, .use_quant_conv = false, .use_post_quant_conv = false,
+        .mid_block_add_attention = true, .scale = 8,
+    };
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* torch's default init bound 1/sqrt(fan_in) for weights and biases; norms weight 1, bias 0. */
+static weft_status_t vae_fill(void *arg, size_t i, uint64_t offset, void *buf, size_t bytes)
+{
+    const struct weft_vae_param *params = arg, *p = &params[i];
+    const bool norm = strstr(p->name, "norm") != NULL;
+    const bool bias = p->ndim == 1 && strstr(p->name, ".bias") != NULL;
+    const struct weft_vae_param *w = bias && i > 0 ? &params[i - 1] : p;
+    int64_t fan_in = w->ndim == 4 ? w->shape[1] * w->shape[2] * w->shape[3]
+                                  : w->ndim == 2 ? w->shape[1] : 1;
+    float bound = 1.0f / sqrtf((float)fan_in);
+    float *f = buf;
+    for (size_t k = 0; k < bytes / 4; k++) {
+        uint64_t r = mix(((uint64_t)i << 40) + offset / 4 + k);
+        float u = (float)(r >> 40) / 16777216.0f * 2.0f - 1.0f;
+        f[k] = norm ? (bias ? 0.0f : 1.0f) : u * bound;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        WEFT_LOG_ERROR("bench", "%s: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    bool ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    return ok ? WEFT_OK : WEFT_ERR_IO;
+}
+
+static weft_status_t write_vae(const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return WEFT_ERR_IO;
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    weft_status_t st = write_text(path,
+        "{\"_class_name\": \"AutoencoderKL\", \"_diffusers_version\": \"0.42.1\",\n"
+        " \"act_fn\": \"silu\", \"block_out_channels\": [128, 256, 512, 512],\n"
+        " \"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\", "
+        "\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"],\n"
+        " \"force_upcast\": true, \"in_channels\": 3, \"latent_channels\": 16,\n"
+        " \"latents_mean\": null, \"latents_std\": null, \"layers_per_block\": 2,\n"
+        " \"mid_block_add_attention\": true, \"norm_num_groups\": 32, \"out_channels\": 3,\n"
+        " \"sample_size\": 1024, \"scaling_factor\": 0.3611, \"shift_factor\": 0.1159,\n"
+        " \"up_block_types\": [\"UpDecoderBlock2D\", \"UpDecoderBlock2D\", "
+        "\"UpDecoderBlock2D\", \"UpDecoderBlock2D\"],\n"
+        " \"use_post_quant_conv\": false, \"use_quant_conv\": false}\n");
+    if (st != WEFT_OK)
+        return st;
+    struct weft_vae_config c;
+    flux_vae_config(&c);
+    size_t n = weft_vae_params(&c, NULL);
+    struct weft_vae_param *params = weft_calloc(n, sizeof(*params));
+    struct weft_st_out *outs = weft_calloc(n, sizeof(*outs));
+    if (params && outs) {
+        weft_vae_params(&c, params);
+        for (size_t i = 0; i < n; i++)
+            outs[i] = (struct weft_st_out){params[i].name, WEFT_DTYPE_F32, params[i].ndim,
+                                           params[i].shape, NULL};
+        snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
+        const struct weft_st_meta meta[] = {{"format", "pt"}};
+        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, params);
+    } else {
+        st = WEFT_ERR_NOMEM;
+    }
+    weft_free(params);
+    weft_free(outs);
+    return st;
+}
+
+/* A pipeline folder: model_index.json, transformer/, vae/, scheduler/, prompts/bench. */
+static weft_status_t write_pipeline(const char *dir, long long text)
+{
+    char path[2048];
+    struct weft_flux_config fc;
+    weft_synth_flux_config(&fc, 8, 128, 4, 8);
+    snprintf(path, sizeof(path), "%s/model_index.json", dir);
+    weft_status_t st = write_text(path,
+        "{\"_class_name\": \"FluxPipeline\", \"_diffusers_version\": \"0.42.1\",\n"
+        " \"scheduler\": [\"diffusers\", \"FlowMatchEulerDiscreteScheduler\"],\n"
+        " \"transformer\": [\"diffusers\", \"FluxTransformer2DModel\"],\n"
+        " \"vae\": [\"diffusers\", \"AutoencoderKL\"]}\n");
+    snprintf(path, sizeof(path), "%s/transformer", dir);
+    if (st == WEFT_OK)
+        st = weft_synth_flux_write(path, &fc, WEFT_DTYPE_BF16, 7);
+    snprintf(path, sizeof(path), "%s/vae", dir);
+    if (st == WEFT_OK)
+        st = write_vae(path);
+    snprintf(path, sizeof(path), "%s/scheduler", dir);
+    if (st == WEFT_OK && mkdir(path, 0755) != 0)
+        st = WEFT_ERR_IO;
+    snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", dir);
+    if (st == WEFT_OK) /* FLUX.1-dev's */
+        st = write_text(path,
+            "{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"base_image_seq_len\": 256,\n"
+            " \"base_shift\": 0.5, \"max_image_seq_len\": 4096, \"max_shift\": 1.15,\n"
+            " \"num_train_timesteps\": 1000, \"shift\": 3.0, \"use_dynamic_shifting\": true}\n");
+    snprintf(path, sizeof(path), "%s/prompts", dir);
+    if (st == WEFT_OK && mkdir(path, 0755) != 0)
+        st = WEFT_ERR_IO;
+    if (st != WEFT_OK)
+        return st;
+    const int64_t pe_shape[3] = {1, text, fc.joint_attention_dim};
+    const int64_t po_shape[2] = {1, fc.pooled_projection_dim};
+    float *pe = weft_malloc((size_t)(text * fc.joint_attention_dim) * sizeof(float));
+    float *po = weft_malloc((size_t)fc.pooled_projection_dim * sizeof(float));
+    if (pe && po) {
+        weft_noise_normal(11, 0, text * fc.joint_attention_dim, pe);
+        weft_noise_normal(12, 0, fc.pooled_projection_dim, po);
+        const struct weft_st_out t[2] = {{"prompt_embeds", WEFT_DTYPE_F32, 3, pe_shape, pe},
+                                         {"pooled_prompt_embeds", WEFT_DTYPE_F32, 2, po_shape, po}};
+        snprintf(path, sizeof(path), "%s/prompts/bench.safetensors", dir);
+        st = weft_st_write(path, 2, t, 0, NULL);
+    } else {
+        st = WEFT_ERR_NOMEM;
+    }
+    weft_free(pe);
+    weft_free(po);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Child runs                                                                                */
+
+static long peak_kib(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+struct conv_shape {
+    int64_t h, w, cin, cout, k, count;
+};
+
+static void add_shape(struct conv_shape *s, int *n, int64_t h, int64_t w, int64_t cin,
+                      int64_t cout, int64_t k)
+{
+    for (int i = 0; i < *n; i++)
+        if (s[i].h == h && s[i].w == w && s[i].cin == cin && s[i].cout == cout && s[i].k == k) {
+            s[i].count++;
+            return;
+        }
+    s[(*n)++] = (struct conv_shape){h, w, cin, cout, k, 1};
+}
+
+/* Every conv of one decode of a size x size image, following the decoder's structure. */
+static int decode_convs(const struct weft_vae_config *c, int64_t size, struct conv_shape *s)
+{
+    int n = 0;
+    int64_t h = size / c->scale;
+    const int64_t deep = c->block_out_channels[c->n_blocks - 1];
+    add_shape(s, &n, h, h, c->latent_channels, deep, 3);
+    for (int i = 0; i < 4; i++)
+        add_shape(s, &n, h, h, deep, deep, 3); /* mid resnets */
+    for (int b = 0; b < c->n_blocks; b++) {
+        const int64_t in = weft_vae_up_in_channels(c, b), out = weft_vae_up_out_channels(c, b);
+        for (int64_t j = 0; j < c->layers_per_block + 1; j++) {
+            add_shape(s, &n, h, h, j == 0 ? in : out, out, 3);
+            add_shape(s, &n, h, h, out, out, 3);
+            if (j == 0 && in != out)
+                add_shape(s, &n, h, h, in, out, 1);
+        }
+        if (b < c->n_blocks - 1) {
+            h *= 2;
+            add_shape(s, &n, h, h, out, out, 3);
+        }
+    }
+    add_shape(s, &n, h, h, c->block_out_channels[0], c->out_channels, 3);
+    return n;
+}
+
+static int run_convs(const struct vae_bench_opts *o, const struct weft_kernels *K,
+                     struct weft_kctx *kc)
+{
+    struct weft_vae_config c;
+    flux_vae_config(&c);
+    struct conv_shape s[64];
+    int n = decode_convs(&c, o->size, s);
+    size_t max_x = 0, max_y = 0, max_w = 0, max_ws = 0;
+    for (int i = 0; i < n; i++) {
+        size_t x = (size_t)(s[i].h * s[i].w * s[i].cin), y = (size_t)(s[i].h * s[i].w * s[i].cout);
+        size_t w = (size_t)(s[i].cin * s[i].cout * s[i].k * s[i].k);
+        size_t ws = K->conv2d_workspace(kc, s[i].h, s[i].w, s[i].cin, s[i].cout, s[i].k);
+        max_x = x > max_x ? x : max_x, max_y = y > max_y ? y : max_y;
+        max_w = w > max_w ? w : max_w, max_ws = ws > max_ws ? ws : max_ws;
+    }
+    float *x = weft_big_alloc(max_x * 4), *y = weft_big_alloc(max_y * 4);
+    float *w = weft_big_alloc(max_w * 4), *b = weft_big_alloc((size_t)4096 * 4);
+    void *ws = weft_big_alloc(max_ws + 64);
+    if (!x || !y || !w || !b || !ws)
+        return 1;
+    weft_noise_normal(1, 0, (int64_t)max_x, x);
+    weft_noise_normal(2, 0, (int64_t)max_w, w);
+    memset(y, 0, max_y * 4);
+    printf("{\"coretype\": \"%s\", \"shapes\": [", getenv("OPENBLAS_CORETYPE")
+                                                       ? getenv("OPENBLAS_CORETYPE") : "auto");
+    for (int i = 0; i < n; i++) {
+        double ms[2] = {0, 0};
+        for (int a = 0; a < 2; a++) {
+            if (o->algo && strcmp(o->algo, a ? "direct" : "gemm") != 0)
+                continue;
+            weft_kernels_cpu_set_conv_algo(kc, a ? WEFT_CONV_DIRECT : WEFT_CONV_GEMM);
+            for (long long r = 0; r < o->repeats; r++) {
+                double t = weft_now();
+                K->conv2d(kc, x, w, b, y, s[i].h, s[i].w, s[i].cin, s[i].cout, s[i].k, 0, ws);
+                t = (weft_now() - t) * 1e3;
+                ms[a] = r == 0 || t < ms[a] ? t : ms[a];
+            }
+        }
+        printf("%s\n  {\"h\": %lld, \"cin\": %lld, \"cout\": %lld, \"k\": %lld, \"count\": %lld, "
+               "\"gemm_ms\": %.2f, \"direct_ms\": %.2f}", i ? "," : "", (long long)s[i].h,
+               (long long)s[i].cin, (long long)s[i].cout, (long long)s[i].k,
+               (long long)s[i].count, ms[0], ms[1]);
+        (void)fflush(stdout);
+    }
+    printf("]}\n");
+    weft_big_free(x, max_x * 4), weft_big_free(y, max_y * 4), weft_big_free(w, max_w * 4);
+    weft_big_free(b, (size_t)4096 * 4), weft_big_free(ws, max_ws + 64);
+    return 0;
+}
+
+static int run_decode(const struct vae_bench_opts *o, const struct weft_kernels *K,
+                      struct weft_kctx *kc)
+{
+    struct weft_vae_opts vo = {K, kc};
+    struct weft_vae *v;
+    double t0 = weft_now();
+    if (weft_vae_load(o->dir, &vo, &v) != WEFT_OK)
+        return 1;
+    double load_s = weft_now() - t0;
+    long after_load = peak_kib();
+    const struct weft_vae_config *c = weft_vae_get_config(v);
+    const int64_t lh = o->size / c->scale, n_lat = lh * lh * c->latent_channels;
+    float *lat = weft_malloc((size_t)n_lat * 4);
+    float *img = weft_malloc((size_t)(o->size * o->size * 3) * 4);
+    if (!lat || !img)
+        return 1;
+    weft_noise_normal(5, 0, n_lat, lat);
+    struct weft_vae_tiling t;
+    weft_vae_tiling_latent(c, o->tile / c->scale, &t);
+    const struct weft_vae_tiling *tp = o->tile ? &t : NULL;
+    size_t host = 0, dev = weft_vae_activation_bytes(v, lh, lh, tp, &host);
+    t0 = weft_now();
+    weft_status_t st = weft_vae_decode(v, lat, lh, lh, tp, img);
+    double dec_s = weft_now() - t0;
+    if (st == WEFT_OK)
+        printf("{\"load_s\": %.3f, \"decode_s\": %.3f, \"weights\": %zu, \"reserved\": %zu, "
+               "\"host\": %zu, \"rss_after_load_kib\": %ld, \"peak_kib\": %ld}\n", load_s,
+               dec_s, weft_vae_weight_bytes(v), dev, host, after_load, peak_kib());
+    weft_free(lat);
+    weft_free(img);
+    weft_vae_destroy(v);
+    return st != WEFT_OK;
+}
+
+static int run_pipeline(const struct vae_bench_opts *o, const struct weft_kernels *K,
+                        struct weft_kctx *kc)
+{
+    struct weft_pipeline_opts po = {K, kc, o->keep != 0};
+    struct weft_pipeline *p;
+    if (weft_pipeline_open(o->dir, &po, &p) != WEFT_OK)
+        return 1;
+    char prompt[2100];
+    snprintf(prompt, sizeof(prompt), "%s/prompts/bench.safetensors", o->dir);
+    struct weft_pipeline_job job = {
+        .prompt_embeds = prompt, .height = o->pipe_size, .width = o->pipe_size,
+        .steps = (int)o->steps, .guidance = 3.5f, .seed = 1, .decode = true,
+    };
+    struct weft_pipeline_result r;
+    weft_status_t st = weft_pipeline_run(p, &job, &r);
+    if (st == WEFT_OK) {
+        printf("{\"peak_kib\": %ld, \"denoise_s\": %.3f, \"decode_s\": %.3f, \"components\": [",
+               peak_kib(), r.seconds[WEFT_STAGE_DENOISE], r.seconds[WEFT_STAGE_DECODE]);
+        for (size_t i = 0; i < weft_pipeline_component_count(p); i++) {
+            const struct weft_pipeline_component *c = weft_pipeline_component_at(p, i);
+            printf("%s{\"name\": \"%s\", \"weight_bytes\": %llu, \"file_bytes\": %llu}",
+                   i ? ", " : "", c->name, (unsigned long long)c->weight_bytes,
+                   (unsigned long long)c->file_bytes);
+        }
+        printf("]}\n");
+        weft_pipeline_result_cleanup(&r);
+    }
+    weft_pipeline_close(p);
+    return st != WEFT_OK;
+}
+
+int weft_bench_vae_run(struct weft_cli *cli)
+{
+    struct vae_bench_opts o;
+    if (parse(cli, &o) || !o.mode)
+        return 2;
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    if (weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc) != WEFT_OK)
+        return 1;
+    int rc = 2;
+    if (strcmp(o.mode, "convs") == 0)
+        rc = run_convs(&o, K, kc);
+    else if (strcmp(o.mode, "decode") == 0 && o.dir)
+        rc = run_decode(&o, K, kc);
+    else if (strcmp(o.mode, "pipeline") == 0 && o.dir)
+        rc = run_pipeline(&o, K, kc);
+    else if (strcmp(o.mode, "write-vae") == 0 && o.dir) /* for profiling by hand */
+        rc = write_vae(o.dir) != WEFT_OK;
+    weft_kernels_cpu_destroy(kc);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The orchestrator                                                                          */
+
+/* Run argv with envp, capture stdout; returns the exit status (-1 if it could not run). */
+static int run_capture(char *const argv[], char *const envp[], char *buf, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    pid_t pid;
+    int err = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (err != 0) {
+        close(fds[0]);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < len && (r = read(fds[0], buf + got, len - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* environ without OPENBLAS_CORETYPE (OpenBLAS then picks its kernel from the CPU) */
+static char **env_without_coretype(void)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = weft_calloc(n + 1, sizeof(*env));
+    for (size_t i = 0, k = 0; env && i < n; i++)
+        if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) != 0)
+            env[k++] = environ[i];
+    return env;
+}
+
+struct child {
+    char self[4096], threads[64], size[32], tile[32], pipe_size[32], steps[32], repeats[32];
+    char out[1 << 16];
+};
+
+static cJSON *child_run(struct child *ch, char **env, const char *mode, const char *dir,
+                        const char *extra_name, const char *extra_value)
+{
+    char *argv[24] = {ch->self, ch->threads, "bench", "vae-run", "--mode", (char *)mode,
+                      "--size", ch->size, "--tile", ch->tile, "--pipe-size", ch->pipe_size,
+                      "--steps", ch->steps, "--repeats", ch->repeats};
+    int n = 16;
+    if (dir) {
+        argv[n++] = "--dir";
+        argv[n++] = (char *)dir;
+    }
+    if (extra_name) {
+        argv[n++] = (char *)extra_name;
+        argv[n++] = (char *)extra_value;
+    }
+    argv[n] = NULL;
+    int rc = run_capture(argv, env ? env : environ, ch->out, sizeof(ch->out));
+    cJSON *j = rc == 0 ? cJSON_Parse(ch->out) : NULL;
+    if (!j)
+        WEFT_LOG_ERROR("bench", "vae-run --mode %s %s %s failed (status %d)", mode,
+                       extra_name ? extra_name : "", extra_value ? extra_value : "", rc);
+    return j;
+}
+
+static double num(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+
+static void print_convs(struct child *ch, long long size)
+{
+    char **env = getenv("OPENBLAS_CORETYPE") ? env_without_coretype() : NULL;
+    cJSON *a = child_run(ch, NULL, "convs", NULL, NULL, NULL);
+    cJSON *b = env ? child_run(ch, env, "convs", NULL, "--algo", "gemm") : NULL;
+    weft_free(env);
+    if (!a)
+        return;
+    const cJSON *sa = cJSON_GetObjectItem(a, "shapes"), *sb = b ? cJSON_GetObjectItem(b, "shapes")
+                                                              : NULL;
+    printf("conv2d on every conv of a %lldx%lld FLUX.1 VAE decode (ms, best of the repeats):\n",
+           size, size);
+    printf("%10s %12s %2s %5s %14s %14s %11s\n", "pixels", "cin->cout", "k", "runs",
+           "gemm (as set)", "gemm (auto)", "direct");
+    double tot[3] = {0, 0, 0};
+    int i = 0;
+    for (const cJSON *e = sa ? sa->child : NULL; e; e = e->next, i++) {
+        const cJSON *eb = sb ? cJSON_GetArrayItem(sb, i) : NULL;
+        double g = num(e, "gemm_ms"), ga = eb ? num(eb, "gemm_ms") : -1, d = num(e, "direct_ms");
+        double cnt = num(e, "count");
+        char io[32], px[32];
+        snprintf(io, sizeof(io), "%.0f->%.0f", num(e, "cin"), num(e, "cout"));
+        snprintf(px, sizeof(px), "%.0fx%.0f", num(e, "h"), num(e, "h"));
+        printf("%10s %12s %2.0f %5.0f %14.1f %14.1f %11.1f\n", px, io, num(e, "k"), cnt, g, ga,
+               d);
+        tot[0] += g * cnt, tot[1] += ga * cnt, tot[2] += d * cnt;
+    }
+    printf("%10s %12s %2s %5s %13.2fs %13.2fs %10.2fs\n", "all convs", "", "", "",
+           tot[0] / 1e3, tot[1] / 1e3, tot[2] / 1e3);
+    printf("(gemm as set: OPENBLAS_CORETYPE=%s; auto: unset, OpenBLAS detects the CPU)\n\n",
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
+static void print_decode(struct child *ch, const char *dir, long long size, long long tile)
+{
+    printf("decode %lldx%lld (latents %lldx%lld):\n", size, size, size / 8, size / 8);
+    printf("%-22s %9s %11s %13s %13s %13s\n", "mode", "decode s", "weights MB", "reserved MB",
+           "RSS load MB", "peak RSS MB");
+    for (int t = 0; t < 2; t++) {
+        char tl[32];
+        snprintf(tl, sizeof(tl), "%lld", t ? tile : 0LL);
+        cJSON *j = child_run(ch, NULL, "decode", dir, "--tile", tl);
+        char mode[64];
+        snprintf(mode, sizeof(mode), t ? "tiled, %lld px tiles" : "one piece", tile);
+        if (j)
+            printf("%-22s %9.2f %11.0f %13.0f %13.0f %13.0f\n", mode, num(j, "decode_s"),
+                   num(j, "weights") / 1048576, num(j, "reserved") / 1048576,
+                   num(j, "rss_after_load_kib") / 1024, num(j, "peak_kib") / 1024);
+        cJSON_Delete(j);
+    }
+    printf("\n");
+}
+
+static void print_pipeline(struct child *ch, const char *dir, long long size, long long steps)
+{
+    printf("pipeline %lldx%lld, %lld step(s): FLUX-shaped transformer (8 x 128, 4 + 8 blocks, "
+           "bf16 on disk) + the VAE:\n", size, size, steps);
+    printf("%-36s %13s %10s %10s\n", "mode", "peak RSS MB", "denoise s", "decode s");
+    for (int keep = 0; keep < 2; keep++) {
+        cJSON *j = child_run(ch, NULL, "pipeline", dir, "--keep", keep ? "1" : "0");
+        if (j)
+            printf("%-36s %13.0f %10.2f %10.2f\n",
+                   keep ? "resident (all components kept)" : "staged (freed after each stage)",
+                   num(j, "peak_kib") / 1024, num(j, "denoise_s"), num(j, "decode_s"));
+        const cJSON *comps = j ? cJSON_GetObjectItem(j, "components") : NULL;
+        for (const cJSON *c = comps ? comps->child : NULL; c && keep; c = c->next)
+            printf("  component %-14s %8.0f MB loaded (%0.f MB on disk)\n",
+                   cJSON_GetObjectItem(c, "name")->valuestring, num(c, "weight_bytes") / 1048576,
+                   num(c, "file_bytes") / 1048576);
+        cJSON_Delete(j);
+    }
+}
+
+int weft_bench_vae(struct weft_cli *cli)
+{
+    struct vae_bench_opts o;
+    int rc = parse(cli, &o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    static struct child ch;
+    ssize_t sl = readlink("/proc/self/exe", ch.self, sizeof(ch.self) - 1);
+    if (sl <= 0)
+        return 1;
+    ch.self[sl] = '\0';
+    snprintf(ch.threads, sizeof(ch.threads), "--kernels.threads=%lld",
+             (long long)cli->conf.kernels.threads);
+    snprintf(ch.size, sizeof(ch.size), "%lld", o.size);
+    snprintf(ch.tile, sizeof(ch.tile), "%lld", o.tile);
+    snprintf(ch.pipe_size, sizeof(ch.pipe_size), "%lld", o.pipe_size);
+    snprintf(ch.steps, sizeof(ch.steps), "%lld", o.steps);
+    snprintf(ch.repeats, sizeof(ch.repeats), "%lld", o.repeats);
+    char dir[] = "/tmp/weft_bench_vae_XXXXXX", sub[128];
+    if (!mkdtemp(dir)) {
+        WEFT_LOG_ERROR("bench", "cannot create a temporary folder: %s", strerror(errno));
+        return 1;
+    }
+    if (!o.only || strcmp(o.only, "convs") == 0)
+        print_convs(&ch, o.size);
+    snprintf(sub, sizeof(sub), "%s/vae", dir);
+    if (!o.only || strcmp(o.only, "decode") == 0) {
+        if (write_vae(sub) == WEFT_OK)
+            print_decode(&ch, sub, o.size, o.tile);
+    }
+    snprintf(sub, sizeof(sub), "%s", dir);
+    if (!o.only || strcmp(o.only, "pipeline") == 0) {
+        WEFT_LOG_INFO("bench", "writing a synthetic pipeline to %s", dir);
+        if (write_pipeline(sub, o.text) == WEFT_OK)
+            print_pipeline(&ch, sub, o.pipe_size, o.steps);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        WEFT_LOG_WARN("bench", "could not remove %s", dir);
+    return 0;
+}
