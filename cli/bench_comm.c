@@ -289,16 +289,24 @@ static void env_describe(const struct params *p, char *buf, size_t len)
         (void)fclose(f);
         thp[strcspn(thp, "\n")] = '\0';
     }
+    char load[64] = "?";
+    f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(load, sizeof(load), f))
+            load[0] = '\0';
+        (void)fclose(f);
+        load[strcspn(load, "\n")] = '\0';
+    }
     char ucx[256] = "";
     for (char **e = environ; *e; e++)
         if (strncmp(*e, "UCX_", 4) == 0 && strlen(ucx) + strlen(*e) + 2 < sizeof(ucx))
             strcat(strcat(ucx, *ucx ? " " : ""), *e);
     snprintf(buf, len,
              "[transport] tls = '%s' (empty: UCX's choice), chunk_bytes = %zu, "
-             "pipeline_depth = %d, spin_us = %d (-1: auto); UCX environment: %s; THP: %s (weft buffers "
-             "and memcpy use MADV_HUGEPAGE)",
+             "pipeline_depth = %d, spin_us = %d (-1: auto); UCX environment: %s; THP: %s (weft "
+             "buffers and memcpy use MADV_HUGEPAGE); /proc/loadavg after the run: %s",
              p->tls, p->opts.chunk_bytes, p->opts.pipeline_depth, p->opts.spin_us,
-             *ucx ? ucx : "none", thp);
+             *ucx ? ucx : "none", thp, load);
 }
 
 static void report(const struct params *p)

@@ -19,6 +19,8 @@ int weft_cmd_inspect(struct weft_cli *cli);
 int weft_cmd_generate(struct weft_cli *cli);
 int weft_cmd_bench(struct weft_cli *cli);
 int weft_cmd_plan(struct weft_cli *cli);
+int weft_cmd_worker(struct weft_cli *cli);
+int weft_cmd_run(struct weft_cli *cli);
 int weft_cmd_serve(struct weft_cli *cli);
 int weft_cmd_submit(struct weft_cli *cli);
 int weft_cmd_status(struct weft_cli *cli);

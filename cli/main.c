@@ -18,6 +18,8 @@ struct command {
 static const struct command commands[] = {
     {"inspect", weft_cmd_inspect, "show a checkpoint: class, config, parameters, tensor table"},
     {"generate", weft_cmd_generate, "run a pipeline on this machine: write a PNG (or latents)"},
+    {"run", weft_cmd_run, "a coordinator, N workers and one job on this machine; writes PNGs"},
+    {"worker", weft_cmd_worker, "join a coordinator as one device and run what it assigns"},
     {"plan", weft_cmd_plan, "show how a parallel layout splits a model (loads nothing)"},
     {"serve", weft_cmd_serve, "serve the job API (HTTP + JSON) until SIGINT/SIGTERM"},
     {"submit", weft_cmd_submit, "submit a job to a server, follow it, download its PNGs"},

@@ -7,12 +7,15 @@
 #include "cli/cli.h"
 #include "common/log.h"
 #include "coordinator/coordinator.h"
+#include "conf/launch.h"
+#include "coordinator/cluster_runner.h"
 #include "coordinator/local_runner.h"
 
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft serve [--model DIR] [--listen ADDR] [--runner local] [--port-file FILE]\n"
+        "usage: weft serve [--model DIR] [--listen ADDR] [--runner local|cluster]\n"
+        "                  [--port-file FILE] [--worker-port-file FILE]\n"
         "\n"
         "Serve the job API (HTTP/1.1 + JSON) until SIGINT or SIGTERM. Jobs are journaled before\n"
         "they are accepted, so a restart loses none; on a signal the server stops accepting,\n"
@@ -24,7 +27,10 @@ static void help(FILE *out)
         "                     embedded models/flux-tiny (random weights)\n"
         "  --listen ADDR      host:port or unix:/path (default [api] listen, 127.0.0.1:8642);\n"
         "                     port 0 picks a free one. Only loopback unless set explicitly.\n"
-        "  --runner NAME      what runs the jobs: local (this process, this machine's CPU)\n"
+        "  --runner NAME      what runs the jobs: local (this process, this machine's CPU) or\n"
+        "                     cluster (`weft worker` processes join on [cluster] listen and\n"
+        "                     run the [parallel] mesh: tp, ulysses, ring, dp)\n"
+        "  --worker-port-file FILE  (cluster) write the worker port actually bound to FILE\n"
         "  --port-file FILE   write the address actually bound to FILE once listening\n"
         "\n"
         "API: POST /v1/jobs, GET /v1/jobs[/ID[/images/I]], DELETE /v1/jobs/ID, GET /v1/cluster,\n"
@@ -34,21 +40,32 @@ static void help(FILE *out)
 /* The runner behind the API. "local" runs jobs in this process; the distributed runner (workers
  * over UCX) plugs in here under its own name, chosen by --runner or, later, [cluster]. */
 static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
-                                   const char *model, struct weft_runner_sink *sink,
-                                   struct weft_runner **runner_p)
+                                   const char *model, struct weft_coord *coord,
+                                   const char *worker_port_file, struct weft_runner **runner_p)
 {
     if (strcmp(name, "local") == 0) {
         struct weft_local_runner_opts o = {.model_dir = model,
                                            .threads = (int)cli->conf.kernels.threads};
-        return weft_local_runner_create(&o, sink, runner_p);
+        return weft_local_runner_create(&o, weft_coord_sink(coord), runner_p);
     }
-    WEFT_LOG_ERROR("serve", "--runner %s: unknown runner (available: local)", name);
+    if (strcmp(name, "cluster") == 0) {
+        char secret[WEFT_CONF_STR];
+        weft_status_t st = weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret));
+        if (st != WEFT_OK)
+            return st;
+        struct weft_cluster_runner_opts o = {.conf = &cli->conf, .model_dir = model,
+                                             .secret = secret, .port_file = worker_port_file};
+        return weft_cluster_runner_create(&o, weft_coord_loop(coord), weft_coord_sink(coord),
+                                          runner_p);
+    }
+    WEFT_LOG_ERROR("serve", "--runner %s: unknown runner (available: local, cluster)", name);
     return WEFT_ERR_CONFIG;
 }
 
 int weft_cmd_serve(struct weft_cli *cli)
 {
     const char *model = NULL, *listen = NULL, *runner_name = "local", *port_file = NULL;
+    const char *worker_port_file = NULL;
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
         char **argv = cli->argv;
@@ -64,6 +81,8 @@ int weft_cmd_serve(struct weft_cli *cli)
             runner_name = v;
         else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--port-file")))
             port_file = v;
+        else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--worker-port-file")))
+            worker_port_file = v;
         else {
             WEFT_LOG_ERROR("serve", "unexpected argument '%s' (see `weft serve --help`)",
                            argv[i]);
@@ -87,7 +106,7 @@ int weft_cmd_serve(struct weft_cli *cli)
     struct weft_runner *runner = NULL;
     weft_status_t st;
     if ((st = weft_coord_create(&co, &coord)) != WEFT_OK ||
-        (st = runner_create(runner_name, cli, model, weft_coord_sink(coord), &runner)) !=
+        (st = runner_create(runner_name, cli, model, coord, worker_port_file, &runner)) !=
             WEFT_OK)
         goto out;
     if ((st = weft_coord_listen(coord, port_file)) != WEFT_OK) {

@@ -156,29 +156,6 @@ static int read_file(const char *path, void **data_p, size_t *len_p)
     return 0;
 }
 
-/* The server's first prompt name, from /v1/cluster. */
-static int default_prompt(struct weft_client *c, char *name, size_t len)
-{
-    char *text;
-    if (weft_client_cluster(c, &text) != WEFT_OK) {
-        WEFT_LOG_ERROR("submit", "%s", weft_client_error(c));
-        return -1;
-    }
-    cJSON *o = cJSON_Parse(text);
-    weft_client_free(text);
-    const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "coordinator");
-    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(co, "prompts"), 0);
-    int rc = -1;
-    if (cJSON_IsString(first)) {
-        snprintf(name, len, "%s", first->valuestring);
-        rc = 0;
-    } else {
-        WEFT_LOG_ERROR("submit", "no --prompt given and the server's model has no prompts/");
-    }
-    cJSON_Delete(o);
-    return rc;
-}
-
 struct wait_ui {
     struct weft_progress bar;
     bool queued_shown;
@@ -269,7 +246,9 @@ int weft_cmd_submit(struct weft_cli *cli)
     char first[64];
     rc = prompts ? 0 : 1;
     if (rc == 0 && o.n_prompts == 0) {
-        rc = default_prompt(c, first, sizeof(first)) ? 1 : 0;
+        rc = weft_client_default_prompt(c, first, sizeof(first)) != WEFT_OK ? 1 : 0;
+        if (rc)
+            WEFT_LOG_ERROR("submit", "no --prompt given: %s", weft_client_error(c));
         prompts[0].name = first;
     }
     for (int i = 0; rc == 0 && i < o.n_prompts; i++) {

@@ -832,6 +832,24 @@ weft_status_t weft_client_cancel(struct weft_client *c, const char *id)
     return st;
 }
 
+weft_status_t weft_client_default_prompt(struct weft_client *c, char *name, size_t len)
+{
+    cJSON *o;
+    weft_status_t st = call_json(c, "GET", "/v1/cluster", NULL, 200, &o);
+    if (st != WEFT_OK)
+        return st;
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(o, "coordinator");
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(co, "prompts"), 0);
+    if (cJSON_IsString(first) && strlen(first->valuestring) < len) {
+        snprintf(name, len, "%s", first->valuestring);
+    } else {
+        set_error(c, "the server's model has no prompts/ folder to take a default from");
+        st = WEFT_ERR_NOT_FOUND;
+    }
+    cJSON_Delete(o);
+    return st;
+}
+
 weft_status_t weft_client_cluster(struct weft_client *c, char **json_p)
 {
     cJSON *o;

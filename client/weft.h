@@ -126,6 +126,9 @@ weft_status_t weft_client_image_save(struct weft_client *c, const char *id, int 
                                      const char *path);
 /* Cancel: a queued job is removed, a running one stops at its next step. */
 weft_status_t weft_client_cancel(struct weft_client *c, const char *id);
+/* The name of the served model's first prompt (its prompts/ folder), for a job that names
+ * none. */
+weft_status_t weft_client_default_prompt(struct weft_client *c, char *name, size_t len);
 /* GET /v1/cluster as JSON text (free with weft_client_free). */
 weft_status_t weft_client_cluster(struct weft_client *c, char **json_p);
 

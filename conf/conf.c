@@ -125,6 +125,27 @@ static const struct conf_key transport_keys[] = {
             "host runs no more ranks than the process may use cores, else 0."),
 };
 
+static const struct conf_key cluster_keys[] = {
+    KEY_STR(weft_conf_cluster, listen, "127.0.0.1:7450",
+            "The coordinator's port for workers, host:port: weft serve --cluster listens there, "
+            "weft worker connects there (torchrun's MASTER_ADDR/MASTER_PORT and Slurm's first "
+            "node override the host when set)."),
+    KEY_STR(weft_conf_cluster, secret, "",
+            "Cluster secret: workers and the coordinator prove they know it (HMAC-SHA256 "
+            "challenge-response); it never crosses the wire. Required unless secret_file is "
+            "set."),
+    KEY_STR(weft_conf_cluster, secret_file, "",
+            "A file holding the cluster secret (its first line); wins over secret."),
+    KEY_INT(weft_conf_cluster, workers, "0", 0, 65536,
+            "Workers that form the mesh; 0: the product of the [parallel] degrees."),
+    KEY_INT(weft_conf_cluster, heartbeat_ms, "1000", 10, 600000,
+            "How often workers and the coordinator exchange heartbeats."),
+    KEY_INT(weft_conf_cluster, worker_timeout_ms, "10000", 100, 3600000,
+            "A worker silent this long is lost: its jobs fail or run again elsewhere."),
+    KEY_INT(weft_conf_cluster, join_timeout_ms, "60000", 100, 3600000,
+            "How long a worker keeps trying to reach the coordinator."),
+};
+
 static const struct conf_key api_keys[] = {
     KEY_STR(weft_conf_api, listen, "127.0.0.1:8642",
             "Where weft serve listens and where weft submit/status connect: host:port (TCP) or "
@@ -176,6 +197,7 @@ static const struct conf_section sections[] = {
     SECTION(model, model_keys, "The model to run."),
     SECTION(kernels, kernels_keys, "Compute kernels."),
     SECTION(parallel, parallel_keys, "How the work is split across ranks."),
+    SECTION(cluster, cluster_keys, "Workers and the coordinator: joining, secrets, liveness."),
     SECTION(transport, transport_keys, "Worker-to-worker communication (UCX) and collectives."),
     SECTION(api, api_keys, "The job API: weft serve, and the address weft submit/status use."),
 };

@@ -52,6 +52,18 @@ struct weft_conf_transport {
     int64_t spin_us;
 };
 
+/* [cluster]: how workers find and join the coordinator (weft serve --cluster, weft worker,
+ * weft run). */
+struct weft_conf_cluster {
+    char listen[WEFT_CONF_STR]; /* the coordinator's worker port, "host:port" */
+    char secret[WEFT_CONF_STR];
+    char secret_file[WEFT_CONF_PATH];
+    int64_t workers;            /* ranks in the mesh; 0: the product of [parallel] degrees */
+    int64_t heartbeat_ms;
+    int64_t worker_timeout_ms;  /* silent this long: lost */
+    int64_t join_timeout_ms;    /* a worker gives up reaching the coordinator after this */
+};
+
 /* [api]: the coordinator's job API (weft serve) and its clients (weft submit, weft status). */
 struct weft_conf_api {
     char listen[WEFT_CONF_PATH]; /* "host:port" or "unix:/path" */
@@ -94,6 +106,7 @@ struct weft_conf {
     struct weft_conf_parallel parallel;
     struct weft_conf_transport transport;
     struct weft_conf_api api;
+    struct weft_conf_cluster cluster;
     struct weft_conf_map tp_plan;
 };
 

@@ -599,6 +599,7 @@ static void apply_event(struct weft_coord *c, const struct weft_runner_event *ev
 }
 
 static void finish_shutdown(struct weft_coord *c);
+static void stop_runner(struct weft_coord *c);
 
 static void on_async(uv_async_t *h)
 {
@@ -647,6 +648,11 @@ void weft_runner_post(struct weft_runner_sink *sink, const struct weft_runner_ev
     sink->tail = n;
     uv_async_send(&sink->async); /* under the lock: the handle is not closed meanwhile */
     pthread_mutex_unlock(&sink->mu);
+}
+
+uv_loop_t *weft_coord_loop(struct weft_coord *c)
+{
+    return &c->loop;
 }
 
 struct weft_runner_sink *weft_coord_sink(struct weft_coord *c)
@@ -905,6 +911,7 @@ static void finish_shutdown(struct weft_coord *c)
     if (c->closing_handles)
         return;
     c->closing_handles = true;
+    stop_runner(c); /* a runner with handles on the loop (the cluster runner) closes them */
     pthread_mutex_lock(&c->sink.mu);
     c->sink.closed = true;
     pthread_mutex_unlock(&c->sink.mu);

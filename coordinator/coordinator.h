@@ -13,6 +13,8 @@
 #ifndef WEFT_COORDINATOR_COORDINATOR_H
 #define WEFT_COORDINATOR_COORDINATOR_H
 
+#include <uv.h>
+
 #include "common/status.h"
 #include "conf/conf.h"
 #include "coordinator/runner.h"
@@ -28,6 +30,9 @@ weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_
 void weft_coord_destroy(struct weft_coord *coord);
 
 struct weft_runner_sink *weft_coord_sink(struct weft_coord *coord);
+/* The event loop, for a runner that lives on it (the cluster runner: worker port, control
+ * links, heartbeats). */
+uv_loop_t *weft_coord_loop(struct weft_coord *coord);
 
 /* Bind and listen on [api] listen. The address actually bound (port 0 resolved) is then
  * weft_coord_address(); when port_file is set it is also written there (atomically, with a

@@ -4,7 +4,11 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdio.h>
+#include <sys/stat.h>
+
 #include "common/log.h"
+#include "model/checkpoint.h"
 #include "model/json_get.h"
 
 void weft_sched_config_flux_default(struct weft_sched_config *out)
@@ -82,6 +86,24 @@ weft_status_t weft_sched_config_parse(const cJSON *cfg, const char *origin,
     }
     *out = c;
     return WEFT_OK;
+}
+
+weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched_config *out)
+{
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", pipeline_dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        weft_sched_config_flux_default(out);
+        return WEFT_OK;
+    }
+    cJSON *json;
+    weft_status_t st = weft_json_read_file(path, 1 << 20, &json);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_sched_config_parse(json, path, out);
+    cJSON_Delete(json);
+    return st;
 }
 
 double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len)

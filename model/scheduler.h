@@ -36,6 +36,10 @@ void weft_sched_config_flux_default(struct weft_sched_config *out);
 weft_status_t weft_sched_config_parse(const cJSON *config, const char *origin,
                                       struct weft_sched_config *out);
 
+/* The scheduler of a pipeline folder (scheduler/scheduler_config.json), or FLUX.1-dev's
+ * settings when the folder has none (a transformer folder alone). */
+weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched_config *out);
+
 struct weft_schedule {
     int steps;
     double mu;

@@ -9,7 +9,9 @@
  * Every call that waits has a deadline (opts.timeout_ms from its start). A peer that dies makes
  * the waiting call return WEFT_ERR_PEER_LOST, a silent one WEFT_ERR_TIMEOUT (both in the "peer
  * lost" range of weft_status_t); the group is then failed for good and returns that status to
- * every later call. Knows nothing about models.
+ * every later call. The UCX requests of a failed call are abandoned, not waited for: if the
+ * peer was only silent and comes back, UCX may still read that call's send buffers until the
+ * transport is destroyed. Knows nothing about models.
  *
  * Buffers are host memory. A later issue adds CUDA device buffers: UCX moves them itself when
  * its build has CUDA transports (weft_transport_has_cuda()), otherwise they are staged through

@@ -29,6 +29,7 @@ struct weft_par_comm {
     void *ulysses; /* Ulysses group: contiguous context-parallel ranks */
     void *ring;    /* ring group: strided context-parallel ranks */
     void *cp;      /* every context-parallel rank of the replica, flattened order */
+    void *replica; /* every rank of the replica (agreeing on cancellation at step ends) */
 };
 
 #endif

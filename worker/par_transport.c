@@ -123,6 +123,7 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
         .ulysses = &pt->groups[WEFT_MESH_ULYSSES],
         .ring = &pt->groups[WEFT_MESH_RING],
         .cp = &pt->groups[WEFT_MESH_CP],
+        .replica = &pt->groups[WEFT_MESH_REPLICA],
     };
     *pt_p = pt;
     return WEFT_OK;

@@ -157,6 +157,17 @@ weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width
     return st;
 }
 
+weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height, size_t n_text,
+                              const struct weft_png_text *text, void **png_p, size_t *len_p)
+{
+    if (width < 1 || height < 1 || width > WEFT_PNG_MAX_EDGE || height > WEFT_PNG_MAX_EDGE) {
+        WEFT_LOG_ERROR("png", "%lldx%lld is not a PNG size (1 to %d pixels per edge)",
+                       (long long)width, (long long)height, WEFT_PNG_MAX_EDGE);
+        return WEFT_ERR_INVALID;
+    }
+    return encode("(memory)", rgb, width, height, n_text, text, png_p, len_p);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Reading                                                                                   */
 

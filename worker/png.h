@@ -20,6 +20,11 @@ struct weft_png_text {
 weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width,
                              int64_t height, size_t n_text, const struct weft_png_text *text);
 
+/* The same PNG in memory (a worker sends it to the coordinator): *png_p is the caller's to
+ * free() (libspng's allocator). */
+weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height, size_t n_text,
+                              const struct weft_png_text *text, void **png_p, size_t *len_p);
+
 struct weft_png_image {
     uint8_t *rgb; /* [height, width, 3] (weft_free) */
     uint32_t width, height;

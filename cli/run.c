@@ -1,0 +1,358 @@
+/* weft run: everything at once on this machine: a coordinator, N workers, one job, the PNGs,
+ * then everything stopped. */
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/progress.h"
+#include "client/weft.h"
+#include "common/alloc.h"
+#include "common/log.h"
+#include "control/proto.h"
+
+extern char **environ;
+
+#define MAX_RANKS 64
+#define MAX_PROMPTS 64
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
+        "                [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
+        "                [--guidance G] [--seed S] [--count N] [--out FILE.png|DIR]\n"
+        "\n"
+        "Start a coordinator and N local `weft worker` processes (one per device; CPU devices\n"
+        "here), submit one job, show its progress, write the PNG(s), stop everything, exit 0.\n"
+        "The mesh is dp x ring x ulysses x tp = N (--np alone: that many data-parallel\n"
+        "replicas). Defaults: the embedded models/flux-tiny (random weights) and its first\n"
+        "prompt, 1024x1024, 28 steps; [parallel], [kernels] and [transport] settings apply.\n"
+        "\n"
+        "  --np N              workers (default: the product of the degrees, else 1)\n"
+        "  --tp/--ulysses/--ring/--dp N  parallel degrees\n"
+        "  --prompt NAME|FILE  a name in the model's prompts/ folder or a safetensors file;\n"
+        "                      repeat for a batch (split across the dp replicas)\n"
+        "  --out PATH          one image: PATH (default weft.png); several: PATH-<i>.png\n"
+        "  other options as `weft submit`\n");
+}
+
+struct run_opts {
+    const char *model, *out;
+    const char *prompts[MAX_PROMPTS];
+    int n_prompts;
+    long long np, tp, uly, ring, dp, height, width, steps, count;
+    double guidance;
+    unsigned long long seed;
+};
+
+static int parse_ll(const char *opt, const char *v, long long lo, long long hi, long long *o)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        WEFT_LOG_ERROR("run", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
+        return -1;
+    }
+    *o = x;
+    return 0;
+}
+
+static int parse(struct weft_cli *cli, struct run_opts *o)
+{
+    *o = (struct run_opts){.out = "weft.png", .height = 1024, .width = 1024, .steps = 28,
+                           .count = 1, .guidance = 3.5};
+    static const char *const names[] = {"--np",     "--tp",    "--ulysses", "--ring",  "--dp",
+                                        "--height", "--width", "--steps",   "--count"};
+    long long *fields[] = {&o->np,     &o->tp,    &o->uly,   &o->ring, &o->dp,
+                           &o->height, &o->width, &o->steps, &o->count};
+    for (int i = 1; i < cli->argc; i++) {
+        char **argv = cli->argv;
+        const char *v;
+        if (weft_cli_is_help(argv[i])) {
+            help(stdout);
+            return 1;
+        }
+        int hit = 0;
+        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++) {
+            if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k]))) {
+                hit = 1;
+                if (parse_ll(names[k], v, 1, k >= 5 ? 16384 : MAX_RANKS, fields[k]))
+                    return -1;
+            }
+        }
+        if (hit)
+            continue;
+        if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
+            o->model = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
+            o->out = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt")) ||
+                   (v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt-embeds"))) {
+            if (o->n_prompts == MAX_PROMPTS) {
+                WEFT_LOG_ERROR("run", "more than %d prompts", MAX_PROMPTS);
+                return -1;
+            }
+            o->prompts[o->n_prompts++] = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
+            o->seed = strtoull(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
+            o->guidance = strtod(v, NULL);
+        } else {
+            WEFT_LOG_ERROR("run", "unexpected argument '%s' (see `weft run --help`)", argv[i]);
+            return -1;
+        }
+    }
+    const struct weft_conf_parallel *p = &cli->conf.parallel;
+    long long tp = o->tp ? o->tp : p->tp_degree, uly = o->uly ? o->uly : p->ulysses_degree;
+    long long ring = o->ring ? o->ring : p->ring_degree, per = tp * uly * ring;
+    long long dp = o->dp ? o->dp : o->np ? o->np / per : p->dp_degree;
+    if (!o->np)
+        o->np = dp * per;
+    if (o->np != dp * per || o->np > MAX_RANKS) {
+        WEFT_LOG_ERROR("run", "--np %lld is not dp %lld x ring %lld x ulysses %lld x tp %lld",
+                       o->np, dp, ring, uly, tp);
+        return -1;
+    }
+    o->tp = tp, o->uly = uly, o->ring = ring, o->dp = dp;
+    return 0;
+}
+
+static pid_t spawn(char *const argv[], char **env)
+{
+    pid_t pid;
+    int err = posix_spawn(&pid, argv[0], NULL, NULL, argv, env);
+    if (err) {
+        WEFT_LOG_ERROR("run", "cannot start %s: %s", argv[0], strerror(err));
+        return -1;
+    }
+    return pid;
+}
+
+/* Read "host:port" from a file another process writes; wait for it up to timeout_s. */
+static int wait_file(const char *path, pid_t pid, double timeout_s, char *out, size_t len)
+{
+    for (double t = 0; t < timeout_s; t += 0.05) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char *got = fgets(out, (int)len, f);
+            (void)fclose(f);
+            if (got && strchr(out, '\n')) {
+                out[strcspn(out, "\r\n")] = '\0';
+                return 0;
+            }
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            WEFT_LOG_ERROR("run", "the coordinator exited before it listened");
+            return -1;
+        }
+        usleep(50000);
+    }
+    WEFT_LOG_ERROR("run", "the coordinator did not listen within %.0f s", timeout_s);
+    return -1;
+}
+
+/* SIGTERM, wait up to grace_s, then SIGKILL. */
+static void stop_child(pid_t pid, double grace_s)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (double t = 0; t < grace_s; t += 0.05) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return;
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    (void)waitpid(pid, NULL, 0);
+}
+
+struct bar {
+    struct weft_progress p;
+};
+
+static int on_progress(void *arg, const struct weft_job_status *st)
+{
+    struct bar *b = arg;
+    weft_progress_update(&b->p, (int)(st->fraction * 1000), 1000);
+    return 0;
+}
+
+/* The child environment: ours plus the secret (never on a command line). */
+static char **child_env(const char *secret_var)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = weft_calloc(n + 2, sizeof(*env));
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "WEFT_CLUSTER_SECRET=", 20) != 0)
+            env[k++] = environ[i];
+    env[k] = (char *)secret_var;
+    return env;
+}
+
+static int submit_and_fetch(const struct run_opts *o, const char *api)
+{
+    struct weft_client_opts co = {.address = api, .timeout_ms = 60000};
+    struct weft_client *c;
+    if (weft_client_connect(&co, &c) != WEFT_OK)
+        return 1;
+    struct weft_prompt prompts[MAX_PROMPTS];
+    void *blobs[MAX_PROMPTS] = {0};
+    char first[256];
+    int rc = 1, n_prompts = o->n_prompts;
+    if (n_prompts == 0) {
+        if (weft_client_default_prompt(c, first, sizeof(first)) != WEFT_OK) {
+            WEFT_LOG_ERROR("run", "no --prompt given: %s", weft_client_error(c));
+            goto out;
+        }
+        prompts[0] = (struct weft_prompt){.name = first};
+        n_prompts = 1;
+    }
+    for (int i = 0; i < o->n_prompts; i++) {
+        prompts[i] = (struct weft_prompt){.name = o->prompts[i]};
+        if (strchr(o->prompts[i], '/') || strstr(o->prompts[i], ".safetensors")) {
+            FILE *f = fopen(o->prompts[i], "rb");
+            long n = -1;
+            if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+                (blobs[i] = weft_malloc((size_t)n)) && fread(blobs[i], 1, (size_t)n, f) == (size_t)n) {
+                prompts[i] = (struct weft_prompt){.safetensors = blobs[i], .safetensors_len = (size_t)n};
+            } else {
+                WEFT_LOG_ERROR("run", "%s: cannot read", o->prompts[i]);
+                if (f)
+                    (void)fclose(f);
+                goto out;
+            }
+            (void)fclose(f);
+        }
+    }
+    struct weft_job_request req = {.prompts = prompts,
+                                   .n_prompts = (size_t)n_prompts,
+                                   .height = o->height, .width = o->width, .steps = o->steps,
+                                   .count = o->count, .guidance = o->guidance, .seed = o->seed};
+    char id[WEFT_CLIENT_ID_MAX];
+    if (weft_client_submit(c, &req, id) != WEFT_OK) {
+        WEFT_LOG_ERROR("run", "submit: %s", weft_client_error(c));
+        goto out;
+    }
+    struct bar b;
+    weft_progress_begin(&b.p, "generate");
+    struct weft_job_status st = {0};
+    weft_status_t ws = weft_client_wait(c, id, 86400 * 1000, on_progress, &b, &st);
+    weft_progress_end(&b.p);
+    if (ws != WEFT_OK || st.state != WEFT_JOB_DONE) {
+        WEFT_LOG_ERROR("run", "job %s %s: %s", id, weft_client_state_name(st.state),
+                       st.error[0] ? st.error : weft_client_error(c));
+        weft_job_status_cleanup(&st);
+        goto out;
+    }
+    rc = 0;
+    for (size_t i = 0; i < st.n_images && rc == 0; i++) {
+        char path[2048];
+        const char *dot = strrchr(o->out, '.');
+        if (st.n_images == 1)
+            snprintf(path, sizeof(path), "%s", o->out);
+        else if (dot && strcmp(dot, ".png") == 0)
+            snprintf(path, sizeof(path), "%.*s-%d.png", (int)(dot - o->out), o->out,
+                     st.images[i].index);
+        else
+            snprintf(path, sizeof(path), "%s-%d.png", o->out, st.images[i].index);
+        if (weft_client_image_save(c, id, st.images[i].index, path) != WEFT_OK) {
+            WEFT_LOG_ERROR("run", "%s: %s", path, weft_client_error(c));
+            rc = 1;
+        } else {
+            WEFT_LOG_INFO("run", "wrote %s (%dx%d)", path, st.images[i].width,
+                          st.images[i].height);
+        }
+    }
+    weft_job_status_cleanup(&st);
+out:
+    for (int i = 0; i < o->n_prompts; i++)
+        weft_free(blobs[i]);
+    weft_client_close(c);
+    return rc;
+}
+
+int weft_cmd_run(struct weft_cli *cli)
+{
+    struct run_opts o;
+    int prc = parse(cli, &o);
+    if (prc)
+        return prc > 0 ? 0 : 2;
+    char dir[] = "/tmp/weft_run_XXXXXX";
+    if (!mkdtemp(dir)) {
+        WEFT_LOG_ERROR("run", "cannot create a temporary folder: %s", strerror(errno));
+        return 1;
+    }
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (sl <= 0)
+        return 1;
+    self[sl] = '\0';
+    char secret[65], secret_var[100];
+    if (weft_boot_challenge(secret) != WEFT_OK)
+        return 1;
+    snprintf(secret_var, sizeof(secret_var), "WEFT_CLUSTER_SECRET=%s", secret);
+    char **env = child_env(secret_var);
+    const char *model = o.model ? o.model
+                                : cli->conf.model.path[0] ? cli->conf.model.path
+                                                          : WEFT_DEFAULT_MODEL;
+    char a_port[1100], w_port[1100], journal[1100], outdir[1100];
+    snprintf(a_port, sizeof(a_port), "%s/api", dir);
+    snprintf(w_port, sizeof(w_port), "%s/workers", dir);
+    snprintf(journal, sizeof(journal), "--api.journal_dir=%s/journal", dir);
+    snprintf(outdir, sizeof(outdir), "--api.output_dir=%s/out", dir);
+    char tp[48], uly[48], ring[48], dp[48], threads[48], workers[48];
+    snprintf(tp, sizeof(tp), "--parallel.tp_degree=%lld", o.tp);
+    snprintf(uly, sizeof(uly), "--parallel.ulysses_degree=%lld", o.uly);
+    snprintf(ring, sizeof(ring), "--parallel.ring_degree=%lld", o.ring);
+    snprintf(dp, sizeof(dp), "--parallel.dp_degree=%lld", o.dp);
+    snprintf(workers, sizeof(workers), "--cluster.workers=%lld", o.np);
+    /* the CPU's cores shared by the workers */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long per = cli->conf.kernels.threads ? cli->conf.kernels.threads
+                                         : (cores / o.np > 0 ? cores / o.np : 1);
+    snprintf(threads, sizeof(threads), "--kernels.threads=%ld", per);
+    char *cargv[] = {self, "serve", "--runner", "cluster", "--model", (char *)model,
+                     "--listen", "127.0.0.1:0", "--port-file", a_port, "--worker-port-file",
+                     w_port, "--cluster.listen=127.0.0.1:0", journal, outdir, tp, uly, ring, dp,
+                     workers, NULL};
+    pid_t coord = spawn(cargv, env), pids[MAX_RANKS] = {0};
+    int rc = 1;
+    char api[300], wport[300];
+    if (coord < 0 || wait_file(a_port, coord, 60, api, sizeof(api)) ||
+        wait_file(w_port, coord, 60, wport, sizeof(wport)))
+        goto out;
+    for (long long i = 0; i < o.np; i++) {
+        char *wargv[] = {self, "worker", "--coordinator", wport, threads, NULL};
+        if ((pids[i] = spawn(wargv, env)) < 0)
+            goto out;
+    }
+    WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x ring %lld x ulysses %lld x tp %lld, %s",
+                  o.np, o.dp, o.ring, o.uly, o.tp, model);
+    rc = submit_and_fetch(&o, api);
+out:
+    stop_child(coord, 30); /* it tells its workers to exit */
+    for (long long i = 0; i < o.np; i++)
+        stop_child(pids[i], 10);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        WEFT_LOG_WARN("run", "could not remove %s", dir);
+    weft_free(env);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* weft worker: one process per device; joins the coordinator and does what it says. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "conf/launch.h"
+#include "worker/agent.h"
+
+extern char **environ;
+
+static void help(FILE *out)
+{
+    fprintf(out,
+        "usage: weft worker [--coordinator HOST:PORT]\n"
+        "\n"
+        "Join a coordinator (`weft serve --runner cluster`) as one device: prove the cluster\n"
+        "secret ([cluster] secret or secret_file), report this machine's inventory, then load\n"
+        "and run what the coordinator assigns until it says to stop.\n"
+        "\n"
+        "The coordinator is, first found: --coordinator; torchrun's MASTER_ADDR and\n"
+        "MASTER_PORT; the first host of Slurm's SLURM_JOB_NODELIST with [cluster] listen's\n"
+        "port; [cluster] listen. Launchers (Slurm, torchrun, mpirun) are recognised from their\n"
+        "environment and reported to the coordinator. CPU kernel threads: [kernels] threads.\n");
+}
+
+int weft_cmd_worker(struct weft_cli *cli)
+{
+    const char *coordinator = NULL;
+    for (int i = 1; i < cli->argc; i++) {
+        const char *v;
+        if (weft_cli_is_help(cli->argv[i])) {
+            help(stdout);
+            return 0;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--coordinator"))) {
+            coordinator = v;
+        } else {
+            WEFT_LOG_ERROR("worker", "unexpected argument '%s' (see `weft worker --help`)",
+                           cli->argv[i]);
+            return 2;
+        }
+    }
+    struct weft_agent_opts o = {.conf = &cli->conf};
+    char secret[WEFT_CONF_STR], where[300];
+    if (weft_launch_from_env(environ, &o.launch) != WEFT_OK ||
+        weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret)) != WEFT_OK)
+        return 2;
+    if (!coordinator) {
+        const char *listen = cli->conf.cluster.listen, *colon = strrchr(listen, ':');
+        int port = o.launch.coordinator_port ? o.launch.coordinator_port
+                                             : (colon ? atoi(colon + 1) : 7450);
+        if (o.launch.coordinator_host[0])
+            snprintf(where, sizeof(where), "%s:%d", o.launch.coordinator_host, port);
+        else
+            snprintf(where, sizeof(where), "%s", listen);
+        coordinator = where;
+    }
+    o.coordinator = coordinator;
+    o.secret = secret;
+    weft_log_set_style(WEFT_LOG_STYLE_FULL);
+    if (o.launch.source[0])
+        WEFT_LOG_INFO("worker", "started by %s: rank %d of %d, local rank %d", o.launch.source,
+                      o.launch.rank, o.launch.size, o.launch.local_rank);
+    return weft_agent_main(&o);
+}

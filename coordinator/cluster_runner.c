@@ -1,0 +1,1095 @@
+/* The cluster runner (see cluster_runner.h). */
+#include "coordinator/cluster_runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/sha256.h"
+#include "control/proto.h"
+#include "model/checkpoint.h"
+#include "model/flux.h"
+#include "model/mesh.h"
+#include "model/safetensors.h"
+#include "transport/comm.h"
+#include "transport/link.h"
+
+#define MAX_WORKERS 256
+#define TICK_MS 20
+
+enum wstate {
+    W_FREE,
+    W_BOOT,   /* TCP connected, challenge sent */
+    W_AUTHED, /* proved the secret, waiting for its link's HELLO */
+    W_JOINED, /* control link up */
+};
+
+struct worker {
+    struct cluster_runner *r;
+    enum wstate state;
+    int index;
+    char id[16], host[256];
+    long pid;
+    cJSON *hello;
+    uv_tcp_t tcp;
+    int tcp_open;
+    char challenge[65];
+    uint8_t *rbuf;
+    size_t rlen, rcap;
+    struct weft_link *link;
+    double last_heard;
+    /* the current plan */
+    int rank; /* world rank, -1 when outside the mesh */
+    int replica, decode, assigned;
+    uint64_t transformer_bytes, vae_bytes;
+};
+
+struct job_run {
+    uint64_t key;
+    int active;
+    int pending; /* replicas still running */
+    weft_status_t status;
+    char reason[256];
+    char out_dir[1024];
+    char id[64];
+};
+
+struct cluster_runner {
+    struct weft_runner base;
+    uv_loop_t *loop;
+    struct weft_runner_sink *sink;
+    const struct weft_conf *conf;
+    char model_dir[WEFT_CONF_PATH], secret[WEFT_CONF_STR], listen_host[256];
+    struct weft_flux_config flux;
+    uv_tcp_t server;
+    uv_poll_t link_poll;
+    uv_timer_t tick;
+    double next_ping;
+    struct weft_link_host *host;
+    struct worker w[MAX_WORKERS];
+    int next_id;
+    /* planning */
+    int epoch, planned, assigning;
+    char plan_error[256];
+    struct weft_mesh mesh;
+    int n_mesh;
+    struct weft_rdv_server *rdv;
+    uv_poll_t rdv_poll;
+    int rdv_poll_open;
+    struct job_run job;
+    int stopping, closed;
+    uint64_t jobs_done, images_done, workers_lost;
+};
+
+static double now_s(void)
+{
+    return (double)uv_hrtime() * 1e-9;
+}
+
+static void post(struct cluster_runner *r, struct weft_runner_event *ev)
+{
+    weft_runner_post(r->sink, ev);
+}
+
+static void post_capacity(struct cluster_runner *r)
+{
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_CAPACITY};
+    post(r, &ev);
+}
+
+static weft_status_t send_to(struct worker *w, unsigned type, cJSON *json, const void *tail,
+                             size_t tail_len)
+{
+    if (w->state != W_JOINED || !w->link) {
+        cJSON_Delete(json);
+        return WEFT_ERR_PEER_LOST;
+    }
+    void *buf;
+    size_t len;
+    weft_status_t st = weft_msg_pack(json, tail, tail_len, &buf, &len);
+    cJSON_Delete(json);
+    if (st == WEFT_OK) {
+        st = weft_link_send(w->link, (uint16_t)type, buf, len);
+        weft_free(buf);
+    }
+    return st;
+}
+
+static void plan_maybe(struct cluster_runner *r);
+static void worker_lost(struct worker *w, const char *why);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Jobs                                                                                      */
+
+static void shutdown_cluster(struct cluster_runner *r);
+
+static void job_finish(struct cluster_runner *r)
+{
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_FINISHED, .job = r->job.key,
+                                   .status = r->job.status};
+    snprintf(ev.reason, sizeof(ev.reason), "%s", r->job.reason);
+    r->job.active = 0;
+    r->jobs_done++;
+    post(r, &ev);
+    if (r->stopping)
+        shutdown_cluster(r);
+}
+
+static void job_fail(struct cluster_runner *r, weft_status_t st, const char *reason)
+{
+    if (r->job.status == WEFT_OK || r->job.status == WEFT_ERR_CANCELLED) {
+        r->job.status = st;
+        snprintf(r->job.reason, sizeof(r->job.reason), "%s", reason);
+    }
+}
+
+/* Every prompt's prompt_embeds then pooled_prompt_embeds, as floats, one after another. */
+static weft_status_t load_prompts(struct cluster_runner *r, const struct weft_runner_job *job,
+                                  cJSON *prompts, float **tail_p, size_t *len_p)
+{
+    size_t len = 0, cap = 0;
+    float *tail = NULL;
+    weft_status_t st = WEFT_OK;
+    for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++) {
+        struct weft_st_file *f;
+        if ((st = weft_st_open(job->prompt_paths[i], &f)) != WEFT_OK)
+            break;
+        const struct weft_st_tensor *pe = weft_st_find(f, "prompt_embeds");
+        const struct weft_st_tensor *po = weft_st_find(f, "pooled_prompt_embeds");
+        if (!pe || !po || pe->ndim != 3 || pe->shape[2] != r->flux.joint_attention_dim ||
+            po->numel != r->flux.pooled_projection_dim) {
+            WEFT_LOG_ERROR("cluster", "%s: prompt embeddings do not fit the model",
+                           job->prompt_paths[i]);
+            st = WEFT_ERR_FORMAT;
+        } else {
+            size_t need = (size_t)(pe->numel + po->numel);
+            if (len + need > cap) {
+                cap = (len + need) * 2;
+                float *nt = weft_realloc(tail, cap * sizeof(float));
+                if (!nt)
+                    st = WEFT_ERR_NOMEM;
+                else
+                    tail = nt;
+            }
+            if (st == WEFT_OK && (st = weft_st_read(f, pe, tail + len, WEFT_DTYPE_F32)) ==
+                                     WEFT_OK)
+                st = weft_st_read(f, po, tail + len + pe->numel, WEFT_DTYPE_F32);
+            len += need;
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddNumberToObject(p, "s_txt", (double)pe->shape[1]);
+            cJSON_AddNumberToObject(p, "joint", (double)pe->shape[2]);
+            cJSON_AddNumberToObject(p, "pooled", (double)po->numel);
+            const char *slash = strrchr(job->prompt_paths[i], '/');
+            cJSON_AddStringToObject(p, "name", slash ? slash + 1 : job->prompt_paths[i]);
+            cJSON_AddItemToArray(prompts, p);
+        }
+        weft_st_close(f);
+    }
+    if (st != WEFT_OK) {
+        weft_free(tail);
+        return st;
+    }
+    *tail_p = tail;
+    *len_p = len * sizeof(float);
+    return WEFT_OK;
+}
+
+static weft_status_t cr_start(struct weft_runner *base, const struct weft_runner_job *job)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    if (!r->planned || r->job.active || r->stopping) {
+        WEFT_LOG_ERROR("cluster", "job %s: the cluster is not ready", job->id);
+        return WEFT_ERR_BUSY;
+    }
+    cJSON *prompts = cJSON_CreateArray();
+    float *tail = NULL;
+    size_t tail_len = 0;
+    weft_status_t st = load_prompts(r, job, prompts, &tail, &tail_len);
+    if (st != WEFT_OK) {
+        cJSON_Delete(prompts);
+        return st;
+    }
+    memset(&r->job, 0, sizeof(r->job));
+    r->job.key = job->key;
+    r->job.active = 1;
+    snprintf(r->job.out_dir, sizeof(r->job.out_dir), "%s", job->out_dir);
+    snprintf(r->job.id, sizeof(r->job.id), "%s", job->id);
+    /* split_between_processes: contiguous chunks, the first ones one longer */
+    const int64_t n_img = (int64_t)job->n_prompts * job->count;
+    const int dp = r->mesh.dp;
+    for (int rep = 0; rep < dp; rep++) {
+        int64_t first = n_img / dp * rep + (rep < n_img % dp ? rep : n_img % dp);
+        int64_t count = n_img / dp + (rep < n_img % dp);
+        if (count == 0)
+            continue;
+        r->job.pending++;
+        for (int i = 0; i < MAX_WORKERS; i++) {
+            struct worker *w = &r->w[i];
+            if (w->state != W_JOINED || w->rank < 0 || w->replica != rep)
+                continue;
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddNumberToObject(m, "job", (double)job->key);
+            cJSON_AddNumberToObject(m, "height", (double)job->height);
+            cJSON_AddNumberToObject(m, "width", (double)job->width);
+            cJSON_AddNumberToObject(m, "steps", (double)job->steps);
+            cJSON_AddNumberToObject(m, "guidance", job->guidance);
+            cJSON_AddNumberToObject(m, "seed", (double)job->seed);
+            cJSON_AddStringToObject(m, "model_name", r->model_dir);
+            cJSON_AddItemToObject(m, "prompts", cJSON_Duplicate(prompts, 1));
+            cJSON *imgs = cJSON_AddArrayToObject(m, "images");
+            for (int64_t k = first; k < first + count; k++) {
+                cJSON *pair = cJSON_CreateArray();
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)k));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)(k / job->count)));
+                cJSON_AddItemToArray(imgs, pair);
+            }
+            if (send_to(w, WEFT_MSG_RUN, m, tail, tail_len) != WEFT_OK)
+                job_fail(r, WEFT_ERR_PEER_LOST, "a worker could not be reached");
+        }
+    }
+    cJSON_Delete(prompts);
+    weft_free(tail);
+    WEFT_LOG_INFO("cluster", "job %s: %lld images on %d replicas", job->id, (long long)n_img,
+                  r->job.pending);
+    if (r->job.pending == 0)
+        job_finish(r);
+    return WEFT_OK;
+}
+
+static void cr_cancel(struct weft_runner *base, uint64_t key)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    if (!r->job.active || r->job.key != key)
+        return;
+    job_fail(r, WEFT_ERR_CANCELLED, "cancelled");
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->state == W_JOINED && w->rank >= 0 && w->decode) {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddNumberToObject(m, "job", (double)key);
+            (void)send_to(w, WEFT_MSG_CANCEL, m, NULL, 0);
+        }
+    }
+}
+
+static int cr_capacity(struct weft_runner *base)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    return r->planned && !r->stopping ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Planning: the mesh, the rendezvous of its data-plane world, the assignments               */
+
+static void rdv_close(struct cluster_runner *r)
+{
+    if (r->rdv_poll_open) {
+        uv_poll_stop(&r->rdv_poll);
+        uv_close((uv_handle_t *)&r->rdv_poll, NULL);
+        r->rdv_poll_open = 0;
+    }
+    weft_rdv_server_destroy(r->rdv);
+    r->rdv = NULL;
+}
+
+static void on_rdv(uv_poll_t *h, int status, int events)
+{
+    (void)status, (void)events;
+    struct cluster_runner *r = h->data;
+    if (r->rdv && weft_rdv_server_progress(r->rdv, 0) == WEFT_OK)
+        rdv_close(r); /* every rank has the table */
+}
+
+/* The mesh breaks (a worker lost, an assignment failed): everyone drops it. */
+static void plan_reset(struct cluster_runner *r)
+{
+    rdv_close(r);
+    int had = r->planned || r->assigning;
+    r->planned = r->assigning = 0;
+    r->epoch++;
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->rank >= 0 && w->state == W_JOINED) {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddNumberToObject(m, "epoch", r->epoch);
+            (void)send_to(w, WEFT_MSG_RESET, m, NULL, 0);
+        }
+        w->rank = -1;
+        w->assigned = 0;
+    }
+    if (had)
+        post_capacity(r);
+}
+
+static void plan_maybe(struct cluster_runner *r)
+{
+    if (r->planned || r->assigning || r->stopping || r->plan_error[0])
+        return;
+    const struct weft_conf_parallel *p = &r->conf->parallel;
+    const int per = (int)(p->ring_degree * p->ulysses_degree * p->tp_degree);
+    int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
+                                        : (int)p->dp_degree * per;
+    int joined = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        joined += r->w[i].state == W_JOINED;
+    /* after a loss, a smaller data-parallel width with the workers left */
+    int n = joined >= want ? want : (r->epoch > 0 ? joined / per * per : 0);
+    if (n < per || n == 0)
+        return;
+    if (n % per) {
+        snprintf(r->plan_error, sizeof(r->plan_error),
+                 "%d workers do not divide into replicas of ring %lld x ulysses %lld x tp %lld",
+                 n, (long long)p->ring_degree, (long long)p->ulysses_degree,
+                 (long long)p->tp_degree);
+        WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
+        return;
+    }
+    r->mesh = (struct weft_mesh){n / per, (int)p->ring_degree, (int)p->ulysses_degree,
+                                 (int)p->tp_degree};
+    r->n_mesh = n;
+    char rdv[300] = "";
+    if (n > 1) {
+        if (weft_rdv_server_create(r->listen_host, 0, n, &r->rdv) != WEFT_OK) {
+            snprintf(r->plan_error, sizeof(r->plan_error), "cannot open a rendezvous: %s",
+                     weft_log_last_error());
+            return;
+        }
+        snprintf(rdv, sizeof(rdv), "%s:%u", r->listen_host,
+                 (unsigned)weft_rdv_server_port(r->rdv));
+        uv_poll_init(r->loop, &r->rdv_poll, weft_rdv_server_fd(r->rdv));
+        r->rdv_poll.data = r;
+        uv_poll_start(&r->rdv_poll, UV_READABLE, on_rdv);
+        r->rdv_poll_open = 1;
+    }
+    r->assigning = 1;
+    int rank = 0;
+    for (int i = 0; i < MAX_WORKERS && rank < n; i++) {
+        struct worker *w = &r->w[i];
+        if (w->state != W_JOINED)
+            continue;
+        struct weft_mesh_coord c;
+        weft_mesh_coord(&r->mesh, rank, &c);
+        w->rank = rank;
+        w->replica = c.dp;
+        w->decode = c.ring == 0 && c.ulysses == 0 && c.tp == 0;
+        w->assigned = 0;
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddNumberToObject(m, "epoch", r->epoch);
+        cJSON_AddStringToObject(m, "model", r->model_dir);
+        cJSON_AddStringToObject(m, "rdv", rdv);
+        cJSON_AddNumberToObject(m, "world_size", n);
+        cJSON_AddNumberToObject(m, "world_rank", rank);
+        cJSON_AddNumberToObject(m, "world_base", 0);
+        cJSON_AddNumberToObject(m, "dp", r->mesh.dp);
+        cJSON_AddNumberToObject(m, "ring", r->mesh.ring);
+        cJSON_AddNumberToObject(m, "ulysses", r->mesh.ulysses);
+        cJSON_AddNumberToObject(m, "tp", r->mesh.tp);
+        cJSON_AddBoolToObject(m, "anything", p->ulysses_anything || p->ring_anything);
+        cJSON_AddStringToObject(m, "rotation", p->ring_rotation ? "p2p" : "allgather");
+        cJSON_AddBoolToObject(m, "tp_full_then_shard", p->tp_load == 1);
+        cJSON_AddBoolToObject(m, "decode", w->decode);
+        cJSON *plan = cJSON_AddObjectToObject(m, "tp_plan");
+        for (int k = 0; k < r->conf->tp_plan.n; k++)
+            cJSON_AddStringToObject(plan, r->conf->tp_plan.e[k].key, r->conf->tp_plan.e[k].value);
+        (void)send_to(w, WEFT_MSG_ASSIGN, m, NULL, 0);
+        rank++;
+    }
+    WEFT_LOG_INFO("cluster", "epoch %d: mesh dp %d x ring %d x ulysses %d x tp %d on %d workers",
+                  r->epoch, r->mesh.dp, r->mesh.ring, r->mesh.ulysses, r->mesh.tp, n);
+}
+
+static void on_assigned(struct cluster_runner *r, struct worker *w, const cJSON *j)
+{
+    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(j, "epoch");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (!cJSON_IsNumber(ep) || ep->valueint != r->epoch || !r->assigning || w->rank < 0)
+        return; /* an answer to an older plan */
+    if (!cJSON_IsNumber(st) || st->valueint != WEFT_OK) {
+        snprintf(r->plan_error, sizeof(r->plan_error), "worker %s (%s:%ld) could not take its "
+                 "assignment: %s", w->id, w->host, w->pid,
+                 cJSON_IsString(err) ? err->valuestring : "no reason");
+        WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
+        plan_reset(r);
+        return;
+    }
+    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(j, "transformer_bytes");
+    const cJSON *vb = cJSON_GetObjectItemCaseSensitive(j, "vae_bytes");
+    w->transformer_bytes = cJSON_IsNumber(tb) ? (uint64_t)tb->valuedouble : 0;
+    w->vae_bytes = cJSON_IsNumber(vb) ? (uint64_t)vb->valuedouble : 0;
+    w->assigned = 1;
+    int done = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        done += r->w[i].rank >= 0 && r->w[i].assigned;
+    if (done == r->n_mesh) {
+        r->assigning = 0;
+        r->planned = 1;
+        WEFT_LOG_INFO("cluster", "epoch %d: every worker is loaded; serving", r->epoch);
+        post_capacity(r);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Messages from workers                                                                     */
+
+static void on_step_msg(struct cluster_runner *r, const cJSON *j)
+{
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
+    if (!r->job.active || !cJSON_IsNumber(job) || (uint64_t)job->valuedouble != r->job.key)
+        return;
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STEP, .job = r->job.key, .n_images = 1};
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "image")) && cJSON_IsNumber(v))
+        ev.image = v->valueint;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "step")) && cJSON_IsNumber(v))
+        ev.step = v->valueint;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "steps")) && cJSON_IsNumber(v))
+        ev.steps = v->valueint;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "seconds")) && cJSON_IsNumber(v))
+        ev.seconds = v->valuedouble;
+    post(r, &ev);
+}
+
+static void on_image_msg(struct cluster_runner *r, const cJSON *j, const void *png, size_t len)
+{
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
+    const cJSON *img = cJSON_GetObjectItemCaseSensitive(j, "image");
+    if (!r->job.active || !cJSON_IsNumber(job) || (uint64_t)job->valuedouble != r->job.key ||
+        !cJSON_IsNumber(img) || img->valueint < 0 || len < 8 ||
+        memcmp(png, "\x89PNG\r\n\x1a\n", 8) != 0) {
+        WEFT_LOG_WARN("cluster", "an image message that fits no running job was dropped");
+        return;
+    }
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/%d.png", r->job.out_dir, img->valueint);
+    if (weft_runner_file_write(path, png, len) != WEFT_OK) {
+        job_fail(r, WEFT_ERR_IO, weft_log_last_error());
+        return;
+    }
+    static const char *const stages[] = {"denoise_s", "decode_s"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, stages[k]);
+        if (!cJSON_IsNumber(s))
+            continue;
+        struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STAGE, .job = r->job.key,
+                                       .seconds = s->valuedouble};
+        snprintf(ev.stage, sizeof(ev.stage), "%.*s", (int)strlen(stages[k]) - 2, stages[k]);
+        post(r, &ev);
+    }
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_IMAGE, .job = r->job.key,
+                                   .image = img->valueint};
+    const cJSON *wv = cJSON_GetObjectItemCaseSensitive(j, "width");
+    const cJSON *hv = cJSON_GetObjectItemCaseSensitive(j, "height");
+    ev.width = cJSON_IsNumber(wv) ? wv->valueint : 0;
+    ev.height = cJSON_IsNumber(hv) ? hv->valueint : 0;
+    r->images_done++;
+    post(r, &ev);
+}
+
+static void on_done_msg(struct cluster_runner *r, struct worker *w, const cJSON *j)
+{
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (!r->job.active || !cJSON_IsNumber(job) || (uint64_t)job->valuedouble != r->job.key)
+        return;
+    weft_status_t s = cJSON_IsNumber(st) ? (weft_status_t)st->valueint : WEFT_ERR_PROTOCOL;
+    if (s != WEFT_OK && s != WEFT_ERR_CANCELLED) {
+        char reason[256];
+        snprintf(reason, sizeof(reason), "worker %s (%s:%ld): %s", w->id, w->host, w->pid,
+                 cJSON_IsString(err) && err->valuestring[0] ? err->valuestring
+                                                            : weft_status_str(s));
+        job_fail(r, s, reason);
+    } else if (s == WEFT_ERR_CANCELLED) {
+        job_fail(r, s, "cancelled");
+    }
+    if (!w->decode)
+        return; /* the replica's decoding rank speaks for it */
+    if (--r->job.pending == 0)
+        job_finish(r);
+}
+
+static void on_msg(struct weft_link *link, uint16_t type, const void *data, size_t len,
+                   void *arg)
+{
+    (void)link;
+    struct worker *w = arg;
+    struct cluster_runner *r = w->r;
+    cJSON *j;
+    const void *tail;
+    size_t tail_len;
+    char from[64];
+    snprintf(from, sizeof(from), "worker %s", w->id);
+    if (weft_msg_unpack(data, len, from, &j, &tail, &tail_len) != WEFT_OK) {
+        worker_lost(w, "sent a malformed control message");
+        return;
+    }
+    w->last_heard = now_s();
+    switch (type) {
+    case WEFT_MSG_PING:
+        break;
+    case WEFT_MSG_ASSIGNED:
+        on_assigned(r, w, j);
+        break;
+    case WEFT_MSG_STEP:
+        on_step_msg(r, j);
+        break;
+    case WEFT_MSG_IMAGE:
+        on_image_msg(r, j, tail, tail_len);
+        break;
+    case WEFT_MSG_DONE:
+        on_done_msg(r, w, j);
+        break;
+    default:
+        WEFT_LOG_WARN("cluster", "worker %s sent an unexpected %s message", w->id,
+                      weft_msg_name(type));
+    }
+    cJSON_Delete(j);
+}
+
+static void on_down(struct weft_link *link, weft_status_t why, void *arg)
+{
+    (void)link;
+    struct worker *w = arg;
+    char reason[96];
+    snprintf(reason, sizeof(reason), "control link down (%s)", weft_status_str(why));
+    w->link = NULL; /* the link is gone */
+    worker_lost(w, reason);
+}
+
+/* A link's first message names its worker. */
+static void on_first_msg(struct weft_link *link, uint16_t type, const void *data, size_t len,
+                         void *arg)
+{
+    struct cluster_runner *r = arg;
+    cJSON *j;
+    const void *tail;
+    size_t tail_len;
+    const cJSON *id = NULL;
+    if (type != WEFT_MSG_HELLO ||
+        weft_msg_unpack(data, len, "a new link", &j, &tail, &tail_len) != WEFT_OK) {
+        WEFT_LOG_WARN("cluster", "a control link opened without a hello: closed");
+        weft_link_close(link);
+        return;
+    }
+    id = cJSON_GetObjectItemCaseSensitive(j, "id");
+    struct worker *w = NULL;
+    for (int i = 0; i < MAX_WORKERS && cJSON_IsString(id); i++)
+        if (r->w[i].state == W_AUTHED && strcmp(r->w[i].id, id->valuestring) == 0)
+            w = &r->w[i];
+    cJSON_Delete(j);
+    if (!w) {
+        WEFT_LOG_WARN("cluster", "a control link named no authenticated worker: closed");
+        weft_link_close(link);
+        return;
+    }
+    w->link = link;
+    w->state = W_JOINED;
+    w->last_heard = now_s();
+    weft_link_set_callbacks(link, on_msg, on_down, w);
+    WEFT_LOG_INFO("cluster", "worker %s joined (%s, pid %ld)", w->id, w->host, w->pid);
+    plan_maybe(r);
+}
+
+static void on_accept(struct weft_link_host *host, struct weft_link *link, void *arg)
+{
+    (void)host;
+    weft_link_set_callbacks(link, on_first_msg, NULL, arg);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The worker port: the authenticated bootstrap                                              */
+
+static void on_tcp_closed(uv_handle_t *h)
+{
+    struct worker *w = h->data;
+    w->tcp_open = 0;
+    weft_free(w->rbuf);
+    w->rbuf = NULL;
+    w->rlen = w->rcap = 0;
+    cJSON_Delete(w->hello);
+    w->hello = NULL;
+    w->state = W_FREE;
+}
+
+static void worker_lost(struct worker *w, const char *why)
+{
+    struct cluster_runner *r = w->r;
+    if (w->state == W_FREE)
+        return;
+    int was_joined = w->state == W_JOINED, in_mesh = w->rank >= 0;
+    if (was_joined) {
+        WEFT_LOG_WARN("cluster", "worker %s (%s, pid %ld) lost: %s", w->id, w->host, w->pid, why);
+        r->workers_lost++;
+    }
+    if (w->link) {
+        weft_link_close(w->link);
+        w->link = NULL;
+    }
+    w->state = W_BOOT; /* no longer counted; freed when its socket closes */
+    if (in_mesh) {
+        if (r->job.active) {
+            char reason[256];
+            snprintf(reason, sizeof(reason), "worker %s (%s, pid %ld) was lost during the job: "
+                     "%s", w->id, w->host, w->pid, why);
+            job_fail(r, WEFT_ERR_PEER_LOST, reason);
+            job_finish(r);
+        }
+        w->rank = -1;
+        plan_reset(r);
+    }
+    if (w->tcp_open && !uv_is_closing((uv_handle_t *)&w->tcp))
+        uv_close((uv_handle_t *)&w->tcp, on_tcp_closed);
+    plan_maybe(r);
+}
+
+static void write_done(uv_write_t *req, int status)
+{
+    (void)status;
+    weft_free(req->data);
+    weft_free(req);
+}
+
+static int boot_write(struct worker *w, cJSON *json)
+{
+    char *text = cJSON_PrintUnformatted(json);
+    cJSON_Delete(json);
+    if (!text)
+        return -1;
+    size_t n = strlen(text);
+    uint8_t *buf = weft_malloc(n + 4);
+    uv_write_t *req = weft_malloc(sizeof(*req));
+    if (!buf || !req) {
+        cJSON_free(text);
+        weft_free(buf);
+        weft_free(req);
+        return -1;
+    }
+    for (int i = 0; i < 4; i++)
+        buf[i] = (uint8_t)(n >> (8 * i));
+    memcpy(buf + 4, text, n);
+    cJSON_free(text);
+    req->data = buf;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)(n + 4));
+    if (uv_write(req, (uv_stream_t *)&w->tcp, &b, 1, write_done) != 0) {
+        weft_free(buf);
+        weft_free(req);
+        return -1;
+    }
+    return 0;
+}
+
+static void refuse(struct worker *w, const char *why)
+{
+    WEFT_LOG_WARN("cluster", "refused a worker connection: %s", why);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "weft", WEFT_PROTO_VERSION);
+    cJSON_AddBoolToObject(m, "accepted", 0);
+    cJSON_AddStringToObject(m, "error", why);
+    (void)boot_write(w, m);
+    w->state = W_BOOT;
+    uv_close((uv_handle_t *)&w->tcp, on_tcp_closed);
+}
+
+static void on_boot_frame(struct worker *w, cJSON *j)
+{
+    struct cluster_runner *r = w->r;
+    if (w->state != W_BOOT) {
+        worker_lost(w, "sent data on its bootstrap connection after joining");
+        return;
+    }
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(j, "response");
+    const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "challenge");
+    const cJSON *hello = cJSON_GetObjectItemCaseSensitive(j, "hello");
+    char want[65];
+    weft_boot_proof(r->secret, "worker", w->challenge, want);
+    if (!cJSON_IsString(resp) || strlen(resp->valuestring) != 64 ||
+        weft_ct_compare(resp->valuestring, want, 64) != 0) {
+        refuse(w, "wrong cluster secret");
+        return;
+    }
+    uint8_t raw[32];
+    const cJSON *link = hello ? cJSON_GetObjectItemCaseSensitive(hello, "link") : NULL;
+    if (!cJSON_IsString(ch) || weft_unhex(ch->valuestring, raw, 32) != 0 ||
+        !cJSON_IsObject(hello) || !cJSON_IsString(link)) {
+        refuse(w, "malformed hello");
+        return;
+    }
+    size_t alen;
+    void *addr = weft_unbase64(link->valuestring, &alen);
+    const void *mine;
+    size_t mlen;
+    if (!addr || weft_link_host_address(r->host, &mine, &mlen) != WEFT_OK) {
+        weft_free(addr);
+        refuse(w, "malformed link address");
+        return;
+    }
+    weft_free(addr); /* the worker connects to us; its address is kept only for display */
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(hello, "host");
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(hello, "pid");
+    snprintf(w->host, sizeof(w->host), "%s", cJSON_IsString(host) ? host->valuestring : "?");
+    w->pid = cJSON_IsNumber(pid) ? (long)pid->valuedouble : 0;
+    w->hello = cJSON_Duplicate(hello, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(w->hello, "link");
+    snprintf(w->id, sizeof(w->id), "w%d", r->next_id++);
+    char proof[65];
+    weft_boot_proof(r->secret, "coordinator", ch->valuestring, proof);
+    char *b64 = weft_base64(mine, mlen);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "weft", WEFT_PROTO_VERSION);
+    cJSON_AddBoolToObject(m, "accepted", 1);
+    cJSON_AddStringToObject(m, "id", w->id);
+    cJSON_AddStringToObject(m, "response", proof);
+    cJSON_AddStringToObject(m, "link", b64 ? b64 : "");
+    weft_free(b64);
+    w->state = W_AUTHED;
+    w->last_heard = now_s();
+    if (boot_write(w, m) != 0)
+        worker_lost(w, "cannot answer its bootstrap");
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct worker *w = h->data;
+    if (w->rcap - w->rlen < 4096) {
+        size_t cap = w->rcap ? w->rcap * 2 : 8192;
+        uint8_t *nb = cap <= WEFT_BOOT_MAX + 8 ? weft_realloc(w->rbuf, cap) : NULL;
+        if (nb) {
+            w->rbuf = nb;
+            w->rcap = cap;
+        }
+    }
+    (void)suggested;
+    *buf = uv_buf_init((char *)w->rbuf + w->rlen, (unsigned)(w->rcap - w->rlen));
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct worker *w = s->data;
+    if (n < 0) {
+        worker_lost(w, n == UV_EOF ? "its process ended (bootstrap connection closed)"
+                                   : uv_strerror((int)n));
+        return;
+    }
+    w->rlen += (size_t)n;
+    while (w->rlen >= 4 && w->state != W_FREE) {
+        size_t len = (size_t)w->rbuf[0] | (size_t)w->rbuf[1] << 8 | (size_t)w->rbuf[2] << 16 |
+                     (size_t)w->rbuf[3] << 24;
+        if (len == 0 || len > WEFT_BOOT_MAX) {
+            worker_lost(w, "sent an oversized bootstrap frame");
+            return;
+        }
+        if (w->rlen < 4 + len) {
+            if (w->rcap < 4 + len && w->rcap >= WEFT_BOOT_MAX + 8) {
+                worker_lost(w, "bootstrap frame too large");
+                return;
+            }
+            break;
+        }
+        cJSON *j = cJSON_ParseWithLength((const char *)w->rbuf + 4, len);
+        memmove(w->rbuf, w->rbuf + 4 + len, w->rlen - 4 - len);
+        w->rlen -= 4 + len;
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            refuse(w, "bootstrap frame is not a JSON object");
+            return;
+        }
+        on_boot_frame(w, j);
+        cJSON_Delete(j);
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct cluster_runner *r = server->data;
+    if (status < 0)
+        return;
+    struct worker *w = NULL;
+    for (int i = 0; i < MAX_WORKERS && !w; i++)
+        if (r->w[i].state == W_FREE && !r->w[i].tcp_open)
+            w = &r->w[i];
+    uv_tcp_t tmp;
+    if (!w) { /* full: accept and close, so the client is told at once */
+        uv_tcp_init(r->loop, &tmp);
+        if (uv_accept(server, (uv_stream_t *)&tmp) == 0)
+            WEFT_LOG_WARN("cluster", "more than %d workers: a connection refused", MAX_WORKERS);
+        uv_close((uv_handle_t *)&tmp, NULL);
+        return;
+    }
+    uv_tcp_init(r->loop, &w->tcp);
+    w->tcp.data = w;
+    w->tcp_open = 1;
+    w->state = W_BOOT;
+    w->rank = -1;
+    if (uv_accept(server, (uv_stream_t *)&w->tcp) != 0 ||
+        weft_boot_challenge(w->challenge) != WEFT_OK) {
+        uv_close((uv_handle_t *)&w->tcp, on_tcp_closed);
+        return;
+    }
+    w->last_heard = now_s();
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "weft", WEFT_PROTO_VERSION);
+    cJSON_AddStringToObject(m, "challenge", w->challenge);
+    if (boot_write(w, m) != 0 ||
+        uv_read_start((uv_stream_t *)&w->tcp, on_alloc, on_read) != 0)
+        uv_close((uv_handle_t *)&w->tcp, on_tcp_closed);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The loop's side: link progress, heartbeats, timeouts                                      */
+
+static void on_link_fd(uv_poll_t *h, int status, int events)
+{
+    (void)status, (void)events;
+    struct cluster_runner *r = h->data;
+    weft_link_host_progress(r->host);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct cluster_runner *r = t->data;
+    weft_link_host_progress(r->host);
+    /* the rendezvous's own connections are not under the poll: drive it here too */
+    if (r->rdv && weft_rdv_server_progress(r->rdv, 0) == WEFT_OK)
+        rdv_close(r);
+    double now = now_s();
+    const double lost = (double)r->conf->cluster.worker_timeout_ms / 1e3;
+    bool ping = now >= r->next_ping;
+    if (ping)
+        r->next_ping = now + (double)r->conf->cluster.heartbeat_ms / 1e3;
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->state == W_FREE)
+            continue;
+        if ((w->state == W_BOOT || w->state == W_AUTHED) && w->tcp_open &&
+            now - w->last_heard > lost) {
+            worker_lost(w, "did not finish joining in time");
+            continue;
+        }
+        if (w->state != W_JOINED)
+            continue;
+        if (now - w->last_heard > lost) {
+            char why[64];
+            snprintf(why, sizeof(why), "silent for %.1f s", now - w->last_heard);
+            worker_lost(w, why);
+        } else if (ping) {
+            (void)send_to(w, WEFT_MSG_PING, cJSON_CreateObject(), NULL, 0);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static cJSON *cr_describe(struct weft_runner *base)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "runner", "cluster");
+    cJSON_AddBoolToObject(d, "ready", r->planned);
+    cJSON_AddStringToObject(d, "model", r->model_dir);
+    cJSON_AddNumberToObject(d, "epoch", r->epoch);
+    if (r->plan_error[0])
+        cJSON_AddStringToObject(d, "error", r->plan_error);
+    cJSON *ws = cJSON_AddArrayToObject(d, "workers");
+    cJSON *tf = cJSON_CreateArray(), *vae = cJSON_CreateArray();
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        const struct worker *w = &r->w[i];
+        if (w->state != W_JOINED && w->state != W_AUTHED)
+            continue;
+        cJSON *e = w->hello ? cJSON_Duplicate(w->hello, 1) : cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "id", w->id);
+        cJSON_AddStringToObject(e, "state", w->state != W_JOINED ? "joining"
+                                            : w->rank < 0        ? "idle"
+                                            : w->assigned        ? (r->job.active ? "busy" : "ready")
+                                                                 : "loading");
+        cJSON_AddNumberToObject(e, "rank", w->rank);
+        if (w->rank >= 0) {
+            cJSON_AddNumberToObject(e, "replica", w->replica);
+            cJSON_AddNumberToObject(e, "transformer_bytes", (double)w->transformer_bytes);
+            cJSON_AddNumberToObject(e, "vae_bytes", (double)w->vae_bytes);
+            cJSON_AddItemToArray(tf, cJSON_CreateString(w->id));
+            if (w->decode)
+                cJSON_AddItemToArray(vae, cJSON_CreateString(w->id));
+        }
+        cJSON_AddItemToArray(ws, e);
+    }
+    cJSON *mesh = cJSON_AddObjectToObject(d, "mesh");
+    cJSON_AddNumberToObject(mesh, "dp", r->planned || r->assigning ? r->mesh.dp : 0);
+    cJSON_AddNumberToObject(mesh, "ring", r->mesh.ring);
+    cJSON_AddNumberToObject(mesh, "ulysses", r->mesh.ulysses);
+    cJSON_AddNumberToObject(mesh, "tp", r->mesh.tp);
+    cJSON *dm = cJSON_AddObjectToObject(d, "device_map");
+    cJSON_AddStringToObject(dm, "prompt_embeds", "coordinator (precomputed, sent with each job)");
+    cJSON_AddItemToObject(dm, "transformer", tf);
+    cJSON_AddItemToObject(dm, "vae", vae);
+    cJSON_AddNumberToObject(d, "workers_lost", (double)r->workers_lost);
+    return d;
+}
+
+static void cr_metrics(struct weft_runner *base, struct weft_sbuf *out)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    int joined = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        joined += r->w[i].state == W_JOINED;
+    weft_sbuf_printf(out,
+                     "# HELP weft_workers Workers joined to the coordinator.\n"
+                     "# TYPE weft_workers gauge\nweft_workers %d\n"
+                     "# HELP weft_workers_lost_total Workers lost since start.\n"
+                     "# TYPE weft_workers_lost_total counter\nweft_workers_lost_total %llu\n"
+                     "# HELP weft_mesh_epoch Plans made since start.\n"
+                     "# TYPE weft_mesh_epoch gauge\nweft_mesh_epoch %d\n",
+                     joined, (unsigned long long)r->workers_lost, r->epoch);
+}
+
+/* Workers are told to exit and every handle of ours is closed, so the loop can end. */
+static void shutdown_cluster(struct cluster_runner *r)
+{
+    if (r->closed)
+        return;
+    r->closed = 1;
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->state == W_JOINED) {
+            (void)send_to(w, WEFT_MSG_SHUTDOWN, cJSON_CreateObject(), NULL, 0);
+            (void)weft_link_flush(w->link, 1000);
+        }
+        if (w->tcp_open && !uv_is_closing((uv_handle_t *)&w->tcp))
+            uv_close((uv_handle_t *)&w->tcp, on_tcp_closed);
+    }
+    rdv_close(r);
+    uv_close((uv_handle_t *)&r->server, NULL);
+    uv_poll_stop(&r->link_poll);
+    uv_close((uv_handle_t *)&r->link_poll, NULL);
+    uv_timer_stop(&r->tick);
+    uv_close((uv_handle_t *)&r->tick, NULL);
+}
+
+static void cr_stop(struct weft_runner *base)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    r->stopping = 1;
+    if (r->job.active)
+        cr_cancel(base, r->job.key); /* shut down when its FINISHED goes out */
+    else
+        shutdown_cluster(r);
+}
+
+static void cr_destroy(struct weft_runner *base)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    weft_link_host_destroy(r->host); /* closes every link */
+    weft_rdv_server_destroy(r->rdv);
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        weft_free(r->w[i].rbuf);
+        cJSON_Delete(r->w[i].hello);
+    }
+    weft_free(r);
+}
+
+static const struct weft_runner_ops cluster_ops = {
+    .name = "cluster",
+    .start = cr_start,
+    .cancel = cr_cancel,
+    .capacity = cr_capacity,
+    .describe = cr_describe,
+    .metrics = cr_metrics,
+    .stop = cr_stop,
+    .destroy = cr_destroy,
+};
+
+static weft_status_t bind_port(struct cluster_runner *r, const char *listen, const char *port_file)
+{
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(r->listen_host)) {
+        WEFT_LOG_ERROR("cluster", "[cluster] listen = '%s': expected host:port", listen);
+        return WEFT_ERR_CONFIG;
+    }
+    snprintf(r->listen_host, sizeof(r->listen_host), "%.*s", (int)(colon - listen), listen);
+    struct sockaddr_storage sa;
+    int port = atoi(colon + 1);
+    if (uv_ip4_addr(r->listen_host, port, (struct sockaddr_in *)&sa) != 0 &&
+        uv_ip6_addr(r->listen_host, port, (struct sockaddr_in6 *)&sa) != 0) {
+        WEFT_LOG_ERROR("cluster", "[cluster] listen = '%s': not a numeric address", listen);
+        return WEFT_ERR_CONFIG;
+    }
+    uv_tcp_init(r->loop, &r->server);
+    r->server.data = r;
+    int rc = uv_tcp_bind(&r->server, (const struct sockaddr *)&sa, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&r->server, 128, on_connection);
+    if (rc != 0) {
+        WEFT_LOG_ERROR("cluster", "cannot listen for workers on %s: %s", listen, uv_strerror(rc));
+        return WEFT_ERR_IO;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(&r->server, (struct sockaddr *)&bound, &blen);
+    int bport = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    WEFT_LOG_INFO("cluster", "waiting for workers on %s:%d", r->listen_host, bport);
+    if (port_file) {
+        char text[300];
+        int n = snprintf(text, sizeof(text), "%s:%d\n", r->listen_host, bport);
+        if (weft_runner_file_write(port_file, text, (size_t)n) != WEFT_OK)
+            return WEFT_ERR_IO;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *opts,
+                                         uv_loop_t *loop, struct weft_runner_sink *sink,
+                                         struct weft_runner **runner_p)
+{
+    if (!opts->secret || !opts->secret[0]) {
+        WEFT_LOG_ERROR("cluster", "no cluster secret: set [cluster] secret or secret_file");
+        return WEFT_ERR_CONFIG;
+    }
+    struct cluster_runner *r = weft_calloc(1, sizeof(*r));
+    if (!r)
+        return WEFT_ERR_NOMEM;
+    r->base.ops = &cluster_ops;
+    r->loop = loop;
+    r->sink = sink;
+    r->conf = opts->conf;
+    snprintf(r->model_dir, sizeof(r->model_dir), "%s", opts->model_dir);
+    snprintf(r->secret, sizeof(r->secret), "%s", opts->secret);
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        r->w[i].r = r;
+        r->w[i].index = i;
+        r->w[i].rank = -1;
+    }
+    /* the model's config, to check prompt embeddings before a job goes out */
+    char tdir[WEFT_CONF_PATH + 16];
+    snprintf(tdir, sizeof(tdir), "%s%s", opts->model_dir,
+             weft_path_kind(opts->model_dir) == WEFT_PATH_PIPELINE ? "/transformer" : "");
+    struct weft_ckpt *ck;
+    weft_status_t st = weft_ckpt_open(tdir, &ck);
+    if (st == WEFT_OK) {
+        st = weft_flux_config_parse(weft_ckpt_config(ck), tdir, &r->flux);
+        weft_ckpt_close(ck);
+    }
+    if (st == WEFT_OK)
+        st = weft_link_host_create(opts->conf->transport.tls[0] ? opts->conf->transport.tls : NULL,
+                                   on_accept, r, &r->host);
+    if (st != WEFT_OK) {
+        weft_free(r);
+        return st;
+    }
+    if ((st = bind_port(r, opts->conf->cluster.listen, opts->port_file)) != WEFT_OK) {
+        uv_close((uv_handle_t *)&r->server, NULL);
+        weft_link_host_destroy(r->host);
+        weft_free(r);
+        return st;
+    }
+    uv_poll_init(loop, &r->link_poll, weft_link_host_fd(r->host));
+    r->link_poll.data = r;
+    uv_poll_start(&r->link_poll, UV_READABLE, on_link_fd);
+    uv_timer_init(loop, &r->tick);
+    r->tick.data = r;
+    uv_timer_start(&r->tick, on_tick, TICK_MS, TICK_MS);
+    *runner_p = &r->base;
+    return WEFT_OK;
+}
