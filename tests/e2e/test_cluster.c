@@ -1,0 +1,338 @@
+/* The running system on real processes: `weft run` in every layout gives the image of one
+ * device (pixels within one level); `weft serve --runner cluster` with `weft worker`s: a
+ * SIGKILLed worker fails its job with a reason naming it, the coordinator keeps serving, plans
+ * again when a worker comes back and the next job completes; a worker with the wrong secret is
+ * refused. One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/weft.h"
+#include "test.h"
+#include "worker/png.h"
+
+extern char **environ;
+
+static const char *weft_bin;
+static char tmp[256];
+static pid_t children[16];
+static int n_children;
+
+static void kill_all(void)
+{
+    for (int i = 0; i < n_children; i++)
+        if (children[i] > 0)
+            kill(children[i], SIGKILL);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_cluster: watchdog: the case did not finish in time\n";
+    kill_all();
+    (void)!write(2, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Start weft with args and an extra environment entry; its stderr goes to log when not NULL. */
+static pid_t run_weft(const char *const *args, const char *env_extra, const char *log)
+{
+    char *argv[40];
+    int n = 0;
+    argv[n++] = (char *)weft_bin;
+    for (; *args && n < 38; args++)
+        argv[n++] = (char *)*args;
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (log)
+        posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *env[512];
+    int k = 0;
+    for (char **e = environ; *e && k < 510; e++)
+        env[k++] = *e;
+    if (env_extra)
+        env[k++] = (char *)env_extra;
+    env[k] = NULL;
+    pid_t pid;
+    CHECK(posix_spawn(&pid, weft_bin, &fa, NULL, argv, env) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    children[n_children++] = pid;
+    return pid;
+}
+
+static int wait_pid(pid_t pid)
+{
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    for (int i = 0; i < n_children; i++)
+        if (children[i] == pid)
+            children[i] = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static uint8_t *pixels(const char *path, uint32_t *w, uint32_t *h)
+{
+    struct weft_png_image img;
+    CHECK_OK(weft_png_read(path, &img));
+    *w = img.width, *h = img.height;
+    uint8_t *p = img.rgb;
+    img.rgb = NULL;
+    weft_png_image_cleanup(&img);
+    return p;
+}
+
+static int max_diff(const char *a, const char *b)
+{
+    uint32_t wa, ha, wb, hb;
+    uint8_t *pa = pixels(a, &wa, &ha), *pb = pixels(b, &wb, &hb);
+    CHECK(wa == wb && ha == hb);
+    int d = 0;
+    for (size_t i = 0; i < (size_t)wa * ha * 3; i++) {
+        int x = abs((int)pa[i] - (int)pb[i]);
+        d = x > d ? x : d;
+    }
+    free(pa), free(pb);
+    return d;
+}
+
+/* Every layout's image against `weft generate` on one device, same seed and prompt. */
+static int case_layouts(void)
+{
+    char ref[512], out[512];
+    snprintf(ref, sizeof(ref), "%s/ref.png", tmp);
+    const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    static const char *const layouts[][5] = {
+        {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--ulysses", "2", NULL},
+        {"--ring", "2", NULL}, {"--tp", "2", "--ulysses", "2", NULL},
+        {"--ring", "2", "--ulysses", "2", NULL},
+    };
+    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+        snprintf(out, sizeof(out), "%s/run%zu.png", tmp, l);
+        const char *args[24] = {"run", "--height", "256", "--width", "256", "--steps", "3",
+                                "--prompt", "red-fox", "--seed", "7", "--out", out};
+        int n = 13;
+        for (int k = 0; layouts[l][k]; k++)
+            args[n++] = layouts[l][k];
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        int d = max_diff(ref, out);
+        char label[64] = "";
+        for (int k = 0; layouts[l][k]; k++)
+            snprintf(label + strlen(label), sizeof(label) - strlen(label), " %s", layouts[l][k]);
+        printf("weft run%s: max pixel difference to one device %d\n", label, d);
+        CHECK(d <= 1);
+    }
+    /* data parallelism: 3 prompts x 1 over 2 replicas; image 0 is the one-device image */
+    snprintf(out, sizeof(out), "%s/dp.png", tmp);
+    const char *dp[] = {"run", "--dp", "2", "--height", "256", "--width", "256", "--steps", "3",
+                        "--prompt", "red-fox", "--prompt", "lighthouse", "--prompt", "city-night",
+                        "--seed", "7", "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(dp, NULL, NULL)), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(out, sizeof(out), "%s/dp-%d.png", tmp, i);
+        CHECK(access(out, R_OK) == 0);
+    }
+    snprintf(out, sizeof(out), "%s/dp-0.png", tmp);
+    CHECK(max_diff(ref, out) <= 1);
+    printf("weft run --dp 2 with 3 prompts: 3 images, image 0 equal to one device\n");
+    return 0;
+}
+
+static const char *secret_env = "WEFT_CLUSTER_SECRET=test-secret-1";
+
+/* Read host:port written by the server into path. */
+static void wait_file(const char *path, char *out, size_t len)
+{
+    for (int i = 0; i < 600; i++) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char *got = fgets(out, (int)len, f);
+            fclose(f);
+            if (got && strchr(out, '\n')) {
+                out[strcspn(out, "\n")] = '\0';
+                return;
+            }
+        }
+        sleep_ms(50);
+    }
+    CHECK(!"the server did not write its port file");
+}
+
+static pid_t start_server(char *api, char *workers, const char *ranks)
+{
+    char pf[512], wf[512], j[600], o[600], w[64];
+    snprintf(pf, sizeof(pf), "%s/api", tmp);
+    snprintf(wf, sizeof(wf), "%s/workers", tmp);
+    snprintf(j, sizeof(j), "--api.journal_dir=%s/journal", tmp);
+    snprintf(o, sizeof(o), "--api.output_dir=%s/out", tmp);
+    snprintf(w, sizeof(w), "--parallel.tp_degree=%s", ranks);
+    char log[512];
+    snprintf(log, sizeof(log), "%s/serve.log", tmp);
+    const char *args[] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
+                          "--port-file", pf, "--worker-port-file", wf,
+                          "--cluster.listen=127.0.0.1:0", "--cluster.worker_timeout_ms=3000",
+                          "--cluster.heartbeat_ms=200", "--api.max_attempts=1", j, o, w, NULL};
+    pid_t pid = run_weft(args, secret_env, log);
+    wait_file(pf, api, 300);
+    wait_file(wf, workers, 300);
+    return pid;
+}
+
+static pid_t start_worker(const char *workers, const char *env, const char *log)
+{
+    const char *args[] = {"worker", "--coordinator", workers, "--kernels.threads=1", NULL};
+    return run_weft(args, env, log);
+}
+
+static struct weft_client *client(const char *api)
+{
+    struct weft_client_opts o = {.address = api, .timeout_ms = 20000};
+    struct weft_client *c;
+    CHECK_OK(weft_client_connect(&o, &c));
+    return c;
+}
+
+static bool cluster_ready(struct weft_client *c)
+{
+    char *text;
+    CHECK_OK(weft_client_cluster(c, &text));
+    bool ready = strstr(text, "\"ready\":\ttrue") || strstr(text, "\"ready\": true");
+    weft_client_free(text);
+    return ready;
+}
+
+static void submit(struct weft_client *c, int size, int steps, char *id)
+{
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = size, .width = size,
+                                   .steps = steps, .count = 1, .guidance = 3.5, .seed = 1};
+    CHECK_OK(weft_client_submit(c, &req, id));
+}
+
+/* tp 2 on two workers; one SIGKILLed mid-job. */
+static int case_kill(void)
+{
+    char api[300], workers[300], wlog[512];
+    pid_t server = start_server(api, workers, "2");
+    snprintf(wlog, sizeof(wlog), "%s/w0.log", tmp);
+    pid_t w0 = start_worker(workers, secret_env, wlog);
+    snprintf(wlog, sizeof(wlog), "%s/w1.log", tmp);
+    pid_t w1 = start_worker(workers, secret_env, wlog);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, 512, 100, id); /* long enough to be killed in the middle */
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 600; i++) {
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(c, id, &st));
+        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
+            break;
+        sleep_ms(50);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    double t0 = now_ms();
+    kill(w1, SIGKILL);
+    (void)wait_pid(w1);
+    weft_job_status_cleanup(&st);
+    CHECK_OK(weft_client_wait(c, id, 60000, NULL, NULL, &st));
+    printf("worker killed at step %d: job %s after %.0f ms, \"%s\"\n", st.step,
+           weft_client_state_name(st.state), now_ms() - t0, st.error);
+    CHECK(st.state == WEFT_JOB_FAILED);
+    char named[32];
+    snprintf(named, sizeof(named), "pid %d)", (int)w1);
+    CHECK(strstr(st.error, named) && strstr(st.error, "lost"));
+    weft_job_status_cleanup(&st);
+    /* still serving; a replacement worker joins, the mesh is planned again, a job completes */
+    CHECK(!cluster_ready(c));
+    snprintf(wlog, sizeof(wlog), "%s/w2.log", tmp);
+    pid_t w2 = start_worker(workers, secret_env, wlog);
+    for (int i = 0; i < 600 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    submit(c, 256, 2, id);
+    CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
+    printf("after a new worker joined: job %s\n", weft_client_state_name(st.state));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(w0), 0); /* told to exit by the coordinator */
+    CHECK_EQ(wait_pid(w2), 0);
+    return 0;
+}
+
+static int case_secret(void)
+{
+    char api[300], workers[300], wlog[512];
+    pid_t server = start_server(api, workers, "1");
+    snprintf(wlog, sizeof(wlog), "%s/bad.log", tmp);
+    pid_t bad = start_worker(workers, "WEFT_CLUSTER_SECRET=not-the-secret", wlog);
+    CHECK(wait_pid(bad) != 0);
+    FILE *f = fopen(wlog, "r");
+    char text[8192] = "";
+    CHECK(f);
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    printf("a worker with the wrong secret: %s", strstr(text, "refused") ? strstr(text, "refused")
+                                                                        : text);
+    CHECK(strstr(text, "wrong cluster secret"));
+    /* and a good one still joins */
+    pid_t good = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(good), 0);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc == 3);
+    weft_bin = argv[1];
+    signal(SIGALRM, on_alarm);
+    alarm(240);
+    atexit(kill_all);
+    snprintf(tmp, sizeof(tmp), "/tmp/weft_test_cluster_XXXXXX");
+    CHECK(mkdtemp(tmp));
+    int rc = strcmp(argv[2], "layouts") == 0 ? case_layouts()
+             : strcmp(argv[2], "kill") == 0  ? case_kill()
+             : strcmp(argv[2], "secret") == 0 ? case_secret()
+                                              : 2;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+    if (rc == 0 && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return rc;
+}
