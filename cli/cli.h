@@ -13,6 +13,10 @@ struct weft_cli {
     struct weft_conf conf;
     int argc;
     char **argv; /* argv[0] is the subcommand name */
+    /* the common options as given, for commands that start other weft processes */
+    const char *config;            /* --config FILE, or NULL */
+    int n_overrides;
+    const char *const *overrides; /* "section.key=value", in order */
 };
 
 int weft_cmd_inspect(struct weft_cli *cli);

@@ -119,7 +119,8 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     }
-    struct weft_cli cli = {.prog = prog, .argc = n_rest, .argv = rest};
+    struct weft_cli cli = {.prog = prog, .argc = n_rest, .argv = rest, .config = config,
+                           .n_overrides = n_over, .overrides = overrides};
     if (weft_conf_load(&cli.conf, config, environ, n_over, overrides) != WEFT_OK)
         goto out; /* the error is logged with its file:line */
     weft_log_set_level((enum weft_log_level)cli.conf.log.level);

@@ -1,6 +1,7 @@
 /* weft run: everything at once on this machine: a coordinator, N workers, one job, the PNGs,
  * then everything stopped. */
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@ static void help(FILE *out)
     fprintf(out,
         "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
         "                [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
-        "                [--guidance G] [--seed S] [--count N] [--out FILE.png|DIR]\n"
+        "                [--guidance G] [--seed S] [--count N] [--out FILE.png|DIR] [-v]\n"
         "\n"
         "Start a coordinator and N local `weft worker` processes (one per device; CPU devices\n"
         "here), submit one job, show its progress, write the PNG(s), stop everything, exit 0.\n"
@@ -41,7 +42,9 @@ static void help(FILE *out)
         "  --prompt NAME|FILE  a name in the model's prompts/ folder or a safetensors file;\n"
         "                      repeat for a batch (split across the dp replicas)\n"
         "  --out PATH          one image: PATH (default weft.png); several: PATH-<i>.png\n"
-        "  other options as `weft submit`\n");
+        "  -v, --verbose       show the coordinator's and workers' logs (default: warnings)\n"
+        "  other options as `weft submit`; --config and --section.key=value reach every\n"
+        "  process started\n");
 }
 
 struct run_opts {
@@ -51,6 +54,7 @@ struct run_opts {
     long long np, tp, uly, ring, dp, height, width, steps, count;
     double guidance;
     unsigned long long seed;
+    bool verbose;
 };
 
 static int parse_ll(const char *opt, const char *v, long long lo, long long hi, long long *o)
@@ -91,7 +95,9 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         }
         if (hit)
             continue;
-        if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
+        if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
+            o->verbose = true;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
             o->model = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
             o->out = v;
@@ -126,10 +132,39 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
     return 0;
 }
 
-static pid_t spawn(char *const argv[], char **env)
+/* Start argv (NULL-terminated) with the common options appended: the children's logs at
+ * warnings unless verbose, then --config and the overrides as given, so that the user's
+ * --log.level wins. */
+static pid_t spawn(const struct weft_cli *cli, bool verbose, char *const argv[], char **env)
 {
-    pid_t pid;
-    int err = posix_spawn(&pid, argv[0], NULL, NULL, argv, env);
+    enum { MAX_OVER = 48 };
+    if (cli->n_overrides > MAX_OVER) {
+        WEFT_LOG_ERROR("run", "more than %d --section.key=value options", MAX_OVER);
+        return -1;
+    }
+    char *all[MAX_OVER + 48], config[4200], *over[MAX_OVER];
+    int n = 0, n_over = 0, err = 0;
+    for (; argv[n] && n < 40; n++)
+        all[n] = argv[n];
+    if (!verbose)
+        all[n++] = "--log.level=warn";
+    if (cli->config) {
+        snprintf(config, sizeof(config), "--config=%s", cli->config);
+        all[n++] = config;
+    }
+    for (int i = 0; i < cli->n_overrides && !err; i++) {
+        size_t len = strlen(cli->overrides[i]) + 3;
+        if (!(over[n_over] = weft_malloc(len)))
+            err = ENOMEM;
+        else
+            snprintf(over[n_over], len, "--%s", cli->overrides[i]), all[n++] = over[n_over++];
+    }
+    all[n] = NULL;
+    pid_t pid = -1;
+    if (!err)
+        err = posix_spawn(&pid, argv[0], NULL, NULL, all, env);
+    for (int i = 0; i < n_over; i++)
+        weft_free(over[i]);
     if (err) {
         WEFT_LOG_ERROR("run", "cannot start %s: %s", argv[0], strerror(err));
         return -1;
@@ -331,7 +366,7 @@ int weft_cmd_run(struct weft_cli *cli)
                      "--listen", "127.0.0.1:0", "--port-file", a_port, "--worker-port-file",
                      w_port, "--cluster.listen=127.0.0.1:0", journal, outdir, tp, uly, ring, dp,
                      workers, NULL};
-    pid_t coord = spawn(cargv, env), pids[MAX_RANKS] = {0};
+    pid_t coord = spawn(cli, o.verbose, cargv, env), pids[MAX_RANKS] = {0};
     int rc = 1;
     char api[300], wport[300];
     if (coord < 0 || wait_file(a_port, coord, 60, api, sizeof(api)) ||
@@ -339,7 +374,7 @@ int weft_cmd_run(struct weft_cli *cli)
         goto out;
     for (long long i = 0; i < o.np; i++) {
         char *wargv[] = {self, "worker", "--coordinator", wport, threads, NULL};
-        if ((pids[i] = spawn(wargv, env)) < 0)
+        if ((pids[i] = spawn(cli, o.verbose, wargv, env)) < 0)
             goto out;
     }
     WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x ring %lld x ulysses %lld x tp %lld, %s",

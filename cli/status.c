@@ -115,11 +115,27 @@ static void show_cluster(const cJSON *o, const cJSON *jobs)
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, k[i]);
             printf(" %s", cJSON_IsString(v) ? v->valuestring : "?");
         }
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(w, "pid");
+        const cJSON *rank = cJSON_GetObjectItemCaseSensitive(w, "rank");
+        const cJSON *launcher = cJSON_GetObjectItemCaseSensitive(w, "launcher");
+        if (cJSON_IsNumber(pid))
+            printf(", pid %.0f", pid->valuedouble);
+        if (cJSON_IsNumber(rank) && rank->valuedouble >= 0)
+            printf(", rank %.0f", rank->valuedouble);
+        if (cJSON_IsString(launcher) && launcher->valuestring[0] &&
+            strcmp(launcher->valuestring, "none") != 0)
+            printf(", started by %s", launcher->valuestring);
         printf("\n");
     }
     const cJSON *dm = cJSON_GetObjectItemCaseSensitive(o, "device_map");
-    for (const cJSON *d = dm ? dm->child : NULL; d; d = d->next)
-        printf("  %s -> %s\n", d->string, cJSON_IsString(d) ? d->valuestring : "?");
+    for (const cJSON *d = dm ? dm->child : NULL; d; d = d->next) {
+        printf("  %s ->", d->string);
+        if (cJSON_IsString(d))
+            printf(" %s", d->valuestring);
+        for (const cJSON *e = cJSON_IsArray(d) ? d->child : NULL; e; e = e->next)
+            printf(" %s", cJSON_IsString(e) ? e->valuestring : "?");
+        printf("\n");
+    }
     int counts[5] = {0};
     static const char *const names[] = {"queued", "running", "done", "failed", "cancelled"};
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(jobs, "jobs");

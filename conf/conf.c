@@ -127,7 +127,7 @@ static const struct conf_key transport_keys[] = {
 
 static const struct conf_key cluster_keys[] = {
     KEY_STR(weft_conf_cluster, listen, "127.0.0.1:7450",
-            "The coordinator's port for workers, host:port: weft serve --cluster listens there, "
+            "The coordinator's port for workers, host:port: weft serve --runner cluster listens there, "
             "weft worker connects there (torchrun's MASTER_ADDR/MASTER_PORT and Slurm's first "
             "node override the host when set)."),
     KEY_STR(weft_conf_cluster, secret, "",

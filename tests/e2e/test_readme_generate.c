@@ -1,5 +1,5 @@
-/* The README's first command, end to end: the `build/weft generate ...` part of its first shell
- * line is taken from README.md itself (so the two cannot drift apart), run with the weft binary
+/* The README's first command, end to end: the `build/weft ...` part of its first shell line
+ * (today `weft run`: a local cluster of workers) is taken from README.md itself (so the two cannot drift apart), run with the weft binary
  * of this build in a fresh, empty directory (nothing left by other tests can help it), and
  * what it writes must be a PNG of the size the command asks for: the signature, IHDR's width
  * and height, a full decode by libspng, and an image that is not one flat colour.
@@ -22,7 +22,7 @@ extern char **environ;
 
 #define MAX_ARGS 64
 
-/* The first line of README.md containing "build/weft generate": its words after "build/weft"
+/* The first line of README.md containing "build/weft ": its words after "build/weft"
  * up to the end of the command (a '#' comment, "&&", ";" or the end of the line). */
 static int readme_command(char *line, size_t len, char **args)
 {
@@ -32,11 +32,11 @@ static int readme_command(char *line, size_t len, char **args)
     CHECK(f);
     char *hit = NULL;
     while (fgets(line, (int)len, f))
-        if ((hit = strstr(line, "build/weft generate")))
+        if ((hit = strstr(line, "build/weft ")))
             break;
     CHECK(fclose(f) == 0);
     if (!hit) {
-        fprintf(stderr, "README.md has no `build/weft generate` command\n");
+        fprintf(stderr, "README.md has no `build/weft` command\n");
         exit(1);
     }
     int n = 0;
