@@ -1,6 +1,6 @@
 /* The running system on real processes: `weft run` in every layout gives the image of one
- * device (pixels within one level); `weft serve --runner cluster` with `weft worker`s: a
- * SIGKILLed worker fails its job with a reason naming it, the coordinator keeps serving, plans
+ * device (pixels within one level), and dp 2 over 5 prompts the images of one replica;
+ * `weft serve --runner cluster` with `weft worker`s: a SIGKILLed worker fails its job with a reason naming it, the coordinator keeps serving, plans
  * again when a worker comes back and the next job completes; a worker with the wrong secret is
  * refused. One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
 #include <fcntl.h>
@@ -127,7 +127,7 @@ static int case_layouts(void)
     static const char *const layouts[][5] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--ulysses", "2", NULL},
         {"--ring", "2", NULL}, {"--tp", "2", "--ulysses", "2", NULL},
-        {"--ring", "2", "--ulysses", "2", NULL},
+        {"--ring", "2", "--ulysses", "2", NULL}, {"--tp", "2", "--ring", "2", NULL},
     };
     for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
         snprintf(out, sizeof(out), "%s/run%zu.png", tmp, l);
@@ -145,19 +145,35 @@ static int case_layouts(void)
         printf("weft run%s: max pixel difference to one device %d\n", label, d);
         CHECK(d <= 1);
     }
-    /* data parallelism: 3 prompts x 1 over 2 replicas; image 0 is the one-device image */
-    snprintf(out, sizeof(out), "%s/dp.png", tmp);
-    const char *dp[] = {"run", "--dp", "2", "--height", "256", "--width", "256", "--steps", "3",
-                        "--prompt", "red-fox", "--prompt", "lighthouse", "--prompt", "city-night",
-                        "--seed", "7", "--out", out, NULL};
-    CHECK_EQ(wait_pid(run_weft(dp, NULL, NULL)), 0);
-    for (int i = 0; i < 3; i++) {
-        snprintf(out, sizeof(out), "%s/dp-%d.png", tmp, i);
-        CHECK(access(out, R_OK) == 0);
+    /* data parallelism: 5 prompts over 2 replicas (3 + 2, as split_between_processes) against
+     * the same batch on one replica, image by image; image 0 is the one-device image */
+    static const char *const batch[] = {"red-fox", "lighthouse", "city-night", "lighthouse",
+                                        "red-fox"};
+    for (int dp = 1; dp <= 2; dp++) {
+        const char *args[40] = {"run", "--dp", dp == 1 ? "1" : "2", "--height", "256", "--width",
+                                "256", "--steps", "3", "--seed", "7", "--out"};
+        int n = 12;
+        snprintf(out, sizeof(out), "%s/dp%d.png", tmp, dp);
+        args[n++] = out;
+        for (int i = 0; i < 5; i++) {
+            args[n++] = "--prompt";
+            args[n++] = batch[i];
+        }
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
     }
-    snprintf(out, sizeof(out), "%s/dp-0.png", tmp);
+    for (int i = 0; i < 5; i++) {
+        char one[512];
+        snprintf(one, sizeof(one), "%s/dp1-%d.png", tmp, i);
+        snprintf(out, sizeof(out), "%s/dp2-%d.png", tmp, i);
+        int d = max_diff(one, out);
+        printf("weft run --dp 2, 5 prompts: image %d (%s) max difference to one replica %d\n", i,
+               batch[i], d);
+        CHECK(d <= 1);
+    }
+    CHECK(max_diff(ref, out) > 8); /* the images differ from each other: not one image 5 times */
+    snprintf(out, sizeof(out), "%s/dp2-0.png", tmp);
     CHECK(max_diff(ref, out) <= 1);
-    printf("weft run --dp 2 with 3 prompts: 3 images, image 0 equal to one device\n");
     return 0;
 }
 
