@@ -151,7 +151,8 @@ int weft_bench_cp_run(struct weft_cli *cli)
             struct weft_par_stats ps;
             weft_par_transport_stats(pt, &ps);
             for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++)
-                comm += ps.seconds[k], bytes += ps.bytes[k];
+                for (int op = 0; op < WEFT_PAR_OP_COUNT; op++)
+                    comm += ps.seconds[k][op], bytes += ps.bytes[k][op];
         }
         int steps = p.steps + 1;
         printf("{\"ms_per_step\": %.3f, \"comm_ms_per_step\": %.3f, \"bytes_per_step\": %.0f}\n",

@@ -81,6 +81,12 @@ struct cluster_runner {
     struct job_run job;
     int stopping, closed;
     uint64_t jobs_done, images_done, workers_lost;
+    /* the workers' collectives, summed over jobs and ranks, per process-group kind and op */
+    struct comm_total {
+        char group[16], op[16];
+        double seconds, bytes, calls;
+    } comm[32];
+    int n_comm;
 };
 
 static double now_s(void)
@@ -488,8 +494,44 @@ static void on_image_msg(struct cluster_runner *r, const cJSON *j, const void *p
     post(r, &ev);
 }
 
+static bool metric_label(const char *s)
+{
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_");
+    return n > 0 && n < 16 && s[n] == '\0';
+}
+
+/* A job's "comm": {group: {op: [seconds, bytes, calls]}} from one worker, added to the totals;
+ * anything malformed is ignored (metrics only). */
+static void add_comm(struct cluster_runner *r, const cJSON *comm)
+{
+    for (const cJSON *g = cJSON_IsObject(comm) ? comm->child : NULL; g; g = g->next) {
+        for (const cJSON *op = cJSON_IsObject(g) ? g->child : NULL; op; op = op->next) {
+            if (!metric_label(g->string) || !metric_label(op->string) ||
+                cJSON_GetArraySize(op) != 3)
+                continue;
+            double v[3];
+            for (int k = 0; k < 3; k++) {
+                const cJSON *x = cJSON_GetArrayItem(op, k);
+                v[k] = cJSON_IsNumber(x) && x->valuedouble >= 0 ? x->valuedouble : 0;
+            }
+            struct comm_total *t = NULL;
+            for (int i = 0; i < r->n_comm && !t; i++)
+                if (!strcmp(r->comm[i].group, g->string) && !strcmp(r->comm[i].op, op->string))
+                    t = &r->comm[i];
+            if (!t && r->n_comm < (int)(sizeof(r->comm) / sizeof(r->comm[0]))) {
+                t = &r->comm[r->n_comm++];
+                snprintf(t->group, sizeof(t->group), "%s", g->string);
+                snprintf(t->op, sizeof(t->op), "%s", op->string);
+            }
+            if (t)
+                t->seconds += v[0], t->bytes += v[1], t->calls += v[2];
+        }
+    }
+}
+
 static void on_done_msg(struct cluster_runner *r, struct worker *w, const cJSON *j)
 {
+    add_comm(r, cJSON_GetObjectItemCaseSensitive(j, "comm"));
     const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
@@ -943,6 +985,22 @@ static void cr_metrics(struct weft_runner *base, struct weft_sbuf *out)
                      "# HELP weft_mesh_epoch Plans made since start.\n"
                      "# TYPE weft_mesh_epoch gauge\nweft_mesh_epoch %d\n",
                      joined, (unsigned long long)r->workers_lost, r->epoch);
+    static const char *const kinds[3][2] = {
+        {"seconds", "Time the workers spent in collectives (summed over ranks)."},
+        {"bytes", "Bytes the workers' collectives sent (summed over ranks)."},
+        {"calls", "Collective calls (summed over ranks)."},
+    };
+    for (int k = 0; k < 3 && r->n_comm; k++) {
+        weft_sbuf_printf(out, "# HELP weft_collective_%s_total %s\n"
+                              "# TYPE weft_collective_%s_total counter\n",
+                         kinds[k][0], kinds[k][1], kinds[k][0]);
+        for (int i = 0; i < r->n_comm; i++) {
+            const struct comm_total *t = &r->comm[i];
+            weft_sbuf_printf(out, "weft_collective_%s_total{group=\"%s\",op=\"%s\"} %.17g\n",
+                             kinds[k][0], t->group, t->op,
+                             k == 0 ? t->seconds : k == 1 ? t->bytes : t->calls);
+        }
+    }
 }
 
 /* Workers are told to exit and every handle of ours is closed, so the loop can end. */

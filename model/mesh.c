@@ -55,3 +55,10 @@ int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group ki
     }
     return n;
 }
+
+const char *weft_mesh_group_name(enum weft_mesh_group g)
+{
+    static const char *const names[WEFT_MESH_GROUP_COUNT] = {"tp", "ulysses", "ring", "cp",
+                                                             "replica"};
+    return (unsigned)g < WEFT_MESH_GROUP_COUNT ? names[g] : "?";
+}

@@ -27,6 +27,8 @@ enum weft_mesh_group {
     WEFT_MESH_REPLICA, /* same dp: the whole replica */
     WEFT_MESH_GROUP_COUNT
 };
+/* "tp", "ulysses", "ring", "cp", "replica" */
+const char *weft_mesh_group_name(enum weft_mesh_group g);
 
 /* World ranks of rank's group of the given kind, in group-rank order, into ranks (size at
  * least weft_mesh_size); returns the group size and sets *index_p to rank's place in it. */

@@ -333,6 +333,30 @@ out:
     return st;
 }
 
+/* The job's collectives, for the coordinator's metrics: "comm": {group: {op: [seconds, bytes,
+ * calls]}}, the kinds this rank called. */
+static void add_comm_stats(cJSON *r, const struct weft_par_stats *before,
+                           const struct weft_par_stats *after)
+{
+    cJSON *comm = NULL;
+    for (int g = 0; g < WEFT_MESH_GROUP_COUNT; g++) {
+        cJSON *group = NULL;
+        for (int op = 0; op < WEFT_PAR_OP_COUNT; op++) {
+            long calls = after->calls[g][op] - before->calls[g][op];
+            if (calls <= 0)
+                continue;
+            if (!comm)
+                comm = cJSON_AddObjectToObject(r, "comm");
+            if (comm && !group)
+                group = cJSON_AddObjectToObject(comm, weft_mesh_group_name(g));
+            const double v[3] = {after->seconds[g][op] - before->seconds[g][op],
+                                 after->bytes[g][op] - before->bytes[g][op], (double)calls};
+            if (group)
+                cJSON_AddItemToObject(group, weft_par_op_name(op), cJSON_CreateDoubleArray(v, 3));
+        }
+    }
+}
+
 static void *executor_main(void *arg)
 {
     struct agent *a = arg;
@@ -357,7 +381,11 @@ static void *executor_main(void *arg)
             reply(a, WEFT_MSG_ASSIGNED, r, NULL, 0);
         } else if (it->type == WEFT_MSG_RUN) {
             uint64_t job = 0;
+            struct weft_par_stats before, after;
+            weft_runtime_comm_stats(a->rt, &before);
             weft_status_t st = do_run(a, it->json, it->tail, it->tail_len, &job);
+            weft_runtime_comm_stats(a->rt, &after);
+            add_comm_stats(r, &before, &after);
             if (WEFT_STATUS_IS_PEER_LOST(st))
                 drop_world(a); /* the world is failed for good: wait for a new assignment */
             cJSON_AddNumberToObject(r, "job", (double)job);

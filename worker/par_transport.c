@@ -2,6 +2,7 @@
  * of one dimension partition the world, so no process is in two groups of the same id. */
 #include "worker/par_transport.h"
 
+#include <string.h>
 #include <time.h>
 
 #include "common/alloc.h"
@@ -11,9 +12,16 @@
 struct par_group {
     struct weft_comm *comm;
     struct weft_comm_req *xfer[2]; /* one ring exchange in flight at a time */
-    double seconds, bytes;
-    long calls;
+    double seconds[WEFT_PAR_OP_COUNT], bytes[WEFT_PAR_OP_COUNT];
+    long calls[WEFT_PAR_OP_COUNT];
 };
+
+const char *weft_par_op_name(enum weft_par_op op)
+{
+    static const char *const names[WEFT_PAR_OP_COUNT] = {"allreduce", "alltoall", "allgather",
+                                                         "p2p"};
+    return (unsigned)op < WEFT_PAR_OP_COUNT ? names[op] : "?";
+}
 
 static double now_s(void)
 {
@@ -22,11 +30,12 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static weft_status_t account(struct par_group *g, double t0, size_t bytes, weft_status_t st)
+static weft_status_t account(struct par_group *g, enum weft_par_op op, double t0, size_t bytes,
+                             weft_status_t st)
 {
-    g->seconds += now_s() - t0;
-    g->bytes += (double)bytes;
-    g->calls++;
+    g->seconds[op] += now_s() - t0;
+    g->bytes[op] += (double)bytes;
+    g->calls[op]++;
     return st;
 }
 
@@ -38,7 +47,7 @@ struct weft_par_transport {
 static weft_status_t allreduce(void *g, float *buf, size_t count)
 {
     double t0 = now_s();
-    return account(g, t0, count * sizeof(float),
+    return account(g, WEFT_PAR_ALLREDUCE, t0, count * sizeof(float),
                    weft_comm_allreduce(((struct par_group *)g)->comm, buf, buf, count,
                                        WEFT_DTYPE_F32));
 }
@@ -51,7 +60,7 @@ static weft_status_t alltoallv(void *g, const float *send, const size_t *send_co
     for (int i = 0; i < weft_comm_size(pg->comm); i++)
         n += i == weft_comm_rank(pg->comm) ? 0 : send_counts[i];
     double t0 = now_s();
-    return account(pg, t0, n * sizeof(float),
+    return account(pg, WEFT_PAR_ALLTOALL, t0, n * sizeof(float),
                    weft_comm_alltoallv(pg->comm, send, send_counts, recv, recv_counts,
                                        WEFT_DTYPE_F32));
 }
@@ -60,7 +69,7 @@ static weft_status_t allgatherv(void *g, const float *send, float *recv, const s
 {
     struct par_group *pg = g;
     double t0 = now_s();
-    return account(pg, t0, counts[weft_comm_rank(pg->comm)] * sizeof(float),
+    return account(pg, WEFT_PAR_ALLGATHER, t0, counts[weft_comm_rank(pg->comm)] * sizeof(float),
                    weft_comm_allgatherv(pg->comm, send, recv, counts, WEFT_DTYPE_F32));
 }
 
@@ -68,7 +77,7 @@ static weft_status_t exchange_start(void *g, const float *send, size_t send_n, i
                                     float *recv, size_t recv_n, int from, void **handle_p)
 {
     struct par_group *pg = g;
-    pg->bytes += (double)(send_n * sizeof(float));
+    pg->bytes[WEFT_PAR_P2P] += (double)(send_n * sizeof(float));
     weft_status_t st =
         weft_comm_irecv(pg->comm, from, 0, recv, recv_n * sizeof(float), &pg->xfer[0]);
     if (st != WEFT_OK)
@@ -86,7 +95,7 @@ static weft_status_t exchange_start(void *g, const float *send, size_t send_n, i
 static weft_status_t exchange_wait(void *g, void *handle)
 {
     double t0 = now_s();
-    return account(g, t0, 0, weft_comm_waitall(2, handle));
+    return account(g, WEFT_PAR_P2P, t0, 0, weft_comm_waitall(2, handle));
 }
 
 weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
@@ -146,14 +155,20 @@ const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transp
 void weft_par_transport_stats(const struct weft_par_transport *pt, struct weft_par_stats *out)
 {
     for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++) {
-        out->seconds[k] = pt->groups[k].seconds;
-        out->bytes[k] = pt->groups[k].bytes;
-        out->calls[k] = pt->groups[k].calls;
+        for (int o = 0; o < WEFT_PAR_OP_COUNT; o++) {
+            out->seconds[k][o] = pt->groups[k].seconds[o];
+            out->bytes[k][o] = pt->groups[k].bytes[o];
+            out->calls[k][o] = pt->groups[k].calls[o];
+        }
     }
 }
 
 void weft_par_transport_reset_stats(struct weft_par_transport *pt)
 {
-    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++)
-        pt->groups[k].seconds = pt->groups[k].bytes = 0, pt->groups[k].calls = 0;
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++) {
+        struct par_group *g = &pt->groups[k];
+        memset(g->seconds, 0, sizeof(g->seconds));
+        memset(g->bytes, 0, sizeof(g->bytes));
+        memset(g->calls, 0, sizeof(g->calls));
+    }
 }

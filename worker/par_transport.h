@@ -16,12 +16,19 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
 void weft_par_transport_destroy(struct weft_par_transport *pt);
 const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt);
 
-/* Time spent in (and bytes sent by) each mesh group's collectives since creation or the last
- * reset: what the model waited for, load imbalance included. */
+/* The kinds of collective the model calls. */
+enum weft_par_op { WEFT_PAR_ALLREDUCE, WEFT_PAR_ALLTOALL, WEFT_PAR_ALLGATHER, WEFT_PAR_P2P,
+                   WEFT_PAR_OP_COUNT };
+/* "allreduce", "alltoall", "allgather", "p2p" */
+const char *weft_par_op_name(enum weft_par_op op);
+
+/* Time spent in (and bytes sent by) each mesh group's collectives, per kind, since creation or
+ * the last reset: what the model waited for, load imbalance included. A ring exchange counts
+ * its wait only (the transfer overlaps the attention). */
 struct weft_par_stats {
-    double seconds[WEFT_MESH_GROUP_COUNT];
-    double bytes[WEFT_MESH_GROUP_COUNT];
-    long calls[WEFT_MESH_GROUP_COUNT];
+    double seconds[WEFT_MESH_GROUP_COUNT][WEFT_PAR_OP_COUNT];
+    double bytes[WEFT_MESH_GROUP_COUNT][WEFT_PAR_OP_COUNT];
+    long calls[WEFT_MESH_GROUP_COUNT][WEFT_PAR_OP_COUNT];
 };
 void weft_par_transport_stats(const struct weft_par_transport *pt, struct weft_par_stats *out);
 void weft_par_transport_reset_stats(struct weft_par_transport *pt);

@@ -143,6 +143,13 @@ void weft_runtime_bytes(const struct weft_runtime *rt, uint64_t *transformer_p, 
     *vae_p = rt->vae ? weft_vae_weight_bytes(rt->vae) : 0;
 }
 
+void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (rt->pt)
+        weft_par_transport_stats(rt->pt, out);
+}
+
 struct step_ctx {
     struct weft_runtime *rt;
     weft_rt_step_cb on_step;

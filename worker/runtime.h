@@ -15,6 +15,7 @@
 #include "model/cp.h"
 #include "model/mesh.h"
 #include "transport/comm.h"
+#include "worker/par_transport.h"
 
 struct weft_runtime;
 
@@ -43,6 +44,10 @@ void weft_runtime_unassign(struct weft_runtime *rt);
 /* What the assignment loaded, for the inventory and device map: bytes of transformer shards
  * and of the VAE (0 when this rank does not decode). */
 void weft_runtime_bytes(const struct weft_runtime *rt, uint64_t *transformer_p, uint64_t *vae_p);
+
+/* The collectives' time, bytes and calls per group and kind since the assignment (zeros when
+ * the mesh has one rank or nothing is assigned). */
+void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stats *out);
 
 struct weft_rt_image {
     const float *prompt_embeds; /* [1, s_txt, joint_attention_dim] */

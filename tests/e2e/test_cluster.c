@@ -296,6 +296,18 @@ static int case_kill(void)
     printf("after a new worker joined: job %s\n", weft_client_state_name(st.state));
     CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
     weft_job_status_cleanup(&st);
+    /* the workers' all-reduces of tensor parallelism are in the metrics */
+    int code;
+    char *metrics;
+    size_t mlen;
+    CHECK_OK(weft_client_request(c, "GET", "/metrics", NULL, 0, &code, &metrics, &mlen));
+    CHECK_EQ(code, 200);
+    const char *calls = strstr(metrics, "weft_collective_calls_total{group=\"tp\",op=\"allreduce\"} ");
+    CHECK(calls);
+    double n_calls = strtod(strchr(calls, '}') + 2, NULL);
+    printf("metrics: %.0f tensor-parallel all-reduces\n", n_calls);
+    CHECK(n_calls >= 2 * 2 * 2); /* 2 steps x (at least 2 per block) x 2 ranks */
+    weft_client_free(metrics);
     weft_client_close(c);
     kill(server, SIGTERM);
     CHECK_EQ(wait_pid(server), 0);
