@@ -1,16 +1,26 @@
-/* Control-plane links (link.h): a UCX worker with active messages, one endpoint per peer and
- * direction, frames validated on receipt, per-link failure and heartbeats.
+/* Control-plane links (link.h): a UCX worker with active messages, one endpoint per remote
+ * process shared by the links to it, frames validated on receipt, per-link failure and
+ * heartbeats.
+ *
+ * Endpoints: UCX 1.13 pairs the endpoints two workers create to each other by creation order
+ * (ucp_ep_match: the k-th endpoint A makes to B is wired to the k-th one B makes to A), so with
+ * an endpoint per link, two links between the same processes could end up on each other's
+ * connection and closing one would break the other (tests/integration/test_link.c twin did, one
+ * run in five). So a host keeps one endpoint per remote worker address (struct peer): a link's
+ * two directions are our endpoint to the peer and the peer's endpoint to us, UCX pairs the two,
+ * and a link closes with a goodbye frame, never by closing the endpoint. An endpoint is closed
+ * when it fails (every link on it goes down: they share the process) or with the host.
  *
  * UCX's callbacks (active message, send/receive/flush completion, endpoint error) only record
- * what happened in the link; everything that calls the user, creates or closes an endpoint
- * runs afterwards in links_step(), outside ucp_worker_progress(). So a user callback may send,
- * connect or close freely, and no link memory goes away under UCX: a link is freed only once
- * its endpoint is closed and no UCX request points at it (refs).
+ * what happened; everything that calls the user, creates or closes an endpoint runs afterwards in
+ * links_step(), outside ucp_worker_progress(). So a user callback may send, connect or close
+ * freely, and no memory goes away under UCX: a link or peer is freed only once no UCX request
+ * points at it (refs).
  *
- * Order: UCX delivers a link's active messages in the order they were sent (one AM lane per
- * endpoint; checked by the sequence number in every frame). A large message arrives as a
- * rendezvous announcement whose data is fetched afterwards; later messages wait behind it in
- * the link's receive queue, so the user sees them in order.
+ * Order: UCX delivers the active messages of one endpoint in the order they were sent (one AM
+ * lane; checked by the sequence number in every frame). A large message arrives as a rendezvous
+ * announcement whose data is fetched afterwards; later messages wait behind it in the link's
+ * receive queue, so the user sees them in order.
  *
  * The descriptor handed out is an epoll set of UCX's event descriptor, a timerfd (heartbeats,
  * close deadlines) and an eventfd we write when work is left for the next progress (a send
@@ -35,7 +45,7 @@
 #define VERSION 1
 #define FLAG_CONNECTOR 0x1u
 #define ADDR_MAX 65536           /* a hello's worker address */
-#define RX_BIG ((size_t)1 << 20) /* receive buffers from here on are huge-page mappings */
+#define RX_BIG ((size_t)1 << 20) /* buffers from here on are huge-page mappings */
 #define CLOSE_WAIT_MS 1000       /* a closing link's wire-up, host_destroy's goodbyes */
 #define TIMEOUT_DEFAULT_MS 10000
 #define TIMEOUT_MIN_MS 20
@@ -45,7 +55,7 @@
 #define JUNK_LOG_MAX 10   /* unattributable frames logged one by one */
 
 enum frame_kind { KIND_HELLO = 1, KIND_MSG, KIND_BEAT, KIND_BYE, KIND_END };
-enum link_state { LINK_WIRING, LINK_UP, LINK_DOWN };
+enum ep_state { EP_WIRING, EP_UP, EP_DOWN };
 enum fd_tag { FD_UCX, FD_TIMER, FD_KICK };
 
 struct frame {
@@ -62,6 +72,7 @@ struct tx {
     struct tx *next, *prev;
     struct weft_link *link;
     size_t len;
+    uint32_t flags; /* UCX send flags */
     uint8_t hdr[HDR_LEN];
     unsigned char data[];
 };
@@ -74,34 +85,47 @@ struct rx {
     size_t len;
     const void *data;
     void *desc; /* UCX's eager data, held until delivered */
-    void *buf;  /* rendezvous target */
+    void *buf;  /* rendezvous target or copy */
     void *req;  /* rendezvous receive in flight */
     bool big;   /* buf is a huge-page mapping */
     bool bye;   /* the peer's goodbye: the link goes down when it is reached */
     bool ready;
 };
 
+/* A remote worker and our endpoint to it. */
+struct peer {
+    struct weft_link_host *host;
+    struct peer *next;
+    void *addr; /* its worker address: the key */
+    size_t addr_len;
+    ucp_ep_h ep; /* NULL once closed */
+    enum ep_state state;
+    weft_status_t failure;
+    unsigned refs; /* links attached and UCX requests pointing here */
+};
+
 struct weft_link {
     struct weft_link_host *host;
     struct weft_link *next;
+    struct peer *peer;  /* NULL until an accepted link is attached */
     uint64_t conn_host; /* the connection's name: the connecting host and its serial */
     uint32_t conn_id;
     bool connector;
-    enum link_state state;
+    bool down;
     weft_status_t why;
-    bool accepting; /* accepted: endpoint and accept callback still to come */
+    bool accepting; /* accepted: attach and accept callback still to come */
     bool down_told;
     bool closed;
+    bool got_bye;  /* frames after the peer's goodbye are ignored */
+    bool bye_sent; /* ours is queued or gone */
     bool warned_no_cb;
-    bool got_bye; /* frames after the goodbye are ignored */
-    ucp_ep_h ep;
-    void *peer_addr; /* accepted: the hello's address until the endpoint exists */
+    void *peer_addr; /* accepted: the hello's address until attached */
     size_t peer_addr_len;
     weft_link_msg_cb on_msg;
     weft_link_down_cb on_down;
     void *arg;
     uint32_t tx_seq, rx_seq;
-    struct tx *q_head, *q_tail; /* not yet given to UCX (wire-up running) */
+    struct tx *q_head, *q_tail; /* not yet given to UCX (the endpoint is wiring up) */
     struct tx *inflight;        /* given to UCX, not completed */
     size_t tx_bytes;            /* payload queued or in flight */
     unsigned refs;              /* UCX requests whose callbacks point here */
@@ -127,6 +151,7 @@ struct weft_link_host {
     int64_t tick_ns, next_tick_ns;
     unsigned long junk;
     struct weft_link *links;
+    struct peer *peers;
 };
 
 /* ---- wire format ------------------------------------------------------------------------ */
@@ -232,6 +257,16 @@ static void tx_free(struct tx *t)
         weft_free(t);
 }
 
+static void queue_drop(struct weft_link *l)
+{
+    while (l->q_head) {
+        struct tx *t = l->q_head;
+        l->q_head = t->next;
+        tx_free(t);
+    }
+    l->q_tail = NULL;
+}
+
 static void rx_free(struct weft_link_host *h, struct rx *r)
 {
     if (r->desc)
@@ -264,39 +299,60 @@ static void rx_discard(struct weft_link *l)
 }
 
 /* The link is down for good (first cause wins). May run inside UCX's callbacks: it touches only
- * our own memory; the endpoint is closed later, in links_step(). */
+ * our own memory; the rest happens in links_step(). */
 static void link_set_down(struct weft_link *l, weft_status_t why)
 {
-    if (l->state == LINK_DOWN)
+    if (l->down)
         return;
-    l->state = LINK_DOWN;
+    l->down = true;
     l->why = why;
-    while (l->q_head) {
-        struct tx *t = l->q_head;
-        l->q_head = t->next;
-        tx_free(t);
-    }
-    l->q_tail = NULL;
+    queue_drop(l);
 }
 
 static void link_fail(struct weft_link *l, weft_status_t why, const char *cause)
 {
-    if (l->state != LINK_DOWN)
+    if (!l->down)
         link_log_down(l, why, cause);
     link_set_down(l, why);
 }
 
-/* A UCX failure on the link's endpoint or one of its requests. UCX 1.13's tcp transport reports
- * every broken connection as "Endpoint timeout", whether the peer died at once or went away, so
- * that is the peer lost; silence is our heartbeat's business (WEFT_ERR_TIMEOUT). */
+/* UCX 1.13's tcp transport reports every broken connection as "Endpoint timeout", whether the
+ * peer died at once or went away, so that is the peer lost; silence is our heartbeat's business
+ * (WEFT_ERR_TIMEOUT). */
+static weft_status_t ucs_why(ucs_status_t s)
+{
+    weft_status_t why = weft_tp_ucs_status(s);
+    return why == WEFT_ERR_TIMEOUT || why == WEFT_ERR_IO || why == WEFT_ERR_CANCELLED
+               ? WEFT_ERR_PEER_LOST
+               : why;
+}
+
+/* A UCX failure on one of the link's requests. */
 static void link_fail_ucs(struct weft_link *l, const char *what, ucs_status_t s)
 {
     char cause[128];
     snprintf(cause, sizeof(cause), "%s: UCX: %s", what, ucs_status_string(s));
-    weft_status_t why = weft_tp_ucs_status(s);
-    if (why == WEFT_ERR_TIMEOUT || why == WEFT_ERR_IO || why == WEFT_ERR_CANCELLED)
-        why = WEFT_ERR_PEER_LOST;
-    link_fail(l, why, cause);
+    link_fail(l, ucs_why(s), cause);
+}
+
+/* The remote process is gone or silent: every link to it goes down (they share its fate), and
+ * the endpoint is closed by peers_step(). */
+static void peer_fail(struct peer *p, weft_status_t why, const char *cause)
+{
+    if (p->state == EP_DOWN)
+        return;
+    p->state = EP_DOWN;
+    p->failure = why;
+    for (struct weft_link *l = p->host->links; l; l = l->next)
+        if (l->peer == p)
+            link_fail(l, why, cause);
+}
+
+static void peer_fail_ucs(struct peer *p, const char *what, ucs_status_t s)
+{
+    char cause[128];
+    snprintf(cause, sizeof(cause), "%s: UCX: %s", what, ucs_status_string(s));
+    peer_fail(p, ucs_why(s), cause);
 }
 
 /* ---- UCX callbacks ------------------------------------------------------------------------ */
@@ -304,7 +360,7 @@ static void link_fail_ucs(struct weft_link *l, const char *what, ucs_status_t s)
 static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
 {
     (void)ep;
-    link_fail_ucs(arg, "endpoint failed", s);
+    peer_fail_ucs(arg, "endpoint failed", s);
 }
 
 static void send_done(void *req, ucs_status_t s, void *user_data)
@@ -326,13 +382,13 @@ static void send_done(void *req, ucs_status_t s, void *user_data)
 
 static void wired_done(void *req, ucs_status_t s, void *user_data)
 {
-    struct weft_link *l = user_data;
+    struct peer *p = user_data;
     ucp_request_free(req);
-    l->refs--;
+    p->refs--;
     if (s != UCS_OK)
-        link_fail_ucs(l, "connecting", s);
-    else if (l->state == LINK_WIRING)
-        l->state = LINK_UP;
+        peer_fail_ucs(p, "connecting", s);
+    else if (p->state == EP_WIRING)
+        p->state = EP_UP;
 }
 
 static void flushed(void *req, ucs_status_t s, void *user_data)
@@ -348,9 +404,9 @@ static void flushed(void *req, ucs_status_t s, void *user_data)
 static void closed_done(void *req, ucs_status_t s, void *user_data)
 {
     (void)s;
-    struct weft_link *l = user_data;
+    struct peer *p = user_data;
     ucp_request_free(req);
-    l->refs--;
+    p->refs--;
 }
 
 static void recv_done(void *req, ucs_status_t s, size_t length, void *user_data)
@@ -368,6 +424,110 @@ static void recv_done(void *req, ucs_status_t s, size_t length, void *user_data)
         r->ready = true;
         l->last_rx_ns = weft_tp_now_ns();
     }
+}
+
+/* ---- endpoints ---------------------------------------------------------------------------- */
+
+/* The endpoint to the worker at addr: the one we have, or a new one. A new one starts its
+ * wire-up with a flush, as UCX 1.13 may fail a send made before wire-up finished
+ * (openucx/ucx#6872, reference/environment.md); frames queue in their links until then. */
+static weft_status_t peer_get(struct weft_link_host *h, const void *addr, size_t len,
+                              struct peer **p_p)
+{
+    struct peer **pp = &h->peers;
+    for (; *pp; pp = &(*pp)->next) {
+        struct peer *p = *pp;
+        if (p->state != EP_DOWN && p->addr_len == len && memcmp(p->addr, addr, len) == 0) {
+            *p_p = p;
+            return WEFT_OK;
+        }
+    }
+    struct peer *p = weft_calloc(1, sizeof(*p));
+    if (!p || !(p->addr = weft_malloc(len))) {
+        weft_free(p);
+        WEFT_LOG_ERROR("link", "no memory for an endpoint");
+        return WEFT_ERR_NOMEM;
+    }
+    memcpy(p->addr, addr, len);
+    p->addr_len = len;
+    p->host = h;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_err_cb, .arg = p},
+    };
+    ucs_status_t s = ucp_ep_create(h->worker, &ep, &p->ep);
+    if (s != UCS_OK) {
+        WEFT_LOG_ERROR("link", "endpoint to the peer: UCX: %s", ucs_status_string(s));
+        weft_free(p->addr);
+        weft_free(p);
+        weft_status_t st = weft_tp_ucs_status(s);
+        return st < 0 ? st : WEFT_ERR_INTERNAL;
+    }
+    *pp = p;
+    ucp_request_param_t fp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = wired_done,
+        .user_data = p,
+    };
+    ucs_status_ptr_t q = ucp_ep_flush_nbx(p->ep, &fp);
+    if (UCS_PTR_IS_ERR(q)) {
+        WEFT_LOG_ERROR("link", "endpoint to the peer: flush: UCX: %s",
+                       ucs_status_string(UCS_PTR_STATUS(q)));
+        p->state = EP_DOWN;
+        p->failure = ucs_why(UCS_PTR_STATUS(q));
+    } else if (q) {
+        p->refs++;
+    } else {
+        p->state = EP_UP;
+    }
+    *p_p = p;
+    return WEFT_OK;
+}
+
+static void link_attach(struct weft_link *l, struct peer *p)
+{
+    l->peer = p;
+    p->refs++;
+    if (p->state == EP_DOWN)
+        link_fail(l, p->failure, "connecting");
+}
+
+/* Force: drop what is in flight (the peer failed, or the host goes and waited enough). */
+static void peer_close(struct peer *p, bool force)
+{
+    if (!p->ep)
+        return;
+    ucp_request_param_t cp = {
+        .op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .cb.send = closed_done,
+        .user_data = p,
+    };
+    ucs_status_ptr_t q = ucp_ep_close_nbx(p->ep, &cp);
+    p->ep = NULL;
+    if (p->state != EP_DOWN) { /* no link may attach to it any more */
+        p->state = EP_DOWN;
+        p->failure = WEFT_ERR_PEER_LOST;
+    }
+    if (q && !UCS_PTR_IS_ERR(q))
+        p->refs++;
+}
+
+/* Close the endpoints that failed (outside UCX's callbacks, as UCX asks). */
+static unsigned peers_step(struct weft_link_host *h)
+{
+    unsigned n = 0;
+    for (struct peer *p = h->peers; p; p = p->next) {
+        if (p->state == EP_DOWN && p->ep) {
+            peer_close(p, true);
+            n++;
+        }
+    }
+    return n;
 }
 
 /* ---- receiving ---------------------------------------------------------------------------- */
@@ -391,10 +551,11 @@ static struct weft_link *link_new(struct weft_link_host *h, bool connector, uint
     l->connector = connector;
     l->conn_host = conn_host;
     l->conn_id = conn_id;
-    l->state = LINK_WIRING;
     l->last_rx_ns = l->last_tx_ns = weft_tp_now_ns();
-    l->next = h->links;
-    h->links = l;
+    struct weft_link **pp = &h->links;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = l;
     return l;
 }
 
@@ -504,7 +665,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
                            (unsigned long long)f.conn_host, f.conn_id);
         return UCS_OK;
     }
-    if (l->closed || l->state == LINK_DOWN || l->got_bye)
+    if (l->closed || l->down || l->got_bye)
         return UCS_OK;
     if ((bad = frame_check(l, &f, length))) {
         link_fail(l, WEFT_ERR_PROTOCOL, bad);
@@ -550,12 +711,14 @@ static void tx_post(struct tx *t)
 {
     struct weft_link *l = t->link;
     ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = t->flags,
         .cb.send = send_done,
         .user_data = t,
     };
     l->last_tx_ns = weft_tp_now_ns();
-    ucs_status_ptr_t q = ucp_am_send_nbx(l->ep, AM_ID, t->hdr, HDR_LEN, t->data, t->len, &p);
+    ucs_status_ptr_t q = ucp_am_send_nbx(l->peer->ep, AM_ID, t->hdr, HDR_LEN, t->data, t->len, &p);
     if (q == NULL) {
         tx_free(t);
     } else if (UCS_PTR_IS_ERR(q)) {
@@ -575,7 +738,7 @@ static void tx_post(struct tx *t)
 static unsigned queue_post(struct weft_link *l)
 {
     unsigned n = 0;
-    while (l->q_head && l->state == LINK_UP) {
+    while (l->q_head && l->peer && l->peer->state == EP_UP) {
         struct tx *t = l->q_head;
         l->q_head = t->next;
         if (!l->q_head)
@@ -597,6 +760,7 @@ static weft_status_t frame_send(struct weft_link *l, uint8_t kind, uint16_t type
     }
     t->link = l;
     t->len = len;
+    t->flags = kind == KIND_HELLO ? UCP_AM_SEND_FLAG_EAGER : 0; /* a receiver refuses others */
     t->next = t->prev = NULL;
     struct frame f = {
         .kind = kind,
@@ -620,69 +784,20 @@ static weft_status_t frame_send(struct weft_link *l, uint8_t kind, uint16_t type
     return WEFT_OK;
 }
 
-/* ---- endpoints ---------------------------------------------------------------------------- */
-
-/* Create the endpoint and start its wire-up: a flush, as UCX 1.13 may fail a send made before
- * wire-up finished (openucx/ucx#6872, reference/environment.md); frames queue until then. */
-static weft_status_t ep_open(struct weft_link *l, const void *addr)
+/* Tell the peer we are done with the link (once; not when it told us, or cannot hear). */
+static void say_bye(struct weft_link *l)
 {
-    struct weft_link_host *h = l->host;
-    ucp_ep_params_t ep = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = addr,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ep_err_cb, .arg = l},
-    };
-    ucs_status_t s = ucp_ep_create(h->worker, &ep, &l->ep);
-    if (s != UCS_OK) {
-        l->ep = NULL;
-        WEFT_LOG_ERROR("link", "endpoint to the peer: UCX: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-        .cb.send = wired_done,
-        .user_data = l,
-    };
-    ucs_status_ptr_t q = ucp_ep_flush_nbx(l->ep, &p);
-    if (UCS_PTR_IS_ERR(q)) {
-        link_fail_ucs(l, "connecting", UCS_PTR_STATUS(q));
-    } else if (q) {
-        l->refs++;
-    } else {
-        l->state = LINK_UP;
-    }
-    return WEFT_OK;
-}
-
-/* Force: drop what is in flight (the peer is gone or we give up); else let it leave first. */
-static void ep_close(struct weft_link *l, bool force)
-{
-    if (!l->ep)
+    if (l->bye_sent || l->got_bye || !l->peer || l->peer->state == EP_DOWN)
         return;
-    ucp_request_param_t p = {
-        .op_attr_mask =
-            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
-        .cb.send = closed_done,
-        .user_data = l,
-    };
-    ucs_status_ptr_t q = ucp_ep_close_nbx(l->ep, &p);
-    l->ep = NULL;
-    if (q && !UCS_PTR_IS_ERR(q))
-        l->refs++;
+    l->bye_sent = true;
+    (void)frame_send(l, KIND_BYE, 0, NULL, 0); /* out of memory: the peer times out instead */
 }
 
 /* ---- the progress engine ------------------------------------------------------------------ */
 
 static void link_free(struct weft_link *l)
 {
-    while (l->q_head) {
-        struct tx *t = l->q_head;
-        l->q_head = t->next;
-        tx_free(t);
-    }
+    queue_drop(l);
     while (l->inflight) { /* only after the worker is gone */
         struct tx *t = l->inflight;
         l->inflight = t->next;
@@ -693,40 +808,59 @@ static void link_free(struct weft_link *l)
         l->rx_head = r->next;
         rx_free(l->host, r);
     }
+    if (l->peer)
+        l->peer->refs--;
     weft_free(l->peer_addr);
     weft_free(l);
 }
 
-/* Free the closed links nobody refers to any more. */
+static void peer_free(struct peer *p)
+{
+    weft_free(p->addr);
+    weft_free(p);
+}
+
+/* Free the closed links nobody refers to any more, then the closed endpoints. A healthy
+ * endpoint without links stays: a later link to the same process reuses it. */
 static void sweep(struct weft_link_host *h)
 {
     struct weft_link **pp = &h->links;
     while (*pp) {
         struct weft_link *l = *pp;
-        if (l->closed && !l->ep && !l->refs && !l->accepting) {
+        if (l->closed && !l->accepting && !l->q_head && !l->refs) {
             *pp = l->next;
             link_free(l);
         } else {
             pp = &l->next;
         }
     }
+    struct peer **qq = &h->peers;
+    while (*qq) {
+        struct peer *p = *qq;
+        if (!p->ep && !p->refs) {
+            *qq = p->next;
+            peer_free(p);
+        } else {
+            qq = &p->next;
+        }
+    }
 }
 
-/* A closed link: goodbye after the queued frames, then close the endpoint. */
+/* A closed link: its frames (the goodbye last) go once the endpoint is up; after the close
+ * deadline, or when the endpoint failed, they are dropped. */
 static unsigned close_step(struct weft_link *l, int64_t now)
 {
     rx_discard(l);
-    if (!l->ep)
+    if (!l->q_head)
         return 0;
-    if (l->state == LINK_UP) {
-        queue_post(l);
-        ep_close(l, false);
-    } else if (l->state == LINK_DOWN || now >= l->close_by_ns) {
-        ep_close(l, true);
-    } else {
-        return 0; /* wire-up still running */
+    if (l->peer && l->peer->state == EP_WIRING && now < l->close_by_ns)
+        return 0;
+    unsigned n = queue_post(l);
+    if (l->q_head) {
+        queue_drop(l);
+        n++;
     }
-    return 1;
+    return n;
 }
 
 static void link_close_begin(struct weft_link *l)
@@ -735,22 +869,23 @@ static void link_close_begin(struct weft_link *l)
     l->on_msg = NULL;
     l->on_down = NULL;
     l->close_by_ns = weft_tp_now_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
-    if (l->state != LINK_DOWN && l->ep)
-        (void)frame_send(l, KIND_BYE, 0, NULL, 0); /* out of memory: the close says it anyway */
+    say_bye(l);
 }
 
-/* The accept side of a hello: connect back, then tell the user. */
+/* The accept side of a hello: attach to the endpoint to its worker, then tell the user. */
 static unsigned accept_step(struct weft_link *l)
 {
     struct weft_link_host *h = l->host;
+    struct peer *p;
     l->accepting = false;
-    weft_status_t st = ep_open(l, l->peer_addr);
+    weft_status_t st = peer_get(h, l->peer_addr, l->peer_addr_len, &p);
     weft_free(l->peer_addr);
     l->peer_addr = NULL;
     if (st != WEFT_OK) {
         l->closed = true; /* the user never saw it; the peer times out */
         return 1;
     }
+    link_attach(l, p);
     WEFT_LOG_DEBUG("link", "link %016llx:%u accepted", (unsigned long long)l->conn_host,
                    l->conn_id);
     if (!h->on_accept || h->destroying)
@@ -788,14 +923,30 @@ static unsigned deliver(struct weft_link *l)
     return n;
 }
 
+/* Once the messages before it are delivered: the down event, and a goodbye when we are the
+ * side that gave up (malformed frame, silence), so the peer does not wait for its timeout. */
+static unsigned report_down(struct weft_link *l)
+{
+    if (l->down_told || (l->rx_head && l->rx_head->ready))
+        return 0;
+    l->down_told = true;
+    rx_discard(l);
+    say_bye(l);
+    if (l->on_down)
+        l->on_down(l, l->why, l->arg);
+    return 1;
+}
+
 static void heartbeat(struct weft_link *l, int64_t now)
 {
     struct weft_link_host *h = l->host;
     if (now - l->last_rx_ns > (int64_t)h->timeout_ms * 1000000) {
+        /* the process is silent, not just this link: drop its endpoint, so what is in flight
+         * to it is abandoned now and a revived process finds its links gone */
         char cause[64];
         snprintf(cause, sizeof(cause), "no frame from the peer for %d ms", h->timeout_ms);
-        link_fail(l, WEFT_ERR_TIMEOUT, cause);
-    } else if (l->state == LINK_UP && now - l->last_tx_ns >= h->tick_ns / 2) {
+        peer_fail(l->peer, WEFT_ERR_TIMEOUT, cause);
+    } else if (l->peer && l->peer->state == EP_UP && now - l->last_tx_ns >= h->tick_ns / 2) {
         (void)frame_send(l, KIND_BEAT, 0, NULL, 0); /* out of memory: logged; silence follows */
     }
 }
@@ -809,30 +960,27 @@ static unsigned links_step(struct weft_link_host *h, bool callbacks)
     bool tick = now + h->tick_ns / 8 >= h->next_tick_ns; /* the timerfd may fire a hair early */
     if (tick)
         h->next_tick_ns = now + h->tick_ns;
-    /* Links created by callbacks go to the head of the list: the next round sees them. Closed
-     * links stay in the list until sweep(). */
+    /* Links created by callbacks join the tail (this pass sees them); closed links stay in the
+     * list until sweep(). */
     for (struct weft_link *l = h->links; l; l = l->next) {
         if (l->accepting && callbacks)
             n += accept_step(l);
-        if (!l->closed && l->state == LINK_UP && l->q_head)
-            n += queue_post(l);
-        if (!l->closed && callbacks)
-            n += deliver(l);
-        if (!l->closed && callbacks && l->state == LINK_DOWN && !l->down_told &&
-            !(l->rx_head && l->rx_head->ready)) {
-            l->down_told = true;
-            rx_discard(l);
-            ep_close(l, true);
-            if (l->on_down)
-                l->on_down(l, l->why, l->arg);
-            n++;
-        }
-        if (l->closed)
+        if (l->accepting)
+            continue;
+        if (l->closed) {
             n += close_step(l, now);
-        else if (tick && h->timeout_ms && l->state != LINK_DOWN)
+            continue;
+        }
+        if (l->q_head)
+            n += queue_post(l);
+        if (callbacks)
+            n += deliver(l);
+        if (callbacks && !l->closed && l->down)
+            n += report_down(l);
+        if (!l->closed && !l->down && tick && h->timeout_ms)
             heartbeat(l, now);
     }
-    return n;
+    return n + peers_step(h);
 }
 
 static unsigned ucx_progress(struct weft_link_host *h)
@@ -1015,27 +1163,33 @@ weft_status_t weft_link_host_create(const char *tls, weft_link_accept_cb on_acce
     return WEFT_OK;
 }
 
-/* Bounded: goodbyes and closes that have not finished by then are dropped with the worker. */
+/* Bounded: what has not left by the deadline is dropped with the worker. */
 static void host_drain(struct weft_link_host *h)
 {
     int64_t deadline = weft_tp_now_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
     for (struct weft_link *l = h->links; l; l = l->next)
         if (!l->closed)
             link_close_begin(l);
+    bool closing = false;
     for (;;) {
         pump(h);
         sweep(h);
+        if (!h->links && !closing) {
+            /* every goodbye left: close the endpoints, politely while they work */
+            for (struct peer *p = h->peers; p; p = p->next)
+                peer_close(p, p->state != EP_UP);
+            closing = true;
+            continue;
+        }
         int64_t left = deadline - weft_tp_now_ns();
-        if (!h->links || left <= 0)
+        if (!h->peers || left <= 0)
             break;
         struct pollfd pfd = {.fd = h->epfd, .events = POLLIN};
         (void)poll(&pfd, 1, left / 1000000 + 1 > 50 ? 50 : (int)(left / 1000000 + 1));
     }
-    for (struct weft_link *l = h->links; l; l = l->next) {
-        l->accepting = false;
-        ep_close(l, true);
-    }
-    for (int i = 0; i < 100 && h->links; i++) {
+    for (struct peer *p = h->peers; p; p = p->next)
+        peer_close(p, true);
+    for (int i = 0; i < 100 && (h->links || h->peers); i++) {
         ucx_progress(h);
         sweep(h);
     }
@@ -1054,11 +1208,8 @@ void weft_link_host_destroy(struct weft_link_host *h)
     if (h->worker) {
         host_drain(h);
         for (struct weft_link *l = h->links; l; l = l->next) {
-            while (l->rx_head && !l->rx_head->req) { /* held UCX data goes back before UCX */
-                struct rx *r = l->rx_head;
-                l->rx_head = r->next;
-                rx_free(h, r);
-            }
+            l->accepting = false;
+            rx_discard(l); /* held UCX data goes back before UCX */
         }
         if (h->addr)
             ucp_worker_release_address(h->worker, h->addr);
@@ -1068,6 +1219,11 @@ void weft_link_host_destroy(struct weft_link_host *h)
         struct weft_link *l = h->links;
         h->links = l->next;
         link_free(l);
+    }
+    while (h->peers) {
+        struct peer *p = h->peers;
+        h->peers = p->next;
+        peer_free(p);
     }
     if (h->ctx)
         ucp_cleanup(h->ctx);
@@ -1143,16 +1299,18 @@ weft_status_t weft_link_connect(struct weft_link_host *h, const void *peer_addr,
         WEFT_LOG_ERROR("link", "connect: a peer address of %zu bytes (1 to %d)", len, ADDR_MAX);
         return WEFT_ERR_INVALID;
     }
+    struct peer *p;
+    weft_status_t st = peer_get(h, peer_addr, len, &p);
+    if (st != WEFT_OK)
+        return st;
     if (!h->next_conn)
         h->next_conn = 1;
     struct weft_link *l = link_new(h, true, h->id, h->next_conn++);
     if (!l)
-        return WEFT_ERR_NOMEM;
-    weft_status_t st = ep_open(l, peer_addr);
-    if (st == WEFT_OK)
-        st = frame_send(l, KIND_HELLO, 0, h->addr, h->addr_len);
+        return WEFT_ERR_NOMEM; /* the endpoint stays for a later try */
+    link_attach(l, p);
+    st = frame_send(l, KIND_HELLO, 0, h->addr, h->addr_len);
     if (st != WEFT_OK) {
-        ep_close(l, true);
         l->closed = true;
         if (!h->busy)
             sweep(h);
@@ -1179,7 +1337,7 @@ void weft_link_set_callbacks(struct weft_link *l, weft_link_msg_cb on_msg,
 
 weft_status_t weft_link_send(struct weft_link *l, uint16_t type, const void *data, size_t len)
 {
-    if (l->state == LINK_DOWN)
+    if (l->down)
         return l->why;
     if (len > WEFT_LINK_MSG_MAX) {
         WEFT_LOG_ERROR("link", "send: a message of %zu bytes (at most %zu)", len,
@@ -1206,7 +1364,7 @@ static bool flush_step(struct weft_link *l, uint64_t *target)
 {
     if (*target)
         return l->flush_done >= *target;
-    if (l->state != LINK_UP || l->q_head)
+    if (l->peer->state != EP_UP || l->q_head)
         return false;
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
@@ -1214,7 +1372,7 @@ static bool flush_step(struct weft_link *l, uint64_t *target)
         .user_data = l,
     };
     *target = ++l->flush_issued;
-    ucs_status_ptr_t q = ucp_ep_flush_nbx(l->ep, &p);
+    ucs_status_ptr_t q = ucp_ep_flush_nbx(l->peer->ep, &p);
     if (UCS_PTR_IS_ERR(q))
         link_fail_ucs(l, "flush", UCS_PTR_STATUS(q));
     else if (q)
@@ -1233,7 +1391,7 @@ weft_status_t weft_link_flush(struct weft_link *l, int timeout_ms)
     uint64_t target = 0;
     weft_status_t st;
     for (;;) {
-        if (l->state == LINK_DOWN) {
+        if (l->down) {
             st = l->why;
             break;
         }
@@ -1263,7 +1421,7 @@ weft_status_t weft_link_flush(struct weft_link *l, int timeout_ms)
 
 weft_status_t weft_link_status(const struct weft_link *l)
 {
-    return l->state == LINK_DOWN ? l->why : WEFT_OK;
+    return l->down ? l->why : WEFT_OK;
 }
 
 void weft_link_close(struct weft_link *l)

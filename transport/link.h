@@ -1,5 +1,5 @@
 /* transport/link.h: control-plane links: one UCX worker per process with an event descriptor, an
- * endpoint per peer created from the peer's worker address, framed messages (UCX active
+ * endpoint per peer process created from its worker address, framed messages (UCX active
  * messages), per-peer failure detection. Knows nothing about what the messages mean.
  *
  * Unlike the worlds of comm.h, which fail as a whole, every link lives and dies alone: the
@@ -10,16 +10,16 @@
  *
  * Failure detection, two layers:
  *  - A peer process that dies (crash, SIGKILL, OOM) has its sockets closed by its kernel; UCX
- *    reports the endpoint failed at once and the link goes down with WEFT_ERR_PEER_LOST
- *    (measured on loopback: a few ms).
+ *    reports the endpoint failed at once and its links go down with WEFT_ERR_PEER_LOST
+ *    (measured on loopback: 1-7 ms after the SIGKILL).
  *  - A peer that is silent (stopped, wedged, its host powered off or cut off: no socket is
  *    closed) is caught by our own heartbeat: a link sends a small frame whenever it has sent
- *    nothing for timeout/4, and goes down with WEFT_ERR_TIMEOUT after timeout without any frame
- *    from its peer (weft_link_host_set_timeout, default 10 s). UCX's keepalives do not cover
- *    this: TCP keepalive (UCX_TCP_KEEPIDLE 10 s + probes) is answered by a stopped process's
- *    kernel, and UCP's keepalive only writes to the socket. So each side must call progress (or
- *    wait) at least every timeout/4: drive the host from a thread or loop that does not run long
- *    computations.
+ *    nothing for timeout/4; after timeout without any frame from the peer, the endpoint to that
+ *    process is dropped and its links go down with WEFT_ERR_TIMEOUT (weft_link_host_set_timeout,
+ *    default 10 s). UCX's keepalives do not cover this: TCP keepalive (UCX_TCP_KEEPIDLE 10 s +
+ *    probes) is answered by a stopped process's kernel, and UCP's keepalive only writes to the
+ *    socket. So each side must call progress (or wait) at least every timeout/4: drive the host
+ *    from a thread or loop that does not run long computations.
  *
  * Threading: a host and its links are used by one thread at a time (the UCX worker runs in
  * single-thread mode and nothing here locks). Callbacks run on that thread, inside
@@ -103,11 +103,14 @@ weft_status_t weft_link_host_wait(struct weft_link_host *host, int timeout_ms);
 
 /* Connect to a peer by its address; returns at once (frames queue until UCX has wired the
  * endpoint up). The peer learns about it through its accept callback when our first frame
- * arrives, so both sides end with one link for the pair. Two endpoints per pair, one per
- * direction: our first frame carries our address and the peer connects back with it (UCX may
- * pair the two internally; nothing here depends on whether it does). A peer UCX cannot reach
- * at once fails here (WEFT_ERR_UNREACHABLE, e.g. its process has exited); one that fails later
- * shows as down. */
+ * arrives, so both sides end with one link for the pair. Our first frame carries our address,
+ * and the peer connects back with it unless it has an endpoint to us already: a host keeps one
+ * UCX endpoint per remote process, shared by every link to it, because UCX 1.13 pairs the
+ * endpoints of two processes in creation order and per-link endpoints could end up crossed (one
+ * link's close breaking another's). So a link closes with a goodbye frame; an endpoint closes
+ * when it fails (taking down every link to that process) or with the host. A peer UCX cannot
+ * reach at once fails here (WEFT_ERR_UNREACHABLE, e.g. its process has exited); one that fails
+ * later shows as down. */
 weft_status_t weft_link_connect(struct weft_link_host *host, const void *peer_addr, size_t len,
                                 weft_link_msg_cb on_msg, weft_link_down_cb on_down, void *arg,
                                 struct weft_link **link_p);
