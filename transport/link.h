@@ -82,9 +82,10 @@ weft_status_t weft_link_host_create(const char *tls, weft_link_accept_cb on_acce
 /* Closes every link left (no callbacks after), lets their last frames leave for at most a
  * second, then frees everything. */
 void weft_link_host_destroy(struct weft_link_host *host);
-/* Silence after which a link goes down with WEFT_ERR_TIMEOUT (heartbeats go every timeout/4);
- * 0 turns the heartbeat off (then only closed connections are noticed). Both sides should use
- * the same value. Default 10000 ms; at least 20 ms. */
+/* Silence after which the peer's endpoint is dropped and its links go down with
+ * WEFT_ERR_TIMEOUT (an idle link sends a heartbeat about every timeout/4); 0 turns the
+ * heartbeat off (then only broken connections are noticed). Both sides should use the same
+ * value. Default 10000 ms; at least 20 ms. */
 weft_status_t weft_link_host_set_timeout(struct weft_link_host *host, int timeout_ms);
 /* This process's UCX worker address (owned by the host), to hand to peers out of band (the
  * coordinator and workers exchange them over their authenticated TCP bootstrap connection). */
