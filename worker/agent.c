@@ -24,6 +24,7 @@
 #include "model/json_get.h"
 #include "transport/comm.h"
 #include "transport/link.h"
+#include "worker/inventory.h"
 #include "worker/runtime.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -529,6 +530,7 @@ static cJSON *inventory(struct agent *a, const char *link_b64)
     cJSON_AddNumberToObject(h, "local_rank", a->opts->launch.local_rank);
     cJSON_AddStringToObject(h, "version", WEFT_VERSION);
     cJSON_AddStringToObject(h, "link", link_b64);
+    (void)weft_inventory_nics_add(h); /* best effort: a failed source is logged, the rest kept */
     return h;
 }
 

@@ -1,0 +1,161 @@
+/* The worker's NIC inventory (worker/inventory.h): on this host the array exists, every entry
+ * has a name and a type, loopback is left out and RDMA entries (if any) are well formed. Then,
+ * when this process may have a network namespace of its own (root or CAP_SYS_ADMIN, `ip`
+ * installed), in a fresh one: lo up, a dummy interface with an IPv4 (and IPv6 when the namespace
+ * allows it) address and MTU 1400 appears with exactly those, lo still does not. The namespace
+ * vanishes with the process; nothing on the host is touched. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cJSON.h>
+
+#include "test.h"
+#include "worker/inventory.h"
+
+extern char **environ;
+
+static const cJSON *nics_of(cJSON *obj)
+{
+    CHECK_OK(weft_inventory_nics_add(obj));
+    const cJSON *nics = cJSON_GetObjectItemCaseSensitive(obj, "nics");
+    CHECK(cJSON_IsArray(nics));
+    return nics;
+}
+
+static bool has_string(const cJSON *arr, const char *s)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr)
+    {
+        if (cJSON_IsString(e) && strcmp(e->valuestring, s) == 0)
+            return true;
+    }
+    return false;
+}
+
+static const cJSON *find(const cJSON *nics, const char *name)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, nics)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (strcmp(n->valuestring, name) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Every entry: a name, a known type and the fields of that type. */
+static void check_entries(const cJSON *nics)
+{
+    const cJSON *e;
+    CHECK(cJSON_GetArraySize(nics) <= WEFT_INVENTORY_NICS_MAX);
+    cJSON_ArrayForEach(e, nics)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
+        CHECK(cJSON_IsString(name) && name->valuestring[0]);
+        CHECK(cJSON_IsString(type));
+        CHECK(strcmp(name->valuestring, "lo") != 0);
+        const cJSON *numa = cJSON_GetObjectItemCaseSensitive(e, "numa_node");
+        CHECK(!numa || (cJSON_IsNumber(numa) && numa->valuedouble >= 0));
+        if (strcmp(type->valuestring, "rdma") == 0) {
+            const cJSON *ports = cJSON_GetObjectItemCaseSensitive(e, "ports"), *p;
+            CHECK(cJSON_IsArray(ports));
+            cJSON_ArrayForEach(p, ports)
+            {
+                CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(p, "port")));
+                CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(p, "state")));
+                CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(p, "link_layer")));
+                CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(p, "rate_gbps")));
+            }
+            continue;
+        }
+        CHECK(strcmp(type->valuestring, "ip") == 0);
+        const cJSON *v4 = cJSON_GetObjectItemCaseSensitive(e, "ipv4");
+        const cJSON *v6 = cJSON_GetObjectItemCaseSensitive(e, "ipv6");
+        CHECK(cJSON_IsArray(v4) && cJSON_IsArray(v6));
+        CHECK(cJSON_GetArraySize(v4) + cJSON_GetArraySize(v6) > 0); /* an IP interface */
+        CHECK(!has_string(v4, "127.0.0.1") && !has_string(v6, "::1"));
+        CHECK(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(e, "up")));
+        const cJSON *mtu = cJSON_GetObjectItemCaseSensitive(e, "mtu");
+        CHECK(cJSON_IsNumber(mtu) && mtu->valuedouble >= 68);
+        const cJSON *speed = cJSON_GetObjectItemCaseSensitive(e, "speed_mbps");
+        CHECK(!speed || (cJSON_IsNumber(speed) && speed->valuedouble > 0));
+    }
+}
+
+/* Run `ip ARGS...` quietly; its exit status (127 when it cannot be started). */
+static int ip(const char *a1, const char *a2, const char *a3, const char *a4, const char *a5,
+              const char *a6, const char *a7)
+{
+    char *argv[] = {"ip",       (char *)a1, (char *)a2, (char *)a3, (char *)a4,
+                    (char *)a5, (char *)a6, (char *)a7, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, "ip", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return 127;
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void check_dummy(void)
+{
+    if (unshare(CLONE_NEWNET) != 0) {
+        printf("skipped the dummy interface: no network namespace of our own (%s)\n",
+               strerror(errno));
+        return;
+    }
+    /* a dummy, or one end of a veth pair where the kernel has no dummy driver */
+    if (ip("link", "add", "weftdummy0", "type", "dummy", NULL, NULL) != 0 &&
+        ip("link", "add", "weftdummy0", "type", "veth", "peer", "weftpeer0") != 0) {
+        printf("skipped the dummy interface: `ip link add` (dummy, veth) failed or no `ip`\n");
+        return;
+    }
+    CHECK_EQ(ip("link", "set", "lo", "up", NULL, NULL, NULL), 0);
+    CHECK_EQ(ip("link", "set", "weftdummy0", "mtu", "1400", "up", NULL), 0);
+    CHECK_EQ(ip("addr", "add", "10.231.7.5/24", "dev", "weftdummy0", NULL, NULL), 0);
+    bool v6 = ip("-6", "addr", "add", "fd00:231::5/64", "dev", "weftdummy0", "nodad") == 0;
+    cJSON *obj = cJSON_CreateObject();
+    const cJSON *nics = nics_of(obj);
+    check_entries(nics);
+    char *text = cJSON_PrintUnformatted(nics);
+    printf("in a fresh network namespace: %s\n", text);
+    free(text);
+    const cJSON *d = find(nics, "weftdummy0");
+    CHECK(d);
+    CHECK(find(nics, "lo") == NULL);
+    CHECK(has_string(cJSON_GetObjectItemCaseSensitive(d, "ipv4"), "10.231.7.5"));
+    CHECK(!v6 || has_string(cJSON_GetObjectItemCaseSensitive(d, "ipv6"), "fd00:231::5"));
+    CHECK_EQ(cJSON_GetObjectItemCaseSensitive(d, "mtu")->valuedouble, 1400);
+    const cJSON *e; /* the dummy is the only IP interface here (RDMA devices are not per netns) */
+    cJSON_ArrayForEach(e, nics)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
+        CHECK(e == d || strcmp(type->valuestring, "ip") != 0);
+    }
+    cJSON_Delete(obj);
+}
+
+int main(void)
+{
+    cJSON *obj = cJSON_CreateObject();
+    const cJSON *nics = nics_of(obj);
+    check_entries(nics);
+    printf("this host: %d NIC entries\n", cJSON_GetArraySize(nics));
+    cJSON_Delete(obj);
+    check_dummy();
+    return 0;
+}
