@@ -2,6 +2,8 @@
 #include "model/flux.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "model/json_get.h"
@@ -257,4 +259,47 @@ weft_status_t weft_flux_tp_check(const struct weft_flux_config *c,
             st = check_linear(lay, prefix, &sgl[i]);
     }
     return st;
+}
+
+int weft_flux_unit_count(const struct weft_flux_config *c)
+{
+    return (int)(c->num_layers + c->num_single_layers) + 2;
+}
+
+int weft_flux_param_unit(const struct weft_flux_config *c, const char *name)
+{
+    static const char *const head[] = {"x_embedder.", "context_embedder.", "time_text_embed."};
+    static const char *const tail[] = {"norm_out.", "proj_out."};
+    for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
+        if (strncmp(name, head[i], strlen(head[i])) == 0)
+            return 0;
+    for (size_t i = 0; i < sizeof(tail) / sizeof(tail[0]); i++)
+        if (strncmp(name, tail[i], strlen(tail[i])) == 0)
+            return weft_flux_unit_count(c) - 1;
+    static const char *const blocks[] = {"transformer_blocks.", "single_transformer_blocks."};
+    for (int k = 0; k < 2; k++) {
+        size_t len = strlen(blocks[k]);
+        if (strncmp(name, blocks[k], len) != 0)
+            continue;
+        char *end;
+        long long i = strtoll(name + len, &end, 10);
+        int64_t n = k == 0 ? c->num_layers : c->num_single_layers;
+        if (end == name + len || *end != '.' || i < 0 || i >= n)
+            return -1;
+        return (int)(1 + (k == 0 ? 0 : c->num_layers) + i);
+    }
+    return -1;
+}
+
+void weft_flux_unit_name(const struct weft_flux_config *c, int unit, char *buf, size_t len)
+{
+    const int64_t L = c->num_layers;
+    if (unit == 0)
+        snprintf(buf, len, "embedders");
+    else if (unit == weft_flux_unit_count(c) - 1)
+        snprintf(buf, len, "output");
+    else if (unit <= L)
+        snprintf(buf, len, "transformer_blocks.%d", unit - 1);
+    else
+        snprintf(buf, len, "single_transformer_blocks.%lld", (long long)(unit - 1 - L));
 }

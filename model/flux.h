@@ -133,4 +133,16 @@ struct weft_param {
 /* Number of parameters for this config, and fill params (may be NULL to count). */
 size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *params);
 
+/* The transformer's units for a layer pipeline (device_map), in execution order:
+ *   0                       "embedders": x_embedder, context_embedder, time_text_embed
+ *   1 + i                   "transformer_blocks.i"
+ *   1 + num_layers + i      "single_transformer_blocks.i"
+ *   count - 1               "output": norm_out, proj_out
+ * Between units the state is the hidden states [B, S_txt + S_img, inner_dim] and the time
+ * embedding [B, inner_dim]. */
+int weft_flux_unit_count(const struct weft_flux_config *c);
+/* The unit a parameter (checkpoint key) belongs to; -1 for a name of no unit. */
+int weft_flux_param_unit(const struct weft_flux_config *c, const char *name);
+void weft_flux_unit_name(const struct weft_flux_config *c, int unit, char *buf, size_t len);
+
 #endif

@@ -1,9 +1,14 @@
 /* Mesh arithmetic (see mesh.h). */
 #include "model/mesh.h"
 
+static int stages(const struct weft_mesh *m)
+{
+    return m->pp > 1 ? m->pp : 1;
+}
+
 int weft_mesh_size(const struct weft_mesh *m)
 {
-    return m->dp * m->ring * m->ulysses * m->tp;
+    return m->dp * stages(m) * m->ring * m->ulysses * m->tp;
 }
 
 void weft_mesh_coord(const struct weft_mesh *m, int rank, struct weft_mesh_coord *c)
@@ -13,13 +18,16 @@ void weft_mesh_coord(const struct weft_mesh *m, int rank, struct weft_mesh_coord
     c->ulysses = rank % m->ulysses;
     rank /= m->ulysses;
     c->ring = rank % m->ring;
-    c->dp = rank / m->ring;
+    rank /= m->ring;
+    c->pp = rank % stages(m);
+    c->dp = rank / stages(m);
     c->cp = c->ring * m->ulysses + c->ulysses;
 }
 
 int weft_mesh_rank(const struct weft_mesh *m, const struct weft_mesh_coord *c)
 {
-    return ((c->dp * m->ring + c->ring) * m->ulysses + c->ulysses) * m->tp + c->tp;
+    return (((c->dp * stages(m) + c->pp) * m->ring + c->ring) * m->ulysses + c->ulysses) * m->tp +
+           c->tp;
 }
 
 int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group kind, int *ranks,
@@ -33,16 +41,19 @@ int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group ki
         int same = c.dp == me.dp;
         switch (kind) {
         case WEFT_MESH_TP:
-            same = same && c.ring == me.ring && c.ulysses == me.ulysses;
+            same = same && c.pp == me.pp && c.ring == me.ring && c.ulysses == me.ulysses;
             break;
         case WEFT_MESH_ULYSSES:
-            same = same && c.ring == me.ring && c.tp == me.tp;
+            same = same && c.pp == me.pp && c.ring == me.ring && c.tp == me.tp;
             break;
         case WEFT_MESH_RING:
-            same = same && c.ulysses == me.ulysses && c.tp == me.tp;
+            same = same && c.pp == me.pp && c.ulysses == me.ulysses && c.tp == me.tp;
             break;
         case WEFT_MESH_CP:
-            same = same && c.tp == me.tp;
+            same = same && c.pp == me.pp && c.tp == me.tp;
+            break;
+        case WEFT_MESH_PIPE:
+            same = same && c.ring == me.ring && c.ulysses == me.ulysses && c.tp == me.tp;
             break;
         default:
             break;
@@ -58,7 +69,7 @@ int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group ki
 
 const char *weft_mesh_group_name(enum weft_mesh_group g)
 {
-    static const char *const names[WEFT_MESH_GROUP_COUNT] = {"tp", "ulysses", "ring", "cp",
-                                                             "replica"};
+    static const char *const names[WEFT_MESH_GROUP_COUNT] = {"tp",      "ulysses", "ring", "cp",
+                                                             "replica", "pipe"};
     return (unsigned)g < WEFT_MESH_GROUP_COUNT ? names[g] : "?";
 }

@@ -1,6 +1,8 @@
-/* The device mesh: dp x ring x ulysses x tp, tensor parallelism innermost (it talks the most,
- * so it stays on the fastest links), then Ulysses, then ring, then data parallelism:
- *   rank = ((dp_i * ring + ring_i) * ulysses + ulysses_i) * tp + tp_i
+/* The device mesh: dp x pp x ring x ulysses x tp, tensor parallelism innermost (it talks the
+ * most, so it stays on the fastest links), then Ulysses, then ring, then pipeline stages (a
+ * model split by layers, device_map), then data parallelism:
+ *   rank = (((dp_i * pp + pp_i) * ring + ring_i) * ulysses + ulysses_i) * tp + tp_i
+ * (pp 0 counts as 1, so {dp, ring, ulysses, tp} initializers mean one stage).
  * Within a replica the context-parallel ranks are numbered c = ring_i * ulysses + ulysses_i
  * (Diffusers' flattened order). Pure arithmetic, shared by the planner and the workers. */
 #ifndef WEFT_MODEL_MESH_H
@@ -8,10 +10,11 @@
 
 struct weft_mesh {
     int dp, ring, ulysses, tp;
+    int pp; /* pipeline stages of a replica; 0 or 1: one */
 };
 
 struct weft_mesh_coord {
-    int dp, ring, ulysses, tp;
+    int dp, ring, ulysses, tp, pp;
     int cp; /* ring * ulysses_degree + ulysses */
 };
 
@@ -25,9 +28,10 @@ enum weft_mesh_group {
     WEFT_MESH_RING,    /* same dp, ulysses, tp: varying ring (strided) */
     WEFT_MESH_CP,      /* same dp, tp: every ring x ulysses, flattened order */
     WEFT_MESH_REPLICA, /* same dp: the whole replica */
+    WEFT_MESH_PIPE,    /* same dp, ring, ulysses, tp: varying pp (the stages, in order) */
     WEFT_MESH_GROUP_COUNT
 };
-/* "tp", "ulysses", "ring", "cp", "replica" */
+/* "tp", "ulysses", "ring", "cp", "replica", "pipe" */
 const char *weft_mesh_group_name(enum weft_mesh_group g);
 
 /* World ranks of rank's group of the given kind, in group-rank order, into ranks (size at

@@ -70,6 +70,7 @@ struct weft_flux {
     int cp_size, cp_rank; /* ring x ulysses, and this rank's chunk */
     int ring_rank, ulysses_rank;
     const struct weft_par_comm *comm;
+    struct weft_flux_stage stage; /* .on: a pipeline stage holding units [first, last) */
     weft_status_t comm_status; /* first collective failure, reported after the block */
     void *weights;
     size_t weight_bytes;
@@ -89,6 +90,7 @@ struct binding {
     int64_t shape[2]; /* full, as in the checkpoint */
     int64_t local[2]; /* this rank's shard */
     const struct weft_tp_shard *shard; /* NULL: replicated */
+    bool skip; /* another pipeline stage's: checked in the checkpoint, not read */
 };
 
 struct binder {
@@ -98,6 +100,8 @@ struct binder {
     size_t floats;
     const struct weft_tp_layout *layout;
     int tp_size, tp_rank;
+    const struct weft_flux_config *cfg;
+    const struct weft_flux_stage *stage; /* NULL: every unit */
 };
 
 static weft_status_t bind(struct binder *bd, const char *prefix, const char *name,
@@ -117,6 +121,15 @@ static weft_status_t bind(struct binder *bd, const char *prefix, const char *nam
     b->shape[0] = b->local[0] = d0;
     b->shape[1] = b->local[1] = d1;
     b->shard = weft_tp_find(bd->layout, b->name);
+    b->skip = false;
+    if (bd->stage) {
+        int u = weft_flux_param_unit(bd->cfg, b->name);
+        b->skip = u < bd->stage->unit_first || u >= bd->stage->unit_last;
+    }
+    if (b->skip) {
+        b->dst = NULL;
+        return WEFT_OK;
+    }
     if (b->shard && b->shard->dim >= 0) {
         struct weft_range r[WEFT_MAX_BLOCKS];
         weft_tp_ranges(b->shard, bd->tp_size, bd->tp_rank, r, &b->local[b->shard->dim]);
@@ -304,7 +317,8 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
             st = WEFT_ERR_FORMAT;
             break;
         }
-        st = read_one(m, t, b, full ? full + offsets[i] : NULL, &sg);
+        if (!b->skip)
+            st = read_one(m, t, b, full ? full + offsets[i] : NULL, &sg);
     }
     weft_big_free(sg.p, sg.floats * sizeof(float));
     weft_big_free(full, full_floats * sizeof(float));
@@ -366,9 +380,18 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
         st = WEFT_ERR_INVALID;
         goto out;
     }
+    m->stage = opts->stage;
+    if (m->stage.on && (m->tp_size > 1 || m->cp_size > 1 || !m->comm)) {
+        WEFT_LOG_ERROR("flux", "a pipeline stage (device_map) cannot be combined with tensor or "
+                               "context parallelism, and needs collectives");
+        st = WEFT_ERR_INVALID;
+        goto out;
+    }
     bd.layout = m->tp_size > 1 ? opts->tp_layout : NULL;
     bd.tp_size = m->tp_size;
     bd.tp_rank = m->tp_rank;
+    bd.cfg = &m->cfg;
+    bd.stage = m->stage.on ? &m->stage : NULL;
     if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0) {
         WEFT_LOG_ERROR("flux", "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
                        WEFT_FLUX_CLASS);
@@ -387,6 +410,21 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     }
     if (bd.layout && (st = weft_flux_tp_check(&m->cfg, bd.layout)) != WEFT_OK)
         goto out;
+    if (m->stage.on) {
+        const struct weft_flux_stage *g = &m->stage;
+        const int n = weft_flux_unit_count(&m->cfg);
+        const bool any = g->unit_first < g->unit_last;
+        const bool chained = !any || ((g->unit_first == 0) == (g->prev < 0) &&
+                                      (g->unit_last == n) == (g->next < 0));
+        if (g->unit_first < 0 || g->unit_last > n || g->unit_first > g->unit_last ||
+            g->root < 0 || !chained) {
+            WEFT_LOG_ERROR("flux", "pipeline stage: units [%d, %d) of %d with prev %d, next %d, "
+                                   "root %d do not chain",
+                           g->unit_first, g->unit_last, n, g->prev, g->next, g->root);
+            st = WEFT_ERR_INVALID;
+            goto out;
+        }
+    }
     m->heads_l = m->cfg.num_attention_heads / m->tp_size;
     m->dim_l = m->heads_l * m->cfg.attention_head_dim;
     m->mlp_l = m->cfg.mlp_hidden_dim / m->tp_size;
@@ -399,7 +437,8 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     if ((st = bind_all(m, &bd)) != WEFT_OK) /* count */
         goto out;
     m->weight_bytes = bd.floats * sizeof(float);
-    if ((st = m->K->buf_alloc(m->kc, m->weight_bytes, &m->weights)) != WEFT_OK) {
+    if (m->weight_bytes &&
+        (st = m->K->buf_alloc(m->kc, m->weight_bytes, &m->weights)) != WEFT_OK) {
         WEFT_LOG_ERROR("flux", "%s: cannot allocate %zu bytes of weights", dir, m->weight_bytes);
         goto out;
     }
@@ -408,7 +447,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.next = m->weights;
     if ((st = bind_all(m, &bd)) != WEFT_OK) /* assign */
         goto out;
-    st = read_weights(m, ck, &bd, opts->tp_full_then_shard);
+    st = read_weights(m, ck, &bd, opts->tp_full_then_shard && !m->stage.on);
 out:
     weft_free(bd.b);
     weft_ckpt_close(ck);
@@ -769,6 +808,28 @@ static weft_status_t check_inputs(const struct weft_flux *m, const struct weft_f
     return WEFT_OK;
 }
 
+/* The hidden states and the time embedding, handed from stage to stage. */
+static weft_status_t stage_io(struct weft_flux *m, bool receive)
+{
+    const struct acts *a = &m->a;
+    const size_t nh = (size_t)(a->batch * (a->s_txt + a->s_img) * m->cfg.inner_dim);
+    const size_t nt = (size_t)(a->batch * m->cfg.inner_dim);
+    const int peer = receive ? m->stage.prev : m->stage.next;
+    weft_status_t st = m->K->sync(m->kc);
+    if (st == WEFT_OK)
+        st = receive ? m->comm->recv(m->comm->pipe, a->h, nh, peer)
+                     : m->comm->send(m->comm->pipe, a->h, nh, peer);
+    if (st == WEFT_OK)
+        st = receive ? m->comm->recv(m->comm->pipe, a->act, nt, peer)
+                     : m->comm->send(m->comm->pipe, a->act, nt, peer);
+    return st;
+}
+
+static bool has_unit(const struct weft_flux *m, int unit)
+{
+    return !m->stage.on || (unit >= m->stage.unit_first && unit < m->stage.unit_last);
+}
+
 weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inputs *in,
                                 float *out)
 {
@@ -782,37 +843,58 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
     const struct weft_kernels *K = m->K;
     /* this rank's chunk of the text and image tokens (all of them without context parallelism) */
     const int64_t B = in->batch, St = a->s_txt, Si = a->s_img, S = St + Si, D = c->inner_dim;
+    const int64_t L = c->num_layers, n_units = weft_flux_unit_count(c);
+    const bool staged = m->stage.on, any = !staged || m->stage.unit_first < m->stage.unit_last;
     a->batch = B; /* a larger reservation serves smaller batches */
-
-    for (int64_t b = 0; b < B; b++) {
-        K->upload(m->kc, a->in_hidden + b * Si * c->in_channels,
-                  in->hidden + (b * in->s_img + a->img0) * c->in_channels,
-                  (size_t)(Si * c->in_channels) * 4);
-        if (St)
-            K->upload(m->kc, a->in_encoder + b * St * c->joint_attention_dim,
-                      in->encoder + (b * in->s_txt + a->txt0) * c->joint_attention_dim,
-                      (size_t)(St * c->joint_attention_dim) * 4);
-    }
-    for (int64_t b = 0; b < B; b++) {
-        lin(m, &m->top[WEFT_FLUX_X_EMBEDDER], a->in_hidden + b * Si * c->in_channels,
-            c->in_channels, a->h + (b * S + St) * D, D, Si);
-        if (St)
-            lin(m, &m->top[WEFT_FLUX_CONTEXT_EMBEDDER],
-                a->in_encoder + b * St * c->joint_attention_dim, c->joint_attention_dim,
-                a->h + b * S * D, D, St);
-    }
-    time_text_embed(m, in);
-    rope_tables(m, in);
     m->comm_status = WEFT_OK;
-    for (int64_t i = 0; i < c->num_layers; i++) {
+
+    if (has_unit(m, 0)) {
+        for (int64_t b = 0; b < B; b++) {
+            K->upload(m->kc, a->in_hidden + b * Si * c->in_channels,
+                      in->hidden + (b * in->s_img + a->img0) * c->in_channels,
+                      (size_t)(Si * c->in_channels) * 4);
+            if (St)
+                K->upload(m->kc, a->in_encoder + b * St * c->joint_attention_dim,
+                          in->encoder + (b * in->s_txt + a->txt0) * c->joint_attention_dim,
+                          (size_t)(St * c->joint_attention_dim) * 4);
+        }
+        for (int64_t b = 0; b < B; b++) {
+            lin(m, &m->top[WEFT_FLUX_X_EMBEDDER], a->in_hidden + b * Si * c->in_channels,
+                c->in_channels, a->h + (b * S + St) * D, D, Si);
+            if (St)
+                lin(m, &m->top[WEFT_FLUX_CONTEXT_EMBEDDER],
+                    a->in_encoder + b * St * c->joint_attention_dim, c->joint_attention_dim,
+                    a->h + b * S * D, D, St);
+        }
+        time_text_embed(m, in);
+    } else if (any && (st = stage_io(m, true)) != WEFT_OK) {
+        return st;
+    }
+    if (any)
+        rope_tables(m, in);
+    for (int64_t i = 0; i < L; i++) {
+        if (!has_unit(m, (int)(1 + i)))
+            continue;
         double_block(m, &m->dbl[i]);
         if ((st = K->status(m->kc)) != WEFT_OK || (st = m->comm_status) != WEFT_OK)
             return st;
     }
     for (int64_t i = 0; i < c->num_single_layers; i++) {
+        if (!has_unit(m, (int)(1 + L + i)))
+            continue;
         single_block(m, &m->sgl[i]);
         if ((st = K->status(m->kc)) != WEFT_OK || (st = m->comm_status) != WEFT_OK)
             return st;
+    }
+    if (!has_unit(m, (int)n_units - 1)) {
+        /* pass the state on, then take the output from the stage that has the output layers */
+        if (any && (st = stage_io(m, false)) != WEFT_OK)
+            return st;
+        const size_t n = (size_t)(B * in->s_img * c->out_channels);
+        if ((st = m->comm->bcast(m->comm->pipe, a->out, n, m->stage.root)) != WEFT_OK)
+            return st;
+        K->download(m->kc, out, a->out, n * 4);
+        return K->sync(m->kc);
     }
     /* norm_out: scale first, then shift */
     lin(m, &m->top[WEFT_FLUX_NORM_OUT], a->act, D, a->mod, 2 * D, B);
@@ -836,6 +918,10 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
                                      a->out + b * in->s_img * c->out_channels,
                                      a->gather_counts);
     }
+    /* A pipeline: the output stage sends the output to every stage. */
+    if (staged && st == WEFT_OK && (st = K->sync(m->kc)) == WEFT_OK)
+        st = m->comm->bcast(m->comm->pipe, a->out, (size_t)(B * in->s_img * c->out_channels),
+                            m->stage.root);
     if (st != WEFT_OK || (st = m->comm_status) != WEFT_OK)
         return st;
     K->download(m->kc, out, a->out, (size_t)(B * in->s_img * c->out_channels) * 4);

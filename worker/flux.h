@@ -7,6 +7,7 @@
 #ifndef WEFT_WORKER_FLUX_H
 #define WEFT_WORKER_FLUX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -35,7 +36,17 @@ struct weft_flux_opts {
      * gathers the output after proj_out, so every rank returns the full output. */
     struct weft_cp_layout cp;
     int ring_rank, ulysses_rank;
-    /* The collectives, for tensor or context parallelism. */
+    /* A layer pipeline (device_map): this rank holds units [unit_first, unit_last) of
+     * model/flux.h's units (none when equal), receives the hidden states and time embedding
+     * from pipe rank prev (none for the first stage, which embeds) and passes them to pipe rank
+     * next; pipe rank root holds the output layers and sends the output to every pipe rank, so
+     * every rank returns it. Not combined with tensor or context parallelism. */
+    struct weft_flux_stage {
+        bool on;
+        int unit_first, unit_last;
+        int prev, next, root; /* ranks in comm->pipe, -1: none */
+    } stage;
+    /* The collectives, for tensor or context parallelism and the pipeline. */
     const struct weft_par_comm *comm;
 };
 
@@ -57,7 +68,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
                              struct weft_flux **model_p);
 void weft_flux_destroy(struct weft_flux *model);
 const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *model);
-/* Bytes of weights held. */
+/* Bytes of weights held (this stage's only, in a pipeline). */
 size_t weft_flux_weight_bytes(const struct weft_flux *model);
 
 /* Reserve activations for this shape (a no-op when the current reservation fits). s_img and

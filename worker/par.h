@@ -24,12 +24,19 @@ struct weft_par_comm {
     weft_status_t (*exchange_start)(void *group, const float *send, size_t send_n, int to,
                                     float *recv, size_t recv_n, int from, void **handle_p);
     weft_status_t (*exchange_wait)(void *group, void *handle);
+    /* Blocking point-to-point: count floats to / from group rank `peer` (a layer pipeline's
+     * hand-over between stages). */
+    weft_status_t (*send)(void *group, const float *buf, size_t count, int peer);
+    weft_status_t (*recv)(void *group, float *buf, size_t count, int peer);
+    /* buf of group rank root to every rank's buf. */
+    weft_status_t (*bcast)(void *group, float *buf, size_t count, int root);
 
     void *tp;      /* tensor-parallel group */
     void *ulysses; /* Ulysses group: contiguous context-parallel ranks */
     void *ring;    /* ring group: strided context-parallel ranks */
     void *cp;      /* every context-parallel rank of the replica, flattened order */
     void *replica; /* every rank of the replica (agreeing on cancellation at step ends) */
+    void *pipe;    /* the pipeline stages of the replica, in stage order (device_map) */
 };
 
 #endif

@@ -19,7 +19,7 @@ struct par_group {
 const char *weft_par_op_name(enum weft_par_op op)
 {
     static const char *const names[WEFT_PAR_OP_COUNT] = {"allreduce", "alltoall", "allgather",
-                                                         "p2p"};
+                                                         "p2p", "bcast"};
     return (unsigned)op < WEFT_PAR_OP_COUNT ? names[op] : "?";
 }
 
@@ -98,6 +98,39 @@ static weft_status_t exchange_wait(void *g, void *handle)
     return account(g, WEFT_PAR_P2P, t0, 0, weft_comm_waitall(2, handle));
 }
 
+/* A stage's hand-over: the sender's time is the send's completion, the receiver's the wait for
+ * the previous stage (pipeline imbalance included). */
+static weft_status_t p2p_send(void *g, const float *buf, size_t count, int peer)
+{
+    struct par_group *pg = g;
+    double t0 = now_s();
+    struct weft_comm_req *req = NULL;
+    weft_status_t st = weft_comm_isend(pg->comm, peer, 1, buf, count * sizeof(float), &req);
+    if (st == WEFT_OK)
+        st = weft_comm_wait(&req);
+    return account(pg, WEFT_PAR_P2P, t0, count * sizeof(float), st);
+}
+
+static weft_status_t p2p_recv(void *g, float *buf, size_t count, int peer)
+{
+    struct par_group *pg = g;
+    double t0 = now_s();
+    struct weft_comm_req *req = NULL;
+    weft_status_t st = weft_comm_irecv(pg->comm, peer, 1, buf, count * sizeof(float), &req);
+    if (st == WEFT_OK)
+        st = weft_comm_wait(&req);
+    return account(pg, WEFT_PAR_P2P, t0, 0, st);
+}
+
+static weft_status_t bcast(void *g, float *buf, size_t count, int root)
+{
+    struct par_group *pg = g;
+    double t0 = now_s();
+    return account(pg, WEFT_PAR_BCAST, t0,
+                   weft_comm_rank(pg->comm) == root ? count * sizeof(float) : 0,
+                   weft_comm_bcast(pg->comm, buf, count, WEFT_DTYPE_F32, root));
+}
+
 weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
                                         int world_base, struct weft_par_transport **pt_p)
 {
@@ -128,11 +161,15 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
         .allgatherv = allgatherv,
         .exchange_start = exchange_start,
         .exchange_wait = exchange_wait,
+        .send = p2p_send,
+        .recv = p2p_recv,
+        .bcast = bcast,
         .tp = &pt->groups[WEFT_MESH_TP],
         .ulysses = &pt->groups[WEFT_MESH_ULYSSES],
         .ring = &pt->groups[WEFT_MESH_RING],
         .cp = &pt->groups[WEFT_MESH_CP],
         .replica = &pt->groups[WEFT_MESH_REPLICA],
+        .pipe = &pt->groups[WEFT_MESH_PIPE],
     };
     *pt_p = pt;
     return WEFT_OK;

@@ -18,8 +18,8 @@ const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transp
 
 /* The kinds of collective the model calls. */
 enum weft_par_op { WEFT_PAR_ALLREDUCE, WEFT_PAR_ALLTOALL, WEFT_PAR_ALLGATHER, WEFT_PAR_P2P,
-                   WEFT_PAR_OP_COUNT };
-/* "allreduce", "alltoall", "allgather", "p2p" */
+                   WEFT_PAR_BCAST, WEFT_PAR_OP_COUNT };
+/* "allreduce", "alltoall", "allgather", "p2p", "bcast" */
 const char *weft_par_op_name(enum weft_par_op op);
 
 /* Time spent in (and bytes sent by) each mesh group's collectives, per kind, since creation or

@@ -1,0 +1,383 @@
+/* device_map placement (see devmap.h). */
+#include "model/devmap.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "model/flux.h"
+#include "model/vae.h"
+
+/* "16GiB", "512MiB", "1.5GB", "1000" (bytes): units as in the INI (KiB..TiB and K..T powers of
+ * 1024, KB..TB powers of 1000). */
+static int parse_bytes(const char *s, size_t len, uint64_t *out)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    errno = 0;
+    char *end;
+    double v = strtod(buf, &end);
+    if (end == buf || errno || !(v >= 0) || v > 1e18)
+        return -1;
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"", 1},          {"b", 1},           {"k", 1024.0},         {"kib", 1024.0},
+                 {"kb", 1e3},      {"m", 1048576.0},   {"mib", 1048576.0},    {"mb", 1e6},
+                 {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},
+                 {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12}};
+    char unit[16];
+    size_t n = 0;
+    while (*end == ' ')
+        end++;
+    for (; *end && n + 1 < sizeof(unit); end++)
+        unit[n++] = (char)tolower((unsigned char)*end);
+    unit[n] = '\0';
+    while (n && unit[n - 1] == ' ')
+        unit[--n] = '\0';
+    if (*end)
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(unit, units[i].unit) == 0) {
+            double b = v * units[i].mult;
+            if (b > 1.8e19)
+                return -1;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+weft_status_t weft_max_memory_parse(const char *text, struct weft_max_memory *out, char *err,
+                                    size_t err_len)
+{
+    memset(out, 0, sizeof(*out));
+    const char *p = text ? text : "";
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *item = p, *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && (item[len - 1] == ' ' || item[len - 1] == '\t'))
+            len--;
+        const char *colon = memchr(item, ':', len);
+        if (!colon) {
+            snprintf(err, err_len, "'%.*s': expected DEVICE:SIZE (e.g. 0:16GiB or cpu:64GiB)",
+                     (int)len, item);
+            return WEFT_ERR_CONFIG;
+        }
+        size_t klen = (size_t)(colon - item);
+        while (klen && item[klen - 1] == ' ')
+            klen--;
+        const char *v = colon + 1;
+        while (*v == ' ')
+            v++;
+        uint64_t bytes;
+        if (parse_bytes(v, (size_t)(item + len - v), &bytes) != 0) {
+            snprintf(err, err_len, "'%.*s': '%.*s' is not a size (e.g. 16GiB)", (int)len, item,
+                     (int)(item + len - v), v);
+            return WEFT_ERR_CONFIG;
+        }
+        if (klen == 3 && strncasecmp(item, "cpu", 3) == 0) {
+            if (out->has_cpu) {
+                snprintf(err, err_len, "cpu is given twice");
+                return WEFT_ERR_CONFIG;
+            }
+            out->cpu = bytes, out->has_cpu = true;
+        } else {
+            char *end;
+            char key[32];
+            snprintf(key, sizeof(key), "%.*s", (int)(klen < 31 ? klen : 31), item);
+            long d = strtol(key, &end, 10);
+            if (klen == 0 || klen > 31 || *end || d < 0 || d >= WEFT_DEVMAP_MAX_DEVICES) {
+                snprintf(err, err_len, "'%.*s': the device must be an index 0..%d or cpu",
+                         (int)len, item, WEFT_DEVMAP_MAX_DEVICES - 1);
+                return WEFT_ERR_CONFIG;
+            }
+            if (out->has[d]) {
+                snprintf(err, err_len, "device %ld is given twice", d);
+                return WEFT_ERR_CONFIG;
+            }
+            out->device[d] = bytes, out->has[d] = true;
+            out->n = (int)d + 1 > out->n ? (int)d + 1 : out->n;
+        }
+        p = item + len;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p && *p != ',') {
+            snprintf(err, err_len, "unexpected '%s'", p);
+            return WEFT_ERR_CONFIG;
+        }
+    }
+    return WEFT_OK;
+}
+
+static uint64_t room(const struct weft_devmap *m, int d)
+{
+    return m->budget[d] - m->used[d];
+}
+
+static const char *size_str(uint64_t b, char *buf, size_t len)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, len, "%.2f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 20))
+        snprintf(buf, len, "%.1f MiB", (double)b / (double)(1ull << 20));
+    else
+        snprintf(buf, len, "%" PRIu64 " bytes", b);
+    return buf;
+}
+
+static uint64_t component_bytes(const struct weft_devmap_component *c)
+{
+    uint64_t t = 0;
+    for (int u = 0; u < c->n_units; u++)
+        t += c->units[u].bytes;
+    return t;
+}
+
+/* Put unit u of component c on device d (or host memory); false when it does not fit. */
+static bool put(struct weft_devmap *m, int c, int u, int d)
+{
+    uint64_t b = m->components[c].units[u].bytes;
+    if (d == WEFT_DEVMAP_CPU) {
+        if (m->cpu_budget - m->cpu_used < b)
+            return false;
+        m->cpu_used += b;
+    } else {
+        if (room(m, d) < b)
+            return false;
+        m->used[d] += b;
+    }
+    m->device[c][u] = d;
+    return true;
+}
+
+static weft_status_t nowhere(const struct weft_devmap *m, int c, int u)
+{
+    char need[32], left[32], cpu[32];
+    uint64_t best = 0;
+    for (int d = 0; d < m->n_devices; d++)
+        best = room(m, d) > best ? room(m, d) : best;
+    WEFT_LOG_ERROR("devmap", "device_map %s: %s (%s) fits nowhere: the most any of the %d "
+                             "device(s) has left is %s, host memory %s (raise max_memory, add "
+                             "devices, or give cpu:SIZE to spill to host memory)",
+                   m->strategy == WEFT_DEVMAP_AUTO ? "auto" : "balanced",
+                   m->components[c].units[u].name, size_str(m->components[c].units[u].bytes,
+                                                             need, sizeof(need)),
+                   m->n_devices, size_str(best, left, sizeof(left)),
+                   m->cpu_budget ? size_str(m->cpu_budget - m->cpu_used, cpu, sizeof(cpu))
+                                 : "not allowed (no cpu entry in max_memory)");
+    return WEFT_ERR_INVALID;
+}
+
+/* auto: units in order fill device 0, then 1, .., then host memory. */
+static weft_status_t place_sequential(struct weft_devmap *m, int c, int *dev)
+{
+    const struct weft_devmap_component *comp = &m->components[c];
+    for (int u = 0; u < comp->n_units; u++) {
+        while (*dev < m->n_devices && !put(m, c, u, *dev))
+            (*dev)++;
+        if (*dev == m->n_devices && !put(m, c, u, WEFT_DEVMAP_CPU))
+            return nowhere(m, c, u);
+    }
+    return WEFT_OK;
+}
+
+/* balanced split of a component that fits no device whole: device d ends its share at the unit
+ * boundary nearest (d + 1) / n of the component's bytes, within its room; the rest, host memory.
+ * Returns false (placing nothing) when that leaves a unit nowhere to go. */
+static bool place_split(struct weft_devmap *m, int c)
+{
+    const struct weft_devmap_component *comp = &m->components[c];
+    const uint64_t total = component_bytes(comp);
+    struct weft_devmap saved = *m;
+    uint64_t cum = 0;
+    int u = 0;
+    for (int d = 0; d < m->n_devices && u < comp->n_units; d++) {
+        const double ideal = (double)total * (d + 1) / m->n_devices;
+        for (; u < comp->n_units; u++) {
+            const uint64_t b = comp->units[u].bytes;
+            bool last = d == m->n_devices - 1;
+            if (!last && (double)cum + (double)b / 2 > ideal)
+                break;
+            if (!put(m, c, u, d))
+                break;
+            cum += b;
+        }
+    }
+    for (; u < comp->n_units; u++) {
+        if (!put(m, c, u, WEFT_DEVMAP_CPU)) {
+            memcpy(m->used, saved.used, sizeof(m->used));
+            m->cpu_used = saved.cpu_used;
+            return false;
+        }
+    }
+    return true;
+}
+
+weft_status_t weft_devmap_plan(enum weft_devmap_strategy strategy,
+                               const struct weft_devmap_component *components, int n_components,
+                               int n_devices, const uint64_t *device_room,
+                               const struct weft_max_memory *mm, struct weft_devmap *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (strategy == WEFT_DEVMAP_NONE || n_devices < 1 || n_devices > WEFT_DEVMAP_MAX_DEVICES ||
+        n_components < 1 || n_components > WEFT_DEVMAP_MAX_COMPONENTS) {
+        WEFT_LOG_ERROR("devmap", "device_map: nothing to place or %d devices (1..%d)", n_devices,
+                       WEFT_DEVMAP_MAX_DEVICES);
+        return WEFT_ERR_INVALID;
+    }
+    if (mm && mm->n > n_devices) {
+        WEFT_LOG_ERROR("devmap", "device_map: max_memory names device %d but there are %d "
+                                 "device(s) (0..%d)",
+                       mm->n - 1, n_devices, n_devices - 1);
+        return WEFT_ERR_INVALID;
+    }
+    out->strategy = strategy;
+    out->n_devices = n_devices;
+    out->n_components = n_components;
+    out->components = components;
+    for (int d = 0; d < n_devices; d++) {
+        uint64_t b = device_room && device_room[d] ? device_room[d] : UINT64_MAX;
+        if (mm && mm->has[d] && mm->device[d] < b)
+            b = mm->device[d];
+        out->budget[d] = b;
+    }
+    out->cpu_budget = mm && mm->has_cpu ? mm->cpu : 0;
+    for (int c = 0; c < n_components; c++) {
+        out->device[c] = weft_calloc((size_t)(components[c].n_units ? components[c].n_units : 1),
+                                     sizeof(int));
+        if (!out->device[c]) {
+            weft_devmap_cleanup(out);
+            return WEFT_ERR_NOMEM;
+        }
+    }
+    weft_status_t st = WEFT_OK;
+    if (strategy == WEFT_DEVMAP_AUTO) {
+        int dev = 0;
+        for (int c = 0; c < n_components && st == WEFT_OK; c++)
+            st = place_sequential(out, c, &dev);
+    } else {
+        /* largest first; ties keep pipeline order */
+        int order[WEFT_DEVMAP_MAX_COMPONENTS];
+        for (int c = 0; c < n_components; c++)
+            order[c] = c;
+        for (int i = 1; i < n_components; i++)
+            for (int k = i; k > 0 && component_bytes(&components[order[k]]) >
+                                         component_bytes(&components[order[k - 1]]);
+                 k--) {
+                int t = order[k];
+                order[k] = order[k - 1];
+                order[k - 1] = t;
+            }
+        int turn = 0;
+        for (int i = 0; i < n_components && st == WEFT_OK; i++) {
+            const int c = order[i], cycle = 2 * n_devices;
+            const int d = turn % cycle < n_devices ? turn % cycle : cycle - 1 - turn % cycle;
+            const uint64_t b = component_bytes(&components[c]);
+            if (room(out, d) >= b) {
+                for (int u = 0; u < components[c].n_units; u++)
+                    (void)put(out, c, u, d);
+                turn++;
+                continue;
+            }
+            int whole = -1; /* another device that holds it whole: the one with the most room */
+            for (int k = 0; k < n_devices; k++)
+                if (room(out, k) >= b && (whole < 0 || room(out, k) > room(out, whole)))
+                    whole = k;
+            if (whole >= 0) {
+                for (int u = 0; u < components[c].n_units; u++)
+                    (void)put(out, c, u, whole);
+            } else if (!place_split(out, c)) {
+                int dev = 0;
+                st = place_sequential(out, c, &dev);
+            }
+        }
+    }
+    if (st != WEFT_OK)
+        weft_devmap_cleanup(out);
+    return st;
+}
+
+void weft_devmap_cleanup(struct weft_devmap *map)
+{
+    for (int c = 0; c < WEFT_DEVMAP_MAX_COMPONENTS; c++) {
+        weft_free(map->device[c]);
+        map->device[c] = NULL;
+    }
+}
+
+int weft_devmap_exec_device(const struct weft_devmap *map, int c, int u)
+{
+    for (int k = u; k >= 0; k--)
+        if (map->device[c][k] != WEFT_DEVMAP_CPU)
+            return map->device[c][k];
+    return map->n_devices - 1;
+}
+
+bool weft_devmap_range(const struct weft_devmap *map, int c, int d, int *first, int *last)
+{
+    int f = -1, l = -1;
+    for (int u = 0; u < map->components[c].n_units; u++) {
+        if (weft_devmap_exec_device(map, c, u) == d) {
+            if (f < 0)
+                f = u;
+            l = u + 1;
+        }
+    }
+    *first = f, *last = l;
+    return f >= 0;
+}
+
+weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
+                                        const struct weft_vae_config *vae, int bytes_per_param,
+                                        struct weft_devmap_unit **units_p,
+                                        struct weft_devmap_component comps[2], int *n_comps_p)
+{
+    const int n_tf = weft_flux_unit_count(flux);
+    size_t n_params = weft_flux_params(flux, NULL);
+    struct weft_param *params = weft_calloc(n_params, sizeof(*params));
+    struct weft_devmap_unit *units = weft_calloc((size_t)n_tf + 1, sizeof(*units));
+    if (!params || !units) {
+        weft_free(params), weft_free(units);
+        return WEFT_ERR_NOMEM;
+    }
+    (void)weft_flux_params(flux, params);
+    for (int u = 0; u < n_tf; u++) {
+        char name[64];
+        weft_flux_unit_name(flux, u, name, sizeof(name));
+        snprintf(units[u].name, sizeof(units[u].name), "transformer.%s", name);
+    }
+    for (size_t i = 0; i < n_params; i++) {
+        int u = weft_flux_param_unit(flux, params[i].name);
+        int64_t numel = params[i].ndim == 2 ? params[i].shape[0] * params[i].shape[1]
+                                            : params[i].shape[0];
+        if (u >= 0)
+            units[u].bytes += (uint64_t)numel * (uint64_t)bytes_per_param;
+    }
+    weft_free(params);
+    comps[0] = (struct weft_devmap_component){"transformer", units, n_tf};
+    *n_comps_p = 1;
+    if (vae) {
+        snprintf(units[n_tf].name, sizeof(units[n_tf].name), "vae");
+        units[n_tf].bytes =
+            (uint64_t)weft_vae_part_numel(vae, WEFT_VAE_DECODER) * (uint64_t)bytes_per_param;
+        comps[1] = (struct weft_devmap_component){"vae", units + n_tf, 1};
+        *n_comps_p = 2;
+    }
+    *units_p = units;
+    return WEFT_OK;
+}
