@@ -195,8 +195,9 @@ weft_status_t weft_tp_io_full(int fd, void *buf, size_t len, bool write, int64_t
 weft_status_t weft_tp_sentinel_listen(int rdv_fd, int backlog, int *lfd_p, uint16_t *port_p);
 weft_status_t weft_tp_sentinel_mesh(struct weft_transport *tp, int lfd,
                                     const struct weft_tp_table *table, int64_t deadline);
-/* Read what the liveness sockets say (no wait); marks peers departed or lost. */
-void weft_tp_sentinel_check(struct weft_transport *tp);
+/* Read what the liveness sockets say (no wait); marks peers departed or lost (logged) and
+ * returns how many were newly lost. Their groups are failed by the caller. */
+int weft_tp_sentinel_check(struct weft_transport *tp);
 void weft_tp_sentinel_close(struct weft_transport *tp);
 
 /* ---- groups (group.c) ---- */
@@ -208,7 +209,8 @@ void weft_tp_graveyard_free(struct weft_transport *tp);
 /* ---- progress and waits (wait.c) ---- */
 /* One pass: UCX, liveness when due, every collective in flight. Returns events seen. */
 unsigned weft_tp_progress(struct weft_transport *tp);
-void weft_tp_peer_lost(struct weft_transport *tp, int world_rank, weft_status_t why);
+/* Fail every group with a lost member. */
+void weft_tp_lost_apply(struct weft_transport *tp);
 /* Fail a group for good: abort its collective, remember status. */
 void weft_tp_comm_fail(struct weft_comm *comm, weft_status_t status);
 /* Sleep until UCX or a liveness socket has news, or until deadline. */

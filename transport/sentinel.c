@@ -207,20 +207,25 @@ weft_status_t weft_tp_sentinel_mesh(struct weft_transport *tp, int lfd,
     return WEFT_OK;
 }
 
-static void sentinel_closed(struct weft_transport *tp, int r)
+/* Returns 1 when the peer is newly lost. */
+static int sentinel_closed(struct weft_transport *tp, int r)
 {
     close(tp->sock[r]);
     tp->sock[r] = -1;
     tp->pfd[1 + r].fd = -1;
-    if (tp->peer[r] == PEER_UP)
-        weft_tp_peer_lost(tp, r, WEFT_ERR_PEER_LOST);
+    if (tp->peer[r] != PEER_UP)
+        return 0;
+    tp->peer[r] = PEER_LOST;
+    WEFT_LOG_ERROR("transport", "rank %d lost: its liveness socket closed without a goodbye "
+                   "(the process died)", r);
+    return 1;
 }
 
-void weft_tp_sentinel_check(struct weft_transport *tp)
+int weft_tp_sentinel_check(struct weft_transport *tp)
 {
-    int n = poll(tp->pfd + 1, (nfds_t)tp->size, 0);
+    int n = poll(tp->pfd + 1, (nfds_t)tp->size, 0), lost = 0;
     if (n <= 0)
-        return;
+        return 0;
     for (int r = 0; r < tp->size; r++) {
         struct pollfd *p = &tp->pfd[1 + r];
         if (p->fd < 0 || !p->revents)
@@ -234,8 +239,9 @@ void weft_tp_sentinel_check(struct weft_transport *tp)
         }
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             continue;
-        sentinel_closed(tp, r);
+        lost += sentinel_closed(tp, r);
     }
+    return lost;
 }
 
 void weft_tp_sentinel_close(struct weft_transport *tp)

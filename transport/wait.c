@@ -62,24 +62,19 @@ void weft_tp_comm_fail(struct weft_comm *comm, weft_status_t status)
         weft_tp_op_finish(op, comm->failed);
 }
 
-void weft_tp_peer_lost(struct weft_transport *tp, int world_rank, weft_status_t why)
+void weft_tp_lost_apply(struct weft_transport *tp)
 {
-    if (tp->peer[world_rank] == PEER_LOST)
-        return;
-    tp->peer[world_rank] = PEER_LOST;
-    WEFT_LOG_ERROR("transport", "rank %d lost: its liveness socket closed without a goodbye "
-                   "(the process died)", world_rank);
     for (struct weft_comm *g = tp->groups; g; g = g->next) {
         for (int i = 0; i < g->size; i++) {
-            if (g->ranks[i] == world_rank) {
-                weft_tp_comm_fail(g, why);
+            if (tp->peer[g->ranks[i]] == PEER_LOST) {
+                weft_tp_comm_fail(g, WEFT_ERR_PEER_LOST);
                 break;
             }
         }
     }
 }
 
-unsigned weft_tp_progress(struct weft_transport *tp)
+static unsigned drain(struct weft_transport *tp)
 {
     unsigned events = 0;
     for (int i = 0; i < PROGRESS_MAX; i++) {
@@ -88,11 +83,33 @@ unsigned weft_tp_progress(struct weft_transport *tp)
             break;
         events += n;
     }
+    return events;
+}
+
+static unsigned ops_progress(struct weft_transport *tp, int64_t now);
+
+/* A dead peer's last messages may already sit in shared memory (it wrote them before it
+ * died, and its sockets close after its memory is gone): they are delivered, and the
+ * collectives they complete succeed, before the groups of the dead are failed. */
+unsigned weft_tp_progress(struct weft_transport *tp)
+{
+    unsigned events = drain(tp);
     int64_t now = weft_tp_now_ns();
+    events += ops_progress(tp, now);
     if (now >= tp->next_sentinel_ns) {
-        weft_tp_sentinel_check(tp);
         tp->next_sentinel_ns = now + SENTINEL_PERIOD_NS;
+        if (weft_tp_sentinel_check(tp)) {
+            events += drain(tp) + 1;
+            events += ops_progress(tp, now);
+            weft_tp_lost_apply(tp);
+        }
     }
+    return events;
+}
+
+static unsigned ops_progress(struct weft_transport *tp, int64_t now)
+{
+    unsigned events = 0;
     struct weft_tp_op *next;
     for (struct weft_tp_op *op = tp->active; op; op = next) {
         next = op->next_active;
