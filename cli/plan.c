@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/alloc.h"
 #include "common/log.h"
 #include "common/tensor.h"
 #include "model/checkpoint.h"
+#include "model/devmap.h"
 #include "model/flux.h"
 #include "model/plan.h"
 
@@ -15,6 +17,8 @@ static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft plan [--model DIR] [--tp N] [--np N] [--json] [--shards]\n"
+        "       weft plan [--model DIR] --device-map balanced|auto [--devices N]\n"
+        "                 [--max-memory 0:SIZE,1:SIZE,cpu:SIZE] [--json]\n"
         "\n"
         "Resolve the tensor-parallel plan (the model's built-in plan plus [tp_plan] entries)\n"
         "against the checkpoint's headers and print, per rank: shard shapes and bytes,\n"
@@ -25,7 +29,14 @@ static void help(FILE *out)
         "  --tp N       tensor-parallel degree (default [parallel] tp_degree)\n"
         "  --np N       ranks available (default: the degree)\n"
         "  --shards     list every planned tensor's full and per-rank shape\n"
-        "  --json       machine-readable output\n");
+        "  --json       machine-readable output\n"
+        "\n"
+        "With --device-map (or [device_map] strategy): where each component and transformer\n"
+        "block goes on the N devices of a replica (the hf_device_map), each device's bytes\n"
+        "against its bound, and what spills to host memory. --devices defaults to the\n"
+        "devices max_memory names, else [cluster] workers / dp_degree; --max-memory to\n"
+        "[device_map] max_memory. A device without a bound is unlimited here (the cluster\n"
+        "bounds it by the memory its worker reports).\n");
 }
 
 static double gib(uint64_t b)
@@ -33,8 +44,96 @@ static double gib(uint64_t b)
     return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
+static int plan_devmap(const char *dir, int strategy, long long devices, const char *max_memory,
+                       int json)
+{
+    struct weft_max_memory mm;
+    char why[200];
+    if (weft_conf_parse_max_memory(max_memory, &mm, why, sizeof(why)) != WEFT_OK) {
+        WEFT_LOG_ERROR("plan", "--max-memory '%s': %s", max_memory, why);
+        return 2;
+    }
+    if (!devices)
+        devices = mm.n;
+    if (devices < 1 || devices > WEFT_DEVMAP_MAX_DEVICES) {
+        WEFT_LOG_ERROR("plan", "device_map: %lld devices; give --devices N (1..%d)", devices,
+                       WEFT_DEVMAP_MAX_DEVICES);
+        return 2;
+    }
+    struct weft_devmap map;
+    struct weft_devmap_unit *units;
+    struct weft_devmap_component comps[2];
+    if (weft_devmap_plan_model(dir, (enum weft_devmap_strategy)strategy, (int)devices, NULL, &mm,
+                               &map, &units, comps) != WEFT_OK)
+        return 1;
+    const char *name = strategy == WEFT_DEVMAP_AUTO ? "auto" : "balanced";
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "weft_plan", 1);
+        cJSON_AddStringToObject(o, "model", dir);
+        cJSON_AddStringToObject(o, "device_map_strategy", name);
+        cJSON_AddItemToObject(o, "device_map", weft_devmap_json(&map, NULL));
+        cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+        for (int d = 0; d < map.n_devices; d++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "index", d);
+            cJSON_AddNumberToObject(e, "bytes", (double)map.used[d]);
+            if (map.budget[d] != UINT64_MAX)
+                cJSON_AddNumberToObject(e, "max_memory", (double)map.budget[d]);
+            cJSON_AddItemToArray(devs, e);
+        }
+        cJSON_AddNumberToObject(o, "cpu_bytes", (double)map.cpu_used);
+        char *text = cJSON_Print(o);
+        if (text)
+            printf("%s\n", text);
+        cJSON_free(text);
+        cJSON_Delete(o);
+    } else {
+        printf("%s: device_map %s over %lld device(s)%s%s\n", dir, name, devices,
+               max_memory[0] ? ", max_memory " : "", max_memory);
+        for (int c = 0; c < map.n_components; c++) {
+            /* runs of units on one device, as ranges */
+            for (int u = 0; u < comps[c].n_units;) {
+                int d = map.device[c][u], v = u;
+                uint64_t bytes = 0;
+                while (v < comps[c].n_units && map.device[c][v] == d)
+                    bytes += comps[c].units[v++].bytes;
+                char where[32];
+                if (d == WEFT_DEVMAP_CPU)
+                    snprintf(where, sizeof(where), "cpu (runs on device %d)",
+                             weft_devmap_exec_device(&map, c, u));
+                else
+                    snprintf(where, sizeof(where), "device %d", d);
+                if (v - u == 1)
+                    printf("  %-52s -> %s  %9.2f MiB\n", comps[c].units[u].name, where,
+                           (double)bytes / 1048576.0);
+                else
+                    printf("  %-24s .. %-24s -> %s  %9.2f MiB (%d units)\n",
+                           comps[c].units[u].name, comps[c].units[v - 1].name, where,
+                           (double)bytes / 1048576.0, v - u);
+                u = v;
+            }
+        }
+        for (int d = 0; d < map.n_devices; d++) {
+            printf("device %d: %.2f MiB", d, (double)map.used[d] / 1048576.0);
+            if (map.budget[d] != UINT64_MAX)
+                printf(" of %.2f MiB", (double)map.budget[d] / 1048576.0);
+            printf("\n");
+        }
+        if (map.cpu_used)
+            printf("cpu (host memory): %.2f MiB of %.2f MiB\n", (double)map.cpu_used / 1048576.0,
+                   (double)map.cpu_budget / 1048576.0);
+    }
+    weft_devmap_cleanup(&map);
+    weft_free(units);
+    return 0;
+}
+
 int weft_cmd_plan(struct weft_cli *cli)
 {
+    int strategy = cli->conf.device_map.strategy;
+    long long devices = 0;
+    const char *max_memory = cli->conf.device_map.max_memory;
     const char *model = NULL;
     long long tp = cli->conf.parallel.tp_degree, np = 0;
     int json = 0, shards = 0;
@@ -54,6 +153,19 @@ int weft_cmd_plan(struct weft_cli *cli)
             tp = strtoll(v, NULL, 10);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--np"))) {
             np = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-map"))) {
+            static const char *const names[] = {"none", "balanced", "auto"};
+            strategy = -1;
+            for (int k = 0; k < 3; k++)
+                strategy = strcmp(v, names[k]) == 0 ? k : strategy;
+            if (strategy < 0) {
+                WEFT_LOG_ERROR("plan", "--device-map '%s': expected none, balanced or auto", v);
+                return 2;
+            }
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--devices"))) {
+            devices = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-memory"))) {
+            max_memory = v;
         } else {
             WEFT_LOG_ERROR("plan", "unexpected argument '%s' (see `weft plan --help`)", argv[i]);
             return 2;
@@ -65,6 +177,17 @@ int weft_cmd_plan(struct weft_cli *cli)
     }
     const char *dir = model ? model : cli->conf.model.path[0] ? cli->conf.model.path
                                                               : WEFT_DEFAULT_MODEL;
+    if (strategy != WEFT_DEVMAP_NONE) {
+        if (tp > 1) {
+            WEFT_LOG_ERROR("plan", "device_map cannot be combined with tensor parallelism (tp "
+                                   "%lld): tensor parallelism already places each rank's "
+                                   "shard on that rank's device", tp);
+            return 2;
+        }
+        if (!devices && cli->conf.cluster.workers)
+            devices = cli->conf.cluster.workers / cli->conf.parallel.dp_degree;
+        return plan_devmap(dir, strategy, devices, max_memory, json);
+    }
     char tdir[2048];
     snprintf(tdir, sizeof(tdir), "%s%s", dir,
              weft_path_kind(dir) == WEFT_PATH_PIPELINE ? "/transformer" : "");

@@ -30,6 +30,7 @@ static void help(FILE *out)
         "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
         "                [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
         "                [--guidance G] [--seed S] [--count N] [--out FILE.png|DIR] [-v]\n"
+        "                [--device-map balanced|auto --np N [--max-memory 0:SIZE,1:SIZE,cpu:SIZE]]\n"
         "\n"
         "Start a coordinator and N local `weft worker` processes (one per device; CPU devices\n"
         "here), submit one job, show its progress, write the PNG(s), stop everything, exit 0.\n"
@@ -38,6 +39,10 @@ static void help(FILE *out)
         "prompt, 1024x1024, 28 steps; [parallel], [kernels] and [transport] settings apply.\n"
         "\n"
         "  --np N              workers (default: the product of the degrees, else 1)\n"
+        "  --device-map S      place the pipeline over each replica's devices ([device_map]\n"
+        "                      strategy): --np N workers make dp replicas of N/dp devices;\n"
+        "                      the transformer is split by blocks where one device is too\n"
+        "                      small; --max-memory bounds each device (and cpu: host memory)\n"
         "  --tp/--ulysses/--ring/--dp N  parallel degrees\n"
         "  --prompt NAME|FILE  a name in the model's prompts/ folder or a safetensors file;\n"
         "                      repeat for a batch (split across the dp replicas)\n"
@@ -55,6 +60,7 @@ struct run_opts {
     double guidance;
     unsigned long long seed;
     bool verbose;
+    const char *device_map, *max_memory;
 };
 
 static int parse_ll(const char *opt, const char *v, long long lo, long long hi, long long *o)
@@ -97,6 +103,10 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
             continue;
         if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
             o->verbose = true;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-map"))) {
+            o->device_map = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-memory"))) {
+            o->max_memory = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
             o->model = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
@@ -118,6 +128,20 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         }
     }
     const struct weft_conf_parallel *p = &cli->conf.parallel;
+    const bool devmap = o->device_map ? strcmp(o->device_map, "none") != 0
+                                      : cli->conf.device_map.strategy != 0;
+    if (devmap) {
+        /* a replica is np / dp devices; the degrees other than dp stay 1 (checked by serve) */
+        o->dp = o->dp ? o->dp : p->dp_degree;
+        if (!o->np || o->np % o->dp) {
+            WEFT_LOG_ERROR("run", "--device-map needs --np N, a multiple of the dp degree %lld "
+                                  "(N / dp devices per replica)", o->dp);
+            return -1;
+        }
+        o->tp = o->tp ? o->tp : p->tp_degree, o->uly = o->uly ? o->uly : p->ulysses_degree;
+        o->ring = o->ring ? o->ring : p->ring_degree;
+        return 0;
+    }
     long long tp = o->tp ? o->tp : p->tp_degree, uly = o->uly ? o->uly : p->ulysses_degree;
     long long ring = o->ring ? o->ring : p->ring_degree, per = tp * uly * ring;
     long long dp = o->dp ? o->dp : o->np ? o->np / per : p->dp_degree;
@@ -362,10 +386,17 @@ int weft_cmd_run(struct weft_cli *cli)
     long per = cli->conf.kernels.threads ? cli->conf.kernels.threads
                                          : (cores / o.np > 0 ? cores / o.np : 1);
     snprintf(threads, sizeof(threads), "--kernels.threads=%ld", per);
+    static const char *const strategies[] = {"none", "balanced", "auto"};
+    const int si = cli->conf.device_map.strategy;
+    char dm[64], mm[1100];
+    snprintf(dm, sizeof(dm), "--device_map.strategy=%s",
+             o.device_map ? o.device_map : strategies[si >= 0 && si < 3 ? si : 0]);
+    snprintf(mm, sizeof(mm), "--device_map.max_memory=%s",
+             o.max_memory ? o.max_memory : cli->conf.device_map.max_memory);
     char *cargv[] = {self, "serve", "--runner", "cluster", "--model", (char *)model,
                      "--listen", "127.0.0.1:0", "--port-file", a_port, "--worker-port-file",
                      w_port, "--cluster.listen=127.0.0.1:0", journal, outdir, tp, uly, ring, dp,
-                     workers, NULL};
+                     workers, dm, mm, NULL};
     pid_t coord = spawn(cli, o.verbose, cargv, env), pids[MAX_RANKS] = {0};
     int rc = 1;
     char api[300], wport[300];
@@ -377,8 +408,12 @@ int weft_cmd_run(struct weft_cli *cli)
         if ((pids[i] = spawn(cli, o.verbose, wargv, env)) < 0)
             goto out;
     }
-    WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x ring %lld x ulysses %lld x tp %lld, %s",
-                  o.np, o.dp, o.ring, o.uly, o.tp, model);
+    if (o.device_map || cli->conf.device_map.strategy)
+        WEFT_LOG_INFO("run", "%lld worker(s): dp %lld replicas of %lld device_map devices, %s",
+                      o.np, o.dp, o.np / o.dp, model);
+    else
+        WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x ring %lld x ulysses %lld x tp %lld, %s",
+                      o.np, o.dp, o.ring, o.uly, o.tp, model);
     rc = submit_and_fetch(&o, api);
 out:
     stop_child(coord, 30); /* it tells its workers to exit */

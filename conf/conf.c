@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 
@@ -18,6 +19,7 @@ enum conf_type {
     CONF_SIZE,
     CONF_STRING,
     CONF_ENUM,
+    CONF_MAXMEM, /* a string holding a valid max_memory */
 };
 
 struct conf_key {
@@ -45,6 +47,7 @@ struct conf_section {
 #define KEY_INT(s, f, def, lo, hi, doc) {#f, CONF_INT, FIELD(s, f), def, lo, hi, NULL, doc}
 #define KEY_SIZE(s, f, def, lo, hi, doc) {#f, CONF_SIZE, FIELD(s, f), def, lo, hi, NULL, doc}
 #define KEY_STR(s, f, def, doc) {#f, CONF_STRING, FIELD(s, f), def, 0, 0, NULL, doc}
+#define KEY_MAXMEM(s, f, def, doc) {#f, CONF_MAXMEM, FIELD(s, f), def, 0, 0, NULL, doc}
 #define KEY_ENUM(s, f, def, ch, doc) {#f, CONF_ENUM, FIELD(s, f), def, 0, 0, ch, doc}
 #define SECTION(name, keys, doc) {#name, offsetof(struct weft_conf, name), (keys), \
                                   sizeof(keys) / sizeof((keys)[0]), (doc)}
@@ -192,6 +195,22 @@ static const struct conf_key api_keys[] = {
             "(they stay in the journal and run again after a restart)."),
 };
 
+static const char *const devmap_strategies[] = {"none", "balanced", "auto", NULL};
+
+static const struct conf_key device_map_keys[] = {
+    KEY_ENUM(weft_conf_device_map, strategy, "none", devmap_strategies,
+             "Place the pipeline's components on the devices of each replica (the workers of a "
+             "replica are its devices): none (every worker holds the whole pipeline, or its "
+             "tensor/context-parallel share), balanced (components, largest first, spread over "
+             "the devices; a transformer that fits no device whole is split by blocks evenly), "
+             "auto (fill device 0, then 1, .., then host memory, block by block). Not with "
+             "tensor or context parallelism."),
+    KEY_MAXMEM(weft_conf_device_map, max_memory, "",
+               "Most bytes each device may hold, as DEVICE:SIZE pairs (e.g. '0:16GiB, 1:16GiB, "
+               "cpu:64GiB'); a device not named is bounded by its memory, and blocks spill to "
+               "host memory only with a cpu entry."),
+};
+
 static const struct conf_section sections[] = {
     SECTION(log, log_keys, "Logging."),
     SECTION(model, model_keys, "The model to run."),
@@ -199,6 +218,8 @@ static const struct conf_section sections[] = {
     SECTION(parallel, parallel_keys, "How the work is split across ranks."),
     SECTION(cluster, cluster_keys, "Workers and the coordinator: joining, secrets, liveness."),
     SECTION(transport, transport_keys, "Worker-to-worker communication (UCX) and collectives."),
+    SECTION(device_map, device_map_keys,
+            "Component placement (device_map): which device holds what, bounded by max_memory."),
     SECTION(api, api_keys, "The job API: weft serve, and the address weft submit/status use."),
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
@@ -378,6 +399,16 @@ static weft_status_t key_set(const struct conf_section *sec, const struct conf_k
         *(uint64_t *)field = x;
         return WEFT_OK;
     }
+    case CONF_MAXMEM: {
+        struct weft_max_memory mm;
+        char why[200];
+        if (weft_conf_parse_max_memory(value, &mm, why, sizeof(why)) != WEFT_OK) {
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': %s", origin->text, sec->name, key->name,
+                           value, why);
+            return WEFT_ERR_CONFIG;
+        }
+    }
+        __attribute__((fallthrough)); /* stored as the text */
     case CONF_STRING: {
         size_t n = strlen(value);
         if (n >= key->size) {
@@ -428,12 +459,78 @@ static void key_format(const struct conf_key *key, const void *sect, char *buf, 
         return;
     }
     case CONF_STRING:
+    case CONF_MAXMEM:
         snprintf(buf, len, "%s", field);
         return;
     case CONF_ENUM:
         snprintf(buf, len, "%s", key->choices[*(const int *)field]);
         return;
     }
+}
+
+weft_status_t weft_conf_parse_max_memory(const char *text, struct weft_max_memory *out,
+                                         char *err, size_t err_len)
+{
+    memset(out, 0, sizeof(*out));
+    const char *p = text ? text : "";
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[128];
+        if (len >= sizeof(item)) {
+            snprintf(err, err_len, "'%.40s...': too long", p);
+            return WEFT_ERR_CONFIG;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += len;
+        char *colon = strchr(item, ':');
+        if (!colon) {
+            snprintf(err, err_len, "'%s': expected DEVICE:SIZE (e.g. 0:16GiB or cpu:64GiB)",
+                     item);
+            return WEFT_ERR_CONFIG;
+        }
+        *colon = '\0';
+        char *key = item, *val = colon + 1;
+        while (isspace((unsigned char)*key))
+            key++;
+        for (size_t n = strlen(key); n && isspace((unsigned char)key[n - 1]);)
+            key[--n] = '\0';
+        for (size_t n = strlen(val); n && isspace((unsigned char)val[n - 1]);)
+            val[--n] = '\0';
+        uint64_t bytes;
+        if (weft_conf_parse_size(val, &bytes) != WEFT_OK) {
+            snprintf(err, err_len, "'%s:%s': '%s' is not a size (e.g. 16GiB)", key, val, val);
+            return WEFT_ERR_CONFIG;
+        }
+        if (strcasecmp(key, "cpu") == 0) {
+            if (out->has_cpu) {
+                snprintf(err, err_len, "cpu is given twice");
+                return WEFT_ERR_CONFIG;
+            }
+            out->cpu = bytes, out->has_cpu = true;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long d = strtol(key, &end, 10);
+        if (!*key || *end || errno || d < 0 || d >= WEFT_MAX_MEMORY_DEVICES) {
+            snprintf(err, err_len, "'%s': the device must be an index 0..%d or cpu", key,
+                     WEFT_MAX_MEMORY_DEVICES - 1);
+            return WEFT_ERR_CONFIG;
+        }
+        if (out->has[d]) {
+            snprintf(err, err_len, "device %ld is given twice", d);
+            return WEFT_ERR_CONFIG;
+        }
+        out->device[d] = bytes, out->has[d] = true;
+        out->n = (int)d + 1 > out->n ? (int)d + 1 : out->n;
+    }
+    return WEFT_OK;
 }
 
 static const struct conf_section *section_find(const char *name, size_t len)

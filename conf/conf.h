@@ -64,6 +64,27 @@ struct weft_conf_cluster {
     int64_t join_timeout_ms;    /* a worker gives up reaching the coordinator after this */
 };
 
+/* [device_map]: placing a pipeline's components (and a transformer's blocks) on the devices of
+ * a replica (model/devmap.h). */
+struct weft_conf_device_map {
+    int strategy;                   /* enum weft_devmap_strategy: none, balanced, auto */
+    char max_memory[WEFT_CONF_STR]; /* "0:16GiB, 1:16GiB, cpu:64GiB" */
+};
+
+/* max_memory parsed: a bound per device index and for host memory ("cpu"). */
+#define WEFT_MAX_MEMORY_DEVICES 64
+struct weft_max_memory {
+    int n; /* 1 + the largest device index given */
+    uint64_t device[WEFT_MAX_MEMORY_DEVICES];
+    bool has[WEFT_MAX_MEMORY_DEVICES];
+    uint64_t cpu;
+    bool has_cpu;
+};
+/* Parse "DEVICE:SIZE, ..." (DEVICE an index or cpu; sizes as every size key); empty is no
+ * bound. err gets a one-line reason. */
+weft_status_t weft_conf_parse_max_memory(const char *text, struct weft_max_memory *out,
+                                         char *err, size_t err_len);
+
 /* [api]: the coordinator's job API (weft serve) and its clients (weft submit, weft status). */
 struct weft_conf_api {
     char listen[WEFT_CONF_PATH]; /* "host:port" or "unix:/path" */
@@ -107,6 +128,7 @@ struct weft_conf {
     struct weft_conf_transport transport;
     struct weft_conf_api api;
     struct weft_conf_cluster cluster;
+    struct weft_conf_device_map device_map;
     struct weft_conf_map tp_plan;
 };
 

@@ -10,6 +10,7 @@
 #include "common/sha256.h"
 #include "control/proto.h"
 #include "model/checkpoint.h"
+#include "model/devmap.h"
 #include "model/flux.h"
 #include "model/mesh.h"
 #include "model/safetensors.h"
@@ -75,6 +76,10 @@ struct cluster_runner {
     char plan_error[256];
     struct weft_mesh mesh;
     int n_mesh;
+    /* device_map: the placement of the current plan (map.n_devices 0: none) */
+    struct weft_devmap map;
+    struct weft_devmap_unit *map_units;
+    struct weft_devmap_component map_comps[2];
     struct weft_rdv_server *rdv;
     uv_poll_t rdv_poll;
     int rdv_poll_open;
@@ -329,12 +334,82 @@ static void plan_reset(struct cluster_runner *r)
         post_capacity(r);
 }
 
+static void devmap_drop(struct cluster_runner *r)
+{
+    weft_devmap_cleanup(&r->map);
+    weft_free(r->map_units);
+    r->map_units = NULL;
+    memset(&r->map, 0, sizeof(r->map));
+}
+
+/* device_map: place the pipeline on the pp devices of a replica (device d of every replica
+ * bounded by the least memory any replica's device d reported, and by max_memory). */
+static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranked, int n, int pp)
+{
+    uint64_t room[WEFT_DEVMAP_MAX_DEVICES] = {0};
+    for (int k = 0; k < n; k++) {
+        const cJSON *mem = ranked[k]->hello
+                               ? cJSON_GetObjectItemCaseSensitive(ranked[k]->hello, "memory")
+                               : NULL;
+        uint64_t b = cJSON_IsNumber(mem) && mem->valuedouble > 0 ? (uint64_t)mem->valuedouble : 0;
+        int d = k % pp;
+        if (b && (!room[d] || b < room[d]))
+            room[d] = b;
+    }
+    struct weft_max_memory mm;
+    char why[200];
+    if (weft_conf_parse_max_memory(r->conf->device_map.max_memory, &mm, why, sizeof(why)) !=
+        WEFT_OK) {
+        WEFT_LOG_ERROR("cluster", "[device_map] max_memory: %s", why);
+        return WEFT_ERR_CONFIG;
+    }
+    devmap_drop(r);
+    return weft_devmap_plan_model(r->model_dir,
+                                  (enum weft_devmap_strategy)r->conf->device_map.strategy, pp,
+                                  room, &mm, &r->map, &r->map_units, r->map_comps);
+}
+
+/* The stage of device d: its transformer units, its neighbours and the output device in the
+ * pipe group (device order), and whether it decodes. */
+static cJSON *devmap_stage(const struct cluster_runner *r, int d, int *decode_p)
+{
+    const struct weft_devmap *m = &r->map;
+    int first[WEFT_DEVMAP_MAX_DEVICES], last[WEFT_DEVMAP_MAX_DEVICES];
+    int prev = -1, next = -1, root = 0;
+    for (int k = 0; k < m->n_devices; k++) {
+        if (!weft_devmap_range(m, 0, k, &first[k], &last[k]))
+            first[k] = last[k] = 0;
+        if (last[k] == m->components[0].n_units)
+            root = k;
+    }
+    if (first[d] < last[d]) {
+        for (int k = 0; k < m->n_devices; k++) {
+            if (first[k] < last[k] && k < d)
+                prev = k;
+            if (first[k] < last[k] && k > d && next < 0)
+                next = k;
+        }
+    }
+    *decode_p = m->n_components > 1 ? weft_devmap_exec_device(m, 1, 0) == d : d == root;
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s, "stages", m->n_devices);
+    cJSON_AddNumberToObject(s, "unit_first", first[d]);
+    cJSON_AddNumberToObject(s, "unit_last", last[d]);
+    cJSON_AddNumberToObject(s, "prev", prev);
+    cJSON_AddNumberToObject(s, "next", next);
+    cJSON_AddNumberToObject(s, "root", root);
+    return s;
+}
+
 static void plan_maybe(struct cluster_runner *r)
 {
     if (r->planned || r->assigning || r->stopping || r->plan_error[0])
         return;
     const struct weft_conf_parallel *p = &r->conf->parallel;
-    const int per = (int)(p->ring_degree * p->ulysses_degree * p->tp_degree);
+    const bool devmap = r->conf->device_map.strategy != WEFT_DEVMAP_NONE;
+    /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
+    const int per = devmap ? (int)(r->conf->cluster.workers / p->dp_degree)
+                           : (int)(p->ring_degree * p->ulysses_degree * p->tp_degree);
     int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
                                         : (int)p->dp_degree * per;
     int joined = 0;
@@ -354,6 +429,18 @@ static void plan_maybe(struct cluster_runner *r)
     }
     r->mesh = (struct weft_mesh){n / per, (int)p->ring_degree, (int)p->ulysses_degree,
                                  (int)p->tp_degree};
+    if (devmap) {
+        struct worker *ranked[MAX_WORKERS];
+        int k = 0;
+        for (int i = 0; i < MAX_WORKERS && k < n; i++)
+            if (r->w[i].state == W_JOINED)
+                ranked[k++] = &r->w[i];
+        if (devmap_plan(r, ranked, n, per) != WEFT_OK) {
+            snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_log_last_error());
+            return;
+        }
+        r->mesh = (struct weft_mesh){n / per, 1, 1, 1, per};
+    }
     r->n_mesh = n;
     char rdv[300] = "";
     if (n > 1) {
@@ -379,8 +466,9 @@ static void plan_maybe(struct cluster_runner *r)
         weft_mesh_coord(&r->mesh, rank, &c);
         w->rank = rank;
         w->replica = c.dp;
-        w->decode = c.ring == 0 && c.ulysses == 0 && c.tp == 0;
+        w->decode = c.ring == 0 && c.ulysses == 0 && c.tp == 0 && c.pp == 0;
         w->assigned = 0;
+        cJSON *stage = devmap ? devmap_stage(r, c.pp, &w->decode) : NULL;
         cJSON *m = cJSON_CreateObject();
         cJSON_AddNumberToObject(m, "epoch", r->epoch);
         cJSON_AddStringToObject(m, "model", r->model_dir);
@@ -396,14 +484,21 @@ static void plan_maybe(struct cluster_runner *r)
         cJSON_AddStringToObject(m, "rotation", p->ring_rotation ? "p2p" : "allgather");
         cJSON_AddBoolToObject(m, "tp_full_then_shard", p->tp_load == 1);
         cJSON_AddBoolToObject(m, "decode", w->decode);
+        if (stage)
+            cJSON_AddItemToObject(m, "stage", stage);
         cJSON *plan = cJSON_AddObjectToObject(m, "tp_plan");
         for (int k = 0; k < r->conf->tp_plan.n; k++)
             cJSON_AddStringToObject(plan, r->conf->tp_plan.e[k].key, r->conf->tp_plan.e[k].value);
         (void)send_to(w, WEFT_MSG_ASSIGN, m, NULL, 0);
         rank++;
     }
-    WEFT_LOG_INFO("cluster", "epoch %d: mesh dp %d x ring %d x ulysses %d x tp %d on %d workers",
-                  r->epoch, r->mesh.dp, r->mesh.ring, r->mesh.ulysses, r->mesh.tp, n);
+    if (devmap)
+        WEFT_LOG_INFO("cluster", "epoch %d: dp %d replicas of %d device_map devices on %d "
+                                 "workers", r->epoch, r->mesh.dp, per, n);
+    else
+        WEFT_LOG_INFO("cluster", "epoch %d: mesh dp %d x ring %d x ulysses %d x tp %d on %d "
+                                 "workers", r->epoch, r->mesh.dp, r->mesh.ring, r->mesh.ulysses,
+                      r->mesh.tp, n);
 }
 
 static void on_assigned(struct cluster_runner *r, struct worker *w, const cJSON *j)
@@ -963,10 +1058,38 @@ static cJSON *cr_describe(struct weft_runner *base)
     cJSON_AddNumberToObject(mesh, "ring", r->mesh.ring);
     cJSON_AddNumberToObject(mesh, "ulysses", r->mesh.ulysses);
     cJSON_AddNumberToObject(mesh, "tp", r->mesh.tp);
-    cJSON *dm = cJSON_AddObjectToObject(d, "device_map");
-    cJSON_AddStringToObject(dm, "prompt_embeds", "coordinator (precomputed, sent with each job)");
-    cJSON_AddItemToObject(dm, "transformer", tf);
-    cJSON_AddItemToObject(dm, "vae", vae);
+    if (r->map.n_devices && (r->planned || r->assigning)) {
+        /* device_map: unit -> "device d (the workers that are device d of each replica)" */
+        cJSON_AddNumberToObject(mesh, "stages", r->mesh.pp);
+        cJSON_Delete(tf), cJSON_Delete(vae);
+        char names[WEFT_DEVMAP_MAX_DEVICES][160];
+        const char *labels[WEFT_DEVMAP_MAX_DEVICES];
+        for (int k = 0; k < r->map.n_devices; k++) {
+            int len = snprintf(names[k], sizeof(names[k]), "device %d (", k);
+            int any = 0;
+            for (int i = 0; i < MAX_WORKERS; i++) {
+                const struct worker *w = &r->w[i];
+                if (w->rank >= 0 && w->rank % r->mesh.pp == k && len < 150)
+                    len += snprintf(names[k] + len, sizeof(names[k]) - (size_t)len, "%s%s",
+                                    any++ ? ", " : "", w->id);
+            }
+            snprintf(names[k] + len, sizeof(names[k]) - (size_t)len, ")");
+            labels[k] = names[k];
+        }
+        cJSON *dm = weft_devmap_json(&r->map, labels);
+        cJSON_AddStringToObject(dm, "prompt_embeds",
+                                "coordinator (precomputed, sent with each job)");
+        cJSON_AddItemToObject(d, "device_map", dm);
+        cJSON_AddStringToObject(d, "device_map_strategy",
+                                r->conf->device_map.strategy == WEFT_DEVMAP_AUTO ? "auto"
+                                                                                 : "balanced");
+    } else {
+        cJSON *dm = cJSON_AddObjectToObject(d, "device_map");
+        cJSON_AddStringToObject(dm, "prompt_embeds",
+                                "coordinator (precomputed, sent with each job)");
+        cJSON_AddItemToObject(dm, "transformer", tf);
+        cJSON_AddItemToObject(dm, "vae", vae);
+    }
     cJSON_AddNumberToObject(d, "workers_lost", (double)r->workers_lost);
     return d;
 }
@@ -1041,6 +1164,7 @@ static void cr_destroy(struct weft_runner *base)
     struct cluster_runner *r = (struct cluster_runner *)base;
     weft_link_host_destroy(r->host); /* closes every link */
     weft_rdv_server_destroy(r->rdv);
+    devmap_drop(r);
     for (int i = 0; i < MAX_WORKERS; i++) {
         weft_free(r->w[i].rbuf);
         cJSON_Delete(r->w[i].hello);
@@ -1097,14 +1221,66 @@ static weft_status_t bind_port(struct cluster_runner *r, const char *listen, con
     return WEFT_OK;
 }
 
+/* device_map refusals that need no worker: the combinations it does not support, a replica
+ * size, and a pipeline that fits no max_memory (checked again with the workers' memory). */
+static weft_status_t devmap_check(const struct weft_cluster_runner_opts *opts)
+{
+    const struct weft_conf *c = opts->conf;
+    if (c->device_map.strategy == WEFT_DEVMAP_NONE)
+        return WEFT_OK;
+    const struct weft_conf_parallel *p = &c->parallel;
+    if (p->tp_degree > 1) {
+        WEFT_LOG_ERROR("cluster", "[device_map] strategy cannot be combined with tensor "
+                                  "parallelism (tp_degree %lld): tensor parallelism already "
+                                  "places each rank's shard on that rank's device; set "
+                                  "tp_degree = 1 or strategy = none",
+                       (long long)p->tp_degree);
+        return WEFT_ERR_CONFIG;
+    }
+    if (p->ring_degree > 1 || p->ulysses_degree > 1) {
+        WEFT_LOG_ERROR("cluster", "[device_map] strategy cannot be combined with context "
+                                  "parallelism (ring %lld x ulysses %lld) in this version: each "
+                                  "stage of a layer pipeline holds whole sequences; set the "
+                                  "degrees to 1 or strategy = none",
+                       (long long)p->ring_degree, (long long)p->ulysses_degree);
+        return WEFT_ERR_CONFIG;
+    }
+    const int64_t workers = c->cluster.workers, dp = p->dp_degree;
+    if (workers < 1 || workers % dp) {
+        WEFT_LOG_ERROR("cluster", "[device_map] needs [cluster] workers = dp_degree x devices "
+                                  "per replica (workers %lld, dp_degree %lld)",
+                       (long long)workers, (long long)dp);
+        return WEFT_ERR_CONFIG;
+    }
+    struct weft_max_memory mm;
+    char why[200];
+    if (weft_conf_parse_max_memory(c->device_map.max_memory, &mm, why, sizeof(why)) != WEFT_OK) {
+        WEFT_LOG_ERROR("cluster", "[device_map] max_memory: %s", why);
+        return WEFT_ERR_CONFIG;
+    }
+    struct weft_devmap map;
+    struct weft_devmap_unit *units = NULL;
+    struct weft_devmap_component comps[2];
+    weft_status_t st = weft_devmap_plan_model(opts->model_dir,
+                                              (enum weft_devmap_strategy)c->device_map.strategy,
+                                              (int)(workers / dp), NULL, &mm, &map, &units, comps);
+    if (st == WEFT_OK)
+        weft_devmap_cleanup(&map);
+    weft_free(units);
+    return st;
+}
+
 weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *opts,
                                          uv_loop_t *loop, struct weft_runner_sink *sink,
                                          struct weft_runner **runner_p)
 {
+    weft_status_t st0;
     if (!opts->secret || !opts->secret[0]) {
         WEFT_LOG_ERROR("cluster", "no cluster secret: set [cluster] secret or secret_file");
         return WEFT_ERR_CONFIG;
     }
+    if ((st0 = devmap_check(opts)) != WEFT_OK)
+        return st0;
     struct cluster_runner *r = weft_calloc(1, sizeof(*r));
     if (!r)
         return WEFT_ERR_NOMEM;

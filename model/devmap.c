@@ -1,128 +1,16 @@
 /* device_map placement (see devmap.h). */
 #include "model/devmap.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "model/checkpoint.h"
 #include "model/flux.h"
 #include "model/vae.h"
-
-/* "16GiB", "512MiB", "1.5GB", "1000" (bytes): units as in the INI (KiB..TiB and K..T powers of
- * 1024, KB..TB powers of 1000). */
-static int parse_bytes(const char *s, size_t len, uint64_t *out)
-{
-    char buf[64];
-    if (len == 0 || len >= sizeof(buf))
-        return -1;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    errno = 0;
-    char *end;
-    double v = strtod(buf, &end);
-    if (end == buf || errno || !(v >= 0) || v > 1e18)
-        return -1;
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"", 1},          {"b", 1},           {"k", 1024.0},         {"kib", 1024.0},
-                 {"kb", 1e3},      {"m", 1048576.0},   {"mib", 1048576.0},    {"mb", 1e6},
-                 {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},
-                 {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12}};
-    char unit[16];
-    size_t n = 0;
-    while (*end == ' ')
-        end++;
-    for (; *end && n + 1 < sizeof(unit); end++)
-        unit[n++] = (char)tolower((unsigned char)*end);
-    unit[n] = '\0';
-    while (n && unit[n - 1] == ' ')
-        unit[--n] = '\0';
-    if (*end)
-        return -1;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(unit, units[i].unit) == 0) {
-            double b = v * units[i].mult;
-            if (b > 1.8e19)
-                return -1;
-            *out = (uint64_t)b;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-weft_status_t weft_max_memory_parse(const char *text, struct weft_max_memory *out, char *err,
-                                    size_t err_len)
-{
-    memset(out, 0, sizeof(*out));
-    const char *p = text ? text : "";
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        if (!*p)
-            break;
-        const char *item = p, *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        while (len && (item[len - 1] == ' ' || item[len - 1] == '\t'))
-            len--;
-        const char *colon = memchr(item, ':', len);
-        if (!colon) {
-            snprintf(err, err_len, "'%.*s': expected DEVICE:SIZE (e.g. 0:16GiB or cpu:64GiB)",
-                     (int)len, item);
-            return WEFT_ERR_CONFIG;
-        }
-        size_t klen = (size_t)(colon - item);
-        while (klen && item[klen - 1] == ' ')
-            klen--;
-        const char *v = colon + 1;
-        while (*v == ' ')
-            v++;
-        uint64_t bytes;
-        if (parse_bytes(v, (size_t)(item + len - v), &bytes) != 0) {
-            snprintf(err, err_len, "'%.*s': '%.*s' is not a size (e.g. 16GiB)", (int)len, item,
-                     (int)(item + len - v), v);
-            return WEFT_ERR_CONFIG;
-        }
-        if (klen == 3 && strncasecmp(item, "cpu", 3) == 0) {
-            if (out->has_cpu) {
-                snprintf(err, err_len, "cpu is given twice");
-                return WEFT_ERR_CONFIG;
-            }
-            out->cpu = bytes, out->has_cpu = true;
-        } else {
-            char *end;
-            char key[32];
-            snprintf(key, sizeof(key), "%.*s", (int)(klen < 31 ? klen : 31), item);
-            long d = strtol(key, &end, 10);
-            if (klen == 0 || klen > 31 || *end || d < 0 || d >= WEFT_DEVMAP_MAX_DEVICES) {
-                snprintf(err, err_len, "'%.*s': the device must be an index 0..%d or cpu",
-                         (int)len, item, WEFT_DEVMAP_MAX_DEVICES - 1);
-                return WEFT_ERR_CONFIG;
-            }
-            if (out->has[d]) {
-                snprintf(err, err_len, "device %ld is given twice", d);
-                return WEFT_ERR_CONFIG;
-            }
-            out->device[d] = bytes, out->has[d] = true;
-            out->n = (int)d + 1 > out->n ? (int)d + 1 : out->n;
-        }
-        p = item + len;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p && *p != ',') {
-            snprintf(err, err_len, "unexpected '%s'", p);
-            return WEFT_ERR_CONFIG;
-        }
-    }
-    return WEFT_OK;
-}
 
 static uint64_t room(const struct weft_devmap *m, int d)
 {
@@ -380,4 +268,59 @@ weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
     }
     *units_p = units;
     return WEFT_OK;
+}
+
+weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_strategy strategy,
+                                     int n_devices, const uint64_t *device_room,
+                                     const struct weft_max_memory *max_memory,
+                                     struct weft_devmap *out, struct weft_devmap_unit **units_p,
+                                     struct weft_devmap_component comps[2])
+{
+    const bool pipeline = weft_path_kind(model_dir) == WEFT_PATH_PIPELINE;
+    char dir[WEFT_CONF_PATH + 16];
+    snprintf(dir, sizeof(dir), "%s%s", model_dir, pipeline ? "/transformer" : "");
+    struct weft_flux_config fc;
+    struct weft_vae_config vc;
+    struct weft_ckpt *ck;
+    weft_status_t st = weft_ckpt_open(dir, &ck);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_flux_config_parse(weft_ckpt_config(ck), dir, &fc);
+    weft_ckpt_close(ck);
+    if (st == WEFT_OK && pipeline) {
+        snprintf(dir, sizeof(dir), "%s/vae", model_dir);
+        if ((st = weft_ckpt_open(dir, &ck)) == WEFT_OK) {
+            st = weft_vae_config_parse(weft_ckpt_config(ck), dir, &vc);
+            weft_ckpt_close(ck);
+        }
+    }
+    int n_comps = 0;
+    if (st == WEFT_OK)
+        st = weft_devmap_flux_pipeline(&fc, pipeline ? &vc : NULL, 4, units_p, comps, &n_comps);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_devmap_plan(strategy, comps, n_comps, n_devices, device_room, max_memory, out);
+    if (st != WEFT_OK) {
+        weft_free(*units_p);
+        *units_p = NULL;
+    }
+    return st;
+}
+
+cJSON *weft_devmap_json(const struct weft_devmap *map, const char *const *device_names)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int c = 0; o && c < map->n_components; c++) {
+        for (int u = 0; u < map->components[c].n_units; u++) {
+            const int d = map->device[c][u];
+            const char *name = map->components[c].units[u].name;
+            if (d == WEFT_DEVMAP_CPU)
+                cJSON_AddStringToObject(o, name, "cpu");
+            else if (device_names)
+                cJSON_AddStringToObject(o, name, device_names[d]);
+            else
+                cJSON_AddNumberToObject(o, name, d);
+        }
+    }
+    return o;
 }

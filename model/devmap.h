@@ -27,27 +27,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include <cJSON.h>
 
-#define WEFT_DEVMAP_MAX_DEVICES 64
+#include "common/status.h"
+#include "conf/conf.h"
+
+#define WEFT_DEVMAP_MAX_DEVICES WEFT_MAX_MEMORY_DEVICES
 #define WEFT_DEVMAP_CPU (-1)
 
 enum weft_devmap_strategy { WEFT_DEVMAP_NONE, WEFT_DEVMAP_BALANCED, WEFT_DEVMAP_AUTO };
 
-/* max_memory = "0:16GiB, 1:16GiB, cpu:64GiB" (Accelerate's max_memory). A device without an
- * entry is bounded by what it reports (its memory), host memory by the cpu entry only: no cpu
- * entry, no spilling to host memory. */
-struct weft_max_memory {
-    int n; /* devices named: 1 + the largest index given */
-    uint64_t device[WEFT_DEVMAP_MAX_DEVICES];
-    bool has[WEFT_DEVMAP_MAX_DEVICES];
-    uint64_t cpu;
-    bool has_cpu;
-};
-
-/* Parse text (may be empty: nothing bounded); err gets a one-line reason on failure. */
-weft_status_t weft_max_memory_parse(const char *text, struct weft_max_memory *out, char *err,
-                                    size_t err_len);
+/* max_memory (struct weft_max_memory, conf/conf.h): a device without an entry is bounded by
+ * what it reports (its memory), host memory by the cpu entry only: no cpu entry, no spilling
+ * to host memory. */
 
 struct weft_devmap_unit {
     char name[80];  /* e.g. "transformer.transformer_blocks.3", "vae" */
@@ -96,5 +88,19 @@ weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
                                         const struct weft_vae_config *vae, int bytes_per_param,
                                         struct weft_devmap_unit **units_p,
                                         struct weft_devmap_component comps[2], int *n_comps_p);
+
+/* A FLUX.1 model folder's pipeline (a pipeline folder: transformer and VAE; a transformer
+ * folder: the transformer alone), planned as weft_devmap_plan does. The map points into
+ * *units_p and comps (the caller's, two entries), which must outlive it; weft_free(*units_p)
+ * after weft_devmap_cleanup. */
+weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_strategy strategy,
+                                     int n_devices, const uint64_t *device_room,
+                                     const struct weft_max_memory *max_memory,
+                                     struct weft_devmap *out, struct weft_devmap_unit **units_p,
+                                     struct weft_devmap_component comps[2]);
+
+/* The map as hf_device_map has it: {"transformer.embedders": label, ...}, where the label is
+ * device_names[d] (NULL: the index as a number) or "cpu". */
+cJSON *weft_devmap_json(const struct weft_devmap *map, const char *const *device_names);
 
 #endif

@@ -187,6 +187,21 @@ static weft_status_t do_assign(struct agent *a, const cJSON *j)
                                                                  : WEFT_RING_ALLGATHER};
     as.tp_full_then_shard = full;
     as.decode = decode;
+    const cJSON *stage = cJSON_GetObjectItemCaseSensitive(j, "stage");
+    if (stage) {
+        int64_t pp, first, last, prev, next, root;
+        const char *so = "assign.stage";
+        if ((st = weft_json_get_int(stage, "stages", 1, 1, 65536, so, &pp)) ||
+            (st = weft_json_get_int(stage, "unit_first", 0, 0, 1 << 20, so, &first)) ||
+            (st = weft_json_get_int(stage, "unit_last", 0, 0, 1 << 20, so, &last)) ||
+            (st = weft_json_get_int(stage, "prev", -1, -1, 65535, so, &prev)) ||
+            (st = weft_json_get_int(stage, "next", -1, -1, 65535, so, &next)) ||
+            (st = weft_json_get_int(stage, "root", 0, 0, 65535, so, &root)))
+            return st;
+        as.mesh.pp = (int)pp;
+        as.stage = (struct weft_flux_stage){true, (int)first, (int)last, (int)prev, (int)next,
+                                            (int)root};
+    }
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "tp_plan");
     for (const cJSON *e = plan ? plan->child : NULL; e && as.tp_plan.n < WEFT_CONF_MAP_MAX;
          e = e->next) {

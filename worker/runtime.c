@@ -120,6 +120,7 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
             .cp = a->cp,
             .ring_rank = rt->me.ring,
             .ulysses_rank = rt->me.ulysses,
+            .stage = a->stage,
             .comm = rt->comm,
         };
         o.cp.ring = a->mesh.ring, o.cp.ulysses = a->mesh.ulysses;
@@ -198,8 +199,12 @@ static weft_status_t decode_png(struct weft_runtime *rt, const struct weft_rt_im
         snprintf(seed, sizeof(seed), "%llu", (unsigned long long)img->seed);
         snprintf(steps, sizeof(steps), "%d", img->steps);
         snprintf(guid, sizeof(guid), "%g", (double)img->guidance);
-        snprintf(layout, sizeof(layout), "dp %d x ring %d x ulysses %d x tp %d",
-                 rt->a.mesh.dp, rt->a.mesh.ring, rt->a.mesh.ulysses, rt->a.mesh.tp);
+        if (rt->a.stage.on)
+            snprintf(layout, sizeof(layout), "dp %d x %d device_map stages", rt->a.mesh.dp,
+                     rt->a.mesh.pp);
+        else
+            snprintf(layout, sizeof(layout), "dp %d x ring %d x ulysses %d x tp %d",
+                     rt->a.mesh.dp, rt->a.mesh.ring, rt->a.mesh.ulysses, rt->a.mesh.tp);
         const struct weft_png_text text[] = {
             {"prompt", img->png_prompt ? img->png_prompt : ""},
             {"seed", seed},

@@ -15,6 +15,7 @@
 #include "model/cp.h"
 #include "model/mesh.h"
 #include "transport/comm.h"
+#include "worker/flux.h"
 #include "worker/par_transport.h"
 
 struct weft_runtime;
@@ -28,6 +29,9 @@ struct weft_rt_assign {
     int tp_full_then_shard;
     struct weft_conf_map tp_plan; /* [tp_plan] overrides of the model's plan */
     int decode;                 /* this rank loads the VAE and returns the images */
+    /* device_map: this rank's stage of the transformer's layer pipeline (mesh.pp stages;
+     * ranks in the pipe group), .on false otherwise */
+    struct weft_flux_stage stage;
 };
 
 weft_status_t weft_runtime_create(const struct weft_kernels *K, struct weft_kctx *kc,

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "client/weft.h"
 #include "test.h"
 #include "worker/png.h"
@@ -197,7 +199,8 @@ static void wait_file(const char *path, char *out, size_t len)
     CHECK(!"the server did not write its port file");
 }
 
-static pid_t start_server(char *api, char *workers, const char *ranks)
+static pid_t start_server_with(char *api, char *workers, const char *ranks,
+                               const char *const *extra)
 {
     char pf[512], wf[512], j[600], o[600], w[64];
     snprintf(pf, sizeof(pf), "%s/api", tmp);
@@ -207,14 +210,21 @@ static pid_t start_server(char *api, char *workers, const char *ranks)
     snprintf(w, sizeof(w), "--parallel.tp_degree=%s", ranks);
     char log[512];
     snprintf(log, sizeof(log), "%s/serve.log", tmp);
-    const char *args[] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
-                          "--port-file", pf, "--worker-port-file", wf,
-                          "--cluster.listen=127.0.0.1:0", "--cluster.worker_timeout_ms=3000",
-                          "--cluster.heartbeat_ms=200", "--api.max_attempts=1", j, o, w, NULL};
+    const char *args[32] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
+                            "--port-file", pf, "--worker-port-file", wf,
+                            "--cluster.listen=127.0.0.1:0", "--cluster.worker_timeout_ms=3000",
+                            "--cluster.heartbeat_ms=200", "--api.max_attempts=1", j, o, w};
+    for (int n = 16; extra && *extra && n < 31; extra++)
+        args[n++] = *extra;
     pid_t pid = run_weft(args, secret_env, log);
     wait_file(pf, api, 300);
     wait_file(wf, workers, 300);
     return pid;
+}
+
+static pid_t start_server(char *api, char *workers, const char *ranks)
+{
+    return start_server_with(api, workers, ranks, NULL);
 }
 
 static pid_t start_worker(const char *workers, const char *env, const char *log)
@@ -316,6 +326,117 @@ static int case_kill(void)
     return 0;
 }
 
+/* device_map: weft run with the transformer split by blocks over two workers (auto; balanced
+ * with host memory) and with 2 replicas of 2 devices, each image against one device; the map
+ * the API returns; device_map with tensor parallelism refused before anything loads. */
+static int case_devmap(void)
+{
+    char ref[512], out[512];
+    snprintf(ref, sizeof(ref), "%s/ref.png", tmp);
+    const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    static const char *const runs[][8] = {
+        {"--np", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB", NULL},
+        {"--np", "2", "--device-map", "balanced", "--max-memory", "0:8MiB,1:8MiB,cpu:1GiB", NULL},
+        {"--np", "2", "--device-map", "balanced", NULL},
+        {"--np", "4", "--dp", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB"},
+    };
+    for (size_t l = 0; l < sizeof(runs) / sizeof(runs[0]); l++) {
+        snprintf(out, sizeof(out), "%s/dm%zu.png", tmp, l);
+        const char *args[32] = {"run", "--height", "256", "--width", "256", "--steps", "3",
+                                "--prompt", "red-fox", "--seed", "7", "--out", out};
+        int n = 13;
+        for (int k = 0; k < 8 && runs[l][k]; k++)
+            args[n++] = runs[l][k];
+        if (l == 3) { /* two replicas: three prompts, image 0 is red-fox */
+            static const char *const more[] = {"--prompt", "lighthouse", "--prompt",
+                                               "city-night"};
+            for (int k = 0; k < 4; k++)
+                args[n++] = more[k];
+        }
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        if (l == 3)
+            snprintf(out, sizeof(out), "%s/dm%zu-0.png", tmp, l);
+        int d = max_diff(ref, out);
+        char label[128] = "";
+        for (int k = 0; k < 8 && runs[l][k]; k++)
+            snprintf(label + strlen(label), sizeof(label) - strlen(label), " %s", runs[l][k]);
+        printf("weft run%s: max pixel difference to one device %d\n", label, d);
+        CHECK(d <= 1);
+    }
+
+    /* the map through the API */
+    char api[300], workers[300];
+    const char *extra[] = {"--device_map.strategy=auto", "--device_map.max_memory=0:12MiB",
+                           "--cluster.workers=2", NULL};
+    pid_t server = start_server_with(api, workers, "1", extra);
+    pid_t w0 = start_worker(workers, secret_env, NULL);
+    pid_t w1 = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    char *text;
+    CHECK_OK(weft_client_cluster(c, &text));
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "device_map");
+    const cJSON *emb = cJSON_GetObjectItemCaseSensitive(map, "transformer.embedders");
+    const cJSON *out_l = cJSON_GetObjectItemCaseSensitive(map, "transformer.output");
+    const cJSON *vae = cJSON_GetObjectItemCaseSensitive(map, "vae");
+    CHECK(cJSON_IsString(emb) && cJSON_IsString(out_l) && cJSON_IsString(vae));
+    printf("device_map from the API: embedders on %s, output layers on %s, vae on %s\n",
+           emb->valuestring, out_l->valuestring, vae->valuestring);
+    CHECK(strncmp(emb->valuestring, "device 0 (", 10) == 0);
+    CHECK(strncmp(out_l->valuestring, "device 1 (", 10) == 0);
+    CHECK(strncmp(vae->valuestring, "device 1 (", 10) == 0);
+    /* each worker holds its part of the transformer only */
+    double bytes[2] = {0};
+    int k = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
+    {
+        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(w, "transformer_bytes");
+        CHECK(cJSON_IsNumber(tb) && k < 2);
+        bytes[k++] = tb->valuedouble;
+    }
+    CHECK_EQ(k, 2);
+    printf("transformer bytes per worker: %.0f + %.0f\n", bytes[0], bytes[1]);
+    CHECK(bytes[0] > 0 && bytes[1] > 0 && bytes[0] <= 12.0 * 1048576);
+    cJSON_Delete(j);
+    weft_client_free(text);
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, 256, 2, id);
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(w0), 0);
+    CHECK_EQ(wait_pid(w1), 0);
+
+    /* with tensor parallelism: refused at start, naming both */
+    char log[512];
+    snprintf(log, sizeof(log), "%s/refused.log", tmp);
+    const char *tp[] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
+                        "--cluster.listen=127.0.0.1:0", "--parallel.tp_degree=2",
+                        "--device_map.strategy=balanced", "--cluster.workers=2", NULL};
+    CHECK(wait_pid(run_weft(tp, secret_env, log)) != 0);
+    FILE *f = fopen(log, "r");
+    char msg[4096] = "";
+    CHECK(f);
+    size_t n = fread(msg, 1, sizeof(msg) - 1, f);
+    msg[n] = '\0';
+    fclose(f);
+    printf("device_map with tp 2: %s", msg);
+    CHECK(strstr(msg, "cannot be combined with tensor parallelism"));
+    return 0;
+}
+
 static int case_secret(void)
 {
     char api[300], workers[300], wlog[512];
@@ -357,6 +478,7 @@ int main(int argc, char **argv)
     int rc = strcmp(argv[2], "layouts") == 0 ? case_layouts()
              : strcmp(argv[2], "kill") == 0  ? case_kill()
              : strcmp(argv[2], "secret") == 0 ? case_secret()
+             : strcmp(argv[2], "devmap") == 0 ? case_devmap()
                                               : 2;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
