@@ -9,14 +9,17 @@
 #include "common/log.h"
 #include "common/tensor.h"
 #include "model/checkpoint.h"
+#include "model/cp.h"
 #include "model/devmap.h"
+#include "model/mesh.h"
 #include "model/flux.h"
 #include "model/plan.h"
 
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft plan [--model DIR] [--tp N] [--np N] [--json] [--shards]\n"
+        "usage: weft plan [--model DIR] [--tp N] [--ulysses N] [--ring N] [--dp N] [--np N]\n"
+        "                 [--height H --width W] [--text-tokens T] [--json] [--shards]\n"
         "       weft plan [--model DIR] --device-map balanced|auto [--devices N]\n"
         "                 [--max-memory 0:SIZE,1:SIZE,cpu:SIZE] [--json]\n"
         "\n"
@@ -27,7 +30,11 @@ static void help(FILE *out)
         "  --model DIR  pipeline or transformer folder (default [model] path, else the\n"
         "               embedded models/flux-tiny)\n"
         "  --tp N       tensor-parallel degree (default [parallel] tp_degree)\n"
-        "  --np N       ranks available (default: the degree)\n"
+        "  --ulysses N, --ring N, --dp N   the other degrees (default [parallel]); the\n"
+        "               mesh dp x ring x ulysses x tp is printed rank by rank, and the\n"
+        "               context-parallel split of an H x W image with T text tokens\n"
+        "               (default 1024 x 1024, 512) is checked as the workers will\n"
+        "  --np N       ranks available (default: the mesh size)\n"
         "  --shards     list every planned tensor's full and per-rank shape\n"
         "  --json       machine-readable output\n"
         "\n"
@@ -135,7 +142,9 @@ int weft_cmd_plan(struct weft_cli *cli)
     long long devices = 0;
     const char *max_memory = cli->conf.device_map.max_memory;
     const char *model = NULL;
-    long long tp = cli->conf.parallel.tp_degree, np = 0;
+    const struct weft_conf_parallel *par = &cli->conf.parallel;
+    long long tp = par->tp_degree, np = 0, uly = par->ulysses_degree, ring = par->ring_degree;
+    long long dp = par->dp_degree, height = 1024, width = 1024, n_text = 512;
     int json = 0, shards = 0;
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
@@ -153,6 +162,18 @@ int weft_cmd_plan(struct weft_cli *cli)
             tp = strtoll(v, NULL, 10);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--np"))) {
             np = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--ulysses"))) {
+            uly = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--ring"))) {
+            ring = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--dp"))) {
+            dp = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
+            height = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
+            width = strtoll(v, NULL, 10);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--text-tokens"))) {
+            n_text = strtoll(v, NULL, 10);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-map"))) {
             static const char *const names[] = {"none", "balanced", "auto"};
             strategy = -1;
@@ -171,9 +192,18 @@ int weft_cmd_plan(struct weft_cli *cli)
             return 2;
         }
     }
-    if (tp < 1 || tp > 1024 || np < 0 || np > 65536) {
-        WEFT_LOG_ERROR("plan", "--tp %lld / --np %lld: expected 1 <= tp <= 1024", tp, np);
+    if (tp < 1 || tp > 1024 || uly < 1 || uly > 1024 || ring < 1 || ring > 1024 || dp < 1 ||
+        dp > 1024 || np < 0 || np > 65536 || height < 16 || width < 16 || height % 16 ||
+        width % 16 || n_text < 0 || n_text > 65536) {
+        WEFT_LOG_ERROR("plan", "expected degrees in 1..1024, --np in 0..65536, --height and "
+                               "--width multiples of 16, --text-tokens in 0..65536");
         return 2;
+    }
+    const long long mesh_n = dp * ring * uly * tp;
+    if (np && np < mesh_n) {
+        WEFT_LOG_ERROR("plan", "the mesh dp %lld x ring %lld x ulysses %lld x tp %lld needs %lld "
+                               "ranks; --np %lld", dp, ring, uly, tp, mesh_n, np);
+        return 1;
     }
     const char *dir = model ? model : cli->conf.model.path[0] ? cli->conf.model.path
                                                               : WEFT_DEFAULT_MODEL;
@@ -210,12 +240,25 @@ int weft_cmd_plan(struct weft_cli *cli)
     }
     if (weft_tp_resolve(&plan, ck, &info, (int)tp, np ? (int)np : (int)tp, &lay) != WEFT_OK)
         goto out;
+    struct weft_flux_config fc = {0};
     if (strcmp(info.class_name, WEFT_FLUX_CLASS) == 0) {
-        struct weft_flux_config fc;
         if (weft_flux_config_parse(weft_ckpt_config(ck), tdir, &fc) != WEFT_OK ||
             (tp > 1 && weft_flux_tp_check(&fc, lay) != WEFT_OK))
             goto out;
     }
+    /* context parallelism for this image: the check the workers make before loading */
+    const struct weft_cp_layout cpl = {(int)ring, (int)uly,
+                                       par->ulysses_anything || par->ring_anything,
+                                       (enum weft_ring_rotation)par->ring_rotation};
+    const int64_t s_img = (height / 16) * (width / 16);
+    char cp_error[300] = "";
+    if (ring * uly > 1) {
+        weft_log_clear_last_error();
+        if (weft_cp_check(&cpl, par->ulysses_anything, par->ring_anything, n_text, s_img,
+                          info.heads / tp) != WEFT_OK)
+            snprintf(cp_error, sizeof(cp_error), "%s", weft_log_last_error());
+    }
+    const struct weft_mesh mesh = {(int)dp, (int)ring, (int)uly, (int)tp};
     uint64_t per_rank = lay->replicated_bytes;
     for (size_t i = 0; i < lay->n; i++) {
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, lay->shards[i].name);
@@ -234,6 +277,37 @@ int weft_cmd_plan(struct weft_cli *cli)
         cJSON_AddNumberToObject(j, "bytes_per_rank", (double)per_rank);
         cJSON_AddNumberToObject(j, "allreduce_per_forward",
                                 tp > 1 ? lay->allreduce_per_pass : 0);
+        cJSON *mj = cJSON_AddObjectToObject(j, "mesh");
+        cJSON_AddNumberToObject(mj, "dp", (double)dp);
+        cJSON_AddNumberToObject(mj, "ring", (double)ring);
+        cJSON_AddNumberToObject(mj, "ulysses", (double)uly);
+        cJSON_AddNumberToObject(mj, "tp", (double)tp);
+        cJSON_AddNumberToObject(mj, "ranks", (double)mesh_n);
+        cJSON *rj = cJSON_AddArrayToObject(j, "ranks");
+        for (int r = 0; r < (int)mesh_n && mesh_n <= 4096; r++) {
+            struct weft_mesh_coord c;
+            weft_mesh_coord(&mesh, r, &c);
+            int64_t b, ni, nt;
+            weft_cp_chunk(s_img, (int)(ring * uly), c.cp, &b, &ni);
+            weft_cp_chunk(n_text, (int)(ring * uly), c.cp, &b, &nt);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rank", r);
+            cJSON_AddNumberToObject(e, "dp", c.dp);
+            cJSON_AddNumberToObject(e, "ring", c.ring);
+            cJSON_AddNumberToObject(e, "ulysses", c.ulysses);
+            cJSON_AddNumberToObject(e, "tp", c.tp);
+            cJSON_AddNumberToObject(e, "image_tokens", (double)ni);
+            cJSON_AddNumberToObject(e, "text_tokens", (double)nt);
+            cJSON_AddNumberToObject(e, "heads", (double)(info.heads / tp));
+            cJSON_AddItemToArray(rj, e);
+        }
+        cJSON *cj = cJSON_AddObjectToObject(j, "context_parallel");
+        cJSON_AddNumberToObject(cj, "height", (double)height);
+        cJSON_AddNumberToObject(cj, "width", (double)width);
+        cJSON_AddNumberToObject(cj, "text_tokens", (double)n_text);
+        cJSON_AddBoolToObject(cj, "ok", !cp_error[0]);
+        if (cp_error[0])
+            cJSON_AddStringToObject(cj, "error", cp_error);
         cJSON *arr = cJSON_AddArrayToObject(j, "shards");
         for (size_t i = 0; i < lay->n; i++) {
             const struct weft_tp_shard *s = &lay->shards[i];
@@ -264,6 +338,25 @@ int weft_cmd_plan(struct weft_cli *cli)
         printf("  weights per rank: %.3f GiB (of %.3f GiB)\n", gib(per_rank),
                gib(lay->planned_bytes + lay->replicated_bytes));
         printf("  all-reduces per forward: %d\n", tp > 1 ? lay->allreduce_per_pass : 0);
+        printf("mesh: dp %lld x ring %lld x ulysses %lld x tp %lld = %lld rank(s)\n", dp, ring,
+               uly, tp, mesh_n);
+        if (ring * uly > 1)
+            printf("context parallel (%s, %s) on %lldx%lld (%lld image + %lld text tokens): "
+                   "%s\n",
+                   par->ulysses_anything || par->ring_anything ? "anything" : "equal splits",
+                   par->ring_rotation ? "ring p2p" : "ring all-gather", height, width,
+                   (long long)s_img, n_text, cp_error[0] ? cp_error : "ok");
+        for (int r = 0; r < (int)mesh_n && mesh_n <= 64; r++) {
+            struct weft_mesh_coord c;
+            weft_mesh_coord(&mesh, r, &c);
+            int64_t b, ni, nt;
+            weft_cp_chunk(s_img, (int)(ring * uly), c.cp, &b, &ni);
+            weft_cp_chunk(n_text, (int)(ring * uly), c.cp, &b, &nt);
+            printf("  rank %-3d dp %d ring %d ulysses %d tp %d: %lld image + %lld text tokens, "
+                   "%lld heads%s\n", r, c.dp, c.ring, c.ulysses, c.tp, (long long)ni,
+                   (long long)nt, (long long)(info.heads / tp),
+                   c.ring == 0 && c.ulysses == 0 && c.tp == 0 ? ", decodes (VAE)" : "");
+        }
         for (size_t i = 0; shards && i < lay->n; i++) {
             const struct weft_tp_shard *s = &lay->shards[i];
             int64_t local[2] = {s->shape[0], s->shape[1]};
@@ -275,7 +368,7 @@ int weft_cmd_plan(struct weft_cli *cli)
                    weft_shape_str(s->ndim, local, b, sizeof(b)));
         }
     }
-    rc = 0;
+    rc = cp_error[0] ? 1 : 0;
 out:
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
