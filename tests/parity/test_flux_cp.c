@@ -160,6 +160,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
                 continue;
             }
             CHECK_OK(st);
+            free(out);
             double eg = fwd(m, shapes[s].fwd, NULL, &out, &st);
             float *lat = loop(m, shapes[s].loop, shapes[s].gh, shapes[s].gw);
             double el = rel_l2(lat, ref_loop, shapes[s].gh * shapes[s].gw * 64);

@@ -47,6 +47,14 @@ static void inputs_load(struct inputs *x)
     x->want = golden_need(&x->g, "output", &x->n_out);
 }
 
+static void inputs_free(struct inputs *x)
+{
+    free((void *)x->in.hidden), free((void *)x->in.encoder), free((void *)x->in.pooled);
+    free((void *)x->in.timestep), free((void *)x->in.guidance), free((void *)x->in.img_ids);
+    free((void *)x->in.txt_ids), free(x->want);
+    golden_close(&x->g);
+}
+
 /* Load with a plan (NULL: single device), forward, return the output. */
 static float *forward(struct weft_comm *comm, const struct weft_tp_plan *plan, int full_first,
                       const struct inputs *x, weft_status_t *load_st)
@@ -188,6 +196,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     CHECK(e_loop <= 1e-5);
     CHECK(el_tp <= 1e-4);
     free(single), free(tp), free(tp_full), free(bad), free(l_single), free(l_tp);
+    inputs_free(&x);
     weft_par_transport_destroy(pt);
     return 0;
 }
