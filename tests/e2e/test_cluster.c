@@ -118,14 +118,48 @@ static int max_diff(const char *a, const char *b)
     return d;
 }
 
+/* The one-device reference: `weft generate`, 256x256, 3 steps, red-fox, seed 7. */
+static void one_device(char *ref, size_t len)
+{
+    snprintf(ref, len, "%s/ref.png", tmp);
+    const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+}
+
+/* `weft run` of the reference's job with opts (NULL-ended) and more prompts after red-fox;
+ * image `check` (-1: the only one) against ref, within one level. */
+static void run_vs_ref(const char *ref, const char *out, const char *const *opts,
+                       const char *const *more, int check)
+{
+    const char *args[40] = {"run", "--height", "256", "--width", "256", "--steps", "3",
+                            "--prompt", "red-fox", "--seed", "7", "--out", out};
+    int n = 13;
+    char label[160] = "";
+    for (; *opts && n < 30; opts++) {
+        args[n++] = *opts;
+        snprintf(label + strlen(label), sizeof(label) - strlen(label), " %s", *opts);
+    }
+    for (; more && *more && n < 38; more++)
+        args[n++] = *more;
+    args[n] = NULL;
+    CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+    char img[600];
+    const char *dot = strrchr(out, '.');
+    if (check >= 0)
+        snprintf(img, sizeof(img), "%.*s-%d.png", (int)(dot - out), out, check);
+    else
+        snprintf(img, sizeof(img), "%s", out);
+    int d = max_diff(ref, img);
+    printf("weft run%s: max pixel difference to one device %d\n", label, d);
+    CHECK(d <= 1);
+}
+
 /* Every layout's image against `weft generate` on one device, same seed and prompt. */
 static int case_layouts(void)
 {
     char ref[512], out[512];
-    snprintf(ref, sizeof(ref), "%s/ref.png", tmp);
-    const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
-                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", ref, NULL};
-    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    one_device(ref, sizeof(ref));
     static const char *const layouts[][5] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--ulysses", "2", NULL},
         {"--ring", "2", NULL}, {"--tp", "2", "--ulysses", "2", NULL},
@@ -133,19 +167,7 @@ static int case_layouts(void)
     };
     for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
         snprintf(out, sizeof(out), "%s/run%zu.png", tmp, l);
-        const char *args[24] = {"run", "--height", "256", "--width", "256", "--steps", "3",
-                                "--prompt", "red-fox", "--seed", "7", "--out", out};
-        int n = 13;
-        for (int k = 0; layouts[l][k]; k++)
-            args[n++] = layouts[l][k];
-        args[n] = NULL;
-        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
-        int d = max_diff(ref, out);
-        char label[64] = "";
-        for (int k = 0; layouts[l][k]; k++)
-            snprintf(label + strlen(label), sizeof(label) - strlen(label), " %s", layouts[l][k]);
-        printf("weft run%s: max pixel difference to one device %d\n", label, d);
-        CHECK(d <= 1);
+        run_vs_ref(ref, out, layouts[l], NULL, -1);
     }
     /* data parallelism: 5 prompts over 2 replicas (3 + 2, as split_between_processes) against
      * the same batch on one replica, image by image; image 0 is the one-device image */
@@ -332,39 +354,19 @@ static int case_kill(void)
 static int case_devmap(void)
 {
     char ref[512], out[512];
-    snprintf(ref, sizeof(ref), "%s/ref.png", tmp);
-    const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
-                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", ref, NULL};
-    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
-    static const char *const runs[][8] = {
+    one_device(ref, sizeof(ref));
+    static const char *const runs[][9] = {
         {"--np", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB", NULL},
         {"--np", "2", "--device-map", "balanced", "--max-memory", "0:8MiB,1:8MiB,cpu:1GiB", NULL},
         {"--np", "2", "--device-map", "balanced", NULL},
-        {"--np", "4", "--dp", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB"},
+        {"--np", "4", "--dp", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB",
+         NULL},
     };
+    static const char *const more[] = {"--prompt", "lighthouse", "--prompt", "city-night", NULL};
     for (size_t l = 0; l < sizeof(runs) / sizeof(runs[0]); l++) {
         snprintf(out, sizeof(out), "%s/dm%zu.png", tmp, l);
-        const char *args[32] = {"run", "--height", "256", "--width", "256", "--steps", "3",
-                                "--prompt", "red-fox", "--seed", "7", "--out", out};
-        int n = 13;
-        for (int k = 0; k < 8 && runs[l][k]; k++)
-            args[n++] = runs[l][k];
-        if (l == 3) { /* two replicas: three prompts, image 0 is red-fox */
-            static const char *const more[] = {"--prompt", "lighthouse", "--prompt",
-                                               "city-night"};
-            for (int k = 0; k < 4; k++)
-                args[n++] = more[k];
-        }
-        args[n] = NULL;
-        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
-        if (l == 3)
-            snprintf(out, sizeof(out), "%s/dm%zu-0.png", tmp, l);
-        int d = max_diff(ref, out);
-        char label[128] = "";
-        for (int k = 0; k < 8 && runs[l][k]; k++)
-            snprintf(label + strlen(label), sizeof(label) - strlen(label), " %s", runs[l][k]);
-        printf("weft run%s: max pixel difference to one device %d\n", label, d);
-        CHECK(d <= 1);
+        /* two replicas: three prompts, image 0 is red-fox */
+        run_vs_ref(ref, out, runs[l], l == 3 ? more : NULL, l == 3 ? 0 : -1);
     }
 
     /* the map through the API */
