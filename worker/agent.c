@@ -672,39 +672,57 @@ int weft_agent_main(const struct weft_agent_opts *opts)
     if (st == WEFT_OK)
         st = weft_link_host_create(opts->conf->transport.tls[0] ? opts->conf->transport.tls : NULL,
                                    NULL, NULL, &a.host);
-    if (st == WEFT_OK)
+    /* Join; when the coordinator is lost (it died or was restarted), drop everything it
+     * assigned and join again, for up to [cluster] join_timeout_ms like the first time. */
+    for (int session = 0; st == WEFT_OK; session++) {
+        atomic_store(&a.quit, 0);
+        atomic_store(&a.stop_all, 0);
+        a.exit_code = 1;
+        if (session > 0)
+            WEFT_LOG_WARN("worker", "joining the coordinator at %s again (for up to %lld ms)",
+                          opts->coordinator, (long long)opts->conf->cluster.join_timeout_ms);
         st = bootstrap(&a, &caddr, &clen);
-    if (st == WEFT_OK)
-        st = weft_link_connect(a.host, caddr, clen, on_msg, on_down, &a, &a.link);
-    if (st == WEFT_OK) {
-        cJSON *hello = cJSON_CreateObject();
-        cJSON_AddStringToObject(hello, "id", a.id);
-        st = send_msg(&a, WEFT_MSG_HELLO, hello, NULL, 0);
-        cJSON_Delete(hello);
+        if (st == WEFT_OK)
+            st = weft_link_connect(a.host, caddr, clen, on_msg, on_down, &a, &a.link);
+        if (st == WEFT_OK) {
+            cJSON *hello = cJSON_CreateObject();
+            cJSON_AddStringToObject(hello, "id", a.id);
+            st = send_msg(&a, WEFT_MSG_HELLO, hello, NULL, 0);
+            cJSON_Delete(hello);
+        }
+        if (st == WEFT_OK) {
+            WEFT_LOG_INFO("worker", "joined the coordinator at %s as %s", opts->coordinator,
+                          a.id);
+            exec_started = pthread_create(&exec, NULL, executor_main, &a) == 0;
+            if (exec_started)
+                control_loop(&a);
+            else
+                st = WEFT_ERR_NOMEM;
+        }
+        if (exec_started) {
+            /* a worker that lost its coordinator must not hang on a collective: the
+             * executor's waits end at the transport deadline */
+            atomic_store(&a.stop_all, 1);
+            q_push(&a.inbox, WEFT_MSG_SHUTDOWN, NULL, NULL, 0);
+            pthread_join(exec, NULL);
+            exec_started = 0;
+        }
+        struct qitem *it;
+        while ((it = q_pop(&a.outbox, 0)))
+            qitem_free(it);
+        while ((it = q_pop(&a.inbox, 0)))
+            qitem_free(it);
+        weft_link_close(a.link);
+        a.link = NULL;
+        if (a.boot_fd >= 0)
+            close(a.boot_fd);
+        a.boot_fd = -1;
+        weft_free(caddr);
+        caddr = NULL;
+        if (st != WEFT_OK || a.exit_code == 0)
+            break; /* told to stop, or could not join */
     }
-    if (st == WEFT_OK) {
-        WEFT_LOG_INFO("worker", "joined the coordinator at %s as %s", opts->coordinator, a.id);
-        exec_started = pthread_create(&exec, NULL, executor_main, &a) == 0;
-        if (exec_started)
-            control_loop(&a);
-    }
-    if (exec_started) {
-        /* a worker that lost its coordinator must not hang on a collective: the executor's
-         * waits end at the transport deadline */
-        atomic_store(&a.stop_all, 1);
-        q_push(&a.inbox, WEFT_MSG_SHUTDOWN, NULL, NULL, 0);
-        pthread_join(exec, NULL);
-    }
-    struct qitem *it;
-    while ((it = q_pop(&a.outbox, 0)))
-        qitem_free(it);
-    while ((it = q_pop(&a.inbox, 0)))
-        qitem_free(it);
-    weft_link_close(a.link);
     weft_link_host_destroy(a.host);
-    if (a.boot_fd >= 0)
-        close(a.boot_fd);
-    weft_free(caddr);
     weft_runtime_destroy(a.rt);
     weft_kernels_cpu_destroy(a.kc);
     return st != WEFT_OK ? 1 : a.exit_code;

@@ -439,6 +439,63 @@ static int case_devmap(void)
     return 0;
 }
 
+/* The coordinator SIGKILLed with a job running and one queued, then restarted on the same
+ * ports and journal: the workers (never restarted) join it again and both jobs complete. */
+static int case_restart(void)
+{
+    char api[300], workers[300], pf[512];
+    const char *retry[] = {"--api.max_attempts=3", NULL};
+    pid_t server = start_server_with(api, workers, "2", retry);
+    pid_t w0 = start_worker(workers, secret_env, NULL);
+    pid_t w1 = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    char id1[WEFT_CLIENT_ID_MAX], id2[WEFT_CLIENT_ID_MAX];
+    submit(c, 512, 30, id1);
+    submit(c, 256, 2, id2);
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 600; i++) {
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(c, id1, &st));
+        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
+            break;
+        sleep_ms(50);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    kill(server, SIGKILL);
+    (void)wait_pid(server);
+    /* the same worker port (workers know only it) and journal; a new API port is fine */
+    char listen[340];
+    snprintf(listen, sizeof(listen), "--cluster.listen=%s", workers);
+    snprintf(pf, sizeof(pf), "%s/api", tmp);
+    unlink(pf);
+    const char *again[] = {"--api.max_attempts=3", listen, NULL};
+    double t0 = now_ms();
+    server = start_server_with(api, workers, "2", again);
+    c = client(api);
+    for (int i = 0; i < 600 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    printf("coordinator restarted: the workers joined it again after %.0f ms\n", now_ms() - t0);
+    const char *ids[2] = {id1, id2};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(weft_client_wait(c, ids[k], 120000, NULL, NULL, &st));
+        printf("job %s after the restart: %s\n", ids[k], weft_client_state_name(st.state));
+        CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+        weft_job_status_cleanup(&st);
+    }
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(w0), 0);
+    CHECK_EQ(wait_pid(w1), 0);
+    return 0;
+}
+
 static int case_secret(void)
 {
     char api[300], workers[300], wlog[512];
@@ -481,6 +538,7 @@ int main(int argc, char **argv)
              : strcmp(argv[2], "kill") == 0  ? case_kill()
              : strcmp(argv[2], "secret") == 0 ? case_secret()
              : strcmp(argv[2], "devmap") == 0 ? case_devmap()
+             : strcmp(argv[2], "restart") == 0 ? case_restart()
                                               : 2;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
