@@ -45,6 +45,18 @@ static void list_push(struct job_list *l, struct job *j)
     l->n++;
 }
 
+static void list_push_front(struct job_list *l, struct job *j)
+{
+    j->prev = NULL;
+    j->next = l->head;
+    if (l->head)
+        l->head->prev = j;
+    else
+        l->tail = j;
+    l->head = j;
+    l->n++;
+}
+
 static void list_remove(struct job_list *l, struct job *j)
 {
     if (j->prev)
@@ -544,6 +556,18 @@ static void on_finished(struct weft_coord *c, struct job *j, const struct weft_r
         j->interrupted = true;
         WEFT_LOG_INFO("coord", "job %s interrupted by the shutdown; it runs again after a "
                                "restart", j->id);
+        return;
+    }
+    if (WEFT_STATUS_IS_PEER_LOST(ev->status) && !j->cancel_requested && !c->stopping &&
+        j->attempts < c->api.max_attempts) {
+        /* a device was lost under it: first in the queue again, for what the runner has left
+         * (another replica, or the mesh planned again); images already written are kept */
+        j->state = JOB_QUEUED;
+        j->step = 0;
+        list_push_front(&c->queue, j);
+        WEFT_LOG_WARN("coord", "job %s: %s; it runs again (attempt %d of at most %lld)", j->id,
+                      ev->reason[0] ? ev->reason : weft_status_str(ev->status), j->attempts + 1,
+                      (long long)c->api.max_attempts);
         return;
     }
     if (ev->status == WEFT_ERR_CANCELLED && j->cancel_requested) {

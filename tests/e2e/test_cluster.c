@@ -496,6 +496,52 @@ static int case_restart(void)
     return 0;
 }
 
+/* dp 2 on two workers, one SIGKILLed mid-job: the job runs again on the replica left (the
+ * mesh planned again as dp 1) and completes with every image. */
+static int case_rerun(void)
+{
+    char api[300], workers[300];
+    const char *extra[] = {"--parallel.dp_degree=2", "--api.max_attempts=3", NULL};
+    pid_t server = start_server_with(api, workers, "1", extra);
+    pid_t w0 = start_worker(workers, secret_env, NULL);
+    pid_t w1 = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    struct weft_prompt p[2] = {{.name = "red-fox"}, {.name = "lighthouse"}};
+    struct weft_job_request req = {.prompts = p, .n_prompts = 2, .height = 256, .width = 256,
+                                   .steps = 40, .count = 1, .guidance = 3.5, .seed = 3};
+    char id[WEFT_CLIENT_ID_MAX];
+    CHECK_OK(weft_client_submit(c, &req, id));
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 600; i++) {
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(c, id, &st));
+        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
+            break;
+        sleep_ms(20);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    weft_job_status_cleanup(&st);
+    kill(w1, SIGKILL);
+    (void)wait_pid(w1);
+    CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
+    printf("a replica's worker killed mid-job: job %s with %zu images\n",
+           weft_client_state_name(st.state), st.n_images);
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
+    weft_job_status_cleanup(&st);
+    char *text;
+    CHECK_OK(weft_client_cluster(c, &text));
+    CHECK(strstr(text, "\"workers_lost\":\t1") || strstr(text, "\"workers_lost\":1"));
+    weft_client_free(text);
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(w0), 0);
+    return 0;
+}
+
 static int case_secret(void)
 {
     char api[300], workers[300], wlog[512];
@@ -539,6 +585,7 @@ int main(int argc, char **argv)
              : strcmp(argv[2], "secret") == 0 ? case_secret()
              : strcmp(argv[2], "devmap") == 0 ? case_devmap()
              : strcmp(argv[2], "restart") == 0 ? case_restart()
+             : strcmp(argv[2], "rerun") == 0 ? case_rerun()
                                               : 2;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
