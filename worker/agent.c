@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/sysinfo.h>
 #include <time.h>
@@ -123,6 +124,8 @@ struct agent {
     struct weft_link *link;
     struct queue inbox;  /* control -> executor: ASSIGN, RUN, RESET, SHUTDOWN */
     struct queue outbox; /* executor -> control: ASSIGNED, STEP, IMAGE, DONE */
+    int wake_fd;         /* eventfd: the executor queued a reply (the control thread sleeps on
+                            it and on the link host's descriptor) */
     atomic_ullong cancel_job; /* key of a job to stop, 0: none */
     atomic_int stop_all;      /* leaving: stop whatever runs */
     atomic_int quit;
@@ -142,6 +145,9 @@ static double now_s(void)
 static void reply(struct agent *a, unsigned type, cJSON *json, void *tail, size_t tail_len)
 {
     q_push(&a->outbox, type, json, tail, tail_len);
+    const uint64_t one = 1;
+    if (write(a->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        WEFT_LOG_WARN("worker", "eventfd: %s", strerror(errno));
 }
 
 static void drop_world(struct agent *a)
@@ -633,7 +639,16 @@ static void control_loop(struct agent *a)
     double next_ping = 0;
     a->last_heard = now_s();
     while (!atomic_load(&a->quit)) {
-        weft_link_host_wait(a->host, 50);
+        /* sleep until the link has work or the executor a reply (a reply must not wait for a
+         * timeout: it is a job's step, image or end); 50 ms bounds the heartbeat checks */
+        struct pollfd fds[2] = {{weft_link_host_fd(a->host), POLLIN, 0},
+                                {a->wake_fd, POLLIN, 0}};
+        if (poll(fds, 2, 50) < 0 && errno != EINTR)
+            WEFT_LOG_WARN("worker", "poll: %s", strerror(errno));
+        uint64_t n;
+        if (fds[1].revents & POLLIN)
+            (void)!read(a->wake_fd, &n, sizeof(n));
+        (void)weft_link_host_progress(a->host);
         struct qitem *it;
         while ((it = q_pop(&a->outbox, 0))) {
             if (send_msg(a, it->type, it->json, it->tail, it->tail_len) != WEFT_OK)
@@ -659,7 +674,12 @@ static void control_loop(struct agent *a)
 
 int weft_agent_main(const struct weft_agent_opts *opts)
 {
-    struct agent a = {.opts = opts, .boot_fd = -1, .exit_code = 1};
+    struct agent a = {.opts = opts, .boot_fd = -1, .exit_code = 1,
+                      .wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+    if (a.wake_fd < 0) {
+        WEFT_LOG_ERROR("worker", "eventfd: %s", strerror(errno));
+        return 1;
+    }
     q_init(&a.inbox);
     q_init(&a.outbox);
     void *caddr = NULL;
@@ -723,6 +743,7 @@ int weft_agent_main(const struct weft_agent_opts *opts)
             break; /* told to stop, or could not join */
     }
     weft_link_host_destroy(a.host);
+    close(a.wake_fd);
     weft_runtime_destroy(a.rt);
     weft_kernels_cpu_destroy(a.kc);
     return st != WEFT_OK ? 1 : a.exit_code;
