@@ -83,7 +83,10 @@ struct cluster_runner {
     struct weft_rdv_server *rdv;
     uv_poll_t rdv_poll;
     int rdv_poll_open;
-    struct job_run job;
+    /* jobs run side by side, each on its own data-parallel replicas */
+    struct job_run jobs[MAX_WORKERS];
+    int replica_job[MAX_WORKERS]; /* per replica: its job's index in jobs, -1 free */
+    int n_active;
     int stopping, closed;
     uint64_t jobs_done, images_done, workers_lost;
     /* the workers' collectives, summed over jobs and ranks, per process-group kind and op */
@@ -136,23 +139,47 @@ static void worker_lost(struct worker *w, const char *why);
 
 static void shutdown_cluster(struct cluster_runner *r);
 
-static void job_finish(struct cluster_runner *r)
+/* The running job a worker's message names by its key, or NULL. */
+static struct job_run *job_find(struct cluster_runner *r, const cJSON *key)
 {
-    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_FINISHED, .job = r->job.key,
-                                   .status = r->job.status};
-    snprintf(ev.reason, sizeof(ev.reason), "%s", r->job.reason);
-    r->job.active = 0;
+    if (!cJSON_IsNumber(key))
+        return NULL;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (r->jobs[i].active && r->jobs[i].key == (uint64_t)key->valuedouble)
+            return &r->jobs[i];
+    return NULL;
+}
+
+static int free_replicas(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++)
+        n += r->replica_job[rep] < 0;
+    return n;
+}
+
+static void job_finish(struct cluster_runner *r, struct job_run *jr)
+{
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_FINISHED, .job = jr->key,
+                                   .status = jr->status};
+    snprintf(ev.reason, sizeof(ev.reason), "%s", jr->reason);
+    const int index = (int)(jr - r->jobs);
+    for (int rep = 0; rep < MAX_WORKERS; rep++)
+        if (r->replica_job[rep] == index)
+            r->replica_job[rep] = -1;
+    jr->active = 0;
+    r->n_active--;
     r->jobs_done++;
     post(r, &ev);
-    if (r->stopping)
+    if (r->stopping && r->n_active == 0)
         shutdown_cluster(r);
 }
 
-static void job_fail(struct cluster_runner *r, weft_status_t st, const char *reason)
+static void job_fail(struct job_run *jr, weft_status_t st, const char *reason)
 {
-    if (r->job.status == WEFT_OK || r->job.status == WEFT_ERR_CANCELLED) {
-        r->job.status = st;
-        snprintf(r->job.reason, sizeof(r->job.reason), "%s", reason);
+    if (jr->status == WEFT_OK || jr->status == WEFT_ERR_CANCELLED) {
+        jr->status = st;
+        snprintf(jr->reason, sizeof(jr->reason), "%s", reason);
     }
 }
 
@@ -210,8 +237,16 @@ static weft_status_t load_prompts(struct cluster_runner *r, const struct weft_ru
 static weft_status_t cr_start(struct weft_runner *base, const struct weft_runner_job *job)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
-    if (!r->planned || r->job.active || r->stopping) {
-        WEFT_LOG_ERROR("cluster", "job %s: the cluster is not ready", job->id);
+    int reps[MAX_WORKERS], n_free = 0, slot = -1;
+    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++)
+        if (r->replica_job[rep] < 0)
+            reps[n_free++] = rep;
+    for (int i = 0; i < MAX_WORKERS && slot < 0; i++)
+        if (!r->jobs[i].active)
+            slot = i;
+    if (!r->planned || r->stopping || n_free == 0 || slot < 0) {
+        WEFT_LOG_ERROR("cluster", "job %s: the cluster is not ready or has no free replica",
+                       job->id);
         return WEFT_ERR_BUSY;
     }
     cJSON *prompts = cJSON_CreateArray();
@@ -222,20 +257,24 @@ static weft_status_t cr_start(struct weft_runner *base, const struct weft_runner
         cJSON_Delete(prompts);
         return st;
     }
-    memset(&r->job, 0, sizeof(r->job));
-    r->job.key = job->key;
-    r->job.active = 1;
-    snprintf(r->job.out_dir, sizeof(r->job.out_dir), "%s", job->out_dir);
-    snprintf(r->job.id, sizeof(r->job.id), "%s", job->id);
-    /* split_between_processes: contiguous chunks, the first ones one longer */
+    struct job_run *jr = &r->jobs[slot];
+    memset(jr, 0, sizeof(*jr));
+    jr->key = job->key;
+    jr->active = 1;
+    r->n_active++;
+    snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
+    snprintf(jr->id, sizeof(jr->id), "%s", job->id);
+    /* the free replicas, no more than there are images; split_between_processes over them:
+     * contiguous chunks, the first ones one longer (an image's noise depends on its index
+     * only, so the split changes no pixel) */
     const int64_t n_img = (int64_t)job->n_prompts * job->count;
-    const int dp = r->mesh.dp;
-    for (int rep = 0; rep < dp; rep++) {
-        int64_t first = n_img / dp * rep + (rep < n_img % dp ? rep : n_img % dp);
-        int64_t count = n_img / dp + (rep < n_img % dp);
-        if (count == 0)
-            continue;
-        r->job.pending++;
+    const int dp = n_img < n_free ? (int)n_img : n_free;
+    for (int k = 0; k < dp; k++) {
+        const int rep = reps[k];
+        int64_t first = n_img / dp * k + (k < n_img % dp ? k : n_img % dp);
+        int64_t count = n_img / dp + (k < n_img % dp);
+        r->replica_job[rep] = slot;
+        jr->pending++;
         for (int i = 0; i < MAX_WORKERS; i++) {
             struct worker *w = &r->w[i];
             if (w->state != W_JOINED || w->rank < 0 || w->replica != rep)
@@ -250,34 +289,39 @@ static weft_status_t cr_start(struct weft_runner *base, const struct weft_runner
             cJSON_AddStringToObject(m, "model_name", r->model_dir);
             cJSON_AddItemToObject(m, "prompts", cJSON_Duplicate(prompts, 1));
             cJSON *imgs = cJSON_AddArrayToObject(m, "images");
-            for (int64_t k = first; k < first + count; k++) {
+            for (int64_t x = first; x < first + count; x++) {
                 cJSON *pair = cJSON_CreateArray();
-                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)k));
-                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)(k / job->count)));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)x));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)(x / job->count)));
                 cJSON_AddItemToArray(imgs, pair);
             }
             if (send_to(w, WEFT_MSG_RUN, m, tail, tail_len) != WEFT_OK)
-                job_fail(r, WEFT_ERR_PEER_LOST, "a worker could not be reached");
+                job_fail(jr, WEFT_ERR_PEER_LOST, "a worker could not be reached");
         }
     }
     cJSON_Delete(prompts);
     weft_free(tail);
-    WEFT_LOG_INFO("cluster", "job %s: %lld images on %d replicas", job->id, (long long)n_img,
-                  r->job.pending);
-    if (r->job.pending == 0)
-        job_finish(r);
+    WEFT_LOG_INFO("cluster", "job %s: %lld images on %d of %d replicas", job->id,
+                  (long long)n_img, jr->pending, r->mesh.dp);
+    if (jr->pending == 0)
+        job_finish(r, jr);
     return WEFT_OK;
 }
 
 static void cr_cancel(struct weft_runner *base, uint64_t key)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
-    if (!r->job.active || r->job.key != key)
+    struct job_run *jr = NULL;
+    for (int i = 0; i < MAX_WORKERS && !jr; i++)
+        if (r->jobs[i].active && r->jobs[i].key == key)
+            jr = &r->jobs[i];
+    if (!jr)
         return;
-    job_fail(r, WEFT_ERR_CANCELLED, "cancelled");
+    job_fail(jr, WEFT_ERR_CANCELLED, "cancelled");
     for (int i = 0; i < MAX_WORKERS; i++) {
         struct worker *w = &r->w[i];
-        if (w->state == W_JOINED && w->rank >= 0 && w->decode) {
+        if (w->state == W_JOINED && w->rank >= 0 && w->decode &&
+            r->replica_job[w->replica] == (int)(jr - r->jobs)) {
             cJSON *m = cJSON_CreateObject();
             cJSON_AddNumberToObject(m, "job", (double)key);
             (void)send_to(w, WEFT_MSG_CANCEL, m, NULL, 0);
@@ -285,10 +329,11 @@ static void cr_cancel(struct weft_runner *base, uint64_t key)
     }
 }
 
+/* Jobs that may run at once: those running, and one more per free replica. */
 static int cr_capacity(struct weft_runner *base)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
-    return r->planned && !r->stopping ? 1 : 0;
+    return r->planned && !r->stopping ? r->n_active + free_replicas(r) : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -457,6 +502,8 @@ static void plan_maybe(struct cluster_runner *r)
         r->rdv_poll_open = 1;
     }
     r->assigning = 1;
+    for (int rep = 0; rep < MAX_WORKERS; rep++)
+        r->replica_job[rep] = -1; /* no job runs across a new plan (they were stopped) */
     int rank = 0;
     for (int i = 0; i < MAX_WORKERS && rank < n; i++) {
         struct worker *w = &r->w[i];
@@ -537,10 +584,10 @@ static void on_assigned(struct cluster_runner *r, struct worker *w, const cJSON 
 
 static void on_step_msg(struct cluster_runner *r, const cJSON *j)
 {
-    const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
-    if (!r->job.active || !cJSON_IsNumber(job) || (uint64_t)job->valuedouble != r->job.key)
+    const struct job_run *jr = job_find(r, cJSON_GetObjectItemCaseSensitive(j, "job"));
+    if (!jr)
         return;
-    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STEP, .job = r->job.key, .n_images = 1};
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STEP, .job = jr->key, .n_images = 1};
     const cJSON *v;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "image")) && cJSON_IsNumber(v))
         ev.image = v->valueint;
@@ -555,18 +602,17 @@ static void on_step_msg(struct cluster_runner *r, const cJSON *j)
 
 static void on_image_msg(struct cluster_runner *r, const cJSON *j, const void *png, size_t len)
 {
-    const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
+    struct job_run *jr = job_find(r, cJSON_GetObjectItemCaseSensitive(j, "job"));
     const cJSON *img = cJSON_GetObjectItemCaseSensitive(j, "image");
-    if (!r->job.active || !cJSON_IsNumber(job) || (uint64_t)job->valuedouble != r->job.key ||
-        !cJSON_IsNumber(img) || img->valueint < 0 || len < 8 ||
+    if (!jr || !cJSON_IsNumber(img) || img->valueint < 0 || len < 8 ||
         memcmp(png, "\x89PNG\r\n\x1a\n", 8) != 0) {
         WEFT_LOG_WARN("cluster", "an image message that fits no running job was dropped");
         return;
     }
     char path[1100];
-    snprintf(path, sizeof(path), "%s/%d.png", r->job.out_dir, img->valueint);
+    snprintf(path, sizeof(path), "%s/%d.png", jr->out_dir, img->valueint);
     if (weft_runner_file_write(path, png, len) != WEFT_OK) {
-        job_fail(r, WEFT_ERR_IO, weft_log_last_error());
+        job_fail(jr, WEFT_ERR_IO, weft_log_last_error());
         return;
     }
     static const char *const stages[] = {"denoise_s", "decode_s"};
@@ -574,12 +620,12 @@ static void on_image_msg(struct cluster_runner *r, const cJSON *j, const void *p
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, stages[k]);
         if (!cJSON_IsNumber(s))
             continue;
-        struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STAGE, .job = r->job.key,
+        struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STAGE, .job = jr->key,
                                        .seconds = s->valuedouble};
         snprintf(ev.stage, sizeof(ev.stage), "%.*s", (int)strlen(stages[k]) - 2, stages[k]);
         post(r, &ev);
     }
-    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_IMAGE, .job = r->job.key,
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_IMAGE, .job = jr->key,
                                    .image = img->valueint};
     const cJSON *wv = cJSON_GetObjectItemCaseSensitive(j, "width");
     const cJSON *hv = cJSON_GetObjectItemCaseSensitive(j, "height");
@@ -627,10 +673,10 @@ static void add_comm(struct cluster_runner *r, const cJSON *comm)
 static void on_done_msg(struct cluster_runner *r, struct worker *w, const cJSON *j)
 {
     add_comm(r, cJSON_GetObjectItemCaseSensitive(j, "comm"));
-    const cJSON *job = cJSON_GetObjectItemCaseSensitive(j, "job");
+    struct job_run *jr = job_find(r, cJSON_GetObjectItemCaseSensitive(j, "job"));
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (!r->job.active || !cJSON_IsNumber(job) || (uint64_t)job->valuedouble != r->job.key)
+    if (!jr)
         return;
     weft_status_t s = cJSON_IsNumber(st) ? (weft_status_t)st->valueint : WEFT_ERR_PROTOCOL;
     if (s != WEFT_OK && s != WEFT_ERR_CANCELLED) {
@@ -638,14 +684,15 @@ static void on_done_msg(struct cluster_runner *r, struct worker *w, const cJSON 
         snprintf(reason, sizeof(reason), "worker %s (%s:%ld): %s", w->id, w->host, w->pid,
                  cJSON_IsString(err) && err->valuestring[0] ? err->valuestring
                                                             : weft_status_str(s));
-        job_fail(r, s, reason);
+        job_fail(jr, s, reason);
     } else if (s == WEFT_ERR_CANCELLED) {
-        job_fail(r, s, "cancelled");
+        job_fail(jr, s, "cancelled");
     }
-    if (!w->decode)
-        return; /* the replica's decoding rank speaks for it */
-    if (--r->job.pending == 0)
-        job_finish(r);
+    if (!w->decode || r->replica_job[w->replica] != (int)(jr - r->jobs))
+        return; /* the replica's decoding rank speaks for it, once */
+    r->replica_job[w->replica] = -1; /* free for the next job */
+    if (--jr->pending == 0)
+        job_finish(r, jr);
 }
 
 static void on_msg(struct weft_link *link, uint16_t type, const void *data, size_t len,
@@ -767,12 +814,21 @@ static void worker_lost(struct worker *w, const char *why)
     }
     w->state = W_BOOT; /* no longer counted; freed when its socket closes */
     if (in_mesh) {
-        if (r->job.active) {
+        /* the mesh is planned again: every running job stops (and runs again if the
+         * coordinator's attempts allow) */
+        for (int i = 0; i < MAX_WORKERS; i++) {
+            struct job_run *jr = &r->jobs[i];
+            if (!jr->active)
+                continue;
             char reason[256];
-            snprintf(reason, sizeof(reason), "worker %s (%s, pid %ld) was lost during the job: "
-                     "%s", w->id, w->host, w->pid, why);
-            job_fail(r, WEFT_ERR_PEER_LOST, reason);
-            job_finish(r);
+            if (r->replica_job[w->replica] == i)
+                snprintf(reason, sizeof(reason), "worker %s (%s, pid %ld) was lost during the "
+                         "job: %s", w->id, w->host, w->pid, why);
+            else
+                snprintf(reason, sizeof(reason), "the mesh was planned again: worker %s (%s, "
+                         "pid %ld) of another replica was lost", w->id, w->host, w->pid);
+            job_fail(jr, WEFT_ERR_PEER_LOST, reason);
+            job_finish(r, jr);
         }
         w->rank = -1;
         plan_reset(r);
@@ -1040,7 +1096,9 @@ static cJSON *cr_describe(struct weft_runner *base)
         cJSON_AddStringToObject(e, "id", w->id);
         cJSON_AddStringToObject(e, "state", w->state != W_JOINED ? "joining"
                                             : w->rank < 0        ? "idle"
-                                            : w->assigned        ? (r->job.active ? "busy" : "ready")
+                                            : w->assigned        ? (r->replica_job[w->replica] >= 0
+                                                                        ? "busy"
+                                                                        : "ready")
                                                                  : "loading");
         cJSON_AddNumberToObject(e, "rank", w->rank);
         if (w->rank >= 0) {
@@ -1153,10 +1211,13 @@ static void cr_stop(struct weft_runner *base)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
     r->stopping = 1;
-    if (r->job.active)
-        cr_cancel(base, r->job.key); /* shut down when its FINISHED goes out */
-    else
+    if (r->n_active == 0) {
         shutdown_cluster(r);
+        return;
+    }
+    for (int i = 0; i < MAX_WORKERS; i++) /* shut down when the last FINISHED goes out */
+        if (r->jobs[i].active)
+            cr_cancel(base, r->jobs[i].key);
 }
 
 static void cr_destroy(struct weft_runner *base)
@@ -1294,6 +1355,7 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
         r->w[i].r = r;
         r->w[i].index = i;
         r->w[i].rank = -1;
+        r->replica_job[i] = -1;
     }
     /* the model's config, to check prompt embeddings before a job goes out */
     char tdir[WEFT_CONF_PATH + 16];

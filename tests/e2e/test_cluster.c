@@ -542,6 +542,49 @@ static int case_rerun(void)
     return 0;
 }
 
+/* dp 2: two one-image jobs run side by side, one per replica (capacity is the free replicas). */
+static int case_concurrent(void)
+{
+    char api[300], workers[300];
+    const char *extra[] = {"--parallel.dp_degree=2", NULL};
+    pid_t server = start_server_with(api, workers, "1", extra);
+    pid_t w0 = start_worker(workers, secret_env, NULL);
+    pid_t w1 = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    char a[WEFT_CLIENT_ID_MAX], b[WEFT_CLIENT_ID_MAX];
+    submit(c, 256, 30, a);
+    submit(c, 256, 30, b);
+    bool both = false;
+    struct weft_job_status sa = {0}, sb = {0};
+    for (int i = 0; i < 600 && !both; i++) {
+        weft_job_status_cleanup(&sa), weft_job_status_cleanup(&sb);
+        CHECK_OK(weft_client_status(c, a, &sa));
+        CHECK_OK(weft_client_status(c, b, &sb));
+        both = sa.state == WEFT_JOB_RUNNING && sb.state == WEFT_JOB_RUNNING;
+        if (sa.state == WEFT_JOB_DONE || sb.state == WEFT_JOB_DONE)
+            break;
+        sleep_ms(10);
+    }
+    printf("two one-image jobs on dp 2: %s\n",
+           both ? "running at the same time" : "one after the other");
+    CHECK(both);
+    for (int k = 0; k < 2; k++) {
+        weft_job_status_cleanup(&sa);
+        CHECK_OK(weft_client_wait(c, k ? b : a, 120000, NULL, NULL, &sa));
+        CHECK(sa.state == WEFT_JOB_DONE && sa.n_images == 1);
+    }
+    weft_job_status_cleanup(&sa), weft_job_status_cleanup(&sb);
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(w0), 0);
+    CHECK_EQ(wait_pid(w1), 0);
+    return 0;
+}
+
 static int case_secret(void)
 {
     char api[300], workers[300], wlog[512];
@@ -586,6 +629,7 @@ int main(int argc, char **argv)
              : strcmp(argv[2], "devmap") == 0 ? case_devmap()
              : strcmp(argv[2], "restart") == 0 ? case_restart()
              : strcmp(argv[2], "rerun") == 0 ? case_rerun()
+             : strcmp(argv[2], "concurrent") == 0 ? case_concurrent()
                                               : 2;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
