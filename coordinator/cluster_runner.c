@@ -18,6 +18,7 @@
 #include "transport/link.h"
 
 #define MAX_WORKERS 256
+#define STOP_WAIT_MS 3000 /* after stop(), how long running jobs may take to stop */
 #define TICK_MS 20
 
 enum wstate {
@@ -88,6 +89,7 @@ struct cluster_runner {
     int replica_job[MAX_WORKERS]; /* per replica: its job's index in jobs, -1 free */
     int n_active;
     int stopping, closed;
+    double stop_deadline; /* stopping: jobs not finished by then are given up */
     uint64_t jobs_done, images_done, workers_lost;
     /* the workers' collectives, summed over jobs and ranks, per process-group kind and op */
     struct comm_total {
@@ -1049,6 +1051,16 @@ static void on_tick(uv_timer_t *t)
     if (r->rdv && weft_rdv_server_progress(r->rdv, 0) == WEFT_OK)
         rdv_close(r);
     double now = now_s();
+    if (r->stopping && r->n_active && now > r->stop_deadline) {
+        /* a worker that does not answer the cancel (stopped, hung) must not hold the
+         * shutdown: its jobs end cancelled and stay in the journal for the next start */
+        WEFT_LOG_WARN("cluster", "%d job(s) did not stop within %d ms: given up", r->n_active,
+                      STOP_WAIT_MS);
+        for (int i = 0; i < MAX_WORKERS && !r->closed; i++)
+            if (r->jobs[i].active)
+                job_finish(r, &r->jobs[i]);
+        return;
+    }
     const double lost = (double)r->conf->cluster.worker_timeout_ms / 1e3;
     bool ping = now >= r->next_ping;
     if (ping)
@@ -1211,6 +1223,7 @@ static void cr_stop(struct weft_runner *base)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
     r->stopping = 1;
+    r->stop_deadline = now_s() + STOP_WAIT_MS / 1e3;
     if (r->n_active == 0) {
         shutdown_cluster(r);
         return;

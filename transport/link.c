@@ -102,6 +102,8 @@ struct peer {
     enum ep_state state;
     weft_status_t failure;
     unsigned refs; /* links attached and UCX requests pointing here */
+    void *close_req;    /* our endpoint close while UCX runs it */
+    bool close_dropped; /* given back to UCX unfinished (teardown): its callback must not free */
 };
 
 struct weft_link {
@@ -405,7 +407,9 @@ static void closed_done(void *req, ucs_status_t s, void *user_data)
 {
     (void)s;
     struct peer *p = user_data;
-    ucp_request_free(req);
+    if (!p->close_dropped)
+        ucp_request_free(req);
+    p->close_req = NULL;
     p->refs--;
 }
 
@@ -513,8 +517,10 @@ static void peer_close(struct peer *p, bool force)
         p->state = EP_DOWN;
         p->failure = WEFT_ERR_PEER_LOST;
     }
-    if (q && !UCS_PTR_IS_ERR(q))
+    if (q && !UCS_PTR_IS_ERR(q)) {
         p->refs++;
+        p->close_req = q;
+    }
 }
 
 /* Close the endpoints that failed (outside UCX's callbacks, as UCX asks). */
@@ -1192,6 +1198,15 @@ static void host_drain(struct weft_link_host *h)
     for (int i = 0; i < 100 && (h->links || h->peers); i++) {
         ucx_progress(h);
         sweep(h);
+    }
+    /* A polite close a live but silent peer never answers (a stopped process) is still UCX's
+     * to run; UCX destroys its endpoint with the worker and insists we have released the
+     * request by then. Release it; its callback, if UCX still calls it, only counts. */
+    for (struct peer *p = h->peers; p; p = p->next) {
+        if (p->close_req) {
+            p->close_dropped = true;
+            ucp_request_free(p->close_req);
+        }
     }
 }
 

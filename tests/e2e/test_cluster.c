@@ -585,6 +585,45 @@ static int case_concurrent(void)
     return 0;
 }
 
+/* A worker stopped (SIGSTOP: alive to the kernel, silent to us) with a job running, then the
+ * coordinator told to stop: it gives the job up after a bounded wait, closes the silent
+ * peer's endpoint and exits 0, the job kept in the journal. */
+static int case_stopped(void)
+{
+    char api[300], workers[300];
+    const char *extra[] = {"--api.shutdown_grace_ms=300", NULL};
+    pid_t server = start_server_with(api, workers, "1", extra);
+    pid_t w0 = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, 512, 100, id);
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 600; i++) {
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(c, id, &st));
+        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
+            break;
+        sleep_ms(20);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    kill(w0, SIGSTOP);
+    double t0 = now_ms();
+    kill(server, SIGTERM);
+    int rc = wait_pid(server);
+    printf("coordinator stopped with a silent worker: exit %d after %.0f ms\n", rc,
+           now_ms() - t0);
+    CHECK_EQ(rc, 0);
+    CHECK(now_ms() - t0 < 8000);
+    kill(w0, SIGKILL);
+    (void)wait_pid(w0);
+    return 0;
+}
+
 static int case_secret(void)
 {
     char api[300], workers[300], wlog[512];
@@ -630,6 +669,7 @@ int main(int argc, char **argv)
              : strcmp(argv[2], "restart") == 0 ? case_restart()
              : strcmp(argv[2], "rerun") == 0 ? case_rerun()
              : strcmp(argv[2], "concurrent") == 0 ? case_concurrent()
+             : strcmp(argv[2], "stopped") == 0 ? case_stopped()
                                               : 2;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
