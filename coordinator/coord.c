@@ -2,6 +2,7 @@
  * records, compaction), dispatch to the runner, the runner's events, retention, shutdown. */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -944,6 +945,10 @@ static void finish_shutdown(struct weft_coord *c)
     uv_close((uv_handle_t *)&c->grace, on_handle_closed);
     uv_close((uv_handle_t *)&c->sigint, on_handle_closed);
     uv_close((uv_handle_t *)&c->sigterm, on_handle_closed);
+    /* closing the handles restored the default action: a second signal during the rest of
+     * the teardown would kill the process instead of letting it exit 0 */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     WEFT_LOG_INFO("coord", "stopped (%zu jobs queued in the journal)", c->queue.n);
 }
 
