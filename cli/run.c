@@ -381,10 +381,14 @@ int weft_cmd_run(struct weft_cli *cli)
     snprintf(ring, sizeof(ring), "--parallel.ring_degree=%lld", o.ring);
     snprintf(dp, sizeof(dp), "--parallel.dp_degree=%lld", o.dp);
     snprintf(workers, sizeof(workers), "--cluster.workers=%lld", o.np);
-    /* the CPU's cores shared by the workers */
+    /* the CPU's cores shared by the workers; the stages of a device_map pipeline run one at a
+     * time, so they share a replica's cores instead of dividing them */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const bool staged = o.device_map ? strcmp(o.device_map, "none") != 0
+                                     : cli->conf.device_map.strategy != 0;
+    long busy = staged ? o.dp : o.np;
     long per = cli->conf.kernels.threads ? cli->conf.kernels.threads
-                                         : (cores / o.np > 0 ? cores / o.np : 1);
+                                         : (cores / busy > 0 ? cores / busy : 1);
     snprintf(threads, sizeof(threads), "--kernels.threads=%ld", per);
     static const char *const strategies[] = {"none", "balanced", "auto"};
     const int si = cli->conf.device_map.strategy;
