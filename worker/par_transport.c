@@ -2,7 +2,6 @@
  * of one dimension partition the world, so no process is in two groups of the same id. */
 #include "worker/par_transport.h"
 
-#include <string.h>
 #include <time.h>
 
 #include "common/alloc.h"
@@ -202,10 +201,7 @@ void weft_par_transport_stats(const struct weft_par_transport *pt, struct weft_p
 
 void weft_par_transport_reset_stats(struct weft_par_transport *pt)
 {
-    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++) {
-        struct par_group *g = &pt->groups[k];
-        memset(g->seconds, 0, sizeof(g->seconds));
-        memset(g->bytes, 0, sizeof(g->bytes));
-        memset(g->calls, 0, sizeof(g->calls));
-    }
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++)
+        for (int op = 0; op < WEFT_PAR_OP_COUNT; op++)
+            pt->groups[k].seconds[op] = pt->groups[k].bytes[op] = 0, pt->groups[k].calls[op] = 0;
 }
