@@ -60,9 +60,8 @@ static void child_args(const struct run_params *p, char *buf, size_t len, char *
     argv[k++] = (char *)(p->rdv ? p->rdv : "-");
     char *s = buf;
     for (int i = 0; i < 10; i++) {
-        argv[k++] = s;
-        s = strchr(s, '\n');
-        if (s)
+        argv[k++] = s ? s : (char *)"";
+        if (s && (s = strchr(s, '\n')))
             *s++ = '\0';
     }
     argv[k] = NULL;
@@ -303,7 +302,7 @@ int weft_bench_cp(struct weft_cli *cli)
         struct run_params base = {.model = dir, .np = 1, .ring = 1, .ulysses = 1,
                                   .steps = steps, .gh = shapes[s].gh, .gw = shapes[s].gw,
                                   .text = shapes[s].text};
-        struct result one;
+        struct result one = {0};
         run_mode(base, self, &one);
         if (!json)
             printf("%-18s %-16s %3d %9.1f %8.2f %10.0f %8s %7s\n", "one process",
@@ -322,7 +321,7 @@ int weft_bench_cp(struct weft_cli *cli)
                     p.ulysses = nps[k];
                 }
                 p.anything = modes[md].anything, p.p2p = modes[md].p2p;
-                struct result r;
+                struct result r = {0};
                 run_mode(p, self, &r);
                 if (json) {
                     cJSON *e = cJSON_CreateObject();

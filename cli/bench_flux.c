@@ -100,6 +100,8 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 
 static double median(double *v, int n)
 {
+    if (n <= 0)
+        return 0;
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
             double t = v[j];

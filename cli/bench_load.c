@@ -120,6 +120,38 @@ static int run_child(char *const argv[], char *out, size_t len, long *maxrss_kib
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* One rank's load in a child, repeats times: the median load time (first-touch costs vary a
+ * lot here) and the largest peak RSS. Returns nonzero when a run failed. */
+static int measure_rank(const char *self, const char *model, int tp, int rank, int mode,
+                        int repeats, double *load_p, double *peak_p)
+{
+    char t[16], rk[16], out[4096];
+    snprintf(t, sizeof(t), "%d", tp);
+    snprintf(rk, sizeof(rk), "%d", rank);
+    char *argv[] = {(char *)self,  "bench", "load-run", "--model", (char *)model, "--tp", t,
+                    "--rank",      rk,      "--mode",   mode ? "full" : "sharded", NULL};
+    double loads[15] = {0}, peak = 0;
+    int rc = 0;
+    for (int rep = 0; rep < repeats; rep++) {
+        long rss = 0;
+        rc |= run_child(argv, out, sizeof(out), &rss);
+        cJSON *j = cJSON_Parse(out);
+        const cJSON *ls = j ? cJSON_GetObjectItem(j, "load_s") : NULL;
+        loads[rep] = ls ? ls->valuedouble : -1;
+        cJSON_Delete(j);
+        peak = (double)rss * 1024.0 > peak ? (double)rss * 1024.0 : peak;
+    }
+    for (int a = 1; a < repeats; a++)
+        for (int b = a; b > 0 && loads[b - 1] > loads[b]; b--) {
+            double tmp = loads[b];
+            loads[b] = loads[b - 1];
+            loads[b - 1] = tmp;
+        }
+    *load_p = loads[repeats / 2];
+    *peak_p = peak;
+    return rc;
+}
+
 int weft_bench_load(struct weft_cli *cli)
 {
     int tps[8] = {1, 2, 4}, n_tp = 3, json = 0, repeats = 3;
@@ -196,33 +228,8 @@ int weft_bench_load(struct weft_cli *cli)
             if (tps[k] == 1 && mode == 1)
                 continue; /* nothing to shard */
             for (int r = 0; r < tps[k]; r++) {
-                char t[16], rk[16], out[4096];
-                snprintf(t, sizeof(t), "%d", tps[k]);
-                snprintf(rk, sizeof(rk), "%d", r);
-                char *argv[] = {self,  "bench", "load-run", "--model",
-                                (char *)model, "--tp", t, "--rank", rk, "--mode",
-                                mode ? "full" : "sharded", NULL};
-                /* median load time of the repeats (first-touch costs vary a lot here), the
-                 * largest peak RSS */
-                double loads[15] = {0}, peak = 0;
-                int rc = 0;
-                for (int rep = 0; rep < repeats; rep++) {
-                    long rss = 0;
-                    rc |= run_child(argv, out, sizeof(out), &rss);
-                    cJSON *j = cJSON_Parse(out);
-                    loads[rep] = j && cJSON_GetObjectItem(j, "load_s")
-                                     ? cJSON_GetObjectItem(j, "load_s")->valuedouble
-                                     : -1;
-                    cJSON_Delete(j);
-                    peak = (double)rss * 1024.0 > peak ? (double)rss * 1024.0 : peak;
-                }
-                for (int a = 1; a < repeats; a++)
-                    for (int b = a; b > 0 && loads[b - 1] > loads[b]; b--) {
-                        double tmp = loads[b];
-                        loads[b] = loads[b - 1];
-                        loads[b - 1] = tmp;
-                    }
-                double load = loads[repeats / 2];
+                double load, peak;
+                int rc = measure_rank(self, model, tps[k], r, mode, repeats, &load, &peak);
                 double bound = (planned / tps[k] + repl) * 1.1 + 256.0 * 1024 * 1024;
                 if (rc != 0)
                     WEFT_LOG_ERROR("bench", "tp %d rank %d (%s) failed", tps[k], r,

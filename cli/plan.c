@@ -136,87 +136,232 @@ static int plan_devmap(const char *dir, int strategy, long long devices, const c
     return 0;
 }
 
-int weft_cmd_plan(struct weft_cli *cli)
+struct plan_args {
+    const char *model, *max_memory;
+    int strategy, json, shards;
+    long long devices, tp, np, uly, ring, dp, height, width, n_text;
+};
+
+/* Options into a; 0 to go on, else the exit status (help printed: 0 as well, done = 1). */
+static int parse_args(struct weft_cli *cli, struct plan_args *a, int *done)
 {
-    int strategy = cli->conf.device_map.strategy;
-    long long devices = 0;
-    const char *max_memory = cli->conf.device_map.max_memory;
-    const char *model = NULL;
     const struct weft_conf_parallel *par = &cli->conf.parallel;
-    long long tp = par->tp_degree, np = 0, uly = par->ulysses_degree, ring = par->ring_degree;
-    long long dp = par->dp_degree, height = 1024, width = 1024, n_text = 512;
-    int json = 0, shards = 0;
+    *a = (struct plan_args){.max_memory = cli->conf.device_map.max_memory,
+                            .strategy = cli->conf.device_map.strategy,
+                            .tp = par->tp_degree, .uly = par->ulysses_degree,
+                            .ring = par->ring_degree, .dp = par->dp_degree, .height = 1024,
+                            .width = 1024, .n_text = 512};
+    static const char *const names[] = {"--tp",     "--np",    "--ulysses",     "--ring",
+                                        "--dp",     "--height", "--width", "--text-tokens",
+                                        "--devices"};
+    long long *fields[] = {&a->tp, &a->np, &a->uly, &a->ring, &a->dp, &a->height, &a->width,
+                           &a->n_text, &a->devices};
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
         char **argv = cli->argv;
+        int hit = 0;
+        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
+            if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k])))
+                *fields[k] = strtoll(v, NULL, 10), hit = 1;
+        if (hit)
+            continue;
         if (weft_cli_is_help(argv[i])) {
             help(stdout);
+            *done = 1;
             return 0;
         } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+            a->json = 1;
         } else if (strcmp(argv[i], "--shards") == 0) {
-            shards = 1;
+            a->shards = 1;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
-            model = v;
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--tp"))) {
-            tp = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--np"))) {
-            np = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--ulysses"))) {
-            uly = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--ring"))) {
-            ring = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--dp"))) {
-            dp = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
-            height = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
-            width = strtoll(v, NULL, 10);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--text-tokens"))) {
-            n_text = strtoll(v, NULL, 10);
+            a->model = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-map"))) {
-            static const char *const names[] = {"none", "balanced", "auto"};
-            strategy = -1;
+            static const char *const strategies[] = {"none", "balanced", "auto"};
+            a->strategy = -1;
             for (int k = 0; k < 3; k++)
-                strategy = strcmp(v, names[k]) == 0 ? k : strategy;
-            if (strategy < 0) {
+                a->strategy = strcmp(v, strategies[k]) == 0 ? k : a->strategy;
+            if (a->strategy < 0) {
                 WEFT_LOG_ERROR("plan", "--device-map '%s': expected none, balanced or auto", v);
                 return 2;
             }
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--devices"))) {
-            devices = strtoll(v, NULL, 10);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-memory"))) {
-            max_memory = v;
+            a->max_memory = v;
         } else {
             WEFT_LOG_ERROR("plan", "unexpected argument '%s' (see `weft plan --help`)", argv[i]);
             return 2;
         }
     }
-    if (tp < 1 || tp > 1024 || uly < 1 || uly > 1024 || ring < 1 || ring > 1024 || dp < 1 ||
-        dp > 1024 || np < 0 || np > 65536 || height < 16 || width < 16 || height % 16 ||
-        width % 16 || n_text < 0 || n_text > 65536) {
+    if (a->tp < 1 || a->tp > 1024 || a->uly < 1 || a->uly > 1024 || a->ring < 1 ||
+        a->ring > 1024 || a->dp < 1 || a->dp > 1024 || a->np < 0 || a->np > 65536 ||
+        a->height < 16 || a->width < 16 || a->height % 16 || a->width % 16 || a->n_text < 0 ||
+        a->n_text > 65536) {
         WEFT_LOG_ERROR("plan", "expected degrees in 1..1024, --np in 0..65536, --height and "
                                "--width multiples of 16, --text-tokens in 0..65536");
         return 2;
     }
-    const long long mesh_n = dp * ring * uly * tp;
-    if (np && np < mesh_n) {
+    const long long mesh_n = a->dp * a->ring * a->uly * a->tp;
+    if (a->np && a->np < mesh_n) {
         WEFT_LOG_ERROR("plan", "the mesh dp %lld x ring %lld x ulysses %lld x tp %lld needs %lld "
-                               "ranks; --np %lld", dp, ring, uly, tp, mesh_n, np);
+                               "ranks; --np %lld", a->dp, a->ring, a->uly, a->tp, mesh_n, a->np);
         return 1;
     }
-    const char *dir = model ? model : cli->conf.model.path[0] ? cli->conf.model.path
-                                                              : WEFT_DEFAULT_MODEL;
-    if (strategy != WEFT_DEVMAP_NONE) {
-        if (tp > 1) {
+    return 0;
+}
+
+/* What the tensor-parallel plan and the mesh come to, for printing. */
+struct plan_result {
+    const struct plan_args *a;
+    const struct weft_conf_parallel *par;
+    const char *tdir;
+    struct weft_model_info info;
+    const struct weft_tp_layout *lay;
+    bool builtin, ini_entries;
+    uint64_t per_rank;
+    int64_t s_img;
+    struct weft_mesh mesh;
+    char cp_error[300];
+};
+
+/* Rank r's coordinates, tokens and heads. */
+static void rank_of(const struct plan_result *p, int r, struct weft_mesh_coord *c, int64_t *ni,
+                    int64_t *nt, int64_t *heads)
+{
+    const int w = (int)(p->a->ring * p->a->uly);
+    int64_t b;
+    weft_mesh_coord(&p->mesh, r, c);
+    weft_cp_chunk(p->s_img, w, c->cp, &b, ni);
+    weft_cp_chunk(p->a->n_text, w, c->cp, &b, nt);
+    *heads = p->info.heads / p->a->tp;
+}
+
+static void print_json(const struct plan_result *p)
+{
+    const struct plan_args *a = p->a;
+    const struct weft_tp_layout *lay = p->lay;
+    const long long tp = a->tp, mesh_n = a->dp * a->ring * a->uly * tp;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", p->tdir);
+    cJSON_AddStringToObject(j, "class", p->info.class_name);
+    cJSON_AddNumberToObject(j, "heads", (double)p->info.heads);
+    cJSON_AddNumberToObject(j, "tp_degree", (double)tp);
+    cJSON_AddBoolToObject(j, "builtin_plan", p->builtin);
+    cJSON_AddNumberToObject(j, "planned_modules", lay->n_modules);
+    cJSON_AddNumberToObject(j, "planned_bytes", (double)lay->planned_bytes);
+    cJSON_AddNumberToObject(j, "replicated_bytes", (double)lay->replicated_bytes);
+    cJSON_AddNumberToObject(j, "bytes_per_rank", (double)p->per_rank);
+    cJSON_AddNumberToObject(j, "allreduce_per_forward", tp > 1 ? lay->allreduce_per_pass : 0);
+    cJSON *mj = cJSON_AddObjectToObject(j, "mesh");
+    cJSON_AddNumberToObject(mj, "dp", (double)a->dp);
+    cJSON_AddNumberToObject(mj, "ring", (double)a->ring);
+    cJSON_AddNumberToObject(mj, "ulysses", (double)a->uly);
+    cJSON_AddNumberToObject(mj, "tp", (double)tp);
+    cJSON_AddNumberToObject(mj, "ranks", (double)mesh_n);
+    cJSON *rj = cJSON_AddArrayToObject(j, "ranks");
+    for (int r = 0; r < (int)mesh_n && mesh_n <= 4096; r++) {
+        struct weft_mesh_coord c;
+        int64_t ni, nt, heads;
+        rank_of(p, r, &c, &ni, &nt, &heads);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", r);
+        cJSON_AddNumberToObject(e, "dp", c.dp);
+        cJSON_AddNumberToObject(e, "ring", c.ring);
+        cJSON_AddNumberToObject(e, "ulysses", c.ulysses);
+        cJSON_AddNumberToObject(e, "tp", c.tp);
+        cJSON_AddNumberToObject(e, "image_tokens", (double)ni);
+        cJSON_AddNumberToObject(e, "text_tokens", (double)nt);
+        cJSON_AddNumberToObject(e, "heads", (double)heads);
+        cJSON_AddItemToArray(rj, e);
+    }
+    cJSON *cj = cJSON_AddObjectToObject(j, "context_parallel");
+    cJSON_AddNumberToObject(cj, "height", (double)a->height);
+    cJSON_AddNumberToObject(cj, "width", (double)a->width);
+    cJSON_AddNumberToObject(cj, "text_tokens", (double)a->n_text);
+    cJSON_AddBoolToObject(cj, "ok", !p->cp_error[0]);
+    if (p->cp_error[0])
+        cJSON_AddStringToObject(cj, "error", p->cp_error);
+    cJSON *arr = cJSON_AddArrayToObject(j, "shards");
+    for (size_t i = 0; i < lay->n; i++) {
+        const struct weft_tp_shard *s = &lay->shards[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", s->name);
+        cJSON_AddStringToObject(e, "style", weft_tp_style_name(s->style));
+        cJSON_AddNumberToObject(e, "dim", s->dim);
+        cJSON *full = cJSON_AddArrayToObject(e, "full"), *loc = cJSON_AddArrayToObject(e, "local");
+        for (int d = 0; d < s->ndim; d++) {
+            const int64_t local = d == s->dim ? s->shape[d] / tp : s->shape[d];
+            cJSON_AddItemToArray(full, cJSON_CreateNumber((double)s->shape[d]));
+            cJSON_AddItemToArray(loc, cJSON_CreateNumber((double)local));
+        }
+        cJSON_AddItemToArray(arr, e);
+    }
+    char *text = cJSON_Print(j);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(j);
+}
+
+static void print_text(const struct plan_result *p)
+{
+    const struct plan_args *a = p->a;
+    const struct weft_tp_layout *lay = p->lay;
+    const long long tp = a->tp, mesh_n = a->dp * a->ring * a->uly * tp;
+    printf("model: %s (%s, %lld heads)\n", p->tdir, p->info.class_name,
+           (long long)p->info.heads);
+    printf("tensor parallel: degree %lld, %s plan%s\n", tp, p->builtin ? "built-in" : "INI",
+           p->ini_entries ? " with [tp_plan] entries" : "");
+    printf("  planned: %d Linear modules, %.3f GiB in full -> %.3f GiB per rank\n",
+           lay->n_modules, gib(lay->planned_bytes), gib(p->per_rank - lay->replicated_bytes));
+    printf("  replicated on every rank: %.3f GiB\n", gib(lay->replicated_bytes));
+    printf("  weights per rank: %.3f GiB (of %.3f GiB)\n", gib(p->per_rank),
+           gib(lay->planned_bytes + lay->replicated_bytes));
+    printf("  all-reduces per forward: %d\n", tp > 1 ? lay->allreduce_per_pass : 0);
+    printf("mesh: dp %lld x ring %lld x ulysses %lld x tp %lld = %lld rank(s)\n", a->dp,
+           a->ring, a->uly, tp, mesh_n);
+    if (a->ring * a->uly > 1)
+        printf("context parallel (%s, %s) on %lldx%lld (%lld image + %lld text tokens): %s\n",
+               p->par->ulysses_anything || p->par->ring_anything ? "anything" : "equal splits",
+               p->par->ring_rotation ? "ring p2p" : "ring all-gather", a->height, a->width,
+               (long long)p->s_img, a->n_text, p->cp_error[0] ? p->cp_error : "ok");
+    for (int r = 0; r < (int)mesh_n && mesh_n <= 64; r++) {
+        struct weft_mesh_coord c;
+        int64_t ni, nt, heads;
+        rank_of(p, r, &c, &ni, &nt, &heads);
+        printf("  rank %-3d dp %d ring %d ulysses %d tp %d: %lld image + %lld text tokens, "
+               "%lld heads%s\n", r, c.dp, c.ring, c.ulysses, c.tp, (long long)ni, (long long)nt,
+               (long long)heads, c.ring == 0 && c.ulysses == 0 && c.tp == 0 ? ", decodes (VAE)"
+                                                                              : "");
+    }
+    for (size_t i = 0; a->shards && i < lay->n; i++) {
+        const struct weft_tp_shard *s = &lay->shards[i];
+        int64_t local[2] = {s->shape[0], s->shape[1]};
+        if (s->dim >= 0)
+            local[s->dim] /= tp;
+        char x[64], y[64];
+        printf("  %-56s %-15s %-14s -> %s\n", s->name, weft_tp_style_name(s->style),
+               weft_shape_str(s->ndim, s->shape, x, sizeof(x)),
+               weft_shape_str(s->ndim, local, y, sizeof(y)));
+    }
+}
+
+int weft_cmd_plan(struct weft_cli *cli)
+{
+    struct plan_args a;
+    int done = 0, prc = parse_args(cli, &a, &done);
+    if (prc || done)
+        return prc;
+    const struct weft_conf_parallel *par = &cli->conf.parallel;
+    const char *dir = a.model ? a.model : cli->conf.model.path[0] ? cli->conf.model.path
+                                                                  : WEFT_DEFAULT_MODEL;
+    if (a.strategy != WEFT_DEVMAP_NONE) {
+        if (a.tp > 1) {
             WEFT_LOG_ERROR("plan", "device_map cannot be combined with tensor parallelism (tp "
                                    "%lld): tensor parallelism already places each rank's "
-                                   "shard on that rank's device", tp);
+                                   "shard on that rank's device", a.tp);
             return 2;
         }
-        if (!devices && cli->conf.cluster.workers)
-            devices = cli->conf.cluster.workers / cli->conf.parallel.dp_degree;
-        return plan_devmap(dir, strategy, devices, max_memory, json);
+        if (!a.devices && cli->conf.cluster.workers)
+            a.devices = cli->conf.cluster.workers / par->dp_degree;
+        return plan_devmap(dir, a.strategy, a.devices, a.max_memory, a.json);
     }
     char tdir[2048];
     snprintf(tdir, sizeof(tdir), "%s%s", dir,
@@ -226,149 +371,52 @@ int weft_cmd_plan(struct weft_cli *cli)
         return 1;
     int rc = 1;
     struct weft_tp_layout *lay = NULL;
-    struct weft_model_info info;
+    struct plan_result p = {.a = &a, .par = par, .tdir = tdir,
+                            .ini_entries = cli->conf.tp_plan.n > 0};
     struct weft_tp_plan plan;
-    if (weft_model_info_get(ck, &info) != WEFT_OK)
+    const int tp = (int)a.tp;
+    if (weft_model_info_get(ck, &p.info) != WEFT_OK)
         goto out;
-    bool builtin = weft_tp_plan_builtin(info.class_name, &plan);
+    p.builtin = weft_tp_plan_builtin(p.info.class_name, &plan);
     if (weft_tp_plan_apply_conf(&plan, &cli->conf.tp_plan) != WEFT_OK)
         goto out;
     if (tp > 1 && plan.n == 0) {
         WEFT_LOG_ERROR("plan", "%s has no built-in tensor-parallel plan; give one in [tp_plan]",
-                       info.class_name);
+                       p.info.class_name);
         goto out;
     }
-    if (weft_tp_resolve(&plan, ck, &info, (int)tp, np ? (int)np : (int)tp, &lay) != WEFT_OK)
+    if (weft_tp_resolve(&plan, ck, &p.info, tp, a.np ? (int)a.np : tp, &lay) != WEFT_OK)
         goto out;
-    struct weft_flux_config fc = {0};
-    if (strcmp(info.class_name, WEFT_FLUX_CLASS) == 0) {
+    if (strcmp(p.info.class_name, WEFT_FLUX_CLASS) == 0) {
+        struct weft_flux_config fc;
         if (weft_flux_config_parse(weft_ckpt_config(ck), tdir, &fc) != WEFT_OK ||
             (tp > 1 && weft_flux_tp_check(&fc, lay) != WEFT_OK))
             goto out;
     }
     /* context parallelism for this image: the check the workers make before loading */
-    const struct weft_cp_layout cpl = {(int)ring, (int)uly,
+    const struct weft_cp_layout cpl = {(int)a.ring, (int)a.uly,
                                        par->ulysses_anything || par->ring_anything,
                                        (enum weft_ring_rotation)par->ring_rotation};
-    const int64_t s_img = (height / 16) * (width / 16);
-    char cp_error[300] = "";
-    if (ring * uly > 1) {
+    p.s_img = (a.height / 16) * (a.width / 16);
+    if (a.ring * a.uly > 1) {
         weft_log_clear_last_error();
-        if (weft_cp_check(&cpl, par->ulysses_anything, par->ring_anything, n_text, s_img,
-                          info.heads / tp) != WEFT_OK)
-            snprintf(cp_error, sizeof(cp_error), "%s", weft_log_last_error());
+        const int64_t heads = p.info.heads / tp;
+        if (weft_cp_check(&cpl, par->ulysses_anything, par->ring_anything, a.n_text, p.s_img,
+                          heads) != WEFT_OK)
+            snprintf(p.cp_error, sizeof(p.cp_error), "%s", weft_log_last_error());
     }
-    const struct weft_mesh mesh = {(int)dp, (int)ring, (int)uly, (int)tp};
-    uint64_t per_rank = lay->replicated_bytes;
+    p.mesh = (struct weft_mesh){(int)a.dp, (int)a.ring, (int)a.uly, tp};
+    p.lay = lay;
+    p.per_rank = lay->replicated_bytes;
     for (size_t i = 0; i < lay->n; i++) {
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, lay->shards[i].name);
-        per_rank += lay->shards[i].dim >= 0 ? t->info->nbytes / (uint64_t)tp : t->info->nbytes;
+        p.per_rank += lay->shards[i].dim >= 0 ? t->info->nbytes / (uint64_t)tp : t->info->nbytes;
     }
-    if (json) {
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "model", tdir);
-        cJSON_AddStringToObject(j, "class", info.class_name);
-        cJSON_AddNumberToObject(j, "heads", (double)info.heads);
-        cJSON_AddNumberToObject(j, "tp_degree", (double)tp);
-        cJSON_AddBoolToObject(j, "builtin_plan", builtin);
-        cJSON_AddNumberToObject(j, "planned_modules", lay->n_modules);
-        cJSON_AddNumberToObject(j, "planned_bytes", (double)lay->planned_bytes);
-        cJSON_AddNumberToObject(j, "replicated_bytes", (double)lay->replicated_bytes);
-        cJSON_AddNumberToObject(j, "bytes_per_rank", (double)per_rank);
-        cJSON_AddNumberToObject(j, "allreduce_per_forward",
-                                tp > 1 ? lay->allreduce_per_pass : 0);
-        cJSON *mj = cJSON_AddObjectToObject(j, "mesh");
-        cJSON_AddNumberToObject(mj, "dp", (double)dp);
-        cJSON_AddNumberToObject(mj, "ring", (double)ring);
-        cJSON_AddNumberToObject(mj, "ulysses", (double)uly);
-        cJSON_AddNumberToObject(mj, "tp", (double)tp);
-        cJSON_AddNumberToObject(mj, "ranks", (double)mesh_n);
-        cJSON *rj = cJSON_AddArrayToObject(j, "ranks");
-        for (int r = 0; r < (int)mesh_n && mesh_n <= 4096; r++) {
-            struct weft_mesh_coord c;
-            weft_mesh_coord(&mesh, r, &c);
-            int64_t b, ni, nt;
-            weft_cp_chunk(s_img, (int)(ring * uly), c.cp, &b, &ni);
-            weft_cp_chunk(n_text, (int)(ring * uly), c.cp, &b, &nt);
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "rank", r);
-            cJSON_AddNumberToObject(e, "dp", c.dp);
-            cJSON_AddNumberToObject(e, "ring", c.ring);
-            cJSON_AddNumberToObject(e, "ulysses", c.ulysses);
-            cJSON_AddNumberToObject(e, "tp", c.tp);
-            cJSON_AddNumberToObject(e, "image_tokens", (double)ni);
-            cJSON_AddNumberToObject(e, "text_tokens", (double)nt);
-            cJSON_AddNumberToObject(e, "heads", (double)(info.heads / tp));
-            cJSON_AddItemToArray(rj, e);
-        }
-        cJSON *cj = cJSON_AddObjectToObject(j, "context_parallel");
-        cJSON_AddNumberToObject(cj, "height", (double)height);
-        cJSON_AddNumberToObject(cj, "width", (double)width);
-        cJSON_AddNumberToObject(cj, "text_tokens", (double)n_text);
-        cJSON_AddBoolToObject(cj, "ok", !cp_error[0]);
-        if (cp_error[0])
-            cJSON_AddStringToObject(cj, "error", cp_error);
-        cJSON *arr = cJSON_AddArrayToObject(j, "shards");
-        for (size_t i = 0; i < lay->n; i++) {
-            const struct weft_tp_shard *s = &lay->shards[i];
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "name", s->name);
-            cJSON_AddStringToObject(e, "style", weft_tp_style_name(s->style));
-            cJSON_AddNumberToObject(e, "dim", s->dim);
-            cJSON *full = cJSON_AddArrayToObject(e, "full"), *loc = cJSON_AddArrayToObject(e, "local");
-            for (int d = 0; d < s->ndim; d++) {
-                cJSON_AddItemToArray(full, cJSON_CreateNumber((double)s->shape[d]));
-                cJSON_AddItemToArray(loc, cJSON_CreateNumber(
-                                              (double)(d == s->dim ? s->shape[d] / tp : s->shape[d])));
-            }
-            cJSON_AddItemToArray(arr, e);
-        }
-        char *text = cJSON_Print(j);
-        printf("%s\n", text ? text : "{}");
-        cJSON_free(text);
-        cJSON_Delete(j);
-    } else {
-        printf("model: %s (%s, %lld heads)\n", tdir, info.class_name, (long long)info.heads);
-        printf("tensor parallel: degree %lld, %s plan%s\n", tp, builtin ? "built-in" : "INI",
-               cli->conf.tp_plan.n ? " with [tp_plan] entries" : "");
-        printf("  planned: %d Linear modules, %.3f GiB in full -> %.3f GiB per rank\n",
-               lay->n_modules, gib(lay->planned_bytes),
-               gib(per_rank - lay->replicated_bytes));
-        printf("  replicated on every rank: %.3f GiB\n", gib(lay->replicated_bytes));
-        printf("  weights per rank: %.3f GiB (of %.3f GiB)\n", gib(per_rank),
-               gib(lay->planned_bytes + lay->replicated_bytes));
-        printf("  all-reduces per forward: %d\n", tp > 1 ? lay->allreduce_per_pass : 0);
-        printf("mesh: dp %lld x ring %lld x ulysses %lld x tp %lld = %lld rank(s)\n", dp, ring,
-               uly, tp, mesh_n);
-        if (ring * uly > 1)
-            printf("context parallel (%s, %s) on %lldx%lld (%lld image + %lld text tokens): "
-                   "%s\n",
-                   par->ulysses_anything || par->ring_anything ? "anything" : "equal splits",
-                   par->ring_rotation ? "ring p2p" : "ring all-gather", height, width,
-                   (long long)s_img, n_text, cp_error[0] ? cp_error : "ok");
-        for (int r = 0; r < (int)mesh_n && mesh_n <= 64; r++) {
-            struct weft_mesh_coord c;
-            weft_mesh_coord(&mesh, r, &c);
-            int64_t b, ni, nt;
-            weft_cp_chunk(s_img, (int)(ring * uly), c.cp, &b, &ni);
-            weft_cp_chunk(n_text, (int)(ring * uly), c.cp, &b, &nt);
-            printf("  rank %-3d dp %d ring %d ulysses %d tp %d: %lld image + %lld text tokens, "
-                   "%lld heads%s\n", r, c.dp, c.ring, c.ulysses, c.tp, (long long)ni,
-                   (long long)nt, (long long)(info.heads / tp),
-                   c.ring == 0 && c.ulysses == 0 && c.tp == 0 ? ", decodes (VAE)" : "");
-        }
-        for (size_t i = 0; shards && i < lay->n; i++) {
-            const struct weft_tp_shard *s = &lay->shards[i];
-            int64_t local[2] = {s->shape[0], s->shape[1]};
-            if (s->dim >= 0)
-                local[s->dim] /= tp;
-            char a[64], b[64];
-            printf("  %-56s %-15s %-14s -> %s\n", s->name, weft_tp_style_name(s->style),
-                   weft_shape_str(s->ndim, s->shape, a, sizeof(a)),
-                   weft_shape_str(s->ndim, local, b, sizeof(b)));
-        }
-    }
-    rc = cp_error[0] ? 1 : 0;
+    if (a.json)
+        print_json(&p);
+    else
+        print_text(&p);
+    rc = p.cp_error[0] ? 1 : 0;
 out:
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);

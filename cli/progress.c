@@ -30,7 +30,7 @@ void weft_progress_update(struct weft_progress *p, int done, int total)
     bar[30] = '\0';
     double per = done ? (weft_now() - p->start) / done : 0.0;
     fprintf(stderr, "\r%s [%s] %d/%d %.2f s/step", p->label, bar, done, total, per);
-    fflush(stderr);
+    (void)fflush(stderr);
 }
 
 void weft_progress_end(struct weft_progress *p)

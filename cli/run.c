@@ -199,7 +199,7 @@ static pid_t spawn(const struct weft_cli *cli, bool verbose, char *const argv[],
 /* Read "host:port" from a file another process writes; wait for it up to timeout_s. */
 static int wait_file(const char *path, pid_t pid, double timeout_s, char *out, size_t len)
 {
-    for (double t = 0; t < timeout_s; t += 0.05) {
+    for (int tick = 0; tick < (int)(timeout_s * 20); tick++) { /* 50 ms each */
         FILE *f = fopen(path, "r");
         if (f) {
             char *got = fgets(out, (int)len, f);
@@ -211,7 +211,8 @@ static int wait_file(const char *path, pid_t pid, double timeout_s, char *out, s
         }
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
-            WEFT_LOG_ERROR("run", "the coordinator exited before it listened");
+            WEFT_LOG_ERROR("run", "the coordinator exited before it listened (its error is "
+                                  "above)");
             return -1;
         }
         usleep(50000);
@@ -226,7 +227,7 @@ static void stop_child(pid_t pid, double grace_s)
     if (pid <= 0)
         return;
     kill(pid, SIGTERM);
-    for (double t = 0; t < grace_s; t += 0.05) {
+    for (int tick = 0; tick < (int)(grace_s * 20); tick++) { /* 50 ms each */
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid)
             return;

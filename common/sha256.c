@@ -23,7 +23,7 @@ static uint32_t rotr(uint32_t x, int n)
 static void block(struct weft_sha256 *s, const uint8_t *p)
 {
     uint32_t w[64];
-    for (int i = 0; i < 16; i++)
+    for (size_t i = 0; i < 16; i++)
         w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
                (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
     for (int i = 16; i < 64; i++) {
@@ -78,7 +78,7 @@ void weft_sha256_final(struct weft_sha256 *s, uint8_t out[WEFT_SHA256_LEN])
     for (int i = 0; i < 8; i++)
         len[i] = (uint8_t)(bits >> (56 - 8 * i));
     weft_sha256_update(s, len, 8);
-    for (int i = 0; i < 8; i++) {
+    for (size_t i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(s->h[i] >> 24);
         out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
         out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);

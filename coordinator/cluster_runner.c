@@ -294,7 +294,8 @@ static weft_status_t cr_start(struct weft_runner *base, const struct weft_runner
             for (int64_t x = first; x < first + count; x++) {
                 cJSON *pair = cJSON_CreateArray();
                 cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)x));
-                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)(x / job->count)));
+                const int64_t prompt = x / job->count; /* the image's prompt */
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)prompt));
                 cJSON_AddItemToArray(imgs, pair);
             }
             if (send_to(w, WEFT_MSG_RUN, m, tail, tail_len) != WEFT_OK)
@@ -398,7 +399,8 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
         const cJSON *mem = ranked[k]->hello
                                ? cJSON_GetObjectItemCaseSensitive(ranked[k]->hello, "memory")
                                : NULL;
-        uint64_t b = cJSON_IsNumber(mem) && mem->valuedouble > 0 ? (uint64_t)mem->valuedouble : 0;
+        uint64_t b =
+            mem && cJSON_IsNumber(mem) && mem->valuedouble > 0 ? (uint64_t)mem->valuedouble : 0;
         int d = k % pp;
         if (b && (!room[d] || b < room[d]))
             room[d] = b;
@@ -421,7 +423,7 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
 static cJSON *devmap_stage(const struct cluster_runner *r, int d, int *decode_p)
 {
     const struct weft_devmap *m = &r->map;
-    int first[WEFT_DEVMAP_MAX_DEVICES], last[WEFT_DEVMAP_MAX_DEVICES];
+    int first[WEFT_DEVMAP_MAX_DEVICES] = {0}, last[WEFT_DEVMAP_MAX_DEVICES] = {0};
     int prev = -1, next = -1, root = 0;
     for (int k = 0; k < m->n_devices; k++) {
         if (!weft_devmap_range(m, 0, k, &first[k], &last[k]))
@@ -864,7 +866,8 @@ static int boot_write(struct worker *w, cJSON *json)
     }
     for (int i = 0; i < 4; i++)
         buf[i] = (uint8_t)(n >> (8 * i));
-    memcpy(buf + 4, text, n);
+    /* a length-prefixed frame: no terminating NUL goes on the wire */
+    memcpy(buf + 4, text, n); /* NOLINT(bugprone-not-null-terminated-result) */
     cJSON_free(text);
     req->data = buf;
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)(n + 4));
@@ -907,8 +910,8 @@ static void on_boot_frame(struct worker *w, cJSON *j)
     }
     uint8_t raw[32];
     const cJSON *link = hello ? cJSON_GetObjectItemCaseSensitive(hello, "link") : NULL;
-    if (!cJSON_IsString(ch) || weft_unhex(ch->valuestring, raw, 32) != 0 ||
-        !cJSON_IsObject(hello) || !cJSON_IsString(link)) {
+    if (!ch || !cJSON_IsString(ch) || weft_unhex(ch->valuestring, raw, 32) != 0 ||
+        !cJSON_IsObject(hello) || !link || !cJSON_IsString(link)) {
         refuse(w, "malformed hello");
         return;
     }

@@ -425,7 +425,7 @@ weft_status_t weft_tp_resolve(const struct weft_tp_plan *plan, const struct weft
     }
     struct weft_tp_layout *lay = weft_calloc(1, sizeof(*lay));
     struct resolver rs = {plan, ck, info, degree, lay, 0, NULL};
-    rs.owner = weft_calloc(weft_ckpt_count(ck) + 1, sizeof(*rs.owner));
+    rs.owner = weft_calloc(weft_ckpt_count(ck) + 1, sizeof(const struct weft_tp_rule *));
     weft_status_t st = lay && rs.owner ? WEFT_OK : WEFT_ERR_NOMEM;
     if (lay)
         lay->degree = degree;

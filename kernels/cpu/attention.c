@@ -85,7 +85,7 @@ static void scores_fast(const float *k, int64_t ldk, const float *qt, float *st,
         }
         for (int r = 0; r < 4; r++)
             for (int t = 0; t < 4; t++)
-                _mm512_storeu_ps(st + (j + r) * BQ + 16 * t, a[r][t]);
+                _mm512_storeu_ps(st + (j + r) * BQ + (int64_t)16 * t, a[r][t]);
     }
     if (nk4 < nk)
         scores_plain(k, ldk, qt, st, nk, d, nk4);
@@ -100,7 +100,7 @@ static void pv_fast(const float *pt, const float *v, int64_t ldv, float *acc, in
             __m512 a[4][4];
             for (int r = 0; r < 4; r++)
                 for (int t = 0; t < 4; t++)
-                    a[r][t] = _mm512_loadu_ps(acc + (i + r) * D_MAX + c + 16 * t);
+                    a[r][t] = _mm512_loadu_ps(acc + (i + r) * D_MAX + c + (int64_t)16 * t);
             for (int64_t j = 0; j < nk; j++) {
                 const float *vrow = v + j * ldv + c;
                 __m512 v0 = _mm512_loadu_ps(vrow), v1 = _mm512_loadu_ps(vrow + 16);
@@ -115,7 +115,7 @@ static void pv_fast(const float *pt, const float *v, int64_t ldv, float *acc, in
             }
             for (int r = 0; r < 4; r++)
                 for (int t = 0; t < 4; t++)
-                    _mm512_storeu_ps(acc + (i + r) * D_MAX + c + 16 * t, a[r][t]);
+                    _mm512_storeu_ps(acc + (i + r) * D_MAX + c + (int64_t)16 * t, a[r][t]);
         }
         if (d64 < d)
             pv_plain(pt, v, ldv, acc, i + 4, nk, d, i, d64);
@@ -160,7 +160,7 @@ static void softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
 
 static void attn_block(const struct attn_arg *a, int64_t h, int64_t i0, float *scratch)
 {
-    float *qt = scratch, *st = qt + D_MAX * BQ, *acc = st + BK * BQ;
+    float *qt = scratch, *st = qt + (int64_t)D_MAX * BQ, *acc = st + (int64_t)BK * BQ;
     float m[BQ], l[BQ], corr[BQ];
     const int64_t d = a->d, nq = a->sq - i0 < BQ ? a->sq - i0 : BQ;
     const float *q = a->q + i0 * a->ldq + h * d;
