@@ -624,6 +624,49 @@ static int case_stopped(void)
     return 0;
 }
 
+/* tp 2: a running job cancelled through the API stops at a step boundary on both workers
+ * (state cancelled), and the next job runs on the same mesh. */
+static int case_cancel(void)
+{
+    char api[300], workers[300];
+    pid_t server = start_server(api, workers, "2");
+    pid_t w0 = start_worker(workers, secret_env, NULL);
+    pid_t w1 = start_worker(workers, secret_env, NULL);
+    struct weft_client *c = client(api);
+    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+        sleep_ms(50);
+    CHECK(cluster_ready(c));
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, 512, 100, id);
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 600; i++) {
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(c, id, &st));
+        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
+            break;
+        sleep_ms(20);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    weft_job_status_cleanup(&st);
+    double t0 = now_ms();
+    CHECK_OK(weft_client_cancel(c, id));
+    CHECK_OK(weft_client_wait(c, id, 30000, NULL, NULL, &st));
+    printf("cancelled at step %d of 100: %s after %.0f ms\n", st.step,
+           weft_client_state_name(st.state), now_ms() - t0);
+    CHECK(st.state == WEFT_JOB_CANCELLED && st.step < 100);
+    weft_job_status_cleanup(&st);
+    submit(c, 256, 2, id);
+    CHECK_OK(weft_client_wait(c, id, 60000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    kill(server, SIGTERM);
+    CHECK_EQ(wait_pid(server), 0);
+    CHECK_EQ(wait_pid(w0), 0);
+    CHECK_EQ(wait_pid(w1), 0);
+    return 0;
+}
+
 static int case_secret(void)
 {
     char api[300], workers[300], wlog[512];
@@ -670,6 +713,7 @@ int main(int argc, char **argv)
              : strcmp(argv[2], "rerun") == 0 ? case_rerun()
              : strcmp(argv[2], "concurrent") == 0 ? case_concurrent()
              : strcmp(argv[2], "stopped") == 0 ? case_stopped()
+             : strcmp(argv[2], "cancel") == 0 ? case_cancel()
                                               : 2;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
