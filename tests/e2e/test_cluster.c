@@ -280,49 +280,91 @@ static void submit(struct weft_client *c, int size, int steps, char *id)
     CHECK_OK(weft_client_submit(c, &req, id));
 }
 
-/* tp 2 on two workers; one SIGKILLed mid-job. */
-static int case_kill(void)
+/* Until the cluster says ready (bounded). */
+static void wait_ready(struct weft_client *c)
 {
-    char api[300], workers[300], wlog[512];
-    pid_t server = start_server(api, workers, "2");
-    snprintf(wlog, sizeof(wlog), "%s/w0.log", tmp);
-    pid_t w0 = start_worker(workers, secret_env, wlog);
-    snprintf(wlog, sizeof(wlog), "%s/w1.log", tmp);
-    pid_t w1 = start_worker(workers, secret_env, wlog);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
+    for (int i = 0; i < 600 && !cluster_ready(c); i++)
         sleep_ms(50);
     CHECK(cluster_ready(c));
-    char id[WEFT_CLIENT_ID_MAX];
-    submit(c, 512, 100, id); /* long enough to be killed in the middle */
+}
+
+/* A coordinator (tensor-parallel degree `ranks`, extra options) and n workers (logs in
+ * tmp/w<i>.log), ready, with a client. */
+struct cluster {
+    char api[300], workers[300];
+    pid_t server, w[4];
+    int n;
+    struct weft_client *c;
+};
+
+static void cluster_up(struct cluster *k, const char *ranks, const char *const *extra, int n)
+{
+    k->server = start_server_with(k->api, k->workers, ranks, extra);
+    k->n = n;
+    for (int i = 0; i < n; i++) {
+        char wlog[512];
+        snprintf(wlog, sizeof(wlog), "%s/w%d.log", tmp, i);
+        k->w[i] = start_worker(k->workers, secret_env, wlog);
+    }
+    k->c = client(k->api);
+    wait_ready(k->c);
+}
+
+/* SIGTERM the coordinator: it, and every worker not already gone (w[i] = 0), exit 0. */
+static void cluster_down(struct cluster *k)
+{
+    weft_client_close(k->c);
+    kill(k->server, SIGTERM);
+    CHECK_EQ(wait_pid(k->server), 0);
+    for (int i = 0; i < k->n; i++)
+        if (k->w[i] > 0)
+            CHECK_EQ(wait_pid(k->w[i]), 0); /* told to exit by the coordinator */
+}
+
+/* Until job id has run a step (bounded). */
+static void wait_running(struct weft_client *c, const char *id)
+{
     struct weft_job_status st = {0};
-    for (int i = 0; i < 600; i++) {
+    for (int i = 0; i < 1500; i++) {
         weft_job_status_cleanup(&st);
         CHECK_OK(weft_client_status(c, id, &st));
         if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
             break;
-        sleep_ms(50);
+        sleep_ms(20);
     }
     CHECK(st.state == WEFT_JOB_RUNNING);
-    double t0 = now_ms();
-    kill(w1, SIGKILL);
-    (void)wait_pid(w1);
     weft_job_status_cleanup(&st);
+}
+
+/* tp 2 on two workers; one SIGKILLed mid-job. */
+static int case_kill(void)
+{
+    struct cluster k;
+    cluster_up(&k, "2", NULL, 2);
+    struct weft_client *c = k.c;
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, 512, 100, id); /* long enough to be killed in the middle */
+    wait_running(c, id);
+    double t0 = now_ms();
+    const pid_t killed = k.w[1];
+    kill(killed, SIGKILL);
+    (void)wait_pid(killed);
+    k.w[1] = 0;
+    struct weft_job_status st = {0};
     CHECK_OK(weft_client_wait(c, id, 60000, NULL, NULL, &st));
     printf("worker killed at step %d: job %s after %.0f ms, \"%s\"\n", st.step,
            weft_client_state_name(st.state), now_ms() - t0, st.error);
     CHECK(st.state == WEFT_JOB_FAILED);
     char named[32];
-    snprintf(named, sizeof(named), "pid %d)", (int)w1);
+    snprintf(named, sizeof(named), "pid %d)", (int)killed);
     CHECK(strstr(st.error, named) && strstr(st.error, "lost"));
     weft_job_status_cleanup(&st);
     /* still serving; a replacement worker joins, the mesh is planned again, a job completes */
     CHECK(!cluster_ready(c));
+    char wlog[512];
     snprintf(wlog, sizeof(wlog), "%s/w2.log", tmp);
-    pid_t w2 = start_worker(workers, secret_env, wlog);
-    for (int i = 0; i < 600 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    k.w[k.n++] = start_worker(k.workers, secret_env, wlog);
+    wait_ready(c);
     submit(c, 256, 2, id);
     CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
     printf("after a new worker joined: job %s\n", weft_client_state_name(st.state));
@@ -334,17 +376,14 @@ static int case_kill(void)
     size_t mlen;
     CHECK_OK(weft_client_request(c, "GET", "/metrics", NULL, 0, &code, &metrics, &mlen));
     CHECK_EQ(code, 200);
-    const char *calls = strstr(metrics, "weft_collective_calls_total{group=\"tp\",op=\"allreduce\"} ");
+    const char *calls =
+        strstr(metrics, "weft_collective_calls_total{group=\"tp\",op=\"allreduce\"} ");
     CHECK(calls);
     double n_calls = strtod(strchr(calls, '}') + 2, NULL);
     printf("metrics: %.0f tensor-parallel all-reduces\n", n_calls);
     CHECK(n_calls >= 2 * 2 * 2); /* 2 steps x (at least 2 per block) x 2 ranks */
     weft_client_free(metrics);
-    weft_client_close(c);
-    kill(server, SIGTERM);
-    CHECK_EQ(wait_pid(server), 0);
-    CHECK_EQ(wait_pid(w0), 0); /* told to exit by the coordinator */
-    CHECK_EQ(wait_pid(w2), 0);
+    cluster_down(&k);
     return 0;
 }
 
@@ -370,16 +409,11 @@ static int case_devmap(void)
     }
 
     /* the map through the API */
-    char api[300], workers[300];
+    struct cluster kl;
     const char *extra[] = {"--device_map.strategy=auto", "--device_map.max_memory=0:12MiB",
                            "--cluster.workers=2", NULL};
-    pid_t server = start_server_with(api, workers, "1", extra);
-    pid_t w0 = start_worker(workers, secret_env, NULL);
-    pid_t w1 = start_worker(workers, secret_env, NULL);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    cluster_up(&kl, "1", extra, 2);
+    struct weft_client *c = kl.c;
     char *text;
     CHECK_OK(weft_client_cluster(c, &text));
     cJSON *j = cJSON_Parse(text);
@@ -415,11 +449,7 @@ static int case_devmap(void)
     CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
     CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
     weft_job_status_cleanup(&st);
-    weft_client_close(c);
-    kill(server, SIGTERM);
-    CHECK_EQ(wait_pid(server), 0);
-    CHECK_EQ(wait_pid(w0), 0);
-    CHECK_EQ(wait_pid(w1), 0);
+    cluster_down(&kl);
 
     /* with tensor parallelism: refused at start, naming both */
     char log[512];
@@ -443,56 +473,36 @@ static int case_devmap(void)
  * ports and journal: the workers (never restarted) join it again and both jobs complete. */
 static int case_restart(void)
 {
-    char api[300], workers[300], pf[512];
+    struct cluster k;
     const char *retry[] = {"--api.max_attempts=3", NULL};
-    pid_t server = start_server_with(api, workers, "2", retry);
-    pid_t w0 = start_worker(workers, secret_env, NULL);
-    pid_t w1 = start_worker(workers, secret_env, NULL);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    cluster_up(&k, "2", retry, 2);
     char id1[WEFT_CLIENT_ID_MAX], id2[WEFT_CLIENT_ID_MAX];
-    submit(c, 512, 30, id1);
-    submit(c, 256, 2, id2);
-    struct weft_job_status st = {0};
-    for (int i = 0; i < 600; i++) {
-        weft_job_status_cleanup(&st);
-        CHECK_OK(weft_client_status(c, id1, &st));
-        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
-            break;
-        sleep_ms(50);
-    }
-    CHECK(st.state == WEFT_JOB_RUNNING);
-    weft_job_status_cleanup(&st);
-    weft_client_close(c);
-    kill(server, SIGKILL);
-    (void)wait_pid(server);
+    submit(k.c, 512, 30, id1);
+    submit(k.c, 256, 2, id2);
+    wait_running(k.c, id1);
+    weft_client_close(k.c);
+    kill(k.server, SIGKILL);
+    (void)wait_pid(k.server);
     /* the same worker port (workers know only it) and journal; a new API port is fine */
-    char listen[340];
-    snprintf(listen, sizeof(listen), "--cluster.listen=%s", workers);
+    char listen[340], pf[512];
+    snprintf(listen, sizeof(listen), "--cluster.listen=%s", k.workers);
     snprintf(pf, sizeof(pf), "%s/api", tmp);
     unlink(pf);
     const char *again[] = {"--api.max_attempts=3", listen, NULL};
     double t0 = now_ms();
-    server = start_server_with(api, workers, "2", again);
-    c = client(api);
-    for (int i = 0; i < 600 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    k.server = start_server_with(k.api, k.workers, "2", again);
+    k.c = client(k.api);
+    wait_ready(k.c);
     printf("coordinator restarted: the workers joined it again after %.0f ms\n", now_ms() - t0);
     const char *ids[2] = {id1, id2};
-    for (int k = 0; k < 2; k++) {
-        CHECK_OK(weft_client_wait(c, ids[k], 120000, NULL, NULL, &st));
-        printf("job %s after the restart: %s\n", ids[k], weft_client_state_name(st.state));
+    for (int i = 0; i < 2; i++) {
+        struct weft_job_status st = {0};
+        CHECK_OK(weft_client_wait(k.c, ids[i], 120000, NULL, NULL, &st));
+        printf("job %s after the restart: %s\n", ids[i], weft_client_state_name(st.state));
         CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
         weft_job_status_cleanup(&st);
     }
-    weft_client_close(c);
-    kill(server, SIGTERM);
-    CHECK_EQ(wait_pid(server), 0);
-    CHECK_EQ(wait_pid(w0), 0);
-    CHECK_EQ(wait_pid(w1), 0);
+    cluster_down(&k);
     return 0;
 }
 
@@ -500,69 +510,47 @@ static int case_restart(void)
  * mesh planned again as dp 1) and completes with every image. */
 static int case_rerun(void)
 {
-    char api[300], workers[300];
+    struct cluster k;
     const char *extra[] = {"--parallel.dp_degree=2", "--api.max_attempts=3", NULL};
-    pid_t server = start_server_with(api, workers, "1", extra);
-    pid_t w0 = start_worker(workers, secret_env, NULL);
-    pid_t w1 = start_worker(workers, secret_env, NULL);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    cluster_up(&k, "1", extra, 2);
     struct weft_prompt p[2] = {{.name = "red-fox"}, {.name = "lighthouse"}};
     struct weft_job_request req = {.prompts = p, .n_prompts = 2, .height = 256, .width = 256,
                                    .steps = 40, .count = 1, .guidance = 3.5, .seed = 3};
     char id[WEFT_CLIENT_ID_MAX];
-    CHECK_OK(weft_client_submit(c, &req, id));
+    CHECK_OK(weft_client_submit(k.c, &req, id));
+    wait_running(k.c, id);
+    kill(k.w[1], SIGKILL);
+    (void)wait_pid(k.w[1]);
+    k.w[1] = 0;
     struct weft_job_status st = {0};
-    for (int i = 0; i < 600; i++) {
-        weft_job_status_cleanup(&st);
-        CHECK_OK(weft_client_status(c, id, &st));
-        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
-            break;
-        sleep_ms(20);
-    }
-    CHECK(st.state == WEFT_JOB_RUNNING);
-    weft_job_status_cleanup(&st);
-    kill(w1, SIGKILL);
-    (void)wait_pid(w1);
-    CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
+    CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
     printf("a replica's worker killed mid-job: job %s with %zu images\n",
            weft_client_state_name(st.state), st.n_images);
     CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
     weft_job_status_cleanup(&st);
     char *text;
-    CHECK_OK(weft_client_cluster(c, &text));
+    CHECK_OK(weft_client_cluster(k.c, &text));
     CHECK(strstr(text, "\"workers_lost\":\t1") || strstr(text, "\"workers_lost\":1"));
     weft_client_free(text);
-    weft_client_close(c);
-    kill(server, SIGTERM);
-    CHECK_EQ(wait_pid(server), 0);
-    CHECK_EQ(wait_pid(w0), 0);
+    cluster_down(&k);
     return 0;
 }
 
 /* dp 2: two one-image jobs run side by side, one per replica (capacity is the free replicas). */
 static int case_concurrent(void)
 {
-    char api[300], workers[300];
+    struct cluster k;
     const char *extra[] = {"--parallel.dp_degree=2", NULL};
-    pid_t server = start_server_with(api, workers, "1", extra);
-    pid_t w0 = start_worker(workers, secret_env, NULL);
-    pid_t w1 = start_worker(workers, secret_env, NULL);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    cluster_up(&k, "1", extra, 2);
     char a[WEFT_CLIENT_ID_MAX], b[WEFT_CLIENT_ID_MAX];
-    submit(c, 256, 30, a);
-    submit(c, 256, 30, b);
+    submit(k.c, 256, 30, a);
+    submit(k.c, 256, 30, b);
     bool both = false;
     struct weft_job_status sa = {0}, sb = {0};
     for (int i = 0; i < 600 && !both; i++) {
         weft_job_status_cleanup(&sa), weft_job_status_cleanup(&sb);
-        CHECK_OK(weft_client_status(c, a, &sa));
-        CHECK_OK(weft_client_status(c, b, &sb));
+        CHECK_OK(weft_client_status(k.c, a, &sa));
+        CHECK_OK(weft_client_status(k.c, b, &sb));
         both = sa.state == WEFT_JOB_RUNNING && sb.state == WEFT_JOB_RUNNING;
         if (sa.state == WEFT_JOB_DONE || sb.state == WEFT_JOB_DONE)
             break;
@@ -571,17 +559,13 @@ static int case_concurrent(void)
     printf("two one-image jobs on dp 2: %s\n",
            both ? "running at the same time" : "one after the other");
     CHECK(both);
-    for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 2; i++) {
         weft_job_status_cleanup(&sa);
-        CHECK_OK(weft_client_wait(c, k ? b : a, 120000, NULL, NULL, &sa));
+        CHECK_OK(weft_client_wait(k.c, i ? b : a, 120000, NULL, NULL, &sa));
         CHECK(sa.state == WEFT_JOB_DONE && sa.n_images == 1);
     }
     weft_job_status_cleanup(&sa), weft_job_status_cleanup(&sb);
-    weft_client_close(c);
-    kill(server, SIGTERM);
-    CHECK_EQ(wait_pid(server), 0);
-    CHECK_EQ(wait_pid(w0), 0);
-    CHECK_EQ(wait_pid(w1), 0);
+    cluster_down(&k);
     return 0;
 }
 
@@ -590,37 +574,23 @@ static int case_concurrent(void)
  * peer's endpoint and exits 0, the job kept in the journal. */
 static int case_stopped(void)
 {
-    char api[300], workers[300];
+    struct cluster k;
     const char *extra[] = {"--api.shutdown_grace_ms=300", NULL};
-    pid_t server = start_server_with(api, workers, "1", extra);
-    pid_t w0 = start_worker(workers, secret_env, NULL);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    cluster_up(&k, "1", extra, 1);
     char id[WEFT_CLIENT_ID_MAX];
-    submit(c, 512, 100, id);
-    struct weft_job_status st = {0};
-    for (int i = 0; i < 600; i++) {
-        weft_job_status_cleanup(&st);
-        CHECK_OK(weft_client_status(c, id, &st));
-        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
-            break;
-        sleep_ms(20);
-    }
-    CHECK(st.state == WEFT_JOB_RUNNING);
-    weft_job_status_cleanup(&st);
-    weft_client_close(c);
-    kill(w0, SIGSTOP);
+    submit(k.c, 512, 100, id);
+    wait_running(k.c, id);
+    weft_client_close(k.c);
+    kill(k.w[0], SIGSTOP);
     double t0 = now_ms();
-    kill(server, SIGTERM);
-    int rc = wait_pid(server);
+    kill(k.server, SIGTERM);
+    int rc = wait_pid(k.server);
     printf("coordinator stopped with a silent worker: exit %d after %.0f ms\n", rc,
            now_ms() - t0);
     CHECK_EQ(rc, 0);
     CHECK(now_ms() - t0 < 8000);
-    kill(w0, SIGKILL);
-    (void)wait_pid(w0);
+    kill(k.w[0], SIGKILL);
+    (void)wait_pid(k.w[0]);
     return 0;
 }
 
@@ -628,42 +598,24 @@ static int case_stopped(void)
  * (state cancelled), and the next job runs on the same mesh. */
 static int case_cancel(void)
 {
-    char api[300], workers[300];
-    pid_t server = start_server(api, workers, "2");
-    pid_t w0 = start_worker(workers, secret_env, NULL);
-    pid_t w1 = start_worker(workers, secret_env, NULL);
-    struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    struct cluster k;
+    cluster_up(&k, "2", NULL, 2);
     char id[WEFT_CLIENT_ID_MAX];
-    submit(c, 512, 100, id);
-    struct weft_job_status st = {0};
-    for (int i = 0; i < 600; i++) {
-        weft_job_status_cleanup(&st);
-        CHECK_OK(weft_client_status(c, id, &st));
-        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
-            break;
-        sleep_ms(20);
-    }
-    CHECK(st.state == WEFT_JOB_RUNNING);
-    weft_job_status_cleanup(&st);
+    submit(k.c, 512, 100, id);
+    wait_running(k.c, id);
     double t0 = now_ms();
-    CHECK_OK(weft_client_cancel(c, id));
-    CHECK_OK(weft_client_wait(c, id, 30000, NULL, NULL, &st));
+    CHECK_OK(weft_client_cancel(k.c, id));
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_wait(k.c, id, 30000, NULL, NULL, &st));
     printf("cancelled at step %d of 100: %s after %.0f ms\n", st.step,
            weft_client_state_name(st.state), now_ms() - t0);
     CHECK(st.state == WEFT_JOB_CANCELLED && st.step < 100);
     weft_job_status_cleanup(&st);
-    submit(c, 256, 2, id);
-    CHECK_OK(weft_client_wait(c, id, 60000, NULL, NULL, &st));
+    submit(k.c, 256, 2, id);
+    CHECK_OK(weft_client_wait(k.c, id, 60000, NULL, NULL, &st));
     CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
     weft_job_status_cleanup(&st);
-    weft_client_close(c);
-    kill(server, SIGTERM);
-    CHECK_EQ(wait_pid(server), 0);
-    CHECK_EQ(wait_pid(w0), 0);
-    CHECK_EQ(wait_pid(w1), 0);
+    cluster_down(&k);
     return 0;
 }
 
@@ -686,9 +638,7 @@ static int case_secret(void)
     /* and a good one still joins */
     pid_t good = start_worker(workers, secret_env, NULL);
     struct weft_client *c = client(api);
-    for (int i = 0; i < 400 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
+    wait_ready(c);
     weft_client_close(c);
     kill(server, SIGTERM);
     CHECK_EQ(wait_pid(server), 0);
