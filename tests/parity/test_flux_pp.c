@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "golden.h"
+#include "golden_loop.h"
 #include "integration/launch.h"
 #include "model/devmap.h"
 #include "model/flux.h"
@@ -75,28 +75,6 @@ static float *forward(struct weft_flux *m, struct golden *g, int64_t *n_out)
     return out;
 }
 
-static float *loop(struct weft_flux *m, double *vs_diffusers)
-{
-    struct golden g;
-    golden_open(&g, LOOP_GOLDEN);
-    int64_t n, npe;
-    float *lat = golden_need(&g, "latents_init", &n), *pe = golden_need(&g, "prompt_embeds", &npe);
-    float *pooled = golden_need(&g, "pooled_prompt_embeds", NULL);
-    float *want = golden_need(&g, "latents_step_3", NULL);
-    struct weft_sched_config sc;
-    weft_sched_config_flux_default(&sc);
-    static struct weft_schedule sched;
-    CHECK_OK(weft_sched_plan(&sc, 4, 256, &sched));
-    struct weft_denoise_params p = {.grid_h = 16, .grid_w = 16, .prompt_embeds = pe,
-                                    .s_txt = npe / 32, .pooled = pooled, .guidance = 3.5f,
-                                    .schedule = &sched};
-    CHECK_OK(weft_denoise(m, &p, lat));
-    *vs_diffusers = rel_l2(lat, want, n);
-    free(pe), free(pooled), free(want);
-    golden_close(&g);
-    return lat;
-}
-
 static int rank_main(struct weft_transport *transport, void *arg)
 {
     (void)arg;
@@ -120,7 +98,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     int64_t n_out;
     float *want = forward(one, &g, &n_out);
     double e1;
-    float *loop_one = loop(one, &e1);
+    float *loop_one = golden_loop16(one, LOOP_GOLDEN, &e1);
     const size_t full_bytes = weft_flux_weight_bytes(one);
     const struct weft_flux_config cfg = *weft_flux_get_config(one);
     weft_flux_destroy(one);
@@ -150,7 +128,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     CHECK_EQ(n2, n_out);
     CHECK(memcmp(got, want, (size_t)n_out * sizeof(float)) == 0);
     double e2;
-    float *loop_pp = loop(m, &e2);
+    float *loop_pp = golden_loop16(m, LOOP_GOLDEN, &e2);
     CHECK(memcmp(loop_pp, loop_one, 256 * 64 * sizeof(float)) == 0);
     if (rank == 0)
         printf("pipeline of %d: forward and 4-step loop equal one device bit for bit (loop vs "

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "golden.h"
+#include "golden_loop.h"
 #include "integration/launch.h"
 #include "model/plan.h"
 #include "worker/denoise.h"
@@ -110,24 +110,8 @@ static double loop(struct weft_comm *comm, const struct weft_tp_plan *plan, floa
     }
     struct weft_flux *m;
     CHECK_OK(weft_flux_load(model_dir, &o, &m));
-    struct golden g;
-    golden_open(&g, LOOP_GOLDEN);
-    int64_t n, npe;
-    float *lat = golden_need(&g, "latents_init", &n), *pe = golden_need(&g, "prompt_embeds", &npe);
-    float *pooled = golden_need(&g, "pooled_prompt_embeds", NULL);
-    float *want = golden_need(&g, "latents_step_3", NULL);
-    struct weft_sched_config sc;
-    weft_sched_config_flux_default(&sc);
-    static struct weft_schedule sched;
-    CHECK_OK(weft_sched_plan(&sc, 4, 256, &sched));
-    struct weft_denoise_params p = {.grid_h = 16, .grid_w = 16, .prompt_embeds = pe,
-                                    .s_txt = npe / 32, .pooled = pooled, .guidance = 3.5f,
-                                    .schedule = &sched};
-    CHECK_OK(weft_denoise(m, &p, lat));
-    double err = rel_l2(lat, want, n);
-    *final_p = lat;
-    free(pe), free(pooled), free(want);
-    golden_close(&g);
+    double err;
+    *final_p = golden_loop16(m, LOOP_GOLDEN, &err);
     weft_flux_destroy(m);
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
