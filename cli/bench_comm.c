@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "common/alloc.h"
@@ -257,18 +258,12 @@ static void run_memcpy(struct params *p, int rep)
 
 /* ---- report ------------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
+/* The median of a round's figures, which stay in round order. */
 static double median(const double *v, int n)
 {
     double t[MAX_REPEATS];
     memcpy(t, v, (size_t)n * sizeof(double));
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    return weft_median(t, n);
 }
 
 static double busbw(const struct params *p, size_t bytes, double us)

@@ -2,16 +2,12 @@
  * (one thread each) against one process (one thread), for a square and a non-divisible image,
  * with ms per step, peak memory per rank and the share of the step spent in collectives. */
 #include <cJSON.h>
-#include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench/synth.h"
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "common/log.h"
@@ -21,8 +17,6 @@
 #include "worker/denoise.h"
 #include "worker/noise.h"
 #include "worker/par_transport.h"
-
-extern char **environ;
 
 #define HEADS 8
 #define HEAD_DIM 64
@@ -186,24 +180,12 @@ static int run_mode(struct run_params p, const char *self, struct result *res)
         snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));
     }
     p.rdv = where;
-    pid_t pids[16];
-    int fds[16];
+    struct weft_child ranks[16];
     for (int r = 0; r < p.np; r++) {
-        int pipefd[2];
-        if (pipe(pipefd) != 0)
-            return -1;
         p.rank = r;
         char buf[256], *argv[20];
         child_args(&p, buf, sizeof(buf), argv, self);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
-        posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-        int err = posix_spawn(&pids[r], self, &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
-        close(pipefd[1]);
-        fds[r] = pipefd[0];
-        if (err)
+        if (weft_child_start(argv, NULL, &ranks[r]) != 0)
             return -1;
     }
     double deadline = weft_now() + 600;
@@ -213,17 +195,9 @@ static int run_mode(struct run_params p, const char *self, struct result *res)
     memset(res, 0, sizeof(*res));
     for (int r = 0; r < p.np; r++) {
         char out[4096];
-        size_t got = 0;
-        ssize_t k;
-        while ((k = read(fds[r], out + got, sizeof(out) - 1 - got)) > 0)
-            got += (size_t)k;
-        out[got] = '\0';
-        close(fds[r]);
-        int status;
-        struct rusage ru;
-        while (wait4(pids[r], &status, 0, &ru) < 0 && errno == EINTR)
-            ;
-        double rss = (double)ru.ru_maxrss / 1024.0;
+        long rss_kib = 0;
+        (void)weft_child_finish(&ranks[r], out, sizeof(out), &rss_kib);
+        double rss = (double)rss_kib / 1024.0;
         res->rss_mib = rss > res->rss_mib ? rss : res->rss_mib;
         if (r != 0)
             continue;
@@ -275,10 +249,8 @@ int weft_bench_cp(struct weft_cli *cli)
     if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_F32, 1) != WEFT_OK)
         return 1;
     char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (sl <= 0)
+    if (weft_self_path(self, sizeof(self)) != 0)
         return 1;
-    self[sl] = '\0';
     static const struct {
         const char *name;
         int gh, gw, text;
@@ -354,9 +326,6 @@ int weft_bench_cp(struct weft_cli *cli)
         cJSON_free(text);
     }
     cJSON_Delete(rows);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        WEFT_LOG_WARN("bench", "could not remove %s", dir);
+    weft_remove_tree(dir);
     return 0;
 }

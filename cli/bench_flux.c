@@ -4,14 +4,12 @@
 #include <cblas.h>
 #include <cJSON.h>
 #include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench/synth.h"
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "common/alloc.h"
@@ -19,8 +17,6 @@
 #include "worker/flux.h"
 #include "worker/noise.h"
 #include "worker/denoise.h"
-
-extern char **environ;
 
 struct flux_bench_opts {
     long long tokens, text, heads, head_dim, dbl, sgl, repeats;
@@ -98,19 +94,6 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 /* ---------------------------------------------------------------------------------------- */
 /* The timed run (a child process)                                                           */
 
-static double median(double *v, int n)
-{
-    if (n <= 0)
-        return 0;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 int weft_bench_flux_run(struct weft_cli *cli)
 {
     struct flux_bench_opts o;
@@ -169,50 +152,6 @@ int weft_bench_flux_run(struct weft_cli *cli)
 /* ---------------------------------------------------------------------------------------- */
 /* The orchestrator                                                                          */
 
-/* Run argv with envp, capture stdout; returns the exit status (-1 if it could not run). */
-static int run_capture(char *const argv[], char *const envp[], char *buf, size_t len)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    pid_t pid;
-    int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (err != 0) {
-        close(fds[0]);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while ((r = read(fds[0], buf + got, len - 1 - got)) > 0 && got + 1 < len)
-        got += (size_t)r;
-    buf[got] = '\0';
-    close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* environ, optionally without OPENBLAS_CORETYPE */
-static char **child_env(int drop_coretype)
-{
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = weft_calloc(n + 1, sizeof(*env));
-    size_t k = 0;
-    for (size_t i = 0; env && i < n; i++)
-        if (!drop_coretype || strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) != 0)
-            env[k++] = environ[i];
-    return env;
-}
-
 struct row {
     char impl[32], coretype[64];
     double ms;
@@ -229,7 +168,7 @@ static void parse_row(const char *out, struct row *r)
         int k = 0;
         for (cJSON *e = ms->child; e && k < 64; e = e->next)
             v[k++] = e->valuedouble;
-        r->ms = median(v, k);
+        r->ms = weft_median(v, k);
         r->ok = 1;
         cJSON *ct = cJSON_GetObjectItem(j, "coretype");
         if (cJSON_IsString(ct))
@@ -256,10 +195,8 @@ int weft_bench_flux(struct weft_cli *cli)
     if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_BF16, 1) != WEFT_OK)
         return 1;
     char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (sl <= 0)
+    if (weft_self_path(self, sizeof(self)) != 0)
         return 1;
-    self[sl] = '\0';
     char tok[32], txt[32], rep[32], thr[64];
     snprintf(tok, sizeof(tok), "%lld", o.tokens);
     snprintf(txt, sizeof(txt), "%lld", o.text);
@@ -269,10 +206,10 @@ int weft_bench_flux(struct weft_cli *cli)
     struct row rows[3] = {{"weft", "", 0, 0}, {"weft", "", 0, 0}, {"diffusers+torch", "-", 0, 0}};
     int threads = 0;
     for (int v = 0; v < 2; v++) {
-        char **env = child_env(v);
+        char **env = weft_env_edit(v ? "OPENBLAS_CORETYPE=" : NULL, NULL);
         char *argv[] = {self, thr, "bench", "flux-run", "--model", dir, "--tokens", tok,
                         "--text", txt, "--repeats", rep, NULL};
-        if (run_capture(argv, env, out, sizeof(out)) == 0)
+        if (weft_child_run(argv, env, out, sizeof(out), NULL) == 0)
             parse_row(out, &rows[v]);
         cJSON *j = cJSON_Parse(out);
         if (j && cJSON_GetObjectItem(j, "threads"))
@@ -285,7 +222,7 @@ int weft_bench_flux(struct weft_cli *cli)
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
                      "--threads", tstr, "--repeats", rep, NULL};
-    if (run_capture(pargv, environ, out, sizeof(out)) == 0)
+    if (weft_child_run(pargv, NULL, out, sizeof(out), NULL) == 0)
         parse_row(out, &rows[2]);
     else
         WEFT_LOG_WARN("bench", "%s could not run Diffusers (torch/diffusers missing?): no torch "
@@ -318,9 +255,6 @@ int weft_bench_flux(struct weft_cli *cli)
         }
         printf("(weft row 1: OPENBLAS_CORETYPE as set; row 2: unset)\n");
     }
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        WEFT_LOG_WARN("bench", "could not remove %s", dir);
+    weft_remove_tree(dir);
     return rows[0].ok ? 0 : 1;
 }

@@ -2,23 +2,17 @@
  * full-then-shard (load the whole model, keep the local slices), on a synthetic FLUX.1-width
  * checkpoint; load time and peak RSS of every rank, each rank a fresh process run alone. */
 #include <cJSON.h>
-#include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench/synth.h"
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "common/log.h"
 #include "model/plan.h"
 #include "worker/flux.h"
-
-extern char **environ;
 
 static void help(FILE *out)
 {
@@ -88,38 +82,6 @@ int weft_bench_load_run(struct weft_cli *cli)
     return st == WEFT_OK ? 0 : 1;
 }
 
-/* Run a child, capture stdout, return its peak RSS (KiB) via wait4. */
-static int run_child(char *const argv[], char *out, size_t len, long *maxrss_kib)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    pid_t pid;
-    int err = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (err) {
-        close(fds[0]);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while ((r = read(fds[0], out + got, len - 1 - got)) > 0 && got + 1 < len)
-        got += (size_t)r;
-    out[got] = '\0';
-    close(fds[0]);
-    int status;
-    struct rusage ru;
-    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
-        ;
-    *maxrss_kib = ru.ru_maxrss;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* One rank's load in a child, repeats times: the median load time (first-touch costs vary a
  * lot here) and the largest peak RSS. Returns nonzero when a run failed. */
 static int measure_rank(const char *self, const char *model, int tp, int rank, int mode,
@@ -134,20 +96,14 @@ static int measure_rank(const char *self, const char *model, int tp, int rank, i
     int rc = 0;
     for (int rep = 0; rep < repeats; rep++) {
         long rss = 0;
-        rc |= run_child(argv, out, sizeof(out), &rss);
+        rc |= weft_child_run(argv, NULL, out, sizeof(out), &rss) != 0;
         cJSON *j = cJSON_Parse(out);
         const cJSON *ls = j ? cJSON_GetObjectItem(j, "load_s") : NULL;
         loads[rep] = ls ? ls->valuedouble : -1;
         cJSON_Delete(j);
         peak = (double)rss * 1024.0 > peak ? (double)rss * 1024.0 : peak;
     }
-    for (int a = 1; a < repeats; a++)
-        for (int b = a; b > 0 && loads[b - 1] > loads[b]; b--) {
-            double tmp = loads[b];
-            loads[b] = loads[b - 1];
-            loads[b - 1] = tmp;
-        }
-    *load_p = loads[repeats / 2];
+    *load_p = weft_median(loads, repeats);
     *peak_p = peak;
     return rc;
 }
@@ -213,10 +169,8 @@ int weft_bench_load(struct weft_cli *cli)
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
     char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (sl <= 0)
+    if (weft_self_path(self, sizeof(self)) != 0)
         return 1;
-    self[sl] = '\0';
     const double gib = 1024.0 * 1024.0 * 1024.0;
     if (!json)
         printf("%4s %-15s %4s %9s %14s %16s\n", "tp", "mode", "rank", "load s", "peak RSS GiB",
@@ -272,11 +226,7 @@ int weft_bench_load(struct weft_cli *cli)
                 printf("tp %d: slowest rank sharded %.2f s, full-then-shard %.2f s: %.1fx\n",
                        tps[k], best[k][0], best[k][1], best[k][1] / best[k][0]);
     }
-    if (model == dir) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            WEFT_LOG_WARN("bench", "could not remove %s", dir);
-    }
+    if (model == dir)
+        weft_remove_tree(dir);
     return 0;
 }

@@ -12,16 +12,14 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench/synth.h"
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "common/alloc.h"
@@ -30,8 +28,6 @@
 #include "worker/noise.h"
 #include "worker/pipeline.h"
 #include "worker/vae.h"
-
-extern char **environ;
 
 struct vae_bench_opts {
     long long size, tile, pipe_size, steps, repeats, text;
@@ -447,49 +443,6 @@ int weft_bench_vae_run(struct weft_cli *cli)
 /* ---------------------------------------------------------------------------------------- */
 /* The orchestrator                                                                          */
 
-/* Run argv with envp, capture stdout; returns the exit status (-1 if it could not run). */
-static int run_capture(char *const argv[], char *const envp[], char *buf, size_t len)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    pid_t pid;
-    int err = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (err != 0) {
-        close(fds[0]);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < len && (r = read(fds[0], buf + got, len - 1 - got)) > 0)
-        got += (size_t)r;
-    buf[got] = '\0';
-    close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* environ without OPENBLAS_CORETYPE (OpenBLAS then picks its kernel from the CPU) */
-static char **env_without_coretype(void)
-{
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = weft_calloc(n + 1, sizeof(*env));
-    for (size_t i = 0, k = 0; env && i < n; i++)
-        if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) != 0)
-            env[k++] = environ[i];
-    return env;
-}
-
 struct child {
     char self[4096], threads[64], size[32], tile[32], pipe_size[32], steps[32], repeats[32];
     char out[1 << 16];
@@ -511,7 +464,7 @@ static cJSON *child_run(struct child *ch, char **env, const char *mode, const ch
         argv[n++] = (char *)extra_value;
     }
     argv[n] = NULL;
-    int rc = run_capture(argv, env ? env : environ, ch->out, sizeof(ch->out));
+    int rc = weft_child_run(argv, env, ch->out, sizeof(ch->out), NULL);
     cJSON *j = rc == 0 ? cJSON_Parse(ch->out) : NULL;
     if (!j)
         WEFT_LOG_ERROR("bench", "vae-run --mode %s %s %s failed (status %d)", mode,
@@ -527,7 +480,7 @@ static double num(const cJSON *j, const char *key)
 
 static void print_convs(struct child *ch, long long size)
 {
-    char **env = getenv("OPENBLAS_CORETYPE") ? env_without_coretype() : NULL;
+    char **env = getenv("OPENBLAS_CORETYPE") ? weft_env_edit("OPENBLAS_CORETYPE=", NULL) : NULL;
     cJSON *a = child_run(ch, NULL, "convs", NULL, NULL, NULL);
     cJSON *b = env ? child_run(ch, env, "convs", NULL, "--algo", "gemm") : NULL;
     weft_free(env);
@@ -607,10 +560,8 @@ int weft_bench_vae(struct weft_cli *cli)
     if (rc)
         return rc > 0 ? 0 : 2;
     static struct child ch;
-    ssize_t sl = readlink("/proc/self/exe", ch.self, sizeof(ch.self) - 1);
-    if (sl <= 0)
+    if (weft_self_path(ch.self, sizeof(ch.self)) != 0)
         return 1;
-    ch.self[sl] = '\0';
     snprintf(ch.threads, sizeof(ch.threads), "--kernels.threads=%lld",
              (long long)cli->conf.kernels.threads);
     snprintf(ch.size, sizeof(ch.size), "%lld", o.size);
@@ -636,9 +587,6 @@ int weft_bench_vae(struct weft_cli *cli)
         if (write_pipeline(sub, o.text) == WEFT_OK)
             print_pipeline(&ch, sub, o.pipe_size, o.steps);
     }
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        WEFT_LOG_WARN("bench", "could not remove %s", dir);
+    weft_remove_tree(dir);
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "client/weft.h"
@@ -19,7 +20,6 @@
 #include "common/log.h"
 #include "control/proto.h"
 
-extern char **environ;
 
 #define MAX_RANKS 64
 #define MAX_PROMPTS 64
@@ -248,23 +248,6 @@ static int on_progress(void *arg, const struct weft_job_status *st)
     return 0;
 }
 
-/* The child environment: ours plus the secret (never on a command line). */
-static char **child_env(const char *secret_var)
-{
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = weft_calloc(n + 2, sizeof(*env));
-    if (!env)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "WEFT_CLUSTER_SECRET=", 20) != 0)
-            env[k++] = environ[i];
-    env[k] = (char *)secret_var;
-    return env;
-}
-
 static int submit_and_fetch(const struct run_opts *o, const char *api)
 {
     struct weft_client_opts co = {.address = api, .timeout_ms = 60000};
@@ -353,21 +336,18 @@ int weft_cmd_run(struct weft_cli *cli)
     int prc = parse(cli, &o);
     if (prc)
         return prc > 0 ? 0 : 2;
-    char dir[] = "/tmp/weft_run_XXXXXX";
-    if (!mkdtemp(dir)) {
-        WEFT_LOG_ERROR("run", "cannot create a temporary folder: %s", strerror(errno));
-        return 1;
-    }
-    char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (sl <= 0)
-        return 1;
-    self[sl] = '\0';
-    char secret[65], secret_var[100];
-    if (weft_boot_challenge(secret) != WEFT_OK)
+    char self[4096], secret[65], secret_var[100];
+    if (weft_self_path(self, sizeof(self)) != 0 || weft_boot_challenge(secret) != WEFT_OK)
         return 1;
     snprintf(secret_var, sizeof(secret_var), "WEFT_CLUSTER_SECRET=%s", secret);
-    char **env = child_env(secret_var);
+    /* the children's environment: ours with this run's secret (never on a command line) */
+    char **env = weft_env_edit("WEFT_CLUSTER_SECRET=", secret_var);
+    char dir[] = "/tmp/weft_run_XXXXXX";
+    if (!env || !mkdtemp(dir)) {
+        WEFT_LOG_ERROR("run", "cannot create a temporary folder: %s", strerror(errno));
+        weft_free(env);
+        return 1;
+    }
     const char *model = o.model ? o.model
                                 : cli->conf.model.path[0] ? cli->conf.model.path
                                                           : WEFT_DEFAULT_MODEL;
@@ -424,10 +404,7 @@ out:
     stop_child(coord, 30); /* it tells its workers to exit */
     for (long long i = 0; i < o.np; i++)
         stop_child(pids[i], 10);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        WEFT_LOG_WARN("run", "could not remove %s", dir);
+    weft_remove_tree(dir);
     weft_free(env);
     return rc;
 }
