@@ -55,67 +55,66 @@ static void inputs_free(struct inputs *x)
     golden_close(&x->g);
 }
 
+/* A model loaded with a plan (NULL: one device), with what it holds on to. */
+struct loaded {
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    struct weft_tp_layout *lay;
+    struct weft_ckpt *ck;
+    struct weft_flux *m; /* NULL when the load failed */
+};
+
+static weft_status_t load(struct weft_comm *comm, const struct weft_tp_plan *plan, int full_first,
+                          struct loaded *l)
+{
+    *l = (struct loaded){0};
+    CHECK_OK(weft_kernels_cpu_create(1, &l->K, &l->kc));
+    struct weft_flux_opts o = {.kernels = l->K, .kctx = l->kc};
+    if (plan) {
+        struct weft_model_info info;
+        CHECK_OK(weft_ckpt_open(model_dir, &l->ck));
+        CHECK_OK(weft_model_info_get(l->ck, &info));
+        int T = weft_comm_size(comm);
+        CHECK_OK(weft_tp_resolve(plan, l->ck, &info, T, T, &l->lay));
+        o.tp_rank = weft_comm_rank(comm);
+        o.tp_size = T;
+        o.tp_layout = l->lay;
+        o.tp_full_then_shard = full_first;
+        o.comm = comm_ops;
+    }
+    return weft_flux_load(model_dir, &o, &l->m);
+}
+
+static void unload(struct loaded *l)
+{
+    weft_flux_destroy(l->m);
+    weft_tp_layout_destroy(l->lay);
+    weft_ckpt_close(l->ck);
+    weft_kernels_cpu_destroy(l->kc);
+}
+
 /* Load with a plan (NULL: single device), forward, return the output. */
 static float *forward(struct weft_comm *comm, const struct weft_tp_plan *plan, int full_first,
                       const struct inputs *x, weft_status_t *load_st)
 {
-    const struct weft_kernels *K;
-    struct weft_kctx *kc;
-    CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));
-    struct weft_flux_opts o = {.kernels = K, .kctx = kc};
-    struct weft_tp_layout *lay = NULL;
-    struct weft_ckpt *ck = NULL;
-    if (plan) {
-        struct weft_model_info info;
-        CHECK_OK(weft_ckpt_open(model_dir, &ck));
-        CHECK_OK(weft_model_info_get(ck, &info));
-        int T = weft_comm_size(comm);
-        CHECK_OK(weft_tp_resolve(plan, ck, &info, T, T, &lay));
-        o.tp_rank = weft_comm_rank(comm);
-        o.tp_size = T;
-        o.tp_layout = lay;
-        o.tp_full_then_shard = full_first;
-        o.comm = comm_ops;
-    }
-    struct weft_flux *m;
-    *load_st = weft_flux_load(model_dir, &o, &m);
+    struct loaded l;
+    *load_st = load(comm, plan, full_first, &l);
     float *out = NULL;
     if (*load_st == WEFT_OK) {
         out = malloc((size_t)x->n_out * sizeof(float));
-        CHECK_OK(weft_flux_forward(m, &x->in, out));
-        weft_flux_destroy(m);
+        CHECK_OK(weft_flux_forward(l.m, &x->in, out));
     }
-    weft_tp_layout_destroy(lay);
-    weft_ckpt_close(ck);
-    weft_kernels_cpu_destroy(kc);
+    unload(&l);
     return out;
 }
 
 static double loop(struct weft_comm *comm, const struct weft_tp_plan *plan, float **final_p)
 {
-    const struct weft_kernels *K;
-    struct weft_kctx *kc;
-    CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));
-    struct weft_flux_opts o = {.kernels = K, .kctx = kc};
-    struct weft_tp_layout *lay = NULL;
-    struct weft_ckpt *ck = NULL;
-    if (plan) {
-        struct weft_model_info info;
-        CHECK_OK(weft_ckpt_open(model_dir, &ck));
-        CHECK_OK(weft_model_info_get(ck, &info));
-        int T = weft_comm_size(comm);
-        CHECK_OK(weft_tp_resolve(plan, ck, &info, T, T, &lay));
-        o.tp_rank = weft_comm_rank(comm), o.tp_size = T, o.tp_layout = lay;
-        o.comm = comm_ops;
-    }
-    struct weft_flux *m;
-    CHECK_OK(weft_flux_load(model_dir, &o, &m));
+    struct loaded l;
+    CHECK_OK(load(comm, plan, 0, &l));
     double err;
-    *final_p = golden_loop16(m, LOOP_GOLDEN, &err);
-    weft_flux_destroy(m);
-    weft_tp_layout_destroy(lay);
-    weft_ckpt_close(ck);
-    weft_kernels_cpu_destroy(kc);
+    *final_p = golden_loop16(l.m, LOOP_GOLDEN, &err);
+    unload(&l);
     return err;
 }
 
