@@ -137,61 +137,83 @@ const char *weft_flux_qk_norm_name(enum weft_flux_qk_norm which)
     return names[which];
 }
 
-static size_t add_linear(struct weft_param *p, size_t n, const char *prefix,
-                         const struct weft_flux_linear_desc *l)
-{
-    if (!l->present)
-        return n;
-    if (p) {
-        snprintf(p[n].name, sizeof(p[n].name), "%s%s.weight", prefix, l->name);
-        p[n].ndim = 2;
-        p[n].shape[0] = l->out;
-        p[n].shape[1] = l->in;
-        snprintf(p[n + 1].name, sizeof(p[n + 1].name), "%s%s.bias", prefix, l->name);
-        p[n + 1].ndim = 1;
-        p[n + 1].shape[0] = l->out;
-    }
-    return n + 2;
-}
-
-size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *p)
+weft_status_t weft_flux_walk(const struct weft_flux_config *c,
+                             const struct weft_flux_visitor *v, void *arg)
 {
     struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
         sgl[WEFT_FLUX_SINGLE_COUNT];
     weft_flux_top_linears(c, top);
     weft_flux_double_linears(c, dbl);
     weft_flux_single_linears(c, sgl);
-    size_t n = 0;
-    for (int i = 0; i < WEFT_FLUX_TOP_COUNT; i++)
-        n = add_linear(p, n, "", &top[i]);
+    weft_status_t st = WEFT_OK;
+    for (int i = 0; i < WEFT_FLUX_TOP_COUNT && st == WEFT_OK; i++)
+        st = v->linear(arg, WEFT_FLUX_PART_TOP, -1, i, "", &top[i]);
     char prefix[64];
-    for (int64_t b = 0; b < c->num_layers; b++) {
+    for (int64_t b = 0; b < c->num_layers && st == WEFT_OK; b++) {
         snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
-        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++)
-            n = add_linear(p, n, prefix, &dbl[i]);
-        for (int i = 0; i < WEFT_FLUX_QK_NORM_COUNT; i++, n++) {
-            if (!p)
-                continue;
-            snprintf(p[n].name, sizeof(p[n].name), "%s%s.weight", prefix,
-                     weft_flux_qk_norm_name((enum weft_flux_qk_norm)i));
-            p[n].ndim = 1;
-            p[n].shape[0] = c->attention_head_dim;
-        }
+        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT && st == WEFT_OK; i++)
+            st = v->linear(arg, WEFT_FLUX_PART_DOUBLE, b, i, prefix, &dbl[i]);
+        for (int i = 0; i < WEFT_FLUX_QK_NORM_COUNT && st == WEFT_OK && v->norm; i++)
+            st = v->norm(arg, WEFT_FLUX_PART_DOUBLE, b, i, prefix,
+                         weft_flux_qk_norm_name((enum weft_flux_qk_norm)i), c->attention_head_dim);
     }
-    for (int64_t b = 0; b < c->num_single_layers; b++) {
+    for (int64_t b = 0; b < c->num_single_layers && st == WEFT_OK; b++) {
         snprintf(prefix, sizeof(prefix), "single_transformer_blocks.%lld.", (long long)b);
-        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT; i++)
-            n = add_linear(p, n, prefix, &sgl[i]);
-        for (int i = 0; i < 2; i++, n++) {
-            if (!p)
-                continue;
-            snprintf(p[n].name, sizeof(p[n].name), "%s%s.weight", prefix,
-                     weft_flux_qk_norm_name((enum weft_flux_qk_norm)i));
-            p[n].ndim = 1;
-            p[n].shape[0] = c->attention_head_dim;
-        }
+        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT && st == WEFT_OK; i++)
+            st = v->linear(arg, WEFT_FLUX_PART_SINGLE, b, i, prefix, &sgl[i]);
+        for (int i = 0; i < 2 && st == WEFT_OK && v->norm; i++) /* norm_q, norm_k */
+            st = v->norm(arg, WEFT_FLUX_PART_SINGLE, b, i, prefix,
+                         weft_flux_qk_norm_name((enum weft_flux_qk_norm)i), c->attention_head_dim);
     }
-    return n;
+    return st;
+}
+
+struct param_list {
+    struct weft_param *p; /* NULL: count only */
+    size_t n;
+};
+
+static weft_status_t param_linear(void *arg, enum weft_flux_part part, int64_t block, int index,
+                                  const char *prefix, const struct weft_flux_linear_desc *l)
+{
+    (void)part, (void)block, (void)index;
+    struct param_list *pl = arg;
+    if (!l->present)
+        return WEFT_OK;
+    if (pl->p) {
+        struct weft_param *w = &pl->p[pl->n], *bias = &pl->p[pl->n + 1];
+        snprintf(w->name, sizeof(w->name), "%s%s.weight", prefix, l->name);
+        w->ndim = 2;
+        w->shape[0] = l->out;
+        w->shape[1] = l->in;
+        snprintf(bias->name, sizeof(bias->name), "%s%s.bias", prefix, l->name);
+        bias->ndim = 1;
+        bias->shape[0] = l->out;
+    }
+    pl->n += 2;
+    return WEFT_OK;
+}
+
+static weft_status_t param_norm(void *arg, enum weft_flux_part part, int64_t block, int index,
+                                const char *prefix, const char *name, int64_t dim)
+{
+    (void)part, (void)block, (void)index;
+    struct param_list *pl = arg;
+    if (pl->p) {
+        snprintf(pl->p[pl->n].name, sizeof(pl->p[pl->n].name), "%s%s.weight", prefix, name);
+        pl->p[pl->n].ndim = 1;
+        pl->p[pl->n].shape[0] = dim;
+    }
+    pl->n++;
+    return WEFT_OK;
+}
+
+size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *p)
+{
+    struct param_list pl = {p, 0};
+    static const struct weft_flux_visitor v = {param_linear, param_norm};
+    (void)weft_flux_walk(c, &v, &pl);
+    return pl.n;
 }
 
 static const char *role_needs(enum weft_tp_role role)
@@ -236,29 +258,18 @@ static weft_status_t check_linear(const struct weft_tp_layout *lay, const char *
     return WEFT_ERR_CONFIG;
 }
 
+static weft_status_t check_visit(void *arg, enum weft_flux_part part, int64_t block, int index,
+                                 const char *prefix, const struct weft_flux_linear_desc *desc)
+{
+    (void)part, (void)block, (void)index;
+    return check_linear(arg, prefix, desc);
+}
+
 weft_status_t weft_flux_tp_check(const struct weft_flux_config *c,
                                  const struct weft_tp_layout *lay)
 {
-    struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
-        sgl[WEFT_FLUX_SINGLE_COUNT];
-    weft_flux_top_linears(c, top);
-    weft_flux_double_linears(c, dbl);
-    weft_flux_single_linears(c, sgl);
-    weft_status_t st = WEFT_OK;
-    for (int i = 0; i < WEFT_FLUX_TOP_COUNT && st == WEFT_OK; i++)
-        st = check_linear(lay, "", &top[i]);
-    char prefix[64];
-    for (int64_t b = 0; b < c->num_layers && st == WEFT_OK; b++) {
-        snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
-        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT && st == WEFT_OK; i++)
-            st = check_linear(lay, prefix, &dbl[i]);
-    }
-    for (int64_t b = 0; b < c->num_single_layers && st == WEFT_OK; b++) {
-        snprintf(prefix, sizeof(prefix), "single_transformer_blocks.%lld.", (long long)b);
-        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT && st == WEFT_OK; i++)
-            st = check_linear(lay, prefix, &sgl[i]);
-    }
-    return st;
+    static const struct weft_flux_visitor v = {check_visit, NULL};
+    return weft_flux_walk(c, &v, (void *)lay);
 }
 
 int weft_flux_unit_count(const struct weft_flux_config *c)

@@ -118,6 +118,22 @@ void weft_flux_single_linears(const struct weft_flux_config *c,
 /* "attn.norm_q" ... (block-relative; ".weight" follows) */
 const char *weft_flux_qk_norm_name(enum weft_flux_qk_norm which);
 
+/* The model's structure in checkpoint order, for whoever needs every layer: the top-level
+ * Linears, then each double block's Linears and four q/k norms, then each single block's
+ * Linears and two norms. prefix is "" or "transformer_blocks.3." etc.; part and block say where
+ * (block -1 for top-level), index is the layer's enum value. A callback's error stops the walk
+ * and is returned. Absent layers (desc->present false) are visited too. */
+enum weft_flux_part { WEFT_FLUX_PART_TOP, WEFT_FLUX_PART_DOUBLE, WEFT_FLUX_PART_SINGLE };
+struct weft_flux_visitor {
+    weft_status_t (*linear)(void *arg, enum weft_flux_part part, int64_t block, int index,
+                            const char *prefix, const struct weft_flux_linear_desc *desc);
+    /* may be NULL: norm weights [attention_head_dim] named prefix + name + ".weight" */
+    weft_status_t (*norm)(void *arg, enum weft_flux_part part, int64_t block, int index,
+                          const char *prefix, const char *name, int64_t dim);
+};
+weft_status_t weft_flux_walk(const struct weft_flux_config *c,
+                             const struct weft_flux_visitor *v, void *arg);
+
 struct weft_tp_layout;
 /* The plan's styles against FLUX's dataflow (see enum weft_tp_role): an error names the first
  * module whose style cannot work, and what it must be. */

@@ -162,36 +162,43 @@ static weft_status_t bind_linear(struct binder *bd, const char *prefix,
     return bind(bd, prefix, desc->name, ".bias", 1, desc->out, 0, &l->b);
 }
 
+struct bind_walk {
+    struct weft_flux *m;
+    struct binder *bd;
+};
+
+static struct linear *linear_of(struct weft_flux *m, enum weft_flux_part part, int64_t block,
+                                int index)
+{
+    return part == WEFT_FLUX_PART_TOP      ? &m->top[index]
+           : part == WEFT_FLUX_PART_DOUBLE ? &m->dbl[block].l[index]
+                                           : &m->sgl[block].l[index];
+}
+
+static weft_status_t bind_linear_visit(void *arg, enum weft_flux_part part, int64_t block,
+                                       int index, const char *prefix,
+                                       const struct weft_flux_linear_desc *desc)
+{
+    struct bind_walk *w = arg;
+    return bind_linear(w->bd, prefix, desc, linear_of(w->m, part, block, index));
+}
+
+static weft_status_t bind_norm_visit(void *arg, enum weft_flux_part part, int64_t block,
+                                     int index, const char *prefix, const char *name,
+                                     int64_t dim)
+{
+    struct bind_walk *w = arg;
+    float **dst = part == WEFT_FLUX_PART_DOUBLE ? &w->m->dbl[block].qk_norm[index]
+                                                : &w->m->sgl[block].qk_norm[index];
+    return bind(w->bd, prefix, name, ".weight", 1, dim, 0, dst);
+}
+
 /* Walks the model structure; the first pass (bd->next NULL) counts, the second assigns. */
 static weft_status_t bind_all(struct weft_flux *m, struct binder *bd)
 {
-    const struct weft_flux_config *c = &m->cfg;
-    struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
-        sgl[WEFT_FLUX_SINGLE_COUNT];
-    weft_flux_top_linears(c, top);
-    weft_flux_double_linears(c, dbl);
-    weft_flux_single_linears(c, sgl);
-    weft_status_t st = WEFT_OK;
-    for (int i = 0; i < WEFT_FLUX_TOP_COUNT && st == WEFT_OK; i++)
-        st = bind_linear(bd, "", &top[i], &m->top[i]);
-    char prefix[64];
-    for (int64_t b = 0; b < c->num_layers && st == WEFT_OK; b++) {
-        snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
-        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT && st == WEFT_OK; i++)
-            st = bind_linear(bd, prefix, &dbl[i], &m->dbl[b].l[i]);
-        for (int i = 0; i < WEFT_FLUX_QK_NORM_COUNT && st == WEFT_OK; i++)
-            st = bind(bd, prefix, weft_flux_qk_norm_name((enum weft_flux_qk_norm)i), ".weight",
-                      1, c->attention_head_dim, 0, &m->dbl[b].qk_norm[i]);
-    }
-    for (int64_t b = 0; b < c->num_single_layers && st == WEFT_OK; b++) {
-        snprintf(prefix, sizeof(prefix), "single_transformer_blocks.%lld.", (long long)b);
-        for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT && st == WEFT_OK; i++)
-            st = bind_linear(bd, prefix, &sgl[i], &m->sgl[b].l[i]);
-        for (int i = 0; i < 2 && st == WEFT_OK; i++)
-            st = bind(bd, prefix, weft_flux_qk_norm_name((enum weft_flux_qk_norm)i), ".weight",
-                      1, c->attention_head_dim, 0, &m->sgl[b].qk_norm[i]);
-    }
-    return st;
+    static const struct weft_flux_visitor v = {bind_linear_visit, bind_norm_visit};
+    struct bind_walk w = {m, bd};
+    return weft_flux_walk(&m->cfg, &v, &w);
 }
 
 struct staging {
