@@ -18,7 +18,7 @@
 
 #include "client/weft.h"
 #include "test.h"
-#include "worker/png.h"
+#include "png_diff.h"
 
 extern char **environ;
 
@@ -93,31 +93,6 @@ static int wait_pid(pid_t pid)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static uint8_t *pixels(const char *path, uint32_t *w, uint32_t *h)
-{
-    struct weft_png_image img;
-    CHECK_OK(weft_png_read(path, &img));
-    *w = img.width, *h = img.height;
-    uint8_t *p = img.rgb;
-    img.rgb = NULL;
-    weft_png_image_cleanup(&img);
-    return p;
-}
-
-static int max_diff(const char *a, const char *b)
-{
-    uint32_t wa, ha, wb, hb;
-    uint8_t *pa = pixels(a, &wa, &ha), *pb = pixels(b, &wb, &hb);
-    CHECK(wa == wb && ha == hb);
-    int d = 0;
-    for (size_t i = 0; i < (size_t)wa * ha * 3; i++) {
-        int x = abs((int)pa[i] - (int)pb[i]);
-        d = x > d ? x : d;
-    }
-    free(pa), free(pb);
-    return d;
-}
-
 /* The one-device reference: `weft generate`, 256x256, 3 steps, red-fox, seed 7. */
 static void one_device(char *ref, size_t len)
 {
@@ -150,7 +125,7 @@ static void run_vs_ref(const char *ref, const char *out, const char *const *opts
         snprintf(img, sizeof(img), "%.*s-%d.png", (int)(dot - out), out, check);
     else
         snprintf(img, sizeof(img), "%s", out);
-    int d = max_diff(ref, img);
+    int d = png_max_diff(ref, img);
     printf("weft run%s: max pixel difference to one device %d\n", label, d);
     CHECK(d <= 1);
 }
@@ -190,14 +165,14 @@ static int case_layouts(void)
         char one[512];
         snprintf(one, sizeof(one), "%s/dp1-%d.png", tmp, i);
         snprintf(out, sizeof(out), "%s/dp2-%d.png", tmp, i);
-        int d = max_diff(one, out);
+        int d = png_max_diff(one, out);
         printf("weft run --dp 2, 5 prompts: image %d (%s) max difference to one replica %d\n", i,
                batch[i], d);
         CHECK(d <= 1);
     }
-    CHECK(max_diff(ref, out) > 8); /* the images differ from each other: not one image 5 times */
+    CHECK(png_max_diff(ref, out) > 8); /* the images differ from each other: not one image 5 times */
     snprintf(out, sizeof(out), "%s/dp2-0.png", tmp);
-    CHECK(max_diff(ref, out) <= 1);
+    CHECK(png_max_diff(ref, out) <= 1);
     return 0;
 }
 

@@ -27,7 +27,7 @@
 
 #include "client/weft.h"
 #include "test.h"
-#include "worker/png.h"
+#include "png_diff.h"
 
 extern char **environ;
 
@@ -396,22 +396,6 @@ static void check_nics(const cJSON *cluster)
     }
 }
 
-static int max_diff(const char *a, const char *b)
-{
-    struct weft_png_image ia, ib;
-    CHECK_OK(weft_png_read(a, &ia));
-    CHECK_OK(weft_png_read(b, &ib));
-    CHECK(ia.width == ib.width && ia.height == ib.height);
-    int d = 0;
-    for (size_t i = 0; i < (size_t)ia.width * ia.height * 3; i++) {
-        int x = abs((int)ia.rgb[i] - (int)ib.rgb[i]);
-        d = x > d ? x : d;
-    }
-    weft_png_image_cleanup(&ia);
-    weft_png_image_cleanup(&ib);
-    return d;
-}
-
 static void check_status_cli(const char *api)
 {
     char log[256], text[65536];
@@ -522,7 +506,7 @@ static int run(void)
     weft_job_status_cleanup(&st);
     double job_ms = now_ms() - tj;
     CHECK_OK(weft_client_image_save(c, id, 0, out));
-    int d = max_diff(ref, out);
+    int d = png_max_diff(ref, out);
 
     enter(N2); /* the workers' links cross the veths: n2 holds a connection to n3 */
     int conns = tcp_between(addr[1], addr[2]);
