@@ -7,6 +7,18 @@
 
 #define FIFO_INITIAL 64
 
+/* The group and its arrays (what creation allocates before anything can use them). */
+static void comm_arrays_free(struct weft_comm *c)
+{
+    weft_free(c->ranks);
+    weft_free(c->eps);
+    weft_free(c->off);
+    weft_free(c->rreq);
+    weft_free(c->st);
+    weft_free(c->op.fifo);
+    weft_free(c);
+}
+
 weft_status_t weft_tp_comm_new(struct weft_transport *tp, int n, const int *ranks, uint32_t id,
                                struct weft_comm **comm_p)
 {
@@ -53,13 +65,7 @@ weft_status_t weft_tp_comm_new(struct weft_transport *tp, int n, const int *rank
     c->st = weft_calloc((size_t)c->depth, sizeof(*c->st));
     c->op.fifo = weft_malloc(FIFO_INITIAL * sizeof(void *));
     if (!c->ranks || !c->eps || !c->off || !c->rreq || !c->st || !c->op.fifo) {
-        weft_free(c->ranks);
-        weft_free(c->eps);
-        weft_free(c->off);
-        weft_free(c->rreq);
-        weft_free(c->st);
-        weft_free(c->op.fifo);
-        weft_free(c);
+        comm_arrays_free(c);
         return WEFT_ERR_NOMEM;
     }
     c->len = c->off + un;
@@ -140,13 +146,7 @@ void weft_tp_comm_free(struct weft_comm *c)
         }
     }
     scratch_release(c);
-    weft_free(c->ranks);
-    weft_free(c->eps);
-    weft_free(c->off);
-    weft_free(c->rreq);
-    weft_free(c->st);
-    weft_free(c->op.fifo);
-    weft_free(c);
+    comm_arrays_free(c);
 }
 
 void weft_comm_destroy(struct weft_comm *comm)

@@ -31,6 +31,20 @@
 #define TAG_SUB_MASK 0xffffu
 #define TAG_GROUP_MAX 0xffffu
 
+/* Little-endian u32 in the bootstrap and liveness wire formats. */
+static inline void weft_tp_put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t weft_tp_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static inline uint64_t weft_tp_tag(uint32_t gid, uint32_t seq, int src, uint32_t sub)
 {
     return ((uint64_t)gid << TAG_GROUP_SHIFT) | ((uint64_t)(seq & TAG_SEQ_MASK) << TAG_SEQ_SHIFT) |

@@ -31,19 +31,6 @@
 #define RDV_ADDR_MAX 65536u
 #define RDV_SIZE_MAX 65536
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* The port of an IPv4 or IPv6 address: both keep it at the same offset. */
 static uint16_t sock_port(const struct sockaddr_storage *ss)
 {
@@ -212,10 +199,10 @@ static void accept_all(struct weft_rdv_server *srv)
 /* The header of a registration is complete: check it. Returns false to drop the connection. */
 static bool hello_check(struct weft_rdv_server *srv, struct rdv_conn *c)
 {
-    uint32_t magic = get_u32(c->hdr), version = get_u32(c->hdr + 4);
-    uint32_t rank = get_u32(c->hdr + 8), size = get_u32(c->hdr + 12);
-    c->sport = get_u32(c->hdr + 16);
-    c->addr_len = get_u32(c->hdr + 20);
+    uint32_t magic = weft_tp_get_u32(c->hdr), version = weft_tp_get_u32(c->hdr + 4);
+    uint32_t rank = weft_tp_get_u32(c->hdr + 8), size = weft_tp_get_u32(c->hdr + 12);
+    c->sport = weft_tp_get_u32(c->hdr + 16);
+    c->addr_len = weft_tp_get_u32(c->hdr + 20);
     if (magic != RDV_MAGIC || version != RDV_VERSION) {
         WEFT_LOG_WARN("rendezvous", "dropped a connection that is not a weft rank "
                       "(magic %08x, version %u)", magic, version);
@@ -286,23 +273,23 @@ static weft_status_t table_build(struct weft_rdv_server *srv)
     uint8_t *t = weft_malloc(len);
     if (!t)
         return WEFT_ERR_NOMEM;
-    put_u32(t, RDV_MAGIC);
-    put_u32(t + 4, RDV_VERSION);
-    put_u32(t + 8, (uint32_t)srv->size);
-    put_u32(t + 12, (uint32_t)(len - RDV_TABLE_HDR));
+    weft_tp_put_u32(t, RDV_MAGIC);
+    weft_tp_put_u32(t + 4, RDV_VERSION);
+    weft_tp_put_u32(t + 8, (uint32_t)srv->size);
+    weft_tp_put_u32(t + 12, (uint32_t)(len - RDV_TABLE_HDR));
     uint8_t *p = t + RDV_TABLE_HDR;
     for (int r = 0; r < srv->size; r++) {
         const struct rdv_conn *c = &srv->conns[srv->by_rank[r]];
         memset(p, 0, RDV_ENTRY);
         if (c->from.ss_family == AF_INET6) {
-            put_u32(p, 6);
+            weft_tp_put_u32(p, 6);
             memcpy(p + 8, &((const struct sockaddr_in6 *)&c->from)->sin6_addr, 16);
         } else {
-            put_u32(p, 4);
+            weft_tp_put_u32(p, 4);
             memcpy(p + 8, &((const struct sockaddr_in *)&c->from)->sin_addr, 4);
         }
-        put_u32(p + 4, c->sport);
-        put_u32(p + 24, c->addr_len);
+        weft_tp_put_u32(p + 4, c->sport);
+        weft_tp_put_u32(p + 24, c->addr_len);
         memcpy(p + RDV_ENTRY, c->addr, c->addr_len);
         p += RDV_ENTRY + c->addr_len;
     }
@@ -447,7 +434,7 @@ static weft_status_t table_parse(struct weft_tp_table *t, const uint8_t *p, size
     for (int r = 0; r < t->size; r++) {
         if ((size_t)(end - p) < RDV_ENTRY)
             return WEFT_ERR_FORMAT;
-        uint32_t fam = get_u32(p), port = get_u32(p + 4), alen = get_u32(p + 24);
+        uint32_t fam = weft_tp_get_u32(p), port = weft_tp_get_u32(p + 4), alen = weft_tp_get_u32(p + 24);
         if ((fam != 4 && fam != 6) || port == 0 || port > 65535 || alen == 0 ||
             alen > RDV_ADDR_MAX || (size_t)(end - p) - RDV_ENTRY < alen)
             return WEFT_ERR_FORMAT;
@@ -483,12 +470,12 @@ weft_status_t weft_tp_rdv_exchange(int fd, int rank, int size, uint16_t sentinel
         return WEFT_ERR_RANGE;
     }
     uint8_t hello[RDV_HELLO];
-    put_u32(hello, RDV_MAGIC);
-    put_u32(hello + 4, RDV_VERSION);
-    put_u32(hello + 8, (uint32_t)rank);
-    put_u32(hello + 12, (uint32_t)size);
-    put_u32(hello + 16, sentinel_port);
-    put_u32(hello + 20, (uint32_t)addr_len);
+    weft_tp_put_u32(hello, RDV_MAGIC);
+    weft_tp_put_u32(hello + 4, RDV_VERSION);
+    weft_tp_put_u32(hello + 8, (uint32_t)rank);
+    weft_tp_put_u32(hello + 12, (uint32_t)size);
+    weft_tp_put_u32(hello + 16, sentinel_port);
+    weft_tp_put_u32(hello + 20, (uint32_t)addr_len);
     weft_status_t st = weft_tp_io_full(fd, hello, sizeof(hello), true, deadline);
     if (st == WEFT_OK)
         st = weft_tp_io_full(fd, (void *)addr, addr_len, true, deadline);
@@ -501,9 +488,9 @@ weft_status_t weft_tp_rdv_exchange(int fd, int rank, int size, uint16_t sentinel
                        : "the server closed the connection (registration refused?)");
         return st;
     }
-    uint32_t plen = get_u32(hdr + 12);
-    if (get_u32(hdr) != RDV_MAGIC || get_u32(hdr + 4) != RDV_VERSION ||
-        get_u32(hdr + 8) != (uint32_t)size ||
+    uint32_t plen = weft_tp_get_u32(hdr + 12);
+    if (weft_tp_get_u32(hdr) != RDV_MAGIC || weft_tp_get_u32(hdr + 4) != RDV_VERSION ||
+        weft_tp_get_u32(hdr + 8) != (uint32_t)size ||
         plen > (uint64_t)size * (RDV_ENTRY + RDV_ADDR_MAX)) {
         WEFT_LOG_ERROR("transport", "rendezvous: malformed table header");
         return WEFT_ERR_FORMAT;

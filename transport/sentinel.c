@@ -21,19 +21,6 @@
 #define SENTINEL_MAGIC 0x4e534657u /* "WFSN" */
 #define GOODBYE 'B'
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 weft_status_t weft_tp_io_full(int fd, void *buf, size_t len, bool write, int64_t deadline)
 {
     char *p = buf;
@@ -141,8 +128,8 @@ static weft_status_t connect_one(const struct weft_tp_peer_info *peer, int me, i
                         &fd) != WEFT_OK)
         return WEFT_ERR_IO;
     uint8_t hello[8];
-    put_u32(hello, SENTINEL_MAGIC);
-    put_u32(hello + 4, (uint32_t)me);
+    weft_tp_put_u32(hello, SENTINEL_MAGIC);
+    weft_tp_put_u32(hello + 4, (uint32_t)me);
     if (weft_tp_io_full(fd, hello, sizeof(hello), true, deadline) != WEFT_OK) {
         close(fd);
         return WEFT_ERR_IO;
@@ -160,8 +147,8 @@ static void accept_one(struct weft_transport *tp, int lfd, int64_t deadline)
         return;
     uint8_t hello[8];
     if (weft_tp_io_full(fd, hello, sizeof(hello), false, deadline) == WEFT_OK &&
-        get_u32(hello) == SENTINEL_MAGIC) {
-        uint32_t r = get_u32(hello + 4);
+        weft_tp_get_u32(hello) == SENTINEL_MAGIC) {
+        uint32_t r = weft_tp_get_u32(hello + 4);
         if (r < (uint32_t)tp->rank && tp->sock[r] < 0) {
             tp->sock[r] = fd;
             return;
