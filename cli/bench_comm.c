@@ -13,6 +13,7 @@
 
 #include "cli/child.h"
 #include "cli/cli.h"
+#include "worker/par_transport.h"
 #include "cli/progress.h"
 #include "common/alloc.h"
 #include "common/log.h"
@@ -419,17 +420,9 @@ static int parse(struct weft_cli *cli, struct params *p)
         size_t want = (size_t)5e8 / (p->bytes[k] + 4096);
         p->iters[k] = iters > 0 ? iters : want < 3 ? 3 : want > 1000 ? 1000 : (int)want;
     }
-    const struct weft_conf_transport *t = &cli->conf.transport;
-    snprintf(p->tls, sizeof(p->tls), "%s", t->tls);
-    p->opts = (struct weft_transport_opts){
-        .tls = p->tls,
-        .chunk_bytes = t->chunk_bytes,
-        .pipeline_depth = (int)t->pipeline_depth,
-        .allreduce_algo = (enum weft_comm_algo)t->allreduce_algo,
-        .allreduce_direct_max = t->allreduce_direct_max,
-        .timeout_ms = (int)t->timeout_ms,
-        .spin_us = (int)t->spin_us,
-    };
+    snprintf(p->tls, sizeof(p->tls), "%s", cli->conf.transport.tls);
+    weft_transport_opts_from_conf(&cli->conf.transport, &p->opts);
+    p->opts.tls = p->tls;
     return 0;
 }
 

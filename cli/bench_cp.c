@@ -99,11 +99,8 @@ int weft_bench_cp_run(struct weft_cli *cli)
         return 1;
     struct weft_flux_opts o = {.kernels = K, .kctx = kc};
     if (p.np > 1) {
-        const struct weft_conf_transport *t = &cli->conf.transport;
-        struct weft_transport_opts to = {t->tls, t->chunk_bytes, (int)t->pipeline_depth,
-                                         (enum weft_comm_algo)t->allreduce_algo,
-                                         t->allreduce_direct_max, (int)t->timeout_ms,
-                                         (int)t->spin_us};
+        struct weft_transport_opts to;
+        weft_transport_opts_from_conf(&cli->conf.transport, &to);
         if (weft_transport_create(&to, p.rank, p.np, p.rdv, &tp) != WEFT_OK ||
             weft_par_transport_create(tp, &mesh, 0, &pt) != WEFT_OK)
             return 1;

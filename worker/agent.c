@@ -225,11 +225,8 @@ static weft_status_t do_assign(struct agent *a, const cJSON *j)
     }
     drop_world(a);
     if (size > 1) {
-        const struct weft_conf_transport *t = &a->opts->conf->transport;
-        struct weft_transport_opts to = {t->tls, t->chunk_bytes, (int)t->pipeline_depth,
-                                         (enum weft_comm_algo)t->allreduce_algo,
-                                         t->allreduce_direct_max, (int)t->timeout_ms,
-                                         (int)t->spin_us};
+        struct weft_transport_opts to;
+        weft_transport_opts_from_conf(&a->opts->conf->transport, &to);
         if ((st = weft_transport_create(&to, (int)rank, (int)size, rdv, &a->world)) != WEFT_OK)
             return st;
     }

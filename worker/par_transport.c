@@ -130,6 +130,20 @@ static weft_status_t bcast(void *g, float *buf, size_t count, int root)
                    weft_comm_bcast(pg->comm, buf, count, WEFT_DTYPE_F32, root));
 }
 
+void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
+                                   struct weft_transport_opts *opts)
+{
+    *opts = (struct weft_transport_opts){
+        .tls = t->tls,
+        .chunk_bytes = t->chunk_bytes,
+        .pipeline_depth = (int)t->pipeline_depth,
+        .allreduce_algo = (enum weft_comm_algo)t->allreduce_algo,
+        .allreduce_direct_max = t->allreduce_direct_max,
+        .timeout_ms = (int)t->timeout_ms,
+        .spin_us = (int)t->spin_us,
+    };
+}
+
 weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
                                         int world_base, struct weft_par_transport **pt_p)
 {

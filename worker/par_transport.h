@@ -3,11 +3,16 @@
 #ifndef WEFT_WORKER_PAR_TRANSPORT_H
 #define WEFT_WORKER_PAR_TRANSPORT_H
 
+#include "conf/conf.h"
 #include "model/mesh.h"
 #include "transport/comm.h"
 #include "worker/par.h"
 
 struct weft_par_transport;
+
+/* The transport's options from [transport] (opts->tls points into t). */
+void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
+                                   struct weft_transport_opts *opts);
 
 /* Groups of rank `rank` of the mesh over tp's world (the world rank of mesh rank i is
  * world_base + i, so several meshes can share one world). Local: no messages. */

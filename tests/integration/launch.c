@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "conf/conf.h"
+#include "worker/par_transport.h"
 
 extern char **environ;
 
@@ -25,17 +26,9 @@ void launch_opts(struct weft_transport_opts *opts)
         fprintf(stderr, "launch: bad WEFT_TRANSPORT_* variable: %s\n", weft_log_last_error());
         exit(1);
     }
-    const struct weft_conf_transport *t = &conf.transport;
-    snprintf(tls_buf, sizeof(tls_buf), "%s", t->tls);
-    *opts = (struct weft_transport_opts){
-        .tls = tls_buf,
-        .chunk_bytes = t->chunk_bytes,
-        .pipeline_depth = (int)t->pipeline_depth,
-        .allreduce_algo = (enum weft_comm_algo)t->allreduce_algo,
-        .allreduce_direct_max = t->allreduce_direct_max,
-        .timeout_ms = (int)t->timeout_ms,
-        .spin_us = (int)t->spin_us,
-    };
+    snprintf(tls_buf, sizeof(tls_buf), "%s", conf.transport.tls);
+    weft_transport_opts_from_conf(&conf.transport, opts);
+    opts->tls = tls_buf; /* conf is ours only until we return */
 }
 
 static double now_s(void)
