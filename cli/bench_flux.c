@@ -43,14 +43,7 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
     const char *v = weft_cli_opt_value(cli->argc, cli->argv, i, name);
     if (!v)
         return 0;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < 1 || x > 1000000) {
-        WEFT_LOG_ERROR("bench", "%s '%s': expected a positive integer", name, v);
-        return -1;
-    }
-    *out = x;
-    return 1;
+    return weft_cli_parse_int(name, v, 1, 1000000, out) == 0 ? 1 : -1;
 }
 
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)

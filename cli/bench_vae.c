@@ -55,15 +55,7 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long lo, 
     const char *v = weft_cli_opt_value(cli->argc, cli->argv, i, name);
     if (!v)
         return 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > 16384) {
-        WEFT_LOG_ERROR("bench", "%s '%s': expected an integer in [%lld, 16384]", name, v, lo);
-        return -1;
-    }
-    *out = x;
-    return 1;
+    return weft_cli_parse_int(name, v, lo, 16384, out) == 0 ? 1 : -1;
 }
 
 static int parse(struct weft_cli *cli, struct vae_bench_opts *o)

@@ -42,5 +42,8 @@ int weft_bench_vae_run(struct weft_cli *cli);
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
 bool weft_cli_is_help(const char *arg);
+/* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
+int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
+                       long long *out);
 
 #endif

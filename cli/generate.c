@@ -60,19 +60,6 @@ struct gen_opts {
     int png;
 };
 
-static int parse_num(const char *opt, const char *v, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        WEFT_LOG_ERROR("generate", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* One option at argv[*i] (advancing past its value); -1 on a bad value, 1 when unknown. */
 static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
 {
@@ -87,13 +74,13 @@ static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--out")))
         o->out = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--height")))
-        return parse_num("--height", v, 16, 16384, &o->height);
+        return weft_cli_parse_int("--height", v, 16, 16384, &o->height);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--width")))
-        return parse_num("--width", v, 16, 16384, &o->width);
+        return weft_cli_parse_int("--width", v, 16, 16384, &o->width);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--steps")))
-        return parse_num("--steps", v, 1, WEFT_SCHED_MAX_STEPS, &o->steps);
+        return weft_cli_parse_int("--steps", v, 1, WEFT_SCHED_MAX_STEPS, &o->steps);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--vae-tile")))
-        return parse_num("--vae-tile", v, 8, 16384, &o->vae_tile);
+        return weft_cli_parse_int("--vae-tile", v, 8, 16384, &o->vae_tile);
     else if (strcmp(argv[*i], "--vae-tiling") == 0)
         o->vae_tiling = 1;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--seed"))) {

@@ -1,4 +1,5 @@
 /* weft: entry point, common options and subcommand dispatch. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,20 @@ const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name)
         return argv[*i];
     }
     return NULL;
+}
+
+int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
+                       long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        WEFT_LOG_ERROR("cli", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 bool weft_cli_is_help(const char *arg)

@@ -160,9 +160,13 @@ static int parse_args(struct weft_cli *cli, struct plan_args *a, int *done)
         const char *v;
         char **argv = cli->argv;
         int hit = 0;
-        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
-            if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k])))
-                *fields[k] = strtoll(v, NULL, 10), hit = 1;
+        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++) {
+            if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k]))) {
+                if (weft_cli_parse_int(names[k], v, 0, 65536, fields[k]) != 0)
+                    return 2;
+                hit = 1;
+            }
+        }
         if (hit)
             continue;
         if (weft_cli_is_help(argv[i])) {

@@ -63,19 +63,6 @@ struct run_opts {
     const char *device_map, *max_memory;
 };
 
-static int parse_ll(const char *opt, const char *v, long long lo, long long hi, long long *o)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        WEFT_LOG_ERROR("run", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
-        return -1;
-    }
-    *o = x;
-    return 0;
-}
-
 static int parse(struct weft_cli *cli, struct run_opts *o)
 {
     *o = (struct run_opts){.out = "weft.png", .height = 1024, .width = 1024, .steps = 28,
@@ -95,7 +82,7 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++) {
             if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k]))) {
                 hit = 1;
-                if (parse_ll(names[k], v, 1, k >= 5 ? 16384 : MAX_RANKS, fields[k]))
+                if (weft_cli_parse_int(names[k], v, 1, k >= 5 ? 16384 : MAX_RANKS, fields[k]))
                     return -1;
             }
         }

@@ -51,19 +51,6 @@ struct submit_opts {
     bool no_wait;
 };
 
-static int parse_ll(const char *opt, const char *v, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        WEFT_LOG_ERROR("submit", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* 1: help shown, 0: ok, -1: usage error (logged). */
 static int parse_args(struct weft_cli *cli, struct submit_opts *o)
 {
@@ -84,15 +71,15 @@ static int parse_args(struct weft_cli *cli, struct submit_opts *o)
             }
             o->prompts[o->n_prompts++] = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
-            bad = parse_ll("--height", v, 16, 1 << 20, &o->height);
+            bad = weft_cli_parse_int("--height", v, 16, 1 << 20, &o->height);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
-            bad = parse_ll("--width", v, 16, 1 << 20, &o->width);
+            bad = weft_cli_parse_int("--width", v, 16, 1 << 20, &o->width);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--steps"))) {
-            bad = parse_ll("--steps", v, 1, 1000, &o->steps);
+            bad = weft_cli_parse_int("--steps", v, 1, 1000, &o->steps);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--count"))) {
-            bad = parse_ll("--count", v, 1, 65536, &o->count);
+            bad = weft_cli_parse_int("--count", v, 1, 65536, &o->count);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--timeout"))) {
-            bad = parse_ll("--timeout", v, 1, 10000000, &o->timeout_s);
+            bad = weft_cli_parse_int("--timeout", v, 1, 10000000, &o->timeout_s);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
             char *end;
             errno = 0;
