@@ -385,14 +385,23 @@ static int parse(struct weft_cli *cli, struct params *p)
             }
             p->op = (enum bench_op)k;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--np"))) {
-            p->np = atoi(v);
+            long long x;
+            if (weft_cli_parse_int("--np", v, 1, 64, &x) != 0)
+                return -1;
+            p->np = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--bytes"))) {
             if (parse_sizes(p, v) != 0)
                 return -1;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--repeats"))) {
-            p->repeats = atoi(v);
+            long long x;
+            if (weft_cli_parse_int("--repeats", v, 1, MAX_REPEATS, &x) != 0)
+                return -1;
+            p->repeats = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--iters"))) {
-            iters = atoi(v);
+            long long x;
+            if (weft_cli_parse_int("--iters", v, 1, 1000000, &x) != 0)
+                return -1;
+            iters = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--mpi-helper"))) {
             p->mpi_helper = v;
         } else if (strcmp(cli->argv[i], "--json") == 0) {

@@ -223,13 +223,13 @@ int weft_bench_cp(struct weft_cli *cli)
         } else if (!strcmp(cli->argv[i], "--json")) {
             json = 1;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--steps"))) {
-            steps = atoi(v) < 1 ? 1 : atoi(v);
+            long long x;
+            if (weft_cli_parse_int("--steps", v, 1, 1000, &x) != 0)
+                return 2;
+            steps = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--np"))) {
-            n_np = 0;
-            for (char *q = (char *)v; *q && n_np < 4;) {
-                nps[n_np++] = (int)strtol(q, &q, 10);
-                q += *q == ',';
-            }
+            if ((n_np = weft_cli_parse_int_list("--np", v, 2, 16, nps, 4)) < 0)
+                return 2;
         } else {
             WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench cp --help`)",
                            cli->argv[i]);

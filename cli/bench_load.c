@@ -123,20 +123,19 @@ int weft_bench_load(struct weft_cli *cli)
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model"))) {
             model = v;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--repeats"))) {
-            repeats = atoi(v) < 1 ? 1 : atoi(v) > 15 ? 15 : atoi(v);
+            long long x;
+            if (weft_cli_parse_int("--repeats", v, 1, 15, &x) != 0)
+                return 2;
+            repeats = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--double"))) {
-            dbl = atoll(v);
+            if (weft_cli_parse_int("--double", v, 0, 256, &dbl) != 0)
+                return 2;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--single"))) {
-            sgl = atoll(v);
+            if (weft_cli_parse_int("--single", v, 0, 256, &sgl) != 0)
+                return 2;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--tp"))) {
-            n_tp = 0;
-            for (char *p = (char *)v; *p && n_tp < 8;) {
-                tps[n_tp++] = (int)strtol(p, &p, 10);
-                if (*p == ',')
-                    p++;
-                else if (*p)
-                    break;
-            }
+            if ((n_tp = weft_cli_parse_int_list("--tp", v, 1, 64, tps, 8)) < 0)
+                return 2;
         } else {
             WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench load --help`)",
                            cli->argv[i]);

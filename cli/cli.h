@@ -45,5 +45,8 @@ bool weft_cli_is_help(const char *arg);
 /* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
                        long long *out);
+/* "2,4,8": 1 to max integers in [lo, hi]; their count, or -1 with an error. */
+int weft_cli_parse_int_list(const char *opt, const char *v, long long lo, long long hi, int *out,
+                            int max);
 
 #endif

@@ -84,6 +84,27 @@ int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long h
     return 0;
 }
 
+int weft_cli_parse_int_list(const char *opt, const char *v, long long lo, long long hi, int *out,
+                            int max)
+{
+    char item[32];
+    int n = 0;
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        long long x;
+        snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1), p);
+        if (n == max || len >= sizeof(item) || weft_cli_parse_int(opt, item, lo, hi, &x) != 0) {
+            if (n == max)
+                WEFT_LOG_ERROR("cli", "%s '%s': at most %d values", opt, v, max);
+            return -1;
+        }
+        out[n++] = (int)x;
+        p += len;
+        if (!*p)
+            return n;
+    }
+}
+
 bool weft_cli_is_help(const char *arg)
 {
     return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
