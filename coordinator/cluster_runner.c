@@ -87,7 +87,6 @@ struct cluster_runner {
     /* jobs run side by side, each on its own data-parallel replicas */
     struct job_run jobs[MAX_WORKERS];
     int replica_job[MAX_WORKERS]; /* per replica: its job's index in jobs, -1 free */
-    int n_active;
     int stopping, closed;
     double stop_deadline; /* stopping: jobs not finished by then are given up */
     uint64_t jobs_done, images_done, workers_lost;
@@ -152,6 +151,14 @@ static struct job_run *job_find(struct cluster_runner *r, const cJSON *key)
     return NULL;
 }
 
+static int active_jobs(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        n += r->jobs[i].active;
+    return n;
+}
+
 static int free_replicas(const struct cluster_runner *r)
 {
     int n = 0;
@@ -170,10 +177,9 @@ static void job_finish(struct cluster_runner *r, struct job_run *jr)
         if (r->replica_job[rep] == index)
             r->replica_job[rep] = -1;
     jr->active = 0;
-    r->n_active--;
     r->jobs_done++;
     post(r, &ev);
-    if (r->stopping && r->n_active == 0)
+    if (r->stopping && active_jobs(r) == 0)
         shutdown_cluster(r);
 }
 
@@ -263,7 +269,6 @@ static weft_status_t cr_start(struct weft_runner *base, const struct weft_runner
     memset(jr, 0, sizeof(*jr));
     jr->key = job->key;
     jr->active = 1;
-    r->n_active++;
     snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
     snprintf(jr->id, sizeof(jr->id), "%s", job->id);
     /* the free replicas, no more than there are images; split_between_processes over them:
@@ -336,7 +341,7 @@ static void cr_cancel(struct weft_runner *base, uint64_t key)
 static int cr_capacity(struct weft_runner *base)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
-    return r->planned && !r->stopping ? r->n_active + free_replicas(r) : 0;
+    return r->planned && !r->stopping ? active_jobs(r) + free_replicas(r) : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1054,10 +1059,10 @@ static void on_tick(uv_timer_t *t)
     if (r->rdv && weft_rdv_server_progress(r->rdv, 0) == WEFT_OK)
         rdv_close(r);
     double now = now_s();
-    if (r->stopping && r->n_active && now > r->stop_deadline) {
+    if (r->stopping && active_jobs(r) && now > r->stop_deadline) {
         /* a worker that does not answer the cancel (stopped, hung) must not hold the
          * shutdown: its jobs end cancelled and stay in the journal for the next start */
-        WEFT_LOG_WARN("cluster", "%d job(s) did not stop within %d ms: given up", r->n_active,
+        WEFT_LOG_WARN("cluster", "%d job(s) did not stop within %d ms: given up", active_jobs(r),
                       STOP_WAIT_MS);
         for (int i = 0; i < MAX_WORKERS && !r->closed; i++)
             if (r->jobs[i].active)
@@ -1227,7 +1232,7 @@ static void cr_stop(struct weft_runner *base)
     struct cluster_runner *r = (struct cluster_runner *)base;
     r->stopping = 1;
     r->stop_deadline = now_s() + STOP_WAIT_MS / 1e3;
-    if (r->n_active == 0) {
+    if (active_jobs(r) == 0) {
         shutdown_cluster(r);
         return;
     }
