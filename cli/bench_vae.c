@@ -26,7 +26,8 @@
 #include "common/log.h"
 #include "model/safetensors.h"
 #include "worker/noise.h"
-#include "worker/pipeline.h"
+#include "model/model.h"
+#include "worker/runtime.h"
 #include "worker/vae.h"
 
 struct vae_bench_opts {
@@ -382,31 +383,45 @@ static int run_decode(const struct vae_bench_opts *o, const struct weft_kernels 
 static int run_pipeline(const struct vae_bench_opts *o, const struct weft_kernels *K,
                         struct weft_kctx *kc)
 {
-    struct weft_pipeline_opts po = {K, kc, o->keep != 0};
-    struct weft_pipeline *p;
-    if (weft_pipeline_open(o->dir, &po, &p) != WEFT_OK)
-        return 1;
+    const struct weft_rt_opts ro = {K, kc, o->keep == 0};
+    struct weft_runtime *rt = NULL;
+    struct weft_rt_assign *a = weft_malloc(sizeof(*a));
+    struct weft_error err = WEFT_ERROR_INIT;
+    struct weft_prompt_embeds pe = {0};
+    weft_status_t st = a ? weft_runtime_create(&ro, &rt) : WEFT_ERR_NOMEM;
+    if (st == WEFT_OK) {
+        weft_rt_assign_single(o->dir, a);
+        st = weft_runtime_assign(rt, a, NULL, &err);
+    }
     char prompt[2100];
     snprintf(prompt, sizeof(prompt), "%s/prompts/bench.safetensors", o->dir);
-    struct weft_pipeline_job job = {
-        .prompt_embeds = prompt, .height = o->pipe_size, .width = o->pipe_size,
-        .steps = (int)o->steps, .guidance = 3.5f, .seed = 1, .decode = true,
+    if (st == WEFT_OK)
+        st = weft_model_prompt_read(weft_runtime_model(rt), prompt, &pe, &err);
+    const struct weft_rt_image img = {
+        .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled,
+        .height = o->pipe_size, .width = o->pipe_size, .steps = (int)o->steps,
+        .guidance = 3.5f, .seed = 1, .decode = true, .png_prompt_index = -1,
     };
-    struct weft_pipeline_result r;
-    weft_status_t st = weft_pipeline_run(p, &job, &r);
+    struct weft_rt_result r = {0};
+    if (st == WEFT_OK)
+        st = weft_runtime_image(rt, &img, NULL, NULL, NULL, &r, &err);
     if (st == WEFT_OK) {
-        printf("{\"peak_kib\": %ld, \"denoise_s\": %.3f, \"decode_s\": %.3f, \"components\": [",
-               peak_kib(), r.seconds[WEFT_STAGE_DENOISE], r.seconds[WEFT_STAGE_DECODE]);
-        for (size_t i = 0; i < weft_pipeline_component_count(p); i++) {
-            const struct weft_pipeline_component *c = weft_pipeline_component_at(p, i);
-            printf("%s{\"name\": \"%s\", \"weight_bytes\": %llu, \"file_bytes\": %llu}",
-                   i ? ", " : "", c->name, (unsigned long long)c->weight_bytes,
-                   (unsigned long long)c->file_bytes);
-        }
-        printf("]}\n");
-        weft_pipeline_result_cleanup(&r);
+        const struct weft_model *m = weft_runtime_model(rt);
+        uint64_t tb, vb;
+        weft_runtime_bytes(rt, &tb, &vb);
+        printf("{\"peak_kib\": %ld, \"denoise_s\": %.3f, \"decode_s\": %.3f, \"components\": "
+               "[{\"name\": \"transformer\", \"weight_bytes\": %llu, \"file_bytes\": %llu}, "
+               "{\"name\": \"vae\", \"weight_bytes\": %llu, \"file_bytes\": %llu}]}\n",
+               peak_kib(), r.denoise_s, r.decode_s + r.png_s, (unsigned long long)tb,
+               (unsigned long long)m->transformer_file_bytes, (unsigned long long)vb,
+               (unsigned long long)m->vae_file_bytes);
+    } else {
+        WEFT_LOG_ERROR("bench", "%s", weft_error_text(&err));
     }
-    weft_pipeline_close(p);
+    weft_rt_result_cleanup(&r);
+    weft_prompt_embeds_cleanup(&pe);
+    weft_runtime_destroy(rt);
+    weft_free(a);
     return st != WEFT_OK;
 }
 

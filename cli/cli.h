@@ -45,6 +45,10 @@ bool weft_cli_is_help(const char *arg);
 /* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
                        long long *out);
+/* A seed: a decimal integer in [0, 2^64 - 1]; else -1 with an error. */
+int weft_cli_parse_seed(const char *opt, const char *v, unsigned long long *out);
+/* A guidance scale: a finite number in [0, 1000]; else -1 with an error. */
+int weft_cli_parse_guidance(const char *opt, const char *v, double *out);
 /* "2,4,8": 1 to max integers in [lo, hi]; their count, or -1 with an error. */
 int weft_cli_parse_int_list(const char *opt, const char *v, long long lo, long long hi, int *out,
                             int max);

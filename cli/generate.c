@@ -12,11 +12,13 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/tensor.h"
+#include "common/files.h"
 #include "model/checkpoint.h"
+#include "model/job.h"
 #include "model/safetensors.h"
 #include "model/scheduler.h"
-#include "worker/pipeline.h"
 #include "worker/png.h"
+#include "worker/runtime.h"
 
 static void help(FILE *out)
 {
@@ -74,33 +76,21 @@ static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--out")))
         o->out = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--height")))
-        return weft_cli_parse_int("--height", v, 16, 16384, &o->height);
+        return weft_cli_parse_int("--height", v, 1, WEFT_JOB_MAX_SIDE, &o->height);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--width")))
-        return weft_cli_parse_int("--width", v, 16, 16384, &o->width);
+        return weft_cli_parse_int("--width", v, 1, WEFT_JOB_MAX_SIDE, &o->width);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--steps")))
         return weft_cli_parse_int("--steps", v, 1, WEFT_SCHED_MAX_STEPS, &o->steps);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--vae-tile")))
         return weft_cli_parse_int("--vae-tile", v, 8, 16384, &o->vae_tile);
     else if (strcmp(argv[*i], "--vae-tiling") == 0)
         o->vae_tiling = 1;
-    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--seed"))) {
-        char *end;
-        errno = 0;
-        o->seed = strtoull(v, &end, 10);
-        if (errno || end == v || *end || v[0] == '-') {
-            WEFT_LOG_ERROR("generate", "--seed '%s': expected a non-negative integer", v);
-            return -1;
-        }
-    } else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--guidance"))) {
-        char *end;
-        o->guidance = strtod(v, &end);
-        if (end == v || *end || !(o->guidance >= 0 && o->guidance <= 1000)) {
-            WEFT_LOG_ERROR("generate", "--guidance '%s': expected a number in [0, 1000]", v);
-            return -1;
-        }
-    } else {
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--seed")))
+        return weft_cli_parse_seed("--seed", v, &o->seed);
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--guidance")))
+        return weft_cli_parse_guidance("--guidance", v, &o->guidance);
+    else
         return 1;
-    }
     return 0;
 }
 
@@ -135,12 +125,6 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
     if (!o->png && !ends_with(o->out, ".safetensors")) {
         WEFT_LOG_ERROR("generate", "--out %s: the output is a .png image or .safetensors latents",
                        o->out);
-        return -1;
-    }
-    if (o->height % 16 || o->width % 16) {
-        WEFT_LOG_ERROR("generate", "--height %lld x --width %lld: both must be multiples of 16 "
-                                   "(8x VAE downsampling, then 2x2 packing)", o->height,
-                       o->width);
         return -1;
     }
     if (o->vae_tile % 8) {
@@ -212,117 +196,107 @@ struct step_ui {
     struct weft_progress bar;
 };
 
-static weft_status_t on_step(void *arg, int step, int steps, const float *latents, int64_t n)
+static void on_step(void *arg, int step, int steps, double seconds)
 {
-    (void)latents, (void)n;
-    weft_progress_update(&((struct step_ui *)arg)->bar, step + 1, steps);
-    return WEFT_OK;
+    (void)seconds;
+    weft_progress_update(&((struct step_ui *)arg)->bar, step, steps);
 }
 
-/* The generation parameters, as text: safetensors metadata or PNG text chunks. */
-struct params_text {
-    char seed[32], steps[32], guid[32], size[64], layout[96], prompt[256];
-};
-
-static void params_text(const struct gen_opts *o, const char *prompt_path, int threads,
-                        struct params_text *t)
+/* The prompt's name for the image's text: the file's name without .safetensors. */
+static void prompt_name(const char *prompt_path, char *out, size_t len)
 {
-    snprintf(t->seed, sizeof(t->seed), "%llu", o->seed);
-    snprintf(t->steps, sizeof(t->steps), "%lld", o->steps);
-    snprintf(t->guid, sizeof(t->guid), "%g", o->guidance);
-    snprintf(t->size, sizeof(t->size), "%lldx%lld", o->width, o->height);
-    snprintf(t->layout, sizeof(t->layout), "single device: cpu, %d threads (dp 1, tp 1, "
-                                           "ring 1, ulysses 1)", threads);
     const char *base = strrchr(prompt_path, '/');
-    base = base ? base + 1 : prompt_path;
-    snprintf(t->prompt, sizeof(t->prompt), "%s", base);
-    if (ends_with(t->prompt, ".safetensors"))
-        t->prompt[strlen(t->prompt) - strlen(".safetensors")] = '\0';
+    snprintf(out, len, "%s", base ? base + 1 : prompt_path);
+    if (ends_with(out, ".safetensors"))
+        out[strlen(out) - strlen(".safetensors")] = '\0';
 }
 
-static weft_status_t write_output(const struct gen_opts *o, const char *model,
-                                  const struct params_text *t,
-                                  const struct weft_pipeline_result *r)
+/* The final latents as safetensors, with the image's metadata vocabulary (worker/png.h). */
+static weft_status_t write_latents(const struct gen_opts *o, const char *model,
+                                   const char *prompt, const struct weft_rt_result *r)
 {
-    const char *seed = o->latents ? "none (--latents)" : t->seed;
-    if (o->png) {
-        char software[64];
-        snprintf(software, sizeof(software), "weft %s", WEFT_VERSION);
-        const struct weft_png_text text[] = {
-            {"Software", software},     {"weft.prompt", t->prompt}, {"weft.seed", seed},
-            {"weft.steps", t->steps},   {"weft.guidance", t->guid}, {"weft.model", model},
-            {"weft.layout", t->layout}, {"weft.size", t->size},
-        };
-        return weft_png_write(o->out, r->rgb, r->width, r->height,
-                              sizeof(text) / sizeof(text[0]), text);
-    }
-    const struct weft_st_meta meta[] = {
-        {"weft_model", model},      {"weft_seed", seed},        {"weft_steps", t->steps},
-        {"weft_guidance", t->guid}, {"weft_size", t->size},     {"weft_prompt", t->prompt},
-        {"weft_layout", t->layout}, {"weft_version", WEFT_VERSION},
+    const struct weft_png_meta meta = {
+        .prompt = prompt, .model = model, .layout = "dp 1 x ring 1 x ulysses 1 x tp 1",
+        .has_seed = !o->latents, .seed = o->seed, .steps = o->steps, .guidance = o->guidance,
+        .width = o->width, .height = o->height, .image = -1, .prompt_index = -1,
     };
+    struct weft_png_meta_store store;
+    struct weft_png_text text[WEFT_PNG_META_MAX];
+    size_t n = weft_png_meta_text(&meta, &store, text);
+    struct weft_st_meta st_meta[WEFT_PNG_META_MAX];
+    for (size_t i = 0; i < n; i++)
+        st_meta[i] = (struct weft_st_meta){text[i].key, text[i].value};
     int64_t shape[3] = {1, r->tokens, r->channels};
     struct weft_st_out out = {"latents", WEFT_DTYPE_F32, 3, shape, r->latents};
-    return weft_st_write(o->out, 1, &out, sizeof(meta) / sizeof(meta[0]), meta);
-}
-
-static void log_components(const struct weft_pipeline *p)
-{
-    for (size_t i = 0; i < weft_pipeline_component_count(p); i++) {
-        const struct weft_pipeline_component *c = weft_pipeline_component_at(p, i);
-        WEFT_LOG_DEBUG("generate", "component %s (%s): %.1f MB on disk, %.1f MB loaded, on "
-                                   "cpu:%d, stage %s", c->name, c->class_name,
-                       (double)c->file_bytes / 1e6, (double)c->weight_bytes / 1e6,
-                       c->device.index, weft_pipe_stage_name(c->stage));
-    }
+    return weft_st_write(o->out, 1, &out, n, st_meta);
 }
 
 /* --vae-tiling / --vae-tile into t; NULL when decoding in one piece. */
 static const struct weft_vae_tiling *tiling_of(const struct gen_opts *o,
-                                               const struct weft_pipeline *p,
+                                               const struct weft_model *m,
                                                struct weft_vae_tiling *t)
 {
-    const struct weft_vae_config *vc = weft_pipeline_vae_config(p);
-    if (!vc || (!o->vae_tiling && !o->vae_tile))
+    if (!m->has_vae || (!o->vae_tiling && !o->vae_tile))
         return NULL;
     if (o->vae_tile)
-        weft_vae_tiling_latent(vc, o->vae_tile / vc->scale, t);
+        weft_vae_tiling_latent(&m->vae, o->vae_tile / m->vae.scale, t);
     else
-        weft_vae_tiling_default(vc, t);
+        weft_vae_tiling_default(&m->vae, t);
     return t;
 }
 
-static weft_status_t run(const struct gen_opts *o, const char *dir, const char *prompt,
-                         int threads, struct weft_pipeline *p)
+static void log_components(const struct weft_runtime *rt)
 {
-    const struct weft_flux_config *fc = weft_pipeline_flux_config(p);
-    const int64_t tokens = (o->height / 16) * (o->width / 16);
+    const struct weft_model *m = weft_runtime_model(rt);
+    uint64_t tb, vb;
+    weft_runtime_bytes(rt, &tb, &vb);
+    WEFT_LOG_DEBUG("generate", "transformer (%s): %.1f MB on disk, %.1f MB loaded, stage "
+                               "denoise", WEFT_FLUX_CLASS, (double)m->transformer_file_bytes / 1e6,
+                   (double)tb / 1e6);
+    if (m->has_vae)
+        WEFT_LOG_DEBUG("generate", "vae (%s): %.1f MB on disk, %.1f MB loaded, stage decode",
+                       WEFT_VAE_CLASS, (double)m->vae_file_bytes / 1e6, (double)vb / 1e6);
+}
+
+static weft_status_t run(const struct gen_opts *o, const char *dir, const char *prompt_path,
+                         struct weft_runtime *rt, struct weft_error *err)
+{
+    const struct weft_model *m = weft_runtime_model(rt);
+    struct weft_prompt_embeds pe = {0};
     float *init = NULL;
-    weft_status_t st = WEFT_OK;
-    if (o->latents && (st = read_latents(o->latents, tokens * fc->in_channels, &init)))
-        return st;
+    weft_status_t st = weft_model_prompt_read(m, prompt_path, &pe, err);
+    if (st == WEFT_OK && o->latents &&
+        (st = read_latents(o->latents, weft_job_latent_elems(m, o->height, o->width), &init)))
+        weft_error_from_log(err, st);
+    char name[256];
+    prompt_name(prompt_path, name, sizeof(name));
     struct weft_vae_tiling tiling;
     struct step_ui ui;
-    struct weft_pipeline_job job = {
-        .prompt_embeds = prompt, .height = o->height, .width = o->width,
-        .steps = (int)o->steps, .guidance = (float)o->guidance, .seed = o->seed,
-        .latents_init = init, .decode = o->png != 0, .tiling = tiling_of(o, p, &tiling),
-        .on_step = on_step, .cb_arg = &ui,
+    const struct weft_rt_image img = {
+        .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled,
+        .height = o->height, .width = o->width, .steps = (int)o->steps,
+        .guidance = (float)o->guidance, .seed = o->seed, .latents_init = init,
+        .tiling = tiling_of(o, m, &tiling), .decode = o->png != 0, .keep_latents = !o->png,
+        .png_prompt = name, .png_model = dir, .png_prompt_index = -1,
     };
-    struct weft_pipeline_result r;
-    weft_progress_begin(&ui.bar, "denoise");
-    st = weft_pipeline_run(p, &job, &r);
-    weft_progress_end(&ui.bar);
+    struct weft_rt_result r = {0};
+    if (st == WEFT_OK) {
+        weft_progress_begin(&ui.bar, "denoise");
+        st = weft_runtime_image(rt, &img, on_step, NULL, &ui, &r, err);
+        weft_progress_end(&ui.bar);
+    }
     weft_free(init);
-    if (st != WEFT_OK)
-        return st;
-    struct params_text t;
-    params_text(o, prompt, threads, &t);
-    if ((st = write_output(o, dir, &t, &r)) == WEFT_OK)
+    weft_prompt_embeds_cleanup(&pe);
+    if (st == WEFT_OK) {
+        weft_log_clear_last_error();
+        st = weft_error_from_log(err, o->png ? weft_files_write(o->out, r.png, r.png_len)
+                                             : write_latents(o, dir, name, &r));
+    }
+    if (st == WEFT_OK)
         WEFT_LOG_INFO("generate", "wrote %s (%lldx%lld, %lld steps; denoise %.2f s, decode "
-                                  "%.2f s)", o->out, o->width, o->height, o->steps,
-                      r.seconds[WEFT_STAGE_DENOISE], r.seconds[WEFT_STAGE_DECODE]);
-    weft_pipeline_result_cleanup(&r);
+                                  "%.2f s)", o->out, o->width, o->height, o->steps, r.denoise_s,
+                      r.decode_s);
+    weft_rt_result_cleanup(&r);
     return st;
 }
 
@@ -337,24 +311,28 @@ int weft_cmd_generate(struct weft_cli *cli)
     char prompt[2300];
     const struct weft_kernels *K = NULL;
     struct weft_kctx *kc = NULL;
-    struct weft_pipeline *p = NULL;
-    weft_status_t st;
-    if ((st = resolve_prompt(dir, o.prompt, prompt, sizeof(prompt))) ||
-        (st = weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc)))
-        goto out;
-    struct weft_pipeline_opts po = {K, kc, false};
-    if ((st = weft_pipeline_open(dir, &po, &p)))
-        goto out;
-    log_components(p);
-    if (o.png && !weft_pipeline_has_vae(p)) {
-        WEFT_LOG_ERROR("generate", "%s has no vae/: a .png needs a pipeline folder (or write "
-                                   ".safetensors latents)", dir);
-        st = WEFT_ERR_INVALID;
-        goto out;
+    struct weft_runtime *rt = NULL;
+    struct weft_rt_assign *a = weft_malloc(sizeof(*a));
+    struct weft_error err = WEFT_ERROR_INIT;
+    weft_status_t st = a ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st == WEFT_OK && (st = resolve_prompt(dir, o.prompt, prompt, sizeof(prompt))) == WEFT_OK &&
+        (st = weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc)) == WEFT_OK) {
+        const struct weft_rt_opts ro = {K, kc, true}; /* one job: each stage frees its part */
+        st = weft_runtime_create(&ro, &rt);
     }
-    st = run(&o, dir, prompt, weft_kernels_cpu_threads(kc), p);
-out:
-    weft_pipeline_close(p);
+    if (st == WEFT_OK) {
+        weft_rt_assign_single(dir, a);
+        a->decode = o.png != 0;
+        st = weft_runtime_assign(rt, a, NULL, &err);
+    }
+    if (st == WEFT_OK) {
+        log_components(rt);
+        st = run(&o, dir, prompt, rt, &err);
+    }
+    if (st != WEFT_OK && err.status != WEFT_OK)
+        WEFT_LOG_ERROR("generate", "%s", weft_error_text(&err));
+    weft_free(a);
+    weft_runtime_destroy(rt);
     weft_kernels_cpu_destroy(kc);
     return st == WEFT_OK ? 0 : 1;
 }

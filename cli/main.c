@@ -1,5 +1,6 @@
 /* weft: entry point, common options and subcommand dispatch. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/log.h"
+#include "model/job.h"
 
 extern char **environ;
 
@@ -78,6 +80,32 @@ int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long h
     long long x = strtoll(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
         WEFT_LOG_ERROR("cli", "%s '%s': expected an integer in [%lld, %lld]", opt, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int weft_cli_parse_seed(const char *opt, const char *v, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || strspn(v, "0123456789") != strlen(v)) {
+        WEFT_LOG_ERROR("cli", "%s '%s': expected an integer in [0, 18446744073709551615]", opt, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int weft_cli_parse_guidance(const char *opt, const char *v, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || x < 0 || x > WEFT_JOB_MAX_GUIDANCE) {
+        WEFT_LOG_ERROR("cli", "%s '%s': expected a number in [0, %g]", opt, v,
+                       WEFT_JOB_MAX_GUIDANCE);
         return -1;
     }
     *out = x;

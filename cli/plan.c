@@ -11,7 +11,9 @@
 #include "model/checkpoint.h"
 #include "model/cp.h"
 #include "model/devmap.h"
+#include "model/job.h"
 #include "model/mesh.h"
+#include "model/model.h"
 #include "model/flux.h"
 #include "model/plan.h"
 
@@ -321,7 +323,7 @@ static void print_text(const struct plan_result *p)
     printf("  all-reduces per forward: %d\n", tp > 1 ? lay->allreduce_per_pass : 0);
     printf("mesh: dp %lld x ring %lld x ulysses %lld x tp %lld = %lld rank(s)\n", a->dp,
            a->ring, a->uly, tp, mesh_n);
-    if (a->ring * a->uly > 1)
+    if (a->ring * a->uly > 1 || p->cp_error[0])
         printf("context parallel (%s, %s) on %lldx%lld (%lld image + %lld text tokens): %s\n",
                p->par->ulysses_anything || p->par->ring_anything ? "anything" : "equal splits",
                p->par->ring_rotation ? "ring p2p" : "ring all-gather", a->height, a->width,
@@ -367,48 +369,44 @@ int weft_cmd_plan(struct weft_cli *cli)
             a.devices = cli->conf.cluster.workers / par->dp_degree;
         return plan_devmap(dir, a.strategy, a.devices, a.max_memory, a.json);
     }
-    char tdir[2048];
-    snprintf(tdir, sizeof(tdir), "%s%s", dir,
-             weft_path_kind(dir) == WEFT_PATH_PIPELINE ? "/transformer" : "");
-    struct weft_ckpt *ck;
-    if (weft_ckpt_open(tdir, &ck) != WEFT_OK)
+    /* the model and the layout, checked as the coordinator and the workers check them */
+    struct weft_error err = WEFT_ERROR_INIT;
+    struct weft_model *model = NULL;
+    struct weft_layout layout = {
+        .mesh = {(int)a.dp, (int)a.ring, (int)a.uly, (int)a.tp, 1},
+        .ulysses_anything = par->ulysses_anything, .ring_anything = par->ring_anything,
+        .rotation = (enum weft_ring_rotation)par->ring_rotation,
+    };
+    if (weft_model_open(dir, &model, &err) != WEFT_OK ||
+        weft_model_check_layout(model, &layout, &cli->conf.tp_plan, &err) != WEFT_OK) {
+        WEFT_LOG_ERROR("plan", "%s", weft_error_text(&err));
+        weft_model_close(model);
         return 1;
+    }
+    const char *tdir = model->transformer_dir;
+    struct weft_ckpt *ck;
+    if (weft_ckpt_open(tdir, &ck) != WEFT_OK) {
+        weft_model_close(model);
+        return 1;
+    }
     int rc = 1;
     struct weft_tp_layout *lay = NULL;
     struct plan_result p = {.a = &a, .par = par, .tdir = tdir,
-                            .ini_entries = cli->conf.tp_plan.n > 0};
+                            .ini_entries = cli->conf.tp_plan.n > 0, .info = model->info};
     struct weft_tp_plan plan;
     const int tp = (int)a.tp;
-    if (weft_model_info_get(ck, &p.info) != WEFT_OK)
-        goto out;
     p.builtin = weft_tp_plan_builtin(p.info.class_name, &plan);
-    if (weft_tp_plan_apply_conf(&plan, &cli->conf.tp_plan) != WEFT_OK)
+    if (weft_tp_plan_apply_conf(&plan, &cli->conf.tp_plan) != WEFT_OK ||
+        weft_tp_resolve(&plan, ck, &p.info, tp, a.np ? (int)a.np : tp, &lay) != WEFT_OK)
         goto out;
-    if (tp > 1 && plan.n == 0) {
-        WEFT_LOG_ERROR("plan", "%s has no built-in tensor-parallel plan; give one in [tp_plan]",
-                       p.info.class_name);
-        goto out;
-    }
-    if (weft_tp_resolve(&plan, ck, &p.info, tp, a.np ? (int)a.np : tp, &lay) != WEFT_OK)
-        goto out;
-    if (strcmp(p.info.class_name, WEFT_FLUX_CLASS) == 0) {
-        struct weft_flux_config fc;
-        if (weft_flux_config_parse(weft_ckpt_config(ck), tdir, &fc) != WEFT_OK ||
-            (tp > 1 && weft_flux_tp_check(&fc, lay) != WEFT_OK))
-            goto out;
-    }
-    /* context parallelism for this image: the check the workers make before loading */
-    const struct weft_cp_layout cpl = {(int)a.ring, (int)a.uly,
-                                       par->ulysses_anything || par->ring_anything,
-                                       (enum weft_ring_rotation)par->ring_rotation};
-    p.s_img = (a.height / 16) * (a.width / 16);
-    if (a.ring * a.uly > 1) {
-        weft_log_clear_last_error();
-        const int64_t heads = p.info.heads / tp;
-        if (weft_cp_check(&cpl, par->ulysses_anything, par->ring_anything, a.n_text, p.s_img,
-                          heads) != WEFT_OK)
-            snprintf(p.cp_error, sizeof(p.cp_error), "%s", weft_log_last_error());
-    }
+    /* this image on the layout: the check a job gets at submission */
+    p.s_img = weft_job_image_tokens(model, a.height, a.width);
+    const int64_t tokens = a.n_text;
+    const struct weft_job_desc job = {.height = a.height, .width = a.width, .steps = 1,
+                                      .count = 1, .n_prompts = 1, .prompt_tokens = &tokens};
+    struct weft_error why = WEFT_ERROR_INIT;
+    if (weft_job_check(model, &layout, &job, NULL, &why) != WEFT_OK)
+        snprintf(p.cp_error, sizeof(p.cp_error), "%s", weft_error_text(&why));
     p.mesh = (struct weft_mesh){(int)a.dp, (int)a.ring, (int)a.uly, tp};
     p.lay = lay;
     p.per_rank = lay->replicated_bytes;
@@ -420,9 +418,12 @@ int weft_cmd_plan(struct weft_cli *cli)
         print_json(&p);
     else
         print_text(&p);
+    if (p.cp_error[0])
+        WEFT_LOG_ERROR("plan", "%s", p.cp_error);
     rc = p.cp_error[0] ? 1 : 0;
 out:
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
+    weft_model_close(model);
     return rc;
 }

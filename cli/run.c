@@ -18,7 +18,8 @@
 #include "client/weft.h"
 #include "common/alloc.h"
 #include "common/log.h"
-#include "control/proto.h"
+#include "control/boot.h"
+#include "model/job.h"
 
 
 #define MAX_RANKS 64
@@ -82,7 +83,8 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++) {
             if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k]))) {
                 hit = 1;
-                if (weft_cli_parse_int(names[k], v, 1, k >= 5 ? 16384 : MAX_RANKS, fields[k]))
+                if (weft_cli_parse_int(names[k], v, 1, k >= 5 ? WEFT_JOB_MAX_SIDE : MAX_RANKS,
+                                       fields[k]))
                     return -1;
             }
         }
@@ -106,9 +108,11 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
             }
             o->prompts[o->n_prompts++] = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
-            o->seed = strtoull(v, NULL, 10);
+            if (weft_cli_parse_seed("--seed", v, &o->seed))
+                return -1;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
-            o->guidance = strtod(v, NULL);
+            if (weft_cli_parse_guidance("--guidance", v, &o->guidance))
+                return -1;
         } else {
             WEFT_LOG_ERROR("run", "unexpected argument '%s' (see `weft run --help`)", argv[i]);
             return -1;
@@ -183,9 +187,11 @@ static pid_t spawn(const struct weft_cli *cli, bool verbose, char *const argv[],
     return pid;
 }
 
-/* Read "host:port" from a file another process writes; wait for it up to timeout_s. */
-static int wait_file(const char *path, pid_t pid, double timeout_s, char *out, size_t len)
+/* Read "host:port" from a file another process writes; wait for it up to timeout_s. When the
+ * process exits first it is reaped here and *pid_p becomes -1 (nothing left to stop). */
+static int wait_file(const char *path, pid_t *pid_p, double timeout_s, char *out, size_t len)
 {
+    const pid_t pid = *pid_p;
     for (int tick = 0; tick < (int)(timeout_s * 20); tick++) { /* 50 ms each */
         FILE *f = fopen(path, "r");
         if (f) {
@@ -198,6 +204,7 @@ static int wait_file(const char *path, pid_t pid, double timeout_s, char *out, s
         }
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
+            *pid_p = -1;
             WEFT_LOG_ERROR("run", "the coordinator exited before it listened (its error is "
                                   "above)");
             return -1;
@@ -324,7 +331,7 @@ int weft_cmd_run(struct weft_cli *cli)
     if (prc)
         return prc > 0 ? 0 : 2;
     char self[4096], secret[65], secret_var[100];
-    if (weft_self_path(self, sizeof(self)) != 0 || weft_boot_challenge(secret) != WEFT_OK)
+    if (weft_self_path(self, sizeof(self)) != 0 || weft_boot_new_challenge(secret) != WEFT_OK)
         return 1;
     snprintf(secret_var, sizeof(secret_var), "WEFT_CLUSTER_SECRET=%s", secret);
     /* the children's environment: ours with this run's secret (never on a command line) */
@@ -372,8 +379,8 @@ int weft_cmd_run(struct weft_cli *cli)
     pid_t coord = spawn(cli, o.verbose, cargv, env), pids[MAX_RANKS] = {0};
     int rc = 1;
     char api[300], wport[300];
-    if (coord < 0 || wait_file(a_port, coord, 60, api, sizeof(api)) ||
-        wait_file(w_port, coord, 60, wport, sizeof(wport)))
+    if (coord < 0 || wait_file(a_port, &coord, 60, api, sizeof(api)) ||
+        wait_file(w_port, &coord, 60, wport, sizeof(wport)))
         goto out;
     for (long long i = 0; i < o.np; i++) {
         char *wargv[] = {self, "worker", "--coordinator", wport, threads, NULL};

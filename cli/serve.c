@@ -6,10 +6,10 @@
 
 #include "cli/cli.h"
 #include "common/log.h"
-#include "coordinator/coordinator.h"
 #include "conf/launch.h"
 #include "coordinator/cluster_runner.h"
-#include "coordinator/local_runner.h"
+#include "coordinator/coordinator.h"
+#include "worker/local_runner.h"
 
 static void help(FILE *out)
 {
@@ -37,29 +37,33 @@ static void help(FILE *out)
         "GET /metrics (README.md, \"Job API\").\n");
 }
 
-/* The runner behind the API. "local" runs jobs in this process; the distributed runner (workers
- * over UCX) plugs in here under its own name, chosen by --runner or, later, [cluster]. */
+/* The runner behind the API: "local" runs jobs in this process with the worker's pipeline,
+ * "cluster" on `weft worker` processes over UCX. */
 static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
                                    const char *model, struct weft_coord *coord,
-                                   const char *worker_port_file, struct weft_runner **runner_p)
+                                   const char *worker_port_file, struct weft_runner **runner_p,
+                                   struct weft_error *err)
 {
     if (strcmp(name, "local") == 0) {
         struct weft_local_runner_opts o = {.model_dir = model,
                                            .threads = (int)cli->conf.kernels.threads};
-        return weft_local_runner_create(&o, weft_coord_sink(coord), runner_p);
+        weft_status_t st = weft_local_runner_create(&o, weft_coord_sink(coord), runner_p);
+        return st == WEFT_OK ? st : weft_error_refuse(err, st, "cannot start the local runner");
     }
     if (strcmp(name, "cluster") == 0) {
         char secret[WEFT_CONF_STR];
+        weft_log_clear_last_error();
         weft_status_t st = weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret));
         if (st != WEFT_OK)
-            return st;
-        struct weft_cluster_runner_opts o = {.conf = &cli->conf, .model_dir = model,
-                                             .secret = secret, .port_file = worker_port_file};
+            return weft_error_from_log(err, st);
+        struct weft_cluster_runner_opts o = {.conf = &cli->conf, .model = weft_coord_model(coord),
+                                             .model_dir = model, .secret = secret,
+                                             .port_file = worker_port_file};
         return weft_cluster_runner_create(&o, weft_coord_loop(coord), weft_coord_sink(coord),
-                                          runner_p);
+                                          runner_p, err);
     }
-    WEFT_LOG_ERROR("serve", "--runner %s: unknown runner (available: local, cluster)", name);
-    return WEFT_ERR_CONFIG;
+    return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                             "--runner %s: unknown runner (available: local, cluster)", name);
 }
 
 int weft_cmd_serve(struct weft_cli *cli)
@@ -105,10 +109,14 @@ int weft_cmd_serve(struct weft_cli *cli)
     struct weft_coord *coord = NULL;
     struct weft_runner *runner = NULL;
     weft_status_t st;
-    if ((st = weft_coord_create(&co, &coord)) != WEFT_OK ||
-        (st = runner_create(runner_name, cli, model, coord, worker_port_file, &runner)) !=
-            WEFT_OK)
+    struct weft_error err = WEFT_ERROR_INIT;
+    if ((st = weft_coord_create(&co, &coord, &err)) != WEFT_OK ||
+        (st = runner_create(runner_name, cli, model, coord, worker_port_file, &runner, &err)) !=
+            WEFT_OK) {
+        if (err.status != WEFT_OK)
+            WEFT_LOG_ERROR("serve", "%s", weft_error_text(&err));
         goto out;
+    }
     if ((st = weft_coord_listen(coord, port_file)) != WEFT_OK) {
         weft_runner_destroy(runner);
         goto out;

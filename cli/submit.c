@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "model/job.h"
 #include "cli/progress.h"
 #include "client/weft.h"
 #include "common/alloc.h"
@@ -71,30 +72,19 @@ static int parse_args(struct weft_cli *cli, struct submit_opts *o)
             }
             o->prompts[o->n_prompts++] = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
-            bad = weft_cli_parse_int("--height", v, 16, 1 << 20, &o->height);
+            bad = weft_cli_parse_int("--height", v, 1, WEFT_JOB_MAX_SIDE, &o->height);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
-            bad = weft_cli_parse_int("--width", v, 16, 1 << 20, &o->width);
+            bad = weft_cli_parse_int("--width", v, 1, WEFT_JOB_MAX_SIDE, &o->width);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--steps"))) {
-            bad = weft_cli_parse_int("--steps", v, 1, 1000, &o->steps);
+            bad = weft_cli_parse_int("--steps", v, 1, WEFT_JOB_MAX_STEPS, &o->steps);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--count"))) {
-            bad = weft_cli_parse_int("--count", v, 1, 65536, &o->count);
+            bad = weft_cli_parse_int("--count", v, 1, WEFT_JOB_MAX_IMAGES, &o->count);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--timeout"))) {
             bad = weft_cli_parse_int("--timeout", v, 1, 10000000, &o->timeout_s);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-') {
-                WEFT_LOG_ERROR("submit", "--seed '%s': expected a non-negative integer", v);
-                return -1;
-            }
+            bad = weft_cli_parse_seed("--seed", v, &o->seed);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
-            char *end;
-            o->guidance = strtod(v, &end);
-            if (end == v || *end || !(o->guidance > 0 && o->guidance <= 1000)) {
-                WEFT_LOG_ERROR("submit", "--guidance '%s': expected a number in (0, 1000]", v);
-                return -1;
-            }
+            bad = weft_cli_parse_guidance("--guidance", v, &o->guidance);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
             o->out = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--server"))) {

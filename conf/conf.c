@@ -147,6 +147,10 @@ static const struct conf_key cluster_keys[] = {
             "A worker silent this long is lost: its jobs fail or run again elsewhere."),
     KEY_INT(weft_conf_cluster, join_timeout_ms, "60000", 100, 3600000,
             "How long a worker keeps trying to reach the coordinator."),
+    KEY_INT(weft_conf_cluster, stall_timeout_ms, "300000", 10, 86400000,
+            "A running job whose workers report no step (or image) for this long, or for ten "
+            "times its longest step if that is longer, is taken from them: their mesh is "
+            "reset and the job runs again (up to [api] max_attempts runs)."),
 };
 
 static const struct conf_key api_keys[] = {
@@ -188,8 +192,9 @@ static const struct conf_key api_keys[] = {
     KEY_INT(weft_conf_api, keep_jobs, "10000", 1, 10000000,
             "Finished jobs kept (with their images); beyond it the oldest are deleted."),
     KEY_INT(weft_conf_api, max_attempts, "3", 1, 100,
-            "Runs of a job cut short by coordinator restarts before it is failed instead of "
-            "run again."),
+            "Most runs of one job: a run cut short by a lost or stalled worker, or by a "
+            "coordinator restart, is started again until this many runs have started; then the "
+            "job fails with the last reason."),
     KEY_INT(weft_conf_api, shutdown_grace_ms, "10000", 0, 86400000,
             "On SIGINT/SIGTERM, how long running jobs may finish before they are stopped "
             "(they stay in the journal and run again after a restart)."),

@@ -62,6 +62,7 @@ struct weft_conf_cluster {
     int64_t heartbeat_ms;
     int64_t worker_timeout_ms;  /* silent this long: lost */
     int64_t join_timeout_ms;    /* a worker gives up reaching the coordinator after this */
+    int64_t stall_timeout_ms;   /* a running job with no progress this long is taken back */
 };
 
 /* [device_map]: placing a pipeline's components (and a transformer's blocks) on the devices of

@@ -15,7 +15,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "coordinator/files.h"
+#include "common/files.h"
 #include "coordinator/internal.h"
 
 #define MAX_IMAGE_BYTES (1u << 30)

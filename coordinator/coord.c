@@ -13,7 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "coordinator/files.h"
+#include "common/files.h"
 #include "coordinator/internal.h"
 
 static const char *const state_names[JOB_STATE_COUNT] = {"queued", "running", "done", "failed",
@@ -360,60 +360,84 @@ static void job_finish(struct weft_coord *c, struct job *j, enum job_state state
 /* ---------------------------------------------------------------------------------------- */
 /* Dispatch                                                                                  */
 
-static weft_status_t job_start(struct weft_coord *c, struct job *j)
+static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_error *err)
 {
     char dir[2200];
     weft_coord_job_dir(c, j, dir, sizeof(dir));
-    weft_status_t st = weft_files_mkdirs(dir);
-    char (*paths)[2400] = weft_calloc((size_t)j->spec.n_prompts, sizeof(*paths));
-    const char **ptrs = weft_calloc((size_t)j->spec.n_prompts, sizeof(*ptrs));
-    if (!paths || !ptrs)
-        st = WEFT_ERR_NOMEM;
-    for (int i = 0; st == WEFT_OK && i < j->spec.n_prompts; i++) {
-        if (j->spec.prompts[i].name[0])
+    weft_log_clear_last_error();
+    weft_status_t st = weft_error_from_log(err, weft_files_mkdirs(dir));
+    const int n = j->spec.n_prompts;
+    char (*paths)[2400] = weft_calloc((size_t)n, sizeof(*paths));
+    const char **ptrs = weft_calloc((size_t)n, sizeof(*ptrs));
+    const char **names = weft_calloc((size_t)n, sizeof(*names));
+    if (st == WEFT_OK && (!paths || !ptrs || !names))
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == WEFT_OK && i < n; i++) {
+        const struct weft_job_prompt *p = &j->spec.prompts[i];
+        if (p->name[0])
             snprintf(paths[i], sizeof(paths[i]), "%s/%s.safetensors", c->model->prompts_dir,
-                     j->spec.prompts[i].name);
+                     p->name);
         else
             snprintf(paths[i], sizeof(paths[i]), "%s/prompt-%d.safetensors", dir, i);
         ptrs[i] = paths[i];
+        names[i] = p->name[0] ? p->name : "inline";
     }
     j->attempts++;
     cJSON *rec = record_new("start", j);
     if (st == WEFT_OK && (!rec || !cJSON_AddNumberToObject(rec, "attempt", j->attempts)))
-        st = WEFT_ERR_NOMEM;
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     /* not synced: a lost start record only lets a job run once more than max_attempts */
     if (st == WEFT_OK)
-        st = journal_put(c, rec, false);
+        st = weft_error_from_log(err, journal_put(c, rec, false));
     else
         cJSON_Delete(rec);
     if (st == WEFT_OK) {
         struct weft_runner_job rj = {
-            .key = j->key, .id = j->id, .n_prompts = j->spec.n_prompts, .prompt_paths = ptrs,
-            .height = j->spec.height, .width = j->spec.width, .steps = j->spec.steps,
-            .count = j->spec.count, .guidance = j->spec.guidance, .seed = j->spec.seed,
-            .out_dir = dir,
+            .key = j->key, .id = j->id, .n_prompts = n, .prompt_paths = ptrs,
+            .prompt_names = names, .height = j->spec.height, .width = j->spec.width,
+            .steps = j->spec.steps, .count = j->spec.count, .guidance = j->spec.guidance,
+            .seed = j->spec.seed, .out_dir = dir,
         };
-        st = c->runner->ops->start(c->runner, &rj);
+        st = c->runner->ops->start(c->runner, &rj, err);
     }
     weft_free(paths);
     weft_free(ptrs);
+    weft_free(names);
     return st;
+}
+
+/* The runner cannot run jobs until something changes: every queued job fails with its
+ * reason, instead of waiting for a capacity that will not come. */
+static void fail_queued(struct weft_coord *c, const char *why)
+{
+    char reason[400];
+    snprintf(reason, sizeof(reason), "the %s runner cannot run jobs: %s", c->runner->ops->name,
+             why);
+    while (c->queue.head) {
+        struct job *j = c->queue.head;
+        list_remove(&c->queue, j);
+        job_finish(c, j, JOB_FAILED, reason);
+    }
 }
 
 static void dispatch(struct weft_coord *c)
 {
     if (!c->runner || c->stopping)
         return;
+    const char *why = c->runner->ops->unavailable(c->runner);
+    if (why && c->queue.head) {
+        fail_queued(c, why);
+        return;
+    }
     while (c->queue.head && c->running < c->runner->ops->capacity(c->runner)) {
         struct job *j = c->queue.head;
         list_remove(&c->queue, j);
-        weft_log_clear_last_error();
-        weft_status_t st = job_start(c, j);
+        struct weft_error err = WEFT_ERROR_INIT;
+        weft_status_t st = job_start(c, j, &err);
         if (st != WEFT_OK) {
-            char why[300];
-            snprintf(why, sizeof(why), "could not start: %s",
-                     weft_log_last_error()[0] ? weft_log_last_error() : weft_status_str(st));
-            job_finish(c, j, JOB_FAILED, why);
+            char reason[400];
+            snprintf(reason, sizeof(reason), "could not start: %s", weft_error_text(&err));
+            job_finish(c, j, JOB_FAILED, reason);
             continue;
         }
         j->state = JOB_RUNNING;
@@ -426,6 +450,39 @@ static void dispatch(struct weft_coord *c)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Submission and cancellation                                                               */
+
+/* The job on the model and the runner's layout (model/job.h's rules). */
+static weft_status_t check_spec(const struct weft_coord *c, const struct weft_job_spec *spec,
+                                struct weft_error *err)
+{
+    int64_t *tokens = weft_calloc((size_t)spec->n_prompts + 1, sizeof(*tokens));
+    if (!tokens)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    struct weft_job_desc desc;
+    weft_job_spec_desc(spec, tokens, &desc);
+    const struct weft_job_limits lim = {c->api.max_prompts, c->api.max_images, c->api.max_pixels,
+                                        c->api.max_steps};
+    weft_status_t st = weft_job_check(c->model->desc, &c->layout, &desc, &lim, err);
+    weft_free(tokens);
+    return st;
+}
+
+/* Jobs of the journal were accepted under the configuration of their time: those the layout
+ * of this start refuses fail now, with the reason, rather than on the workers. */
+static void recheck_queue(struct weft_coord *c)
+{
+    struct job *next;
+    for (struct job *j = c->queue.head; j; j = next) {
+        next = j->next;
+        struct weft_error err = WEFT_ERROR_INIT;
+        if (check_spec(c, &j->spec, &err) == WEFT_OK)
+            continue;
+        char why[400];
+        snprintf(why, sizeof(why), "refused by this configuration: %s", weft_error_text(&err));
+        list_remove(&c->queue, j);
+        job_finish(c, j, JOB_FAILED, why);
+    }
+}
 
 static weft_status_t store_inline(struct weft_coord *c, struct job *j)
 {
@@ -464,6 +521,21 @@ weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *
         *http_p = 503;
         snprintf(err, err_len, "job numbers exhausted: restart with a new journal");
         return WEFT_ERR_RANGE;
+    }
+    const char *why = c->runner ? c->runner->ops->unavailable(c->runner) : NULL;
+    if (why) {
+        *http_p = 503;
+        snprintf(err, err_len, "the %s runner cannot run jobs: %s", c->runner->ops->name, why);
+        return WEFT_ERR_BUSY;
+    }
+    /* the job's rules, with the layout it will run on: a job the workers would refuse is
+     * refused here */
+    struct weft_error why_not = WEFT_ERROR_INIT;
+    weft_status_t chk = check_spec(c, spec, &why_not);
+    if (chk != WEFT_OK) {
+        *http_p = chk == WEFT_ERR_NOMEM ? 500 : 400;
+        snprintf(err, err_len, "%s", weft_error_text(&why_not));
+        return chk;
     }
     char id[WEFT_JOB_ID_LEN + 1];
     make_id(c->next_key, id);
@@ -645,8 +717,9 @@ static void on_async(uv_async_t *h)
         dispatch(c);
 }
 
-void weft_runner_post(struct weft_runner_sink *sink, const struct weft_runner_event *ev)
+static void sink_post(struct weft_runner_sink *base, const struct weft_runner_event *ev)
 {
+    struct coord_sink *sink = (struct coord_sink *)base;
     bool critical = ev->kind == WEFT_RUNNER_EV_IMAGE || ev->kind == WEFT_RUNNER_EV_FINISHED ||
                     ev->kind == WEFT_RUNNER_EV_CAPACITY;
     struct ev_node *n;
@@ -682,7 +755,12 @@ uv_loop_t *weft_coord_loop(struct weft_coord *c)
 
 struct weft_runner_sink *weft_coord_sink(struct weft_coord *c)
 {
-    return &c->sink;
+    return &c->sink.base;
+}
+
+const struct weft_model *weft_coord_model(const struct weft_coord *c)
+{
+    return c->model->desc;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -707,7 +785,7 @@ static void replay_submit(struct weft_coord *c, const cJSON *rec, const char *id
                       line, id);
         return;
     }
-    if (weft_job_spec_from_json(spec_json, &spec, err, sizeof(err)) != WEFT_OK) {
+    if (weft_job_spec_from_json(spec_json, c->model, &spec, err, sizeof(err)) != WEFT_OK) {
         WEFT_LOG_WARN("coord", "journal line %zu: job %s: %s: skipped", line, id, err);
         return;
     }
@@ -804,7 +882,8 @@ static weft_status_t replay_settle(struct weft_coord *c)
         }
         if (j->attempts >= c->api.max_attempts) {
             char why[200];
-            snprintf(why, sizeof(why), "cut short by %d coordinator restarts; not run again "
+            snprintf(why, sizeof(why), "%d runs were started and none finished (the last was "
+                                       "cut short by a coordinator restart); not run again "
                                        "([api] max_attempts)", j->attempts);
             j->state = JOB_FAILED;
             j->finished_at = unix_now();
@@ -841,7 +920,8 @@ static weft_status_t replay_settle(struct weft_coord *c)
 /* ---------------------------------------------------------------------------------------- */
 /* Life cycle                                                                                */
 
-weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_coord **coord_p)
+weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_coord **coord_p,
+                                struct weft_error *err)
 {
     weft_status_t st = weft_server_check_address(opts->api->listen);
     if (st != WEFT_OK)
@@ -864,10 +944,11 @@ weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_
         goto err;
     }
     c->sink.async.data = c;
+    c->sink.base.post = sink_post;
     c->sink.coord = c;
     pthread_mutex_init(&c->sink.mu, NULL);
     c->sink_ready = true;
-    if ((st = weft_job_model_load(opts->model_dir, &c->model)) != WEFT_OK)
+    if ((st = weft_job_model_load(opts->model_dir, &c->model, err)) != WEFT_OK)
         goto err;
     if ((st = weft_files_mkdirs(c->api.output_dir)) != WEFT_OK)
         goto err;
@@ -990,6 +1071,8 @@ static void on_signal(uv_signal_t *s, int signum)
 weft_status_t weft_coord_run_take(struct weft_coord *c, struct weft_runner *runner)
 {
     c->runner = runner;
+    runner->ops->layout(runner, &c->layout);
+    recheck_queue(c);
     int rc;
     if ((rc = uv_timer_init(&c->loop, &c->grace)) != 0 ||
         (rc = uv_signal_init(&c->loop, &c->sigint)) != 0 ||

@@ -1,5 +1,5 @@
 /* The coordinator: one libuv event loop that owns the job API socket, the job table and queue,
- * the journal, timers and signals, and hands jobs to a runner (coordinator/runner.h).
+ * the journal, timers and signals, and hands jobs to a runner (control/runner.h).
  *
  *   weft_coord_create()      model description, journal replay, the loop
  *   weft_coord_sink()        where the runner will post its events
@@ -17,7 +17,9 @@
 
 #include "common/status.h"
 #include "conf/conf.h"
-#include "coordinator/runner.h"
+#include "common/error.h"
+#include "control/runner.h"
+#include "model/model.h"
 
 struct weft_coord;
 
@@ -26,10 +28,15 @@ struct weft_coord_opts {
     const char *model_dir; /* the pipeline or model folder served */
 };
 
-weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_coord **coord_p);
+/* Opens the model (refused, with err saying why, when weft cannot run it) and replays the
+ * journal. */
+weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_coord **coord_p,
+                                struct weft_error *err);
 void weft_coord_destroy(struct weft_coord *coord);
 
 struct weft_runner_sink *weft_coord_sink(struct weft_coord *coord);
+/* The model served, as the description layer knows it (for the runner). */
+const struct weft_model *weft_coord_model(const struct weft_coord *coord);
 /* The event loop, for a runner that lives on it (the cluster runner: worker port, control
  * links, heartbeats). */
 uv_loop_t *weft_coord_loop(struct weft_coord *coord);

@@ -8,13 +8,13 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/sbuf.h"
 #include "conf/conf.h"
+#include "control/runner.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/http.h"
 #include "coordinator/job.h"
 #include "coordinator/journal.h"
-#include "coordinator/runner.h"
-#include "coordinator/sbuf.h"
 
 #define WEFT_JOB_ID_LEN 16
 #define JOB_MAX_STAGES 8
@@ -84,7 +84,8 @@ struct ev_node {
     struct ev_node *next;
 };
 
-struct weft_runner_sink {
+struct coord_sink {
+    struct weft_runner_sink base; /* what runners see; first */
     uv_async_t async;
     pthread_mutex_t mu;
     struct ev_node *head, *tail;
@@ -100,7 +101,8 @@ struct weft_coord {
     struct weft_job_model *model;
     struct weft_journal *journal; /* NULL: journal disabled */
     struct weft_runner *runner;
-    struct weft_runner_sink sink;
+    struct weft_layout layout; /* the runner's: every job is checked against it */
+    struct coord_sink sink;
     bool sink_ready, loop_ready;
     /* the table, in key order */
     struct job **jobs;

@@ -1,5 +1,5 @@
-/* Job requests: strict JSON validation (unknown and duplicate fields refused, integers bounded
- * to 2^53), prompt embeddings checked against the model, and the journal form. */
+/* Job requests: strict JSON validation (unknown and duplicate fields refused, integers exact,
+ * \u0000 refused), prompt embeddings checked against the model, and the journal form. */
 #include "coordinator/job.h"
 
 #include <dirent.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/base64.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "model/checkpoint.h"
@@ -33,109 +34,34 @@ static weft_status_t errf(char *err, size_t len, weft_status_t st, const char *f
     return st;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* base64                                                                                    */
-
-static int b64_value(unsigned char c)
+/* A configured limit, or the hard bound when none (0) or a larger one is given. */
+static int64_t limit(int64_t configured, int64_t hard)
 {
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
+    return configured > 0 && configured < hard ? configured : hard;
 }
 
-weft_status_t weft_base64_decode(const char *text, size_t len, void **data_p, size_t *len_p)
+bool weft_json_has_nul_escape(const char *text, size_t len)
 {
-    if (len % 4)
-        return WEFT_ERR_FORMAT;
-    size_t pad = 0;
-    if (len && text[len - 1] == '=')
-        pad = len >= 2 && text[len - 2] == '=' ? 2 : 1;
-    size_t out_len = len / 4 * 3 - pad;
-    unsigned char *out = weft_malloc(out_len + 1);
-    if (!out)
-        return WEFT_ERR_NOMEM;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 4) {
-        int v[4];
-        bool last = i + 4 == len;
-        for (int k = 0; k < 4; k++) {
-            unsigned char c = (unsigned char)text[i + k];
-            bool pad_ok = last && c == '=' && (size_t)k >= 4 - pad;
-            v[k] = pad_ok ? 0 : b64_value(c);
-            if (v[k] < 0) {
-                weft_free(out);
-                return WEFT_ERR_FORMAT;
-            }
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (!in_string) {
+            in_string = c == '"';
+            continue;
         }
-        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 |
-                     (uint32_t)v[3];
-        unsigned char b[3] = {(unsigned char)(w >> 16), (unsigned char)(w >> 8),
-                              (unsigned char)w};
-        size_t n = last ? 3 - pad : 3;
-        for (size_t k = 0; k < n; k++)
-            out[o++] = b[k];
+        if (c == '"') {
+            in_string = false;
+        } else if (c == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && strncmp(text + i + 2, "0000", 4) == 0)
+                return true;
+            i++; /* the escaped character */
+        }
     }
-    *data_p = out;
-    *len_p = out_len;
-    return WEFT_OK;
+    return false;
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* The model                                                                                 */
-
-/* prompt_embeds [1, T, joint] (T in 1..WEFT_JOB_MAX_TEXT_TOKENS) and pooled_prompt_embeds with
- * pooled elements ([1, pooled] or [pooled]), as float tensors. */
-static weft_status_t check_prompt_file(const struct weft_job_model *m, struct weft_st_file *f,
-                                       const char *what, char *err, size_t len)
-{
-    const struct weft_st_tensor *pe = weft_st_find(f, "prompt_embeds");
-    const struct weft_st_tensor *po = weft_st_find(f, "pooled_prompt_embeds");
-    if (!pe || !po)
-        return errf(err, len, WEFT_ERR_FORMAT,
-                    "%s: needs tensors prompt_embeds and pooled_prompt_embeds", what);
-    for (int k = 0; k < 2; k++) {
-        const struct weft_st_tensor *t = k ? po : pe;
-        if (t->dtype != WEFT_DTYPE_F32 && t->dtype != WEFT_DTYPE_BF16 &&
-            t->dtype != WEFT_DTYPE_F16)
-            return errf(err, len, WEFT_ERR_FORMAT, "%s: %s is %s; F32, BF16 or F16 expected",
-                        what, t->name, t->dtype_name);
-    }
-    if (pe->ndim != 3 || pe->shape[0] != 1 || pe->shape[2] != m->joint_dim || pe->shape[1] < 1 ||
-        pe->shape[1] > WEFT_JOB_MAX_TEXT_TOKENS)
-        return errf(err, len, WEFT_ERR_FORMAT,
-                    "%s: prompt_embeds must be [1, T, %lld] with T in 1..%d (the model's "
-                    "joint_attention_dim)", what, (long long)m->joint_dim,
-                    WEFT_JOB_MAX_TEXT_TOKENS);
-    if (po->numel != m->pooled_dim || po->ndim > 2 || (po->ndim == 2 && po->shape[0] != 1))
-        return errf(err, len, WEFT_ERR_FORMAT,
-                    "%s: pooled_prompt_embeds must be [1, %lld] (the model's "
-                    "pooled_projection_dim)", what, (long long)m->pooled_dim);
-    return WEFT_OK;
-}
-
-weft_status_t weft_job_model_check_prompt(const struct weft_job_model *model, const char *what,
-                                          const void *data, size_t len, char *err,
-                                          size_t err_len)
-{
-    struct weft_st_file *f;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_st_open_memory(what, data, len, &f);
-    if (st == WEFT_ERR_NOMEM)
-        return st;
-    if (st != WEFT_OK)
-        return errf(err, err_len, WEFT_ERR_FORMAT, "%s", weft_log_last_error());
-    st = check_prompt_file(model, f, what, err, err_len);
-    weft_st_close(f);
-    return st;
-}
 
 /* A prompt name: 1..63 of [A-Za-z0-9._-], not starting with '.' (so never a path). */
 static bool name_ok(const char *s, size_t n)
@@ -156,6 +82,36 @@ static int name_cmp(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
+/* The tokens of one prompts/ file, or why it does not fit the model. */
+static weft_status_t scan_one(const struct weft_job_model *m, const char *path, int64_t *tokens_p,
+                              struct weft_error *err)
+{
+    struct weft_st_file *f;
+    weft_log_clear_last_error();
+    weft_status_t st = weft_st_open(path, &f);
+    if (st != WEFT_OK)
+        return weft_error_from_log(err, st);
+    st = weft_model_check_prompt(m->desc, f, path, tokens_p, err);
+    weft_st_close(f);
+    return st;
+}
+
+static weft_status_t names_grow(struct weft_job_model *m, size_t *cap)
+{
+    if (m->n_names < *cap)
+        return WEFT_OK;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *p = weft_realloc(m->names, ncap * sizeof(*m->names));
+    if (p)
+        m->names = p;
+    void *t = p ? weft_realloc(m->name_tokens, ncap * sizeof(*m->name_tokens)) : NULL;
+    if (!p || !t)
+        return WEFT_ERR_NOMEM;
+    m->name_tokens = t;
+    *cap = ncap;
+    return WEFT_OK;
+}
+
 static weft_status_t scan_prompts(struct weft_job_model *m)
 {
     DIR *d = opendir(m->prompts_dir);
@@ -167,95 +123,76 @@ static weft_status_t scan_prompts(struct weft_job_model *m)
     size_t cap = 0;
     struct dirent *e;
     weft_status_t st = WEFT_OK;
-    while ((e = readdir(d))) {
+    while ((e = readdir(d)) && st == WEFT_OK) {
         size_t n = strlen(e->d_name);
         if (n <= 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0 ||
             !name_ok(e->d_name, n - 12))
             continue;
-        char path[2400], err[512];
+        char path[WEFT_CONF_PATH + 400];
         snprintf(path, sizeof(path), "%s/%s", m->prompts_dir, e->d_name);
-        struct weft_st_file *f;
-        if (weft_st_open(path, &f) != WEFT_OK) {
-            WEFT_LOG_WARN("api", "%s: left out of the prompts (unreadable)", path);
+        struct weft_error why = WEFT_ERROR_INIT;
+        int64_t tokens;
+        if (scan_one(m, path, &tokens, &why) != WEFT_OK) {
+            WEFT_LOG_WARN("api", "%s; left out of the prompts", weft_error_text(&why));
             continue;
         }
-        weft_status_t ok = check_prompt_file(m, f, path, err, sizeof(err));
-        weft_st_close(f);
-        if (ok != WEFT_OK) {
-            WEFT_LOG_WARN("api", "%s; left out of the prompts", err);
-            continue;
-        }
-        if (m->n_names == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            void *p = weft_realloc(m->names, ncap * sizeof(*m->names));
-            if (!p) {
-                st = WEFT_ERR_NOMEM;
-                break;
-            }
-            m->names = p;
-            cap = ncap;
-        }
-        snprintf(m->names[m->n_names++], WEFT_JOB_NAME_MAX, "%.*s", (int)(n - 12), e->d_name);
+        if ((st = names_grow(m, &cap)) != WEFT_OK)
+            break;
+        snprintf(m->names[m->n_names], WEFT_JOB_NAME_MAX, "%.*s", (int)(n - 12), e->d_name);
+        m->name_tokens[m->n_names++] = tokens;
     }
     closedir(d);
-    if (m->n_names)
-        qsort(m->names, m->n_names, sizeof(*m->names), name_cmp);
+    /* sort names and their tokens together */
+    for (size_t i = 1; i < m->n_names; i++)
+        for (size_t k = i; k > 0 && name_cmp(m->names[k - 1], m->names[k]) > 0; k--) {
+            char tmp[WEFT_JOB_NAME_MAX];
+            memcpy(tmp, m->names[k], sizeof(tmp));
+            memcpy(m->names[k], m->names[k - 1], sizeof(tmp));
+            memcpy(m->names[k - 1], tmp, sizeof(tmp));
+            int64_t t = m->name_tokens[k];
+            m->name_tokens[k] = m->name_tokens[k - 1];
+            m->name_tokens[k - 1] = t;
+        }
     return st;
 }
 
-weft_status_t weft_job_model_load(const char *dir, struct weft_job_model **model_p)
+weft_status_t weft_job_model_load(const char *dir, struct weft_job_model **model_p,
+                                  struct weft_error *err)
 {
     struct weft_job_model *m = weft_calloc(1, sizeof(*m));
     if (!m)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
-    enum weft_path_kind kind = weft_path_kind(dir);
-    weft_status_t st;
-    if (kind == WEFT_PATH_PIPELINE) {
-        snprintf(m->transformer, sizeof(m->transformer), "%s/transformer", dir);
-    } else if (kind == WEFT_PATH_MODEL) {
-        snprintf(m->transformer, sizeof(m->transformer), "%s", dir);
-    } else {
-        WEFT_LOG_ERROR("api", "%s: not a pipeline folder (model_index.json) or a model folder "
-                              "(config.json)", dir);
-        st = WEFT_ERR_NOT_FOUND;
-        goto err_free;
+    weft_status_t st = weft_model_open(dir, &m->desc, err);
+    if (st == WEFT_OK) {
+        m->prompts_dir = m->desc->prompts_dir;
+        if ((st = scan_prompts(m)) != WEFT_OK)
+            weft_error_refuse(err, st, "out of memory");
     }
-    snprintf(m->prompts_dir, sizeof(m->prompts_dir), "%s/prompts", dir);
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/config.json", m->transformer);
-    cJSON *json;
-    if ((st = weft_json_read_file(path, 1 << 20, &json)) != WEFT_OK)
-        goto err_free;
-    struct weft_flux_config c;
-    st = weft_flux_config_parse(json, path, &c);
-    cJSON_Delete(json);
-    if (st != WEFT_OK)
-        goto err_free;
-    m->joint_dim = c.joint_attention_dim;
-    m->pooled_dim = c.pooled_projection_dim;
-    m->in_channels = c.in_channels;
-    if ((st = scan_prompts(m)) != WEFT_OK)
-        goto err_free;
+    if (st != WEFT_OK) {
+        weft_job_model_destroy(m);
+        return st;
+    }
     *model_p = m;
     return WEFT_OK;
-err_free:
-    weft_job_model_destroy(m);
-    return st;
 }
 
 void weft_job_model_destroy(struct weft_job_model *model)
 {
     if (!model)
         return;
+    weft_model_close(model->desc);
     weft_free(model->names);
+    weft_free(model->name_tokens);
     weft_free(model);
 }
 
-static bool model_has(const struct weft_job_model *m, const char *name)
+/* The tokens of a prompts/ name, -1 when there is no such name. */
+static int64_t model_tokens(const struct weft_job_model *m, const char *name)
 {
-    return m->n_names &&
-           bsearch(name, m->names, m->n_names, sizeof(*m->names), name_cmp) != NULL;
+    const char(*hit)[WEFT_JOB_NAME_MAX] =
+        m->n_names ? bsearch(name, m->names, m->n_names, sizeof(*m->names), name_cmp) : NULL;
+    return hit ? m->name_tokens[hit - m->names] : -1;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -364,13 +301,19 @@ static weft_status_t parse_prompt(const cJSON *v, int i, const struct weft_job_m
             if (st != WEFT_OK)
                 return errf(err, len, WEFT_ERR_INVALID,
                             "%s\"safetensors\" is not base64 (RFC 4648, padded)", where);
-            char what[40], why[400];
+            char what[40];
             snprintf(what, sizeof(what), "prompts[%d]", i);
-            st = weft_job_model_check_prompt(m, what, data, n_data, why, sizeof(why));
+            struct weft_error why = WEFT_ERROR_INIT;
+            struct weft_st_file *f = NULL;
+            st = weft_st_open_memory(what, data, n_data, &f, &why);
+            if (st == WEFT_OK)
+                st = weft_model_check_prompt(m->desc, f, what, &p->tokens, &why);
+            weft_st_close(f);
             if (st != WEFT_OK) {
                 weft_free(data);
-                return st == WEFT_ERR_NOMEM ? st
-                                            : errf(err, len, WEFT_ERR_INVALID, "%s", why);
+                return st == WEFT_ERR_NOMEM
+                           ? st
+                           : errf(err, len, WEFT_ERR_INVALID, "%s", weft_error_text(&why));
             }
             p->name[0] = '\0';
             p->data = data;
@@ -385,7 +328,7 @@ static weft_status_t parse_prompt(const cJSON *v, int i, const struct weft_job_m
         return errf(err, len, WEFT_ERR_INVALID,
                     "%sprompt name \"%.64s\" is not a name (letters, digits, '.', '_', '-')",
                     where, name);
-    if (!model_has(m, name))
+    if ((p->tokens = model_tokens(m, name)) < 0)
         return errf(err, len, WEFT_ERR_NOT_FOUND,
                     "%sunknown prompt \"%s\" (not in %s)", where, name, m->prompts_dir);
     snprintf(p->name, sizeof(p->name), "%s", name);
@@ -405,10 +348,11 @@ static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limi
         if (!cJSON_IsArray(many))
             return errf(err, len, WEFT_ERR_INVALID, "\"prompts\" must be an array");
         int size = cJSON_GetArraySize(many);
-        if (size < 1 || size > lim->max_prompts)
+        const int64_t max = limit(lim->max_prompts, WEFT_JOB_MAX_PROMPTS);
+        if (size < 1 || size > max)
             return errf(err, len, WEFT_ERR_RANGE,
                         "\"prompts\" has %d entries; 1..%lld allowed ([api] max_prompts)", size,
-                        (long long)lim->max_prompts);
+                        (long long)max);
         n = size;
     }
     spec->prompts = weft_calloc((size_t)n, sizeof(*spec->prompts));
@@ -424,48 +368,29 @@ static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limi
     return WEFT_OK;
 }
 
-static weft_status_t check_sizes(const struct weft_job_spec *s, const struct weft_job_limits *lim,
-                                 char *err, size_t len)
-{
-    if (s->height % 16 || s->width % 16)
-        return errf(err, len, WEFT_ERR_INVALID,
-                    "\"height\" %lld x \"width\" %lld: both must be multiples of 16",
-                    (long long)s->height, (long long)s->width);
-    if (s->height * s->width > lim->max_pixels)
-        return errf(err, len, WEFT_ERR_RANGE,
-                    "%lld x %lld is %lld pixels, over the limit %lld ([api] max_pixels)",
-                    (long long)s->width, (long long)s->height,
-                    (long long)s->height * (long long)s->width, (long long)lim->max_pixels);
-    int64_t images = weft_job_spec_images(s);
-    if (images > lim->max_images)
-        return errf(err, len, WEFT_ERR_RANGE,
-                    "%d prompts x count %lld is %lld images, over the limit %lld ([api] "
-                    "max_images)", s->n_prompts, (long long)s->count, (long long)images,
-                    (long long)lim->max_images);
-    return WEFT_OK;
-}
-
 static weft_status_t parse_numbers(const cJSON *root, const struct weft_job_limits *lim,
                                    struct weft_job_spec *s, char *err, size_t len)
 {
     weft_status_t st;
-    if ((st = get_int(root, "height", 1024, 16, 1 << 20, "", &s->height, err, len)) ||
-        (st = get_int(root, "width", 1024, 16, 1 << 20, "", &s->width, err, len)) ||
-        (st = get_int(root, "steps", 28, 1, lim->max_steps, " ([api] max_steps)", &s->steps,
-                      err, len)) ||
-        (st = get_int(root, "count", 1, 1, lim->max_images, " ([api] max_images)", &s->count,
-                      err, len)) ||
+    const int64_t max_steps = limit(lim->max_steps, WEFT_JOB_MAX_STEPS);
+    const int64_t max_images = limit(lim->max_images, WEFT_JOB_MAX_IMAGES);
+    if ((st = get_int(root, "height", 1024, 1, WEFT_JOB_MAX_SIDE, "", &s->height, err, len)) ||
+        (st = get_int(root, "width", 1024, 1, WEFT_JOB_MAX_SIDE, "", &s->width, err, len)) ||
+        (st = get_int(root, "steps", 28, 1, max_steps, " ([api] max_steps)", &s->steps, err,
+                      len)) ||
+        (st = get_int(root, "count", 1, 1, max_images, " ([api] max_images)", &s->count, err,
+                      len)) ||
         (st = get_seed(root, &s->seed, err, len)))
         return st;
     s->guidance = 3.5;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "guidance");
     if (g) {
         if (!cJSON_IsNumber(g) || !isfinite(g->valuedouble) || g->valuedouble < 0 ||
-            g->valuedouble > 1000)
+            g->valuedouble > WEFT_JOB_MAX_GUIDANCE)
             return errf(err, len, WEFT_ERR_INVALID, "\"guidance\" must be a number in 0..1000");
         s->guidance = g->valuedouble;
     }
-    return check_sizes(s, lim, err, len);
+    return WEFT_OK;
 }
 
 weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct weft_job_limits *lim,
@@ -478,6 +403,9 @@ weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct wef
     if (!weft_utf8_valid(body, len, &bad_at))
         return errf(err, err_len, WEFT_ERR_INVALID, "request body is not UTF-8 (byte %zu)",
                     bad_at);
+    if (weft_json_has_nul_escape(body, len))
+        return errf(err, err_len, WEFT_ERR_INVALID,
+                    "the request body holds a \\u0000 escape: no field or value may contain NUL");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
@@ -529,6 +457,18 @@ int64_t weft_job_spec_images(const struct weft_job_spec *spec)
     return (int64_t)spec->n_prompts * spec->count;
 }
 
+void weft_job_spec_desc(const struct weft_job_spec *spec, int64_t *tokens,
+                        struct weft_job_desc *desc)
+{
+    for (int i = 0; i < spec->n_prompts; i++)
+        tokens[i] = spec->prompts[i].tokens;
+    *desc = (struct weft_job_desc){
+        .height = spec->height, .width = spec->width, .steps = spec->steps,
+        .guidance = spec->guidance, .seed = spec->seed, .count = spec->count,
+        .n_prompts = spec->n_prompts, .prompt_tokens = tokens, .decode = true,
+    };
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Journal form                                                                              */
 
@@ -546,6 +486,8 @@ cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec)
         if (spec->prompts[i].name[0] ? !cJSON_AddStringToObject(p, "name", spec->prompts[i].name)
                                      : !cJSON_AddNumberToObject(p, "file", i))
             goto err;
+        if (!cJSON_AddNumberToObject(p, "tokens", (double)spec->prompts[i].tokens))
+            goto err;
     }
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)spec->seed);
@@ -562,14 +504,14 @@ err:
     return NULL;
 }
 
-weft_status_t weft_job_spec_from_json(const cJSON *json, struct weft_job_spec *spec, char *err,
-                                      size_t err_len)
+weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_model *model,
+                                      struct weft_job_spec *spec, char *err, size_t err_len)
 {
     struct weft_job_spec s = {0};
     weft_status_t st = WEFT_ERR_FORMAT;
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(json, "prompts");
     int n = cJSON_IsArray(ps) ? cJSON_GetArraySize(ps) : 0;
-    if (n < 1 || n > 65536) {
+    if (n < 1 || n > WEFT_JOB_MAX_PROMPTS) {
         errf(err, err_len, st, "\"prompts\" missing or out of bounds");
         goto out;
     }
@@ -582,16 +524,26 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, struct weft_job_spec *s
     for (const cJSON *p = ps->child; p; p = p->next, i++) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(p, "name");
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(p, "file");
+        const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(p, "tokens");
+        struct weft_job_prompt *jp = &s.prompts[i];
         if (cJSON_IsString(name) && name_ok(name->valuestring, strlen(name->valuestring))) {
-            snprintf(s.prompts[i].name, sizeof(s.prompts[i].name), "%s", name->valuestring);
-        } else if (!cJSON_IsNumber(file) || file->valuedouble != i) {
+            snprintf(jp->name, sizeof(jp->name), "%s", name->valuestring);
+            if ((jp->tokens = model_tokens(model, jp->name)) < 0) {
+                errf(err, err_len, st, "prompt %d: \"%s\" is no longer in %s", i, jp->name,
+                     model->prompts_dir);
+                goto out;
+            }
+        } else if (cJSON_IsNumber(file) && file->valuedouble == i && cJSON_IsNumber(tokens) &&
+                   tokens->valuedouble >= 1 && tokens->valuedouble <= WEFT_JOB_MAX_TEXT_TOKENS) {
+            jp->tokens = (int64_t)tokens->valuedouble;
+        } else {
             errf(err, err_len, st, "prompt %d is neither a name nor this job's file", i);
             goto out;
         }
     }
     /* the bounds of the API's fields, without the configurable limits (which may have changed
      * since the job was accepted: an accepted job stays accepted) */
-    static const struct weft_job_limits wide = {65536, 1 << 30, 1ll << 40, 1000};
+    static const struct weft_job_limits wide = {0, 0, 0, 0};
     if ((st = parse_numbers(json, &wide, &s, err, err_len)) != WEFT_OK) {
         st = st == WEFT_ERR_NOMEM ? st : WEFT_ERR_FORMAT;
         goto out;

@@ -12,8 +12,8 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/utf8.h"
-#include "coordinator/files.h"
-#include "coordinator/sbuf.h"
+#include "common/files.h"
+#include "common/sbuf.h"
 
 #define JOURNAL_NAME "journal"
 #define MAX_JOURNAL_BYTES (1ull << 32) /* compaction keeps it far below this */

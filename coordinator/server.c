@@ -11,7 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "coordinator/files.h"
+#include "common/files.h"
 #include "coordinator/internal.h"
 
 #define OUT_HIGH (4u << 20) /* stop reading while this much is queued for the client */

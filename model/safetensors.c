@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -57,7 +58,24 @@ struct parse {
     const char *name; /* file name for messages */
     struct weft_st_file *f;
     char *arena_next;
+    struct weft_error *err; /* the cause goes here when given, else to the log at ERROR */
 };
+
+static void perr(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void perr(struct parse *p, const char *fmt, ...)
+{
+    char msg[WEFT_ERROR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (p->err)
+        weft_error_refuse(p->err, WEFT_ERR_FORMAT, "%s", msg);
+    else
+        WEFT_LOG_ERROR("safetensors", "%s", msg);
+}
 
 static char *arena_put(struct parse *p, const char *s)
 {
@@ -84,7 +102,7 @@ static weft_status_t parse_tensor(struct parse *p, const cJSON *entry, struct we
 {
     const char *file = p->name, *name = entry->string;
     if (!cJSON_IsObject(entry)) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': entry is not a JSON object", file, name);
+        perr(p, "%s: tensor '%s': entry is not a JSON object", file, name);
         return WEFT_ERR_FORMAT;
     }
     const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL;
@@ -94,24 +112,24 @@ static weft_status_t parse_tensor(struct parse *p, const cJSON *entry, struct we
                              : strcmp(c->string, "data_offsets") == 0 ? &offsets
                                                                       : NULL;
         if (!slot) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': unknown field '%s'", file, name,
+            perr(p, "%s: tensor '%s': unknown field '%s'", file, name,
                            c->string);
             return WEFT_ERR_FORMAT;
         }
         if (*slot) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': duplicate field '%s'", file, name,
+            perr(p, "%s: tensor '%s': duplicate field '%s'", file, name,
                            c->string);
             return WEFT_ERR_FORMAT;
         }
         *slot = c;
     }
     if (!dtype || !shape || !offsets) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': missing field '%s'", file, name,
+        perr(p, "%s: tensor '%s': missing field '%s'", file, name,
                        !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
         return WEFT_ERR_FORMAT;
     }
     if (!cJSON_IsString(dtype)) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': dtype is not a string", file, name);
+        perr(p, "%s: tensor '%s': dtype is not a string", file, name);
         return WEFT_ERR_FORMAT;
     }
     size_t d;
@@ -119,17 +137,17 @@ static weft_status_t parse_tensor(struct parse *p, const cJSON *entry, struct we
         if (strcmp(dtype->valuestring, st_dtypes[d].name) == 0)
             break;
     if (d == N_ST_DTYPES) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': unknown dtype '%.32s'", file, name,
+        perr(p, "%s: tensor '%s': unknown dtype '%.32s'", file, name,
                        dtype->valuestring);
         return WEFT_ERR_FORMAT;
     }
     if (!cJSON_IsArray(shape)) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': shape is not an array", file, name);
+        perr(p, "%s: tensor '%s': shape is not an array", file, name);
         return WEFT_ERR_FORMAT;
     }
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > WEFT_ST_MAX_DIMS) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': %d dimensions, more than the %d supported",
+        perr(p, "%s: tensor '%s': %d dimensions, more than the %d supported",
                        file, name, ndim, WEFT_ST_MAX_DIMS);
         return WEFT_ERR_FORMAT;
     }
@@ -139,24 +157,24 @@ static weft_status_t parse_tensor(struct parse *p, const cJSON *entry, struct we
     for (const cJSON *c = shape->child; c; c = c->next, i++) {
         uint64_t dim;
         if (json_u64(c, &dim) != 0) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': shape[%d] is not a non-negative "
+            perr(p, "%s: tensor '%s': shape[%d] is not a non-negative "
                                           "integer below 2^53", file, name, i);
             return WEFT_ERR_FORMAT;
         }
         t->shape[i] = (int64_t)dim;
         if (__builtin_mul_overflow(numel, dim, &numel) || numel > (uint64_t)INT64_MAX) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': shape has more than 2^63 elements",
+            perr(p, "%s: tensor '%s': shape has more than 2^63 elements",
                            file, name);
             return WEFT_ERR_FORMAT;
         }
     }
     uint64_t bits;
     if (__builtin_mul_overflow(numel, (uint64_t)st_dtypes[d].bits, &bits)) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': byte size overflows 64 bits", file, name);
+        perr(p, "%s: tensor '%s': byte size overflows 64 bits", file, name);
         return WEFT_ERR_FORMAT;
     }
     if (bits % 8 != 0) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': %llu elements of %s do not fill whole "
+        perr(p, "%s: tensor '%s': %llu elements of %s do not fill whole "
                                       "bytes", file, name, (unsigned long long)numel,
                        st_dtypes[d].name);
         return WEFT_ERR_FORMAT;
@@ -164,19 +182,19 @@ static weft_status_t parse_tensor(struct parse *p, const cJSON *entry, struct we
     uint64_t begin, end;
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
         json_u64(offsets->child, &begin) != 0 || json_u64(offsets->child->next, &end) != 0) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': data_offsets is not [begin, end] of "
+        perr(p, "%s: tensor '%s': data_offsets is not [begin, end] of "
                                       "non-negative integers", file, name);
         return WEFT_ERR_FORMAT;
     }
     if (end < begin) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': data_offsets [%llu, %llu] end before "
+        perr(p, "%s: tensor '%s': data_offsets [%llu, %llu] end before "
                                       "begin", file, name, (unsigned long long)begin,
                        (unsigned long long)end);
         return WEFT_ERR_FORMAT;
     }
     if (end - begin != bits / 8) {
         char sh[160];
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': data_offsets [%llu, %llu] span %llu "
+        perr(p, "%s: tensor '%s': data_offsets [%llu, %llu] span %llu "
                                       "bytes but %s %s needs %llu", file, name,
                        (unsigned long long)begin, (unsigned long long)end,
                        (unsigned long long)(end - begin), st_dtypes[d].name,
@@ -198,7 +216,7 @@ static weft_status_t parse_tensor(struct parse *p, const cJSON *entry, struct we
 static weft_status_t parse_meta(struct parse *p, const cJSON *m)
 {
     if (!cJSON_IsObject(m)) {
-        WEFT_LOG_ERROR("safetensors", "%s: __metadata__ is not an object of strings", p->name);
+        perr(p, "%s: __metadata__ is not an object of strings", p->name);
         return WEFT_ERR_FORMAT;
     }
     size_t n = (size_t)cJSON_GetArraySize(m), i = 0;
@@ -207,13 +225,13 @@ static weft_status_t parse_meta(struct parse *p, const cJSON *m)
         return WEFT_ERR_NOMEM;
     for (const cJSON *c = m->child; c; c = c->next, i++) {
         if (!cJSON_IsString(c)) {
-            WEFT_LOG_ERROR("safetensors", "%s: __metadata__ value of '%s' is not a string",
+            perr(p, "%s: __metadata__ value of '%s' is not a string",
                            p->name, c->string);
             return WEFT_ERR_FORMAT;
         }
         for (size_t k = 0; k < i; k++) {
             if (strcmp(p->f->meta[k].key, c->string) == 0) {
-                WEFT_LOG_ERROR("safetensors", "%s: __metadata__ key '%s' appears twice", p->name,
+                perr(p, "%s: __metadata__ key '%s' appears twice", p->name,
                                c->string);
                 return WEFT_ERR_FORMAT;
             }
@@ -250,7 +268,7 @@ static weft_status_t check_layout(struct parse *p, uint64_t data_len)
     for (size_t i = 0; i < f->n_tensors; i++) {
         struct weft_st_tensor *t = &f->tensors[i];
         if (t->offset != expect) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': data starts at %llu but the previous "
+            perr(p, "%s: tensor '%s': data starts at %llu but the previous "
                                           "tensor ends at %llu (%s)", p->name, t->name,
                            (unsigned long long)t->offset, (unsigned long long)expect,
                            t->offset < expect ? "overlap" : "gap");
@@ -258,7 +276,7 @@ static weft_status_t check_layout(struct parse *p, uint64_t data_len)
         }
         expect = t->offset + t->nbytes;
         if (expect > data_len) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': data ends at %llu, past the end of "
+            perr(p, "%s: tensor '%s': data ends at %llu, past the end of "
                                           "the %llu-byte data buffer", p->name, t->name,
                            (unsigned long long)expect, (unsigned long long)data_len);
             return WEFT_ERR_FORMAT;
@@ -266,7 +284,7 @@ static weft_status_t check_layout(struct parse *p, uint64_t data_len)
         t->offset += f->data_start;
     }
     if (expect != data_len) {
-        WEFT_LOG_ERROR("safetensors", "%s: the data buffer is %llu bytes but the tensors cover "
+        perr(p, "%s: the data buffer is %llu bytes but the tensors cover "
                                       "%llu (trailing bytes)", p->name,
                        (unsigned long long)data_len, (unsigned long long)expect);
         return WEFT_ERR_FORMAT;
@@ -280,7 +298,7 @@ static weft_status_t check_layout(struct parse *p, uint64_t data_len)
     for (size_t i = 1; i < f->n_tensors; i++) {
         const char *a = f->tensors[f->by_name[i - 1]].name, *b = f->tensors[f->by_name[i]].name;
         if (strcmp(a, b) == 0) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s' appears twice", p->name, a);
+            perr(p, "%s: tensor '%s' appears twice", p->name, a);
             return WEFT_ERR_FORMAT;
         }
     }
@@ -292,28 +310,28 @@ static weft_status_t parse_header(struct parse *p, const char *json, size_t len,
 {
     size_t bad_at;
     if (!weft_utf8_valid(json, len, &bad_at)) {
-        WEFT_LOG_ERROR("safetensors", "%s: header is not valid UTF-8 (byte %zu)", p->name,
+        perr(p, "%s: header is not valid UTF-8 (byte %zu)", p->name,
                        bad_at);
         return WEFT_ERR_FORMAT;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
-        WEFT_LOG_ERROR("safetensors", "%s: header is not valid JSON (near byte %zu)", p->name,
+        perr(p, "%s: header is not valid JSON (near byte %zu)", p->name,
                        end ? (size_t)(end - json) : (size_t)0);
         return WEFT_ERR_FORMAT;
     }
     weft_status_t st = WEFT_OK;
     for (const char *q = end; q < json + len; q++) {
         if (*q != ' ' && *q != '\n' && *q != '\r' && *q != '\t' && *q != '\0') {
-            WEFT_LOG_ERROR("safetensors", "%s: header has text after the JSON object (byte %zu)",
+            perr(p, "%s: header has text after the JSON object (byte %zu)",
                            p->name, (size_t)(q - json));
             st = WEFT_ERR_FORMAT;
             goto out;
         }
     }
     if (!cJSON_IsObject(root)) {
-        WEFT_LOG_ERROR("safetensors", "%s: header is not a JSON object", p->name);
+        perr(p, "%s: header is not a JSON object", p->name);
         st = WEFT_ERR_FORMAT;
         goto out;
     }
@@ -322,13 +340,13 @@ static weft_status_t parse_header(struct parse *p, const char *json, size_t len,
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "__metadata__") == 0) {
             if (meta) {
-                WEFT_LOG_ERROR("safetensors", "%s: __metadata__ appears twice", p->name);
+                perr(p, "%s: __metadata__ appears twice", p->name);
                 st = WEFT_ERR_FORMAT;
                 goto out;
             }
             meta = c;
         } else if (c->string[0] == '\0') {
-            WEFT_LOG_ERROR("safetensors", "%s: a tensor has an empty name", p->name);
+            perr(p, "%s: a tensor has an empty name", p->name);
             st = WEFT_ERR_FORMAT;
             goto out;
         } else {
@@ -361,11 +379,12 @@ out:
     return st;
 }
 
-static weft_status_t open_common(struct weft_st_file *f, const char *name)
+static weft_status_t open_common(struct weft_st_file *f, const char *name,
+                                 struct weft_error *err)
 {
-    struct parse p = {.name = name, .f = f};
+    struct parse p = {.name = name, .f = f, .err = err};
     if (f->size < 8) {
-        WEFT_LOG_ERROR("safetensors", "%s: %llu bytes, too short for the 8-byte header length",
+        perr(&p, "%s: %llu bytes, too short for the 8-byte header length",
                        name, (unsigned long long)f->size);
         return WEFT_ERR_FORMAT;
     }
@@ -373,7 +392,7 @@ static weft_status_t open_common(struct weft_st_file *f, const char *name)
     if (f->mem) {
         memcpy(lenbuf, f->mem, 8);
     } else if (pread(f->fd, lenbuf, 8, 0) != 8) {
-        WEFT_LOG_ERROR("safetensors", "%s: cannot read the header length: %s", name,
+        perr(&p, "%s: cannot read the header length: %s", name,
                        strerror(errno));
         return WEFT_ERR_IO;
     }
@@ -381,12 +400,12 @@ static weft_status_t open_common(struct weft_st_file *f, const char *name)
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | lenbuf[i];
     if (hlen > WEFT_ST_MAX_HEADER) {
-        WEFT_LOG_ERROR("safetensors", "%s: header length %llu exceeds the %llu-byte limit", name,
+        perr(&p, "%s: header length %llu exceeds the %llu-byte limit", name,
                        (unsigned long long)hlen, WEFT_ST_MAX_HEADER);
         return WEFT_ERR_FORMAT;
     }
     if (hlen > f->size - 8) {
-        WEFT_LOG_ERROR("safetensors", "%s: header length %llu runs past the end of the file "
+        perr(&p, "%s: header length %llu runs past the end of the file "
                                       "(%llu bytes)", name, (unsigned long long)hlen,
                        (unsigned long long)f->size);
         return WEFT_ERR_FORMAT;
@@ -405,7 +424,7 @@ static weft_status_t open_common(struct weft_st_file *f, const char *name)
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0) {
-                WEFT_LOG_ERROR("safetensors", "%s: cannot read the header: %s", name,
+                perr(&p, "%s: cannot read the header: %s", name,
                                r < 0 ? strerror(errno) : "unexpected end of file");
                 st = WEFT_ERR_IO;
                 goto out;
@@ -453,7 +472,7 @@ weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p)
         goto err_close;
     }
     f->size = (uint64_t)sb.st_size;
-    st = open_common(f, path);
+    st = open_common(f, path, NULL);
     if (st != WEFT_OK)
         goto err_close;
     *file_p = f;
@@ -464,14 +483,14 @@ err_close:
 }
 
 weft_status_t weft_st_open_memory(const char *name, const void *data, size_t size,
-                                  struct weft_st_file **file_p)
+                                  struct weft_st_file **file_p, struct weft_error *err)
 {
     struct weft_st_file *f = file_new(name);
     if (!f)
         return WEFT_ERR_NOMEM;
     f->mem = data;
     f->size = size;
-    weft_status_t st = open_common(f, name);
+    weft_status_t st = open_common(f, name, err);
     if (st != WEFT_OK) {
         weft_st_close(f);
         return st;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
+#include "common/error.h"
 #include "common/status.h"
 
 #define WEFT_ST_MAX_HEADER 100000000ull
@@ -45,9 +46,11 @@ struct weft_st_file;
 
 /* Open and validate. Errors are logged once, naming the file, the tensor and the reason. */
 weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p);
-/* Validate a whole file image held in memory (the fuzz target; reads then copy from data). */
+/* Validate a whole file image held in memory (a request's inline embeddings, the fuzz target;
+ * reads then copy from data). With err, the cause is recorded there and not logged above DEBUG
+ * (the image is someone else's); with NULL it is logged as weft_st_open's. */
 weft_status_t weft_st_open_memory(const char *name, const void *data, size_t size,
-                                  struct weft_st_file **file_p);
+                                  struct weft_st_file **file_p, struct weft_error *err);
 void weft_st_close(struct weft_st_file *file);
 
 const char *weft_st_path(const struct weft_st_file *file);

@@ -84,6 +84,9 @@ struct weft_comm *weft_transport_world(struct weft_transport *tp);
 int weft_transport_has_cuda(const struct weft_transport *tp);
 /* Progress UCX and every operation in flight once, without waiting. */
 weft_status_t weft_transport_progress(struct weft_transport *tp);
+/* Abandon this world from any thread (the mesh it served is gone): every wait and collective
+ * returns `why` promptly and the world is never progressed again; destroy it next. */
+void weft_transport_revoke(struct weft_transport *tp, weft_status_t why);
 
 /* ---- Process groups ---------------------------------------------------------------------- */
 

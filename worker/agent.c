@@ -1,7 +1,9 @@
 /* The worker process (see agent.h). Two threads: the control thread owns the coordinator link
  * (UCX, transport/link.h), the bootstrap socket (its end means the coordinator is gone) and the
  * heartbeats; the executor thread owns the data-plane world and the runtime (model loads and
- * images take seconds to minutes) and talks to the control thread through two queues. */
+ * images take seconds to minutes) and talks to the control thread through two queues of typed
+ * messages (control/msg.h). The control thread may revoke the world under the executor (the
+ * coordinator reset the mesh, or was lost), so a collective with a lost peer ends at once. */
 #include "worker/agent.h"
 
 #include <errno.h>
@@ -20,9 +22,8 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "common/sha256.h"
-#include "control/proto.h"
-#include "model/json_get.h"
+#include "control/boot.h"
+#include "control/msg.h"
 #include "transport/comm.h"
 #include "transport/link.h"
 #include "worker/inventory.h"
@@ -34,9 +35,8 @@
 struct qitem {
     struct qitem *next;
     unsigned type;
-    cJSON *json;
-    void *tail;
-    size_t tail_len;
+    union weft_msg *msg; /* owned (weft_msg_cleanup, then weft_free); NULL for none */
+    void *tail;          /* IMAGE's PNG (free()) */
 };
 
 struct queue {
@@ -52,16 +52,23 @@ static void q_init(struct queue *q)
     q->head = q->tail = NULL;
 }
 
-/* Takes json and tail. */
-static void q_push(struct queue *q, unsigned type, cJSON *json, void *tail, size_t tail_len)
+static void msg_free(unsigned type, union weft_msg *m)
+{
+    if (m)
+        weft_msg_cleanup(type, m);
+    weft_free(m);
+}
+
+/* Takes msg and tail; false when out of memory (both freed then). */
+static bool q_push(struct queue *q, unsigned type, union weft_msg *msg, void *tail)
 {
     struct qitem *it = weft_calloc(1, sizeof(*it));
-    if (!it) { /* out of memory: drop it; a lost STEP is harmless, the rest is retried */
-        cJSON_Delete(json);
+    if (!it) {
+        msg_free(type, msg);
         free(tail);
-        return;
+        return false;
     }
-    *it = (struct qitem){NULL, type, json, tail, tail_len};
+    *it = (struct qitem){NULL, type, msg, tail};
     pthread_mutex_lock(&q->lock);
     if (q->tail)
         q->tail->next = it;
@@ -70,6 +77,7 @@ static void q_push(struct queue *q, unsigned type, cJSON *json, void *tail, size
     q->tail = it;
     pthread_cond_signal(&q->cond);
     pthread_mutex_unlock(&q->lock);
+    return true;
 }
 
 /* Wait up to timeout_ms (-1: forever) for an item. */
@@ -105,7 +113,7 @@ static void qitem_free(struct qitem *it)
 {
     if (!it)
         return;
-    cJSON_Delete(it->json);
+    msg_free(it->type, it->msg);
     free(it->tail);
     weft_free(it);
 }
@@ -117,8 +125,7 @@ struct agent {
     const struct weft_kernels *K;
     struct weft_kctx *kc;
     struct weft_runtime *rt;
-    struct weft_transport *world;
-    char id[64];
+    char id[WEFT_MSG_ID_MAX];
     int boot_fd;
     struct weft_link_host *host;
     struct weft_link *link;
@@ -126,8 +133,15 @@ struct agent {
     struct queue outbox; /* executor -> control: ASSIGNED, STEP, IMAGE, DONE */
     int wake_fd;         /* eventfd: the executor queued a reply (the control thread sleeps on
                             it and on the link host's descriptor) */
-    atomic_ullong cancel_job; /* key of a job to stop, 0: none */
-    atomic_int stop_all;      /* leaving: stop whatever runs */
+    /* the data-plane world: created and destroyed by the executor, revoked by either thread;
+     * the pointer changes under world_mu only */
+    pthread_mutex_t world_mu;
+    struct weft_transport *world;
+    uint64_t world_epoch;
+    uint64_t assigned_epoch;   /* the executor's: the epoch of the assignment it holds */
+    atomic_ullong reset_epoch; /* RESET e: worlds of epochs before e are revoked */
+    atomic_ullong cancel_job;  /* key of a job to stop, 0: none */
+    atomic_int stop_all;       /* leaving: stop whatever runs */
     atomic_int quit;
     int exit_code;
     double last_heard;
@@ -140,116 +154,102 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Revoke the world when it belongs to an epoch before `before` (UINT64_MAX: any). */
+static void world_revoke(struct agent *a, uint64_t before, const char *why)
+{
+    pthread_mutex_lock(&a->world_mu);
+    if (a->world && a->world_epoch < before) {
+        WEFT_LOG_INFO("worker", "data-plane world of epoch %llu revoked: %s",
+                      (unsigned long long)a->world_epoch, why);
+        weft_transport_revoke(a->world, WEFT_ERR_PEER_LOST);
+    }
+    pthread_mutex_unlock(&a->world_mu);
+}
+
 /* ---- executor ---------------------------------------------------------------------------- */
 
-static void reply(struct agent *a, unsigned type, cJSON *json, void *tail, size_t tail_len)
+/* Queue a message for the coordinator (takes msg and tail). */
+static void reply(struct agent *a, unsigned type, union weft_msg *msg, void *tail)
 {
-    q_push(&a->outbox, type, json, tail, tail_len);
+    if (!q_push(&a->outbox, type, msg, tail))
+        WEFT_LOG_WARN("worker", "out of memory: a %s message was dropped", weft_msg_name(type));
     const uint64_t one = 1;
     if (write(a->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         WEFT_LOG_WARN("worker", "eventfd: %s", strerror(errno));
 }
 
+static union weft_msg *msg_new(void)
+{
+    return weft_calloc(1, sizeof(union weft_msg));
+}
+
 static void drop_world(struct agent *a)
 {
     weft_runtime_unassign(a->rt);
-    weft_transport_destroy(a->world);
+    pthread_mutex_lock(&a->world_mu);
+    struct weft_transport *w = a->world;
     a->world = NULL;
+    pthread_mutex_unlock(&a->world_mu);
+    weft_transport_destroy(w);
 }
 
-static weft_status_t do_assign(struct agent *a, const cJSON *j)
+static void assign_of_msg(const struct weft_msg_assign *m, struct weft_rt_assign *as)
 {
-    struct weft_rt_assign as = {0};
-    const char *model, *rdv, *rotation;
-    int64_t epoch, size, rank, base, dp, ring, uly, tp;
-    bool anything, decode, full;
-    weft_status_t st;
-    const char *o = "assign";
-    if ((st = weft_json_get_int(j, "epoch", -1, 0, INT64_MAX, o, &epoch)) ||
-        (st = weft_json_get_string(j, "model", NULL, o, &model)) ||
-        (st = weft_json_get_string(j, "rdv", "", o, &rdv)) ||
-        (st = weft_json_get_int(j, "world_size", 1, 1, 65536, o, &size)) ||
-        (st = weft_json_get_int(j, "world_rank", 0, 0, 65535, o, &rank)) ||
-        (st = weft_json_get_int(j, "world_base", 0, 0, 65535, o, &base)) ||
-        (st = weft_json_get_int(j, "dp", 1, 1, 65536, o, &dp)) ||
-        (st = weft_json_get_int(j, "ring", 1, 1, 65536, o, &ring)) ||
-        (st = weft_json_get_int(j, "ulysses", 1, 1, 65536, o, &uly)) ||
-        (st = weft_json_get_int(j, "tp", 1, 1, 65536, o, &tp)) ||
-        (st = weft_json_get_bool(j, "anything", false, o, &anything)) ||
-        (st = weft_json_get_string(j, "rotation", "allgather", o, &rotation)) ||
-        (st = weft_json_get_bool(j, "tp_full_then_shard", false, o, &full)) ||
-        (st = weft_json_get_bool(j, "decode", false, o, &decode)))
-        return st;
-    if (!model || strlen(model) >= sizeof(as.model) || rank >= size) {
-        WEFT_LOG_ERROR("worker", "assign: bad model or rank");
-        return WEFT_ERR_PROTOCOL;
-    }
-    snprintf(as.model, sizeof(as.model), "%s", model);
-    as.mesh = (struct weft_mesh){(int)dp, (int)ring, (int)uly, (int)tp};
-    as.mesh_rank = (int)(rank - base);
-    as.world_base = (int)base;
-    as.cp = (struct weft_cp_layout){(int)ring, (int)uly, anything,
-                                    strcmp(rotation, "p2p") == 0 ? WEFT_RING_P2P
-                                                                 : WEFT_RING_ALLGATHER};
-    as.tp_full_then_shard = full;
-    as.decode = decode;
-    const cJSON *stage = cJSON_GetObjectItemCaseSensitive(j, "stage");
-    if (stage) {
-        int64_t pp, first, last, prev, next, root;
-        const char *so = "assign.stage";
-        if ((st = weft_json_get_int(stage, "stages", 1, 1, 65536, so, &pp)) ||
-            (st = weft_json_get_int(stage, "unit_first", 0, 0, 1 << 20, so, &first)) ||
-            (st = weft_json_get_int(stage, "unit_last", 0, 0, 1 << 20, so, &last)) ||
-            (st = weft_json_get_int(stage, "prev", -1, -1, 65535, so, &prev)) ||
-            (st = weft_json_get_int(stage, "next", -1, -1, 65535, so, &next)) ||
-            (st = weft_json_get_int(stage, "root", 0, 0, 65535, so, &root)))
-            return st;
-        as.mesh.pp = (int)pp;
-        as.stage = (struct weft_flux_stage){true, (int)first, (int)last, (int)prev, (int)next,
-                                            (int)root};
-    }
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "tp_plan");
-    for (const cJSON *e = plan ? plan->child : NULL; e && as.tp_plan.n < WEFT_CONF_MAP_MAX;
-         e = e->next) {
-        if (!cJSON_IsString(e))
-            return WEFT_ERR_PROTOCOL;
-        struct weft_conf_entry *ce = &as.tp_plan.e[as.tp_plan.n++];
-        snprintf(ce->key, sizeof(ce->key), "%s", e->string);
-        snprintf(ce->value, sizeof(ce->value), "%s", e->valuestring);
-        snprintf(ce->origin, sizeof(ce->origin), "the coordinator's [tp_plan]");
-    }
-    if (as.mesh_rank < 0 || as.mesh_rank >= weft_mesh_size(&as.mesh) ||
-        base + weft_mesh_size(&as.mesh) > size) {
-        WEFT_LOG_ERROR("worker", "assign: rank %lld is not in the mesh", (long long)rank);
-        return WEFT_ERR_PROTOCOL;
-    }
+    memset(as, 0, sizeof(*as));
+    snprintf(as->model, sizeof(as->model), "%s", m->model);
+    as->layout = m->layout;
+    as->mesh_rank = m->world_rank - m->world_base;
+    as->world_base = m->world_base;
+    as->tp_full_then_shard = m->tp_full_then_shard;
+    as->tp_plan = m->tp_plan;
+    as->decode = m->decode;
+    as->stage = (struct weft_rt_stage){m->stage.on, m->stage.unit_first, m->stage.unit_last,
+                                       m->stage.prev, m->stage.next, m->stage.root};
+}
+
+static weft_status_t do_assign(struct agent *a, const struct weft_msg_assign *m,
+                               struct weft_error *err)
+{
     drop_world(a);
-    if (size > 1) {
+    if (m->world_size > 1) {
         struct weft_transport_opts to;
         weft_transport_opts_from_conf(&a->opts->conf->transport, &to);
-        if ((st = weft_transport_create(&to, (int)rank, (int)size, rdv, &a->world)) != WEFT_OK)
-            return st;
+        struct weft_transport *w = NULL;
+        weft_log_clear_last_error();
+        weft_status_t st = weft_transport_create(&to, m->world_rank, m->world_size, m->rdv, &w);
+        if (st != WEFT_OK)
+            return weft_error_from_log(err, st);
+        pthread_mutex_lock(&a->world_mu);
+        a->world = w;
+        a->world_epoch = m->epoch;
+        pthread_mutex_unlock(&a->world_mu);
+        /* a RESET that came while the world was being built */
+        world_revoke(a, atomic_load(&a->reset_epoch), "reset while it was being built");
     }
-    weft_log_set_rank((int)rank);
-    return weft_runtime_assign(a->rt, &as, a->world);
+    weft_log_set_rank(m->world_rank);
+    struct weft_rt_assign *as = weft_malloc(sizeof(*as));
+    if (!as)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    assign_of_msg(m, as);
+    weft_status_t st = weft_runtime_assign(a->rt, as, a->world, err);
+    weft_free(as);
+    return st;
 }
 
 struct run_ctx {
     struct agent *a;
     uint64_t job;
-    int image;
+    int64_t image;
 };
 
 static void on_step(void *arg, int step, int steps, double seconds)
 {
     struct run_ctx *rc = arg;
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "job", (double)rc->job);
-    cJSON_AddNumberToObject(j, "image", rc->image);
-    cJSON_AddNumberToObject(j, "step", step);
-    cJSON_AddNumberToObject(j, "steps", steps);
-    cJSON_AddNumberToObject(j, "seconds", seconds);
-    reply(rc->a, WEFT_MSG_STEP, j, NULL, 0);
+    union weft_msg *m = msg_new();
+    if (!m)
+        return; /* a lost step report is harmless */
+    m->step = (struct weft_msg_step){rc->job, rc->image, step, steps, seconds};
+    reply(rc->a, WEFT_MSG_STEP, m, NULL);
 }
 
 static int is_cancelled(void *arg)
@@ -258,122 +258,149 @@ static int is_cancelled(void *arg)
     return atomic_load(&rc->a->cancel_job) == rc->job || atomic_load(&rc->a->stop_all);
 }
 
-/* RUN: {"job", "height", "width", "steps", "guidance", "seed", "decode", "prompts": [{"s_txt",
- * "joint", "pooled", "name"}], "images": [[index, prompt], ...]}; tail: per prompt its
- * prompt_embeds then pooled floats. */
-static weft_status_t do_run(struct agent *a, const cJSON *j, const void *tail, size_t tail_len,
-                            uint64_t *job_p)
+/* Every image of a RUN in order; the decoding rank sends each one. */
+static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struct weft_error *err)
 {
-    int64_t job, h, w, steps, seed;
-    double guidance;
-    const char *o = "run", *model;
-    weft_status_t st;
-    if ((st = weft_json_get_int(j, "job", -1, 1, INT64_MAX, o, &job)) ||
-        (st = weft_json_get_int(j, "height", 0, 16, 1 << 16, o, &h)) ||
-        (st = weft_json_get_int(j, "width", 0, 16, 1 << 16, o, &w)) ||
-        (st = weft_json_get_int(j, "steps", 0, 1, 1000, o, &steps)) ||
-        (st = weft_json_get_int(j, "seed", 0, 0, INT64_MAX, o, &seed)) ||
-        (st = weft_json_get_double(j, "guidance", 3.5, 0, 1000, o, &guidance)) ||
-        (st = weft_json_get_string(j, "model_name", "", o, &model)))
-        return st;
-    *job_p = (uint64_t)job;
-    const cJSON *prompts = cJSON_GetObjectItemCaseSensitive(j, "prompts");
-    const cJSON *images = cJSON_GetObjectItemCaseSensitive(j, "images");
-    int np = cJSON_GetArraySize(prompts);
-    if (!cJSON_IsArray(prompts) || !cJSON_IsArray(images) || np < 1 || np > 4096)
-        return WEFT_ERR_PROTOCOL;
-    const float **pe = weft_calloc((size_t)np, sizeof(*pe)), **pooled = weft_calloc((size_t)np,
-                                                                                    sizeof(*pooled));
-    int64_t *s_txt = weft_calloc((size_t)np, sizeof(*s_txt));
-    const char **names = weft_calloc((size_t)np, sizeof(*names));
-    if (!pe || !pooled || !s_txt || !names) {
-        st = WEFT_ERR_NOMEM;
-        goto out;
-    }
+    const float **embeds = weft_calloc((size_t)r->n_prompts, sizeof(*embeds));
+    if (!embeds)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     size_t off = 0;
-    int i = 0;
-    for (const cJSON *p = prompts->child; p; p = p->next, i++) {
-        int64_t t, joint, pd;
-        if ((st = weft_json_get_int(p, "s_txt", -1, 0, 1 << 20, o, &t)) ||
-            (st = weft_json_get_int(p, "joint", -1, 1, 1 << 20, o, &joint)) ||
-            (st = weft_json_get_int(p, "pooled", -1, 1, 1 << 20, o, &pd)) ||
-            (st = weft_json_get_string(p, "name", "", o, &names[i])))
-            goto out;
-        size_t need = (size_t)(t * joint + pd) * sizeof(float);
-        if (off + need > tail_len || off % sizeof(float)) {
-            WEFT_LOG_ERROR("worker", "run: prompt %d needs %zu bytes past %zu of a %zu-byte tail",
-                           i, need, off, tail_len);
-            st = WEFT_ERR_PROTOCOL;
-            goto out;
-        }
-        pe[i] = (const float *)((const char *)tail + off);
-        pooled[i] = pe[i] + t * joint;
-        s_txt[i] = t;
-        off += need;
+    for (int i = 0; i < r->n_prompts; i++) {
+        embeds[i] = r->embeds + off;
+        off += weft_msg_prompt_floats(&r->prompts[i]);
     }
-    for (const cJSON *e = images->child; e && st == WEFT_OK; e = e->next) {
-        const cJSON *ix = cJSON_GetArrayItem(e, 0), *pr = cJSON_GetArrayItem(e, 1);
-        if (!cJSON_IsNumber(ix) || !cJSON_IsNumber(pr) || pr->valueint < 0 ||
-            pr->valueint >= np || ix->valueint < 0) {
-            st = WEFT_ERR_PROTOCOL;
+    weft_status_t st = WEFT_OK;
+    for (int k = 0; k < r->n_images && st == WEFT_OK; k++) {
+        const struct weft_msg_image_ref *ref = &r->images[k];
+        const struct weft_msg_prompt *p = &r->prompts[ref->prompt];
+        struct run_ctx rc = {a, r->job, ref->index};
+        const struct weft_rt_image img = {
+            .prompt_embeds = embeds[ref->prompt],
+            .s_txt = p->tokens,
+            .pooled = embeds[ref->prompt] + p->tokens * p->joint,
+            .height = r->height,
+            .width = r->width,
+            .steps = (int)r->steps,
+            .guidance = (float)r->guidance,
+            .seed = r->seed,
+            .noise_index = ref->index,
+            .decode = true,
+            .png_prompt = p->name,
+            .png_model = r->model_name[0] ? r->model_name : NULL,
+            .png_job = r->job_id,
+            .png_prompt_index = ref->prompt,
+        };
+        const struct weft_model *mod = weft_runtime_model(a->rt);
+        if (mod && (p->joint != mod->flux.joint_attention_dim ||
+                    p->pooled != mod->flux.pooled_projection_dim)) {
+            st = weft_error_set(err, WEFT_ERR_PROTOCOL, "worker",
+                                "prompt %d is [%lld, %lld] + [%lld]; the model takes [T, %lld] "
+                                "+ [%lld]", ref->prompt, (long long)p->tokens,
+                                (long long)p->joint, (long long)p->pooled,
+                                (long long)mod->flux.joint_attention_dim,
+                                (long long)mod->flux.pooled_projection_dim);
             break;
         }
-        struct run_ctx rc = {a, (uint64_t)job, ix->valueint};
-        struct weft_rt_image img = {
-            .prompt_embeds = pe[pr->valueint],
-            .s_txt = s_txt[pr->valueint],
-            .pooled = pooled[pr->valueint],
-            .height = h,
-            .width = w,
-            .steps = (int)steps,
-            .guidance = (float)guidance,
-            .seed = (uint64_t)seed,
-            .noise_index = ix->valueint,
-            .png_prompt = names[pr->valueint],
-            .png_model = model[0] ? model : NULL,
-        };
         struct weft_rt_result res;
-        st = weft_runtime_image(a->rt, &img, on_step, is_cancelled, &rc, &res);
-        if (st == WEFT_OK && res.png) {
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddNumberToObject(r, "job", (double)job);
-            cJSON_AddNumberToObject(r, "image", ix->valueint);
-            cJSON_AddNumberToObject(r, "width", (double)w);
-            cJSON_AddNumberToObject(r, "height", (double)h);
-            cJSON_AddNumberToObject(r, "denoise_s", res.denoise_s);
-            cJSON_AddNumberToObject(r, "decode_s", res.decode_s);
-            reply(a, WEFT_MSG_IMAGE, r, res.png, res.png_len);
-        } else {
-            free(res.png);
+        st = weft_runtime_image(a->rt, &img, on_step, is_cancelled, &rc, &res, err);
+        if (st != WEFT_OK || !res.png) {
+            weft_rt_result_cleanup(&res);
+            continue;
         }
+        union weft_msg *m = msg_new();
+        if (!m) {
+            weft_rt_result_cleanup(&res);
+            st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+            break;
+        }
+        m->image = (struct weft_msg_image){r->job, ref->index, (int32_t)r->width,
+                                           (int32_t)r->height, res.denoise_s,
+                                           res.decode_s + res.png_s, res.png, res.png_len};
+        reply(a, WEFT_MSG_IMAGE, m, res.png); /* the PNG travels with its message */
+        res.png = NULL;
+        weft_rt_result_cleanup(&res);
     }
-out:
-    weft_free(pe), weft_free(pooled), weft_free(s_txt), weft_free(names);
+    weft_free(embeds);
     return st;
 }
 
-/* The job's collectives, for the coordinator's metrics: "comm": {group: {op: [seconds, bytes,
- * calls]}}, the kinds this rank called. */
-static void add_comm_stats(cJSON *r, const struct weft_par_stats *before,
-                           const struct weft_par_stats *after)
+/* The job's collectives on this rank, for the coordinator's metrics. */
+static void comm_stats(struct weft_msg_done *d, const struct weft_par_stats *before,
+                       const struct weft_par_stats *after)
 {
-    cJSON *comm = NULL;
     for (int g = 0; g < WEFT_MESH_GROUP_COUNT; g++) {
-        cJSON *group = NULL;
         for (int op = 0; op < WEFT_PAR_OP_COUNT; op++) {
             long calls = after->calls[g][op] - before->calls[g][op];
-            if (calls <= 0)
+            if (calls <= 0 || d->n_comm == WEFT_MSG_COMM_MAX)
                 continue;
-            if (!comm)
-                comm = cJSON_AddObjectToObject(r, "comm");
-            if (comm && !group)
-                group = cJSON_AddObjectToObject(comm, weft_mesh_group_name(g));
-            const double v[3] = {after->seconds[g][op] - before->seconds[g][op],
-                                 after->bytes[g][op] - before->bytes[g][op], (double)calls};
-            if (group)
-                cJSON_AddItemToObject(group, weft_par_op_name(op), cJSON_CreateDoubleArray(v, 3));
+            struct weft_msg_comm *c = &d->comm[d->n_comm++];
+            snprintf(c->group, sizeof(c->group), "%s", weft_mesh_group_name(g));
+            snprintf(c->op, sizeof(c->op), "%s", weft_par_op_name(op));
+            c->seconds = after->seconds[g][op] - before->seconds[g][op];
+            c->bytes = after->bytes[g][op] - before->bytes[g][op];
+            c->calls = (uint64_t)calls;
         }
     }
+}
+
+static void done(struct agent *a, uint64_t job, weft_status_t st, const struct weft_error *err,
+                 const struct weft_par_stats *before)
+{
+    union weft_msg *m = msg_new();
+    if (!m) {
+        WEFT_LOG_ERROR("worker", "out of memory: job %llu's end cannot be reported",
+                       (unsigned long long)job);
+        return;
+    }
+    m->done.job = job;
+    m->done.status = st;
+    snprintf(m->done.error, sizeof(m->done.error), "%s",
+             st != WEFT_OK && st != WEFT_ERR_CANCELLED ? weft_error_text(err) : "");
+    if (before) {
+        struct weft_par_stats after;
+        weft_runtime_comm_stats(a->rt, &after);
+        comm_stats(&m->done, before, &after);
+    }
+    reply(a, WEFT_MSG_DONE, m, NULL);
+}
+
+static void exec_run(struct agent *a, struct qitem *it)
+{
+    const struct weft_msg_run *r = &it->msg->run;
+    struct weft_error err = WEFT_ERROR_INIT;
+    struct weft_par_stats before;
+    weft_runtime_comm_stats(a->rt, &before);
+    weft_status_t st;
+    if (!weft_runtime_model(a->rt))
+        st = weft_error_set(&err, WEFT_ERR_PROTOCOL, "worker",
+                            "job %s came to a worker with no assignment", r->job_id);
+    else if (r->epoch != a->assigned_epoch)
+        st = weft_error_set(&err, WEFT_ERR_PROTOCOL, "worker",
+                            "job %s is for epoch %llu; this worker holds epoch %llu", r->job_id,
+                            (unsigned long long)r->epoch, (unsigned long long)a->assigned_epoch);
+    else
+        st = do_run(a, r, &err);
+    if (WEFT_STATUS_IS_PEER_LOST(st))
+        drop_world(a); /* the world is failed for good: wait for a new assignment */
+    done(a, r->job, st, &err, &before);
+}
+
+static void exec_assign(struct agent *a, struct qitem *it)
+{
+    const struct weft_msg_assign *m = &it->msg->assign;
+    struct weft_error err = WEFT_ERROR_INIT;
+    a->assigned_epoch = m->epoch;
+    weft_status_t st = do_assign(a, m, &err);
+    union weft_msg *r = msg_new();
+    if (!r) {
+        WEFT_LOG_ERROR("worker", "out of memory: the assignment's outcome cannot be reported");
+        return;
+    }
+    r->assigned.epoch = m->epoch;
+    r->assigned.status = st;
+    snprintf(r->assigned.error, sizeof(r->assigned.error), "%s", weft_error_text(&err));
+    weft_runtime_bytes(a->rt, &r->assigned.transformer_bytes, &r->assigned.vae_bytes);
+    reply(a, WEFT_MSG_ASSIGNED, r, NULL);
 }
 
 static void *executor_main(void *arg)
@@ -385,36 +412,12 @@ static void *executor_main(void *arg)
             qitem_free(it);
             break;
         }
-        cJSON *r = cJSON_CreateObject();
-        weft_log_clear_last_error();
-        if (it->type == WEFT_MSG_ASSIGN) {
-            weft_status_t st = do_assign(a, it->json);
-            const cJSON *ep = cJSON_GetObjectItemCaseSensitive(it->json, "epoch");
-            cJSON_AddNumberToObject(r, "epoch", cJSON_IsNumber(ep) ? ep->valuedouble : -1);
-            cJSON_AddNumberToObject(r, "status", st);
-            cJSON_AddStringToObject(r, "error", st ? weft_log_last_error() : "");
-            uint64_t tb = 0, vb = 0;
-            weft_runtime_bytes(a->rt, &tb, &vb);
-            cJSON_AddNumberToObject(r, "transformer_bytes", (double)tb);
-            cJSON_AddNumberToObject(r, "vae_bytes", (double)vb);
-            reply(a, WEFT_MSG_ASSIGNED, r, NULL, 0);
-        } else if (it->type == WEFT_MSG_RUN) {
-            uint64_t job = 0;
-            struct weft_par_stats before, after;
-            weft_runtime_comm_stats(a->rt, &before);
-            weft_status_t st = do_run(a, it->json, it->tail, it->tail_len, &job);
-            weft_runtime_comm_stats(a->rt, &after);
-            add_comm_stats(r, &before, &after);
-            if (WEFT_STATUS_IS_PEER_LOST(st))
-                drop_world(a); /* the world is failed for good: wait for a new assignment */
-            cJSON_AddNumberToObject(r, "job", (double)job);
-            cJSON_AddNumberToObject(r, "status", st);
-            cJSON_AddStringToObject(r, "error", st ? weft_log_last_error() : "");
-            reply(a, WEFT_MSG_DONE, r, NULL, 0);
-        } else { /* RESET */
+        if (it->type == WEFT_MSG_ASSIGN)
+            exec_assign(a, it);
+        else if (it->type == WEFT_MSG_RUN)
+            exec_run(a, it);
+        else /* RESET */
             drop_world(a);
-            cJSON_Delete(r);
-        }
         qitem_free(it);
     }
     drop_world(a);
@@ -423,52 +426,84 @@ static void *executor_main(void *arg)
 
 /* ---- control thread ---------------------------------------------------------------------- */
 
+static weft_status_t send_msg(struct agent *a, unsigned type, const union weft_msg *m)
+{
+    void *buf;
+    size_t len;
+    struct weft_error err = WEFT_ERROR_INIT;
+    weft_status_t st = weft_msg_encode(type, m, &buf, &len, &err);
+    if (st != WEFT_OK) {
+        WEFT_LOG_ERROR("worker", "cannot send a %s message: %s", weft_msg_name(type),
+                       weft_error_text(&err));
+        return st;
+    }
+    st = weft_link_send(a->link, (uint16_t)type, buf, len);
+    weft_free(buf);
+    return st;
+}
+
+/* A RUN that cannot be decoded is answered with its job's DONE (when its key could be read),
+ * so the coordinator never waits for it; anything else malformed ends the session. */
+static void on_bad_msg(struct agent *a, unsigned type, const union weft_msg *m,
+                       const struct weft_error *err)
+{
+    WEFT_LOG_ERROR("worker", "the coordinator sent a malformed %s message: %s",
+                   weft_msg_name(type), weft_error_text(err));
+    if (type == WEFT_MSG_RUN && m->run.job) {
+        union weft_msg d = {.done = {.job = m->run.job, .status = WEFT_ERR_PROTOCOL}};
+        snprintf(d.done.error, sizeof(d.done.error), "worker %s: %s", a->id,
+                 weft_error_text(err));
+        (void)send_msg(a, WEFT_MSG_DONE, &d);
+        return;
+    }
+    atomic_store(&a->quit, 1);
+}
+
 static void on_msg(struct weft_link *link, uint16_t type, const void *data, size_t len,
                    void *arg)
 {
     (void)link;
     struct agent *a = arg;
     a->last_heard = now_s();
-    cJSON *json;
-    const void *tail;
-    size_t tail_len;
-    if (weft_msg_unpack(data, len, "coordinator", &json, &tail, &tail_len) != WEFT_OK)
-        return;
-    switch (type) {
-    case WEFT_MSG_PING:
-        cJSON_Delete(json);
-        return;
-    case WEFT_MSG_CANCEL: {
-        const cJSON *job = cJSON_GetObjectItemCaseSensitive(json, "job");
-        if (cJSON_IsNumber(job))
-            atomic_store(&a->cancel_job, (unsigned long long)job->valuedouble);
-        cJSON_Delete(json);
+    union weft_msg *m = msg_new();
+    if (!m) {
+        WEFT_LOG_ERROR("worker", "out of memory: a %s message was dropped", weft_msg_name(type));
+        atomic_store(&a->quit, 1); /* the coordinator would wait for an answer forever */
         return;
     }
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_msg_decode(type, data, len, m, &err) != WEFT_OK) {
+        on_bad_msg(a, type, m, &err);
+        msg_free(type, m);
+        return;
+    }
+    switch (type) {
+    case WEFT_MSG_PING:
+        break;
+    case WEFT_MSG_CANCEL:
+        atomic_store(&a->cancel_job, m->job.job);
+        break;
     case WEFT_MSG_SHUTDOWN:
         atomic_store(&a->quit, 1);
         a->exit_code = 0;
-        cJSON_Delete(json);
-        return;
+        break;
+    case WEFT_MSG_RESET:
+        /* the mesh is gone: a collective with a lost peer must not wait for its deadline;
+         * then the executor drops the world */
+        atomic_store(&a->reset_epoch, m->epoch.epoch);
+        world_revoke(a, m->epoch.epoch, "the coordinator reset the mesh");
+        /* fall through */
     case WEFT_MSG_ASSIGN:
     case WEFT_MSG_RUN:
-    case WEFT_MSG_RESET: {
-        void *copy = NULL;
-        if (tail_len && !(copy = malloc(tail_len))) {
-            cJSON_Delete(json);
-            return;
-        }
-        if (tail_len)
-            memcpy(copy, tail, tail_len);
         if (type == WEFT_MSG_RUN)
             atomic_store(&a->cancel_job, 0);
-        q_push(&a->inbox, type, json, copy, tail_len);
+        if (!q_push(&a->inbox, type, m, NULL))
+            atomic_store(&a->quit, 1);
         return;
-    }
     default:
         WEFT_LOG_WARN("worker", "coordinator sent an unexpected %s message", weft_msg_name(type));
-        cJSON_Delete(json);
     }
+    msg_free(type, m);
 }
 
 static void on_down(struct weft_link *link, weft_status_t why, void *arg)
@@ -480,30 +515,17 @@ static void on_down(struct weft_link *link, weft_status_t why, void *arg)
     a->exit_code = 1;
 }
 
-static weft_status_t send_msg(struct agent *a, unsigned type, cJSON *json, const void *tail,
-                              size_t tail_len)
-{
-    void *buf;
-    size_t len;
-    weft_status_t st = weft_msg_pack(json, tail, tail_len, &buf, &len);
-    if (st == WEFT_OK) {
-        st = weft_link_send(a->link, (uint16_t)type, buf, len);
-        weft_free(buf);
-    }
-    return st;
-}
-
-static int connect_tcp(const char *hostport, int timeout_ms)
+static int connect_tcp(const char *hostport, double deadline, struct weft_error *err)
 {
     char host[256];
     const char *colon = strrchr(hostport, ':');
     if (!colon || (size_t)(colon - hostport) >= sizeof(host)) {
-        WEFT_LOG_ERROR("worker", "coordinator address '%s': expected host:port", hostport);
+        weft_error_set(err, WEFT_ERR_CONFIG, "worker",
+                       "coordinator address '%s': expected host:port", hostport);
         return -1;
     }
     memcpy(host, hostport, (size_t)(colon - hostport));
     host[colon - hostport] = '\0';
-    double deadline = now_s() + timeout_ms / 1e3;
     int warned = 0;
     for (;;) {
         struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
@@ -521,8 +543,8 @@ static int connect_tcp(const char *hostport, int timeout_ms)
         if (fd >= 0)
             return fd;
         if (now_s() > deadline) {
-            WEFT_LOG_ERROR("worker", "cannot reach the coordinator at %s within %d ms", hostport,
-                           timeout_ms);
+            weft_error_set(err, WEFT_ERR_UNREACHABLE, "worker",
+                           "cannot reach the coordinator at %s", hostport);
             return -1;
         }
         if (!warned++)
@@ -531,7 +553,7 @@ static int connect_tcp(const char *hostport, int timeout_ms)
     }
 }
 
-static cJSON *inventory(struct agent *a, const char *link_b64)
+static cJSON *inventory(struct agent *a)
 {
     cJSON *h = cJSON_CreateObject();
     char host[256] = "?";
@@ -547,75 +569,86 @@ static cJSON *inventory(struct agent *a, const char *link_b64)
     cJSON_AddNumberToObject(h, "launch_rank", a->opts->launch.rank);
     cJSON_AddNumberToObject(h, "local_rank", a->opts->launch.local_rank);
     cJSON_AddStringToObject(h, "version", WEFT_VERSION);
-    cJSON_AddStringToObject(h, "link", link_b64);
     (void)weft_inventory_nics_add(h); /* best effort: a failed source is logged, the rest kept */
     return h;
 }
 
-/* The authenticated bootstrap: challenge, proof both ways, ids and link addresses. */
-static weft_status_t bootstrap(struct agent *a, void **coord_addr_p, size_t *coord_len_p)
+/* One try of the authenticated bootstrap on a fresh connection: challenge, proof both ways,
+ * ids and link addresses. */
+static weft_status_t boot_once(struct agent *a, const void *addr, size_t alen,
+                               struct weft_boot_accept *acc, struct weft_error *err)
 {
     const int tmo = 10000;
+    cJSON *json = NULL;
+    struct weft_boot_challenge ch;
+    weft_status_t st = weft_boot_recv(a->boot_fd, tmo, &json, err);
+    if (st == WEFT_OK)
+        st = weft_boot_challenge_decode(json, &ch, err);
+    cJSON_Delete(json);
+    json = NULL;
+    struct weft_boot_hello h = {.link = (void *)addr, .link_len = alen};
+    if (st == WEFT_OK && (st = weft_boot_new_challenge(h.challenge)) != WEFT_OK)
+        weft_error_refuse(err, st, "no randomness for a challenge");
+    char *text = NULL;
+    if (st == WEFT_OK) {
+        weft_boot_proof(a->opts->secret, "worker", ch.challenge, h.response);
+        h.inventory = inventory(a);
+        text = weft_boot_hello_encode(&h);
+        cJSON_Delete(h.inventory);
+        st = text ? weft_boot_send(a->boot_fd, text, tmo, err)
+                  : weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+        weft_free(text);
+    }
+    if (st == WEFT_OK && (st = weft_boot_recv(a->boot_fd, tmo, &json, err)) == WEFT_OK)
+        st = weft_boot_accept_decode(json, acc, err);
+    cJSON_Delete(json);
+    if (st != WEFT_OK)
+        return st;
+    if (!acc->accepted) {
+        st = weft_error_set(err, WEFT_ERR_AUTH, "worker", "the coordinator refused this worker: "
+                            "%s", acc->error);
+    } else {
+        char want[WEFT_BOOT_HEX];
+        weft_boot_proof(a->opts->secret, "coordinator", h.challenge, want);
+        if (!weft_boot_proof_ok(acc->response, want))
+            st = weft_error_set(err, WEFT_ERR_AUTH, "worker",
+                                "the coordinator did not prove it knows the cluster secret");
+    }
+    if (st != WEFT_OK)
+        weft_boot_accept_cleanup(acc);
+    return st;
+}
+
+/* Join: connect and bootstrap until the join deadline. A coordinator that sheds load (too many
+ * connections joining at once) closes the connection before its challenge: try again. */
+static weft_status_t bootstrap(struct agent *a, struct weft_boot_accept *acc,
+                               struct weft_error *err)
+{
     const void *addr;
     size_t alen;
     weft_status_t st = weft_link_host_address(a->host, &addr, &alen);
     if (st != WEFT_OK)
-        return st;
-    a->boot_fd = connect_tcp(a->opts->coordinator, (int)a->opts->conf->cluster.join_timeout_ms);
-    if (a->boot_fd < 0)
-        return WEFT_ERR_UNREACHABLE;
-    cJSON *ch = NULL, *acc = NULL;
-    char *b64 = weft_base64(addr, alen);
-    if ((st = weft_boot_recv(a->boot_fd, tmo, &ch)) != WEFT_OK)
-        goto out;
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(ch, "challenge");
-    uint8_t raw[32];
-    if (!cJSON_IsString(c) || weft_unhex(c->valuestring, raw, 32) != 0) {
-        WEFT_LOG_ERROR("worker", "the coordinator sent no valid challenge");
-        st = WEFT_ERR_PROTOCOL;
-        goto out;
+        return weft_error_refuse(err, st, "no UCX address for the control link");
+    const double deadline = now_s() + (double)a->opts->conf->cluster.join_timeout_ms / 1e3;
+    for (int attempt = 0;; attempt++) {
+        weft_error_clear(err);
+        a->boot_fd = connect_tcp(a->opts->coordinator, deadline, err);
+        if (a->boot_fd < 0)
+            return err->status;
+        st = boot_once(a, addr, alen, acc, err);
+        if (st != WEFT_ERR_PEER_LOST || now_s() > deadline)
+            break;
+        close(a->boot_fd);
+        a->boot_fd = -1;
+        if (attempt == 0)
+            WEFT_LOG_INFO("worker", "the coordinator closed the bootstrap (%s); trying again",
+                          weft_error_text(err));
+        usleep((useconds_t)(100000 + 50000 * (attempt % 8)));
     }
-    char proof[65], mine[65], want[65];
-    weft_boot_proof(a->opts->secret, "worker", c->valuestring, proof);
-    if ((st = weft_boot_challenge(mine)) != WEFT_OK)
-        goto out;
-    cJSON *resp = cJSON_CreateObject();
-    cJSON_AddNumberToObject(resp, "weft", WEFT_PROTO_VERSION);
-    cJSON_AddStringToObject(resp, "response", proof);
-    cJSON_AddStringToObject(resp, "challenge", mine);
-    cJSON_AddItemToObject(resp, "hello", inventory(a, b64 ? b64 : ""));
-    st = weft_boot_send(a->boot_fd, resp, tmo);
-    cJSON_Delete(resp);
-    if (st != WEFT_OK || (st = weft_boot_recv(a->boot_fd, tmo, &acc)) != WEFT_OK)
-        goto out;
-    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(acc, "accepted");
-    if (!cJSON_IsTrue(ok)) {
-        const cJSON *err = cJSON_GetObjectItemCaseSensitive(acc, "error");
-        WEFT_LOG_ERROR("worker", "the coordinator refused this worker: %s",
-                       cJSON_IsString(err) ? err->valuestring : "no reason given");
-        st = WEFT_ERR_AUTH;
-        goto out;
-    }
-    weft_boot_proof(a->opts->secret, "coordinator", mine, want);
-    const cJSON *their = cJSON_GetObjectItemCaseSensitive(acc, "response");
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(acc, "id");
-    const cJSON *link = cJSON_GetObjectItemCaseSensitive(acc, "link");
-    if (!cJSON_IsString(their) || strlen(their->valuestring) != 64 ||
-        weft_ct_compare(their->valuestring, want, 64) != 0) {
-        WEFT_LOG_ERROR("worker", "the coordinator did not prove it knows the cluster secret");
-        st = WEFT_ERR_AUTH;
-        goto out;
-    }
-    if (!cJSON_IsString(id) || !cJSON_IsString(link) ||
-        !(*coord_addr_p = weft_unbase64(link->valuestring, coord_len_p))) {
-        st = WEFT_ERR_PROTOCOL;
-        goto out;
-    }
-    snprintf(a->id, sizeof(a->id), "%s", id->valuestring);
-out:
-    weft_free(b64);
-    cJSON_Delete(ch);
-    cJSON_Delete(acc);
+    if (st != WEFT_OK)
+        WEFT_LOG_ERROR("worker", "%s", weft_error_text(err));
+    else
+        snprintf(a->id, sizeof(a->id), "%s", acc->id);
     return st;
 }
 
@@ -626,7 +659,8 @@ static bool coordinator_gone(struct agent *a)
     if (poll(&p, 1, 0) <= 0)
         return false;
     char b;
-    return recv(a->boot_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0 || (p.revents & (POLLHUP | POLLERR));
+    return recv(a->boot_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0 ||
+           (p.revents & (POLLHUP | POLLERR));
 }
 
 static void control_loop(struct agent *a)
@@ -648,16 +682,14 @@ static void control_loop(struct agent *a)
         (void)weft_link_host_progress(a->host);
         struct qitem *it;
         while ((it = q_pop(&a->outbox, 0))) {
-            if (send_msg(a, it->type, it->json, it->tail, it->tail_len) != WEFT_OK)
+            if (send_msg(a, it->type, it->msg) != WEFT_OK)
                 atomic_store(&a->quit, 1);
             qitem_free(it);
         }
         double now = now_s();
         if (now >= next_ping) {
-            cJSON *p = cJSON_CreateObject();
-            if (send_msg(a, WEFT_MSG_PING, p, NULL, 0) != WEFT_OK)
+            if (send_msg(a, WEFT_MSG_PING, NULL) != WEFT_OK)
                 atomic_store(&a->quit, 1);
-            cJSON_Delete(p);
             next_ping = now + hb;
         }
         if (coordinator_gone(a) || now - a->last_heard > lost) {
@@ -667,6 +699,59 @@ static void control_loop(struct agent *a)
             break;
         }
     }
+}
+
+/* One membership: join, serve, and take everything down when it ends. */
+static weft_status_t session(struct agent *a, int number)
+{
+    atomic_store(&a->quit, 0);
+    atomic_store(&a->stop_all, 0);
+    atomic_store(&a->reset_epoch, 0);
+    a->exit_code = 1;
+    if (number > 0)
+        WEFT_LOG_WARN("worker", "joining the coordinator at %s again (for up to %lld ms)",
+                      a->opts->coordinator, (long long)a->opts->conf->cluster.join_timeout_ms);
+    struct weft_error err = WEFT_ERROR_INIT;
+    struct weft_boot_accept acc = {0};
+    weft_status_t st = bootstrap(a, &acc, &err);
+    if (st == WEFT_OK)
+        st = weft_link_connect(a->host, acc.link, acc.link_len, on_msg, on_down, a, &a->link);
+    weft_boot_accept_cleanup(&acc);
+    if (st == WEFT_OK) {
+        union weft_msg hello;
+        snprintf(hello.hello.id, sizeof(hello.hello.id), "%s", a->id);
+        st = send_msg(a, WEFT_MSG_HELLO, &hello);
+    }
+    pthread_t exec;
+    bool exec_started = false;
+    if (st == WEFT_OK) {
+        WEFT_LOG_INFO("worker", "joined the coordinator at %s as %s", a->opts->coordinator,
+                      a->id);
+        exec_started = pthread_create(&exec, NULL, executor_main, a) == 0;
+        if (exec_started)
+            control_loop(a);
+        else
+            st = WEFT_ERR_NOMEM;
+    }
+    if (exec_started) {
+        /* this membership is over: whatever the executor runs must stop now, without waiting
+         * on peers that have moved on (or are gone) */
+        atomic_store(&a->stop_all, 1);
+        world_revoke(a, UINT64_MAX, "this worker left the mesh");
+        q_push(&a->inbox, WEFT_MSG_SHUTDOWN, NULL, NULL);
+        pthread_join(exec, NULL);
+    }
+    struct qitem *it;
+    while ((it = q_pop(&a->outbox, 0)))
+        qitem_free(it);
+    while ((it = q_pop(&a->inbox, 0)))
+        qitem_free(it);
+    weft_link_close(a->link);
+    a->link = NULL;
+    if (a->boot_fd >= 0)
+        close(a->boot_fd);
+    a->boot_fd = -1;
+    return st;
 }
 
 int weft_agent_main(const struct weft_agent_opts *opts)
@@ -679,63 +764,18 @@ int weft_agent_main(const struct weft_agent_opts *opts)
     }
     q_init(&a.inbox);
     q_init(&a.outbox);
-    void *caddr = NULL;
-    size_t clen = 0;
-    pthread_t exec;
-    int exec_started = 0;
+    pthread_mutex_init(&a.world_mu, NULL);
     weft_status_t st = weft_kernels_cpu_create((int)opts->conf->kernels.threads, &a.K, &a.kc);
+    const struct weft_rt_opts ro = {a.K, a.kc, false};
     if (st == WEFT_OK)
-        st = weft_runtime_create(a.K, a.kc, &a.rt);
+        st = weft_runtime_create(&ro, &a.rt);
     if (st == WEFT_OK)
         st = weft_link_host_create(opts->conf->transport.tls[0] ? opts->conf->transport.tls : NULL,
                                    NULL, NULL, &a.host);
     /* Join; when the coordinator is lost (it died or was restarted), drop everything it
      * assigned and join again, for up to [cluster] join_timeout_ms like the first time. */
-    for (int session = 0; st == WEFT_OK; session++) {
-        atomic_store(&a.quit, 0);
-        atomic_store(&a.stop_all, 0);
-        a.exit_code = 1;
-        if (session > 0)
-            WEFT_LOG_WARN("worker", "joining the coordinator at %s again (for up to %lld ms)",
-                          opts->coordinator, (long long)opts->conf->cluster.join_timeout_ms);
-        st = bootstrap(&a, &caddr, &clen);
-        if (st == WEFT_OK)
-            st = weft_link_connect(a.host, caddr, clen, on_msg, on_down, &a, &a.link);
-        if (st == WEFT_OK) {
-            cJSON *hello = cJSON_CreateObject();
-            cJSON_AddStringToObject(hello, "id", a.id);
-            st = send_msg(&a, WEFT_MSG_HELLO, hello, NULL, 0);
-            cJSON_Delete(hello);
-        }
-        if (st == WEFT_OK) {
-            WEFT_LOG_INFO("worker", "joined the coordinator at %s as %s", opts->coordinator,
-                          a.id);
-            exec_started = pthread_create(&exec, NULL, executor_main, &a) == 0;
-            if (exec_started)
-                control_loop(&a);
-            else
-                st = WEFT_ERR_NOMEM;
-        }
-        if (exec_started) {
-            /* a worker that lost its coordinator must not hang on a collective: the
-             * executor's waits end at the transport deadline */
-            atomic_store(&a.stop_all, 1);
-            q_push(&a.inbox, WEFT_MSG_SHUTDOWN, NULL, NULL, 0);
-            pthread_join(exec, NULL);
-            exec_started = 0;
-        }
-        struct qitem *it;
-        while ((it = q_pop(&a.outbox, 0)))
-            qitem_free(it);
-        while ((it = q_pop(&a.inbox, 0)))
-            qitem_free(it);
-        weft_link_close(a.link);
-        a.link = NULL;
-        if (a.boot_fd >= 0)
-            close(a.boot_fd);
-        a.boot_fd = -1;
-        weft_free(caddr);
-        caddr = NULL;
+    for (int n = 0; st == WEFT_OK; n++) {
+        st = session(&a, n);
         if (st != WEFT_OK || a.exit_code == 0)
             break; /* told to stop, or could not join */
     }
@@ -743,5 +783,6 @@ int weft_agent_main(const struct weft_agent_opts *opts)
     close(a.wake_fd);
     weft_runtime_destroy(a.rt);
     weft_kernels_cpu_destroy(a.kc);
+    pthread_mutex_destroy(&a.world_mu);
     return st != WEFT_OK ? 1 : a.exit_code;
 }

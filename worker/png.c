@@ -168,6 +168,42 @@ weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height,
     return encode("(memory)", rgb, width, height, n_text, text, png_p, len_p);
 }
 
+size_t weft_png_meta_text(const struct weft_png_meta *m, struct weft_png_meta_store *st,
+                          struct weft_png_text text[WEFT_PNG_META_MAX])
+{
+    size_t n = 0;
+    snprintf(st->software, sizeof(st->software), "weft %s", WEFT_VERSION);
+    text[n++] = (struct weft_png_text){"Software", st->software};
+    if (m->prompt)
+        text[n++] = (struct weft_png_text){"weft.prompt", m->prompt};
+    if (m->has_seed)
+        snprintf(st->seed, sizeof(st->seed), "%llu", (unsigned long long)m->seed);
+    else
+        snprintf(st->seed, sizeof(st->seed), "none");
+    text[n++] = (struct weft_png_text){"weft.seed", st->seed};
+    snprintf(st->steps, sizeof(st->steps), "%lld", (long long)m->steps);
+    text[n++] = (struct weft_png_text){"weft.steps", st->steps};
+    snprintf(st->guidance, sizeof(st->guidance), "%g", m->guidance);
+    text[n++] = (struct weft_png_text){"weft.guidance", st->guidance};
+    snprintf(st->size, sizeof(st->size), "%lldx%lld", (long long)m->width, (long long)m->height);
+    text[n++] = (struct weft_png_text){"weft.size", st->size};
+    if (m->model)
+        text[n++] = (struct weft_png_text){"weft.model", m->model};
+    if (m->layout)
+        text[n++] = (struct weft_png_text){"weft.layout", m->layout};
+    if (m->job)
+        text[n++] = (struct weft_png_text){"weft.job", m->job};
+    if (m->image >= 0) {
+        snprintf(st->image, sizeof(st->image), "%lld", (long long)m->image);
+        text[n++] = (struct weft_png_text){"weft.image", st->image};
+    }
+    if (m->prompt_index >= 0) {
+        snprintf(st->prompt, sizeof(st->prompt), "%lld", (long long)m->prompt_index);
+        text[n++] = (struct weft_png_text){"weft.prompt_index", st->prompt};
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Reading                                                                                   */
 

@@ -4,6 +4,7 @@
 #ifndef WEFT_WORKER_PNG_H
 #define WEFT_WORKER_PNG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,35 @@ weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width
  * free() (libspng's allocator). */
 weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height, size_t n_text,
                               const struct weft_png_text *text, void **png_p, size_t *len_p);
+
+/* The generation parameters every weft image carries, one vocabulary for every path (weft
+ * generate, the local runner, the workers) and for the latents' safetensors metadata:
+ *   Software          "weft <version>"
+ *   weft.prompt       the prompt's name (a prompts/ entry or file), or its text
+ *   weft.seed         the noise seed ("none" when the start latents were given)
+ *   weft.steps, weft.guidance, weft.size ("WxH"), weft.model (the folder)
+ *   weft.layout       the parallel layout that made it ("dp 1 x ring 1 x ulysses 1 x tp 2")
+ *   weft.job, weft.image, weft.prompt_index   within a job: its id, the image's index, its
+ *                     prompt's index (absent outside a job) */
+struct weft_png_meta {
+    const char *prompt, *model, *layout, *job; /* NULL: omitted */
+    bool has_seed;
+    uint64_t seed;
+    int64_t steps;
+    double guidance;
+    int64_t width, height;
+    int64_t image, prompt_index; /* -1: omitted */
+};
+
+#define WEFT_PNG_META_MAX 12
+
+/* The pairs of meta into text (values point into store, which must outlive them); returns
+ * their number. */
+struct weft_png_meta_store {
+    char software[48], seed[24], steps[24], guidance[32], size[48], image[24], prompt[24];
+};
+size_t weft_png_meta_text(const struct weft_png_meta *meta, struct weft_png_meta_store *store,
+                          struct weft_png_text text[WEFT_PNG_META_MAX]);
 
 struct weft_png_image {
     uint8_t *rgb; /* [height, width, 3] (weft_free) */

@@ -1,6 +1,7 @@
-/* The worker's executor (see runtime.h). */
+/* The image pipeline of a device (see runtime.h). */
 #include "worker/runtime.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,27 +9,26 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "model/checkpoint.h"
 #include "model/plan.h"
 #include "model/scheduler.h"
 #include "worker/denoise.h"
+#include "worker/flux.h"
 #include "worker/noise.h"
-#include "worker/par_transport.h"
 #include "worker/png.h"
-#include "worker/vae.h"
 
 struct weft_runtime {
-    const struct weft_kernels *K;
-    struct weft_kctx *kc;
+    struct weft_rt_opts opts;
     struct weft_rt_assign a;
+    struct weft_model *model;
     struct weft_mesh_coord me;
-    int assigned;
     struct weft_par_transport *pt;
     const struct weft_par_comm *comm;
     struct weft_tp_layout *layout;
     struct weft_flux *flux;
     struct weft_vae *vae;
-    struct weft_sched_config sched_cfg;
     struct weft_schedule sched;
+    char layout_name[96];
 };
 
 static double now_s(void)
@@ -38,14 +38,20 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-weft_status_t weft_runtime_create(const struct weft_kernels *K, struct weft_kctx *kc,
-                                  struct weft_runtime **rt_p)
+void weft_rt_assign_single(const char *model_dir, struct weft_rt_assign *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->model, sizeof(out->model), "%s", model_dir);
+    weft_layout_single(&out->layout);
+    out->decode = true;
+}
+
+weft_status_t weft_runtime_create(const struct weft_rt_opts *opts, struct weft_runtime **rt_p)
 {
     struct weft_runtime *rt = weft_calloc(1, sizeof(*rt));
     if (!rt)
         return WEFT_ERR_NOMEM;
-    rt->K = K;
-    rt->kc = kc;
+    rt->opts = *opts;
     *rt_p = rt;
     return WEFT_OK;
 }
@@ -58,8 +64,9 @@ void weft_runtime_unassign(struct weft_runtime *rt)
     weft_vae_destroy(rt->vae);
     weft_tp_layout_destroy(rt->layout);
     weft_par_transport_destroy(rt->pt);
+    weft_model_close(rt->model);
     rt->flux = NULL, rt->vae = NULL, rt->layout = NULL, rt->pt = NULL, rt->comm = NULL;
-    rt->assigned = 0;
+    rt->model = NULL;
 }
 
 void weft_runtime_destroy(struct weft_runtime *rt)
@@ -68,80 +75,117 @@ void weft_runtime_destroy(struct weft_runtime *rt)
     weft_free(rt);
 }
 
-/* The model's plan with the assignment's overrides, resolved for the mesh's tp degree. */
-static weft_status_t resolve_plan(struct weft_runtime *rt, const char *tdir)
+const struct weft_model *weft_runtime_model(const struct weft_runtime *rt)
+{
+    return rt->model;
+}
+
+/* The plan the coordinator checked, resolved here for this rank's loading. */
+static weft_status_t resolve_plan(struct weft_runtime *rt, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = weft_ckpt_open(tdir, &ck);
+    weft_log_clear_last_error();
+    weft_status_t st = weft_ckpt_open(rt->model->transformer_dir, &ck);
     if (st != WEFT_OK)
-        return st;
-    struct weft_model_info info;
+        return weft_error_from_log(err, st);
     struct weft_tp_plan plan;
-    if ((st = weft_model_info_get(ck, &info)) == WEFT_OK) {
-        weft_tp_plan_builtin(info.class_name, &plan);
-        st = weft_tp_plan_apply_conf(&plan, &rt->a.tp_plan);
-    }
-    if (st == WEFT_OK)
-        st = weft_tp_resolve(&plan, ck, &info, rt->a.mesh.tp, rt->a.mesh.tp, &rt->layout);
+    weft_tp_plan_builtin(rt->model->info.class_name, &plan);
+    const int tp = rt->a.layout.mesh.tp;
+    if ((st = weft_tp_plan_apply_conf(&plan, &rt->a.tp_plan)) == WEFT_OK)
+        st = weft_tp_resolve(&plan, ck, &rt->model->info, tp, tp, &rt->layout);
     weft_ckpt_close(ck);
-    return st;
+    return weft_error_from_log(err, st);
+}
+
+static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error *err)
+{
+    const struct weft_rt_assign *a = &rt->a;
+    struct weft_flux_opts o = {
+        .kernels = rt->opts.kernels,
+        .kctx = rt->opts.kctx,
+        .tp_rank = rt->me.tp,
+        .tp_size = a->layout.mesh.tp,
+        .tp_layout = rt->layout,
+        .tp_full_then_shard = a->tp_full_then_shard,
+        .cp = {a->layout.mesh.ring, a->layout.mesh.ulysses,
+               a->layout.ulysses_anything || a->layout.ring_anything, a->layout.rotation},
+        .ring_rank = rt->me.ring,
+        .ulysses_rank = rt->me.ulysses,
+        .stage = {a->stage.on, a->stage.unit_first, a->stage.unit_last, a->stage.prev,
+                  a->stage.next, a->stage.root},
+        .comm = rt->comm,
+    };
+    weft_log_clear_last_error();
+    return weft_error_from_log(err, weft_flux_load(rt->model->transformer_dir, &o, &rt->flux));
+}
+
+static weft_status_t load_vae(struct weft_runtime *rt, struct weft_error *err)
+{
+    struct weft_vae_opts vo = {rt->opts.kernels, rt->opts.kctx};
+    weft_log_clear_last_error();
+    return weft_error_from_log(err, weft_vae_load(rt->model->vae_dir, &vo, &rt->vae));
 }
 
 weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_assign *a,
-                                  struct weft_transport *world)
+                                  struct weft_transport *world, struct weft_error *err)
 {
     weft_runtime_unassign(rt);
     rt->a = *a;
-    weft_mesh_coord(&a->mesh, a->mesh_rank, &rt->me);
-    char tdir[WEFT_CONF_PATH + 16], vdir[WEFT_CONF_PATH + 16];
-    snprintf(tdir, sizeof(tdir), "%s/transformer", a->model);
-    snprintf(vdir, sizeof(vdir), "%s/vae", a->model);
-    weft_status_t st = weft_sched_config_load(a->model, &rt->sched_cfg);
-    if (st == WEFT_OK && weft_mesh_size(&a->mesh) > 1) {
-        if (!world) {
-            WEFT_LOG_ERROR("worker", "a %d-rank mesh needs a data-plane world",
-                           weft_mesh_size(&a->mesh));
-            st = WEFT_ERR_INVALID;
-        } else if ((st = weft_par_transport_create(world, &a->mesh, a->world_base, &rt->pt)) ==
-                   WEFT_OK) {
-            rt->comm = weft_par_transport_comm(rt->pt);
-        }
+    weft_status_t st = weft_model_open(a->model, &rt->model, err);
+    if (st == WEFT_OK)
+        st = weft_model_check_layout(rt->model, &a->layout, &a->tp_plan, err);
+    const int size = weft_mesh_size(&a->layout.mesh);
+    if (st == WEFT_OK && (a->mesh_rank < 0 || a->mesh_rank >= size))
+        st = weft_error_set(err, WEFT_ERR_INVALID, "worker", "mesh rank %d outside a %d-rank "
+                            "mesh", a->mesh_rank, size);
+    if (st == WEFT_OK && size > 1 && !world)
+        st = weft_error_set(err, WEFT_ERR_INVALID, "worker",
+                            "a %d-rank mesh needs a data-plane world", size);
+    if (st == WEFT_OK && size > 1) {
+        weft_log_clear_last_error();
+        st = weft_error_from_log(err, weft_par_transport_create(world, &a->layout.mesh,
+                                                                a->world_base, &rt->pt));
+        rt->comm = st == WEFT_OK ? weft_par_transport_comm(rt->pt) : NULL;
     }
-    if (st == WEFT_OK && a->mesh.tp > 1)
-        st = resolve_plan(rt, tdir);
     if (st == WEFT_OK) {
-        struct weft_flux_opts o = {
-            .kernels = rt->K,
-            .kctx = rt->kc,
-            .tp_rank = rt->me.tp,
-            .tp_size = a->mesh.tp,
-            .tp_layout = rt->layout,
-            .tp_full_then_shard = a->tp_full_then_shard,
-            .cp = a->cp,
-            .ring_rank = rt->me.ring,
-            .ulysses_rank = rt->me.ulysses,
-            .stage = a->stage,
-            .comm = rt->comm,
-        };
-        o.cp.ring = a->mesh.ring, o.cp.ulysses = a->mesh.ulysses;
-        st = weft_flux_load(tdir, &o, &rt->flux);
+        weft_mesh_coord(&a->layout.mesh, a->mesh_rank, &rt->me);
+        weft_layout_name(&a->layout, rt->layout_name, sizeof(rt->layout_name));
     }
-    if (st == WEFT_OK && a->decode) {
-        struct weft_vae_opts vo = {rt->K, rt->kc};
-        st = weft_vae_load(vdir, &vo, &rt->vae);
-    }
-    if (st != WEFT_OK) {
+    if (st == WEFT_OK && a->layout.mesh.tp > 1)
+        st = resolve_plan(rt, err);
+    if (st == WEFT_OK && a->decode && !rt->model->has_vae && rt->opts.staged == false)
+        st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s has no vae component to decode "
+                               "with", a->model);
+    if (st == WEFT_OK && !rt->opts.staged)
+        st = load_transformer(rt, err);
+    if (st == WEFT_OK && !rt->opts.staged && a->decode)
+        st = load_vae(rt, err);
+    if (st != WEFT_OK)
         weft_runtime_unassign(rt);
-        return st;
-    }
-    rt->assigned = 1;
-    return WEFT_OK;
+    return st;
 }
 
 void weft_runtime_bytes(const struct weft_runtime *rt, uint64_t *transformer_p, uint64_t *vae_p)
 {
     *transformer_p = rt->flux ? weft_flux_weight_bytes(rt->flux) : 0;
     *vae_p = rt->vae ? weft_vae_weight_bytes(rt->vae) : 0;
+    if (!rt->opts.staged || !rt->model)
+        return;
+    /* staged: what each stage will hold, from the parameter inventory (f32 on this backend) */
+    if (!rt->flux) {
+        size_t n = weft_flux_params(&rt->model->flux, NULL);
+        struct weft_param *p = weft_calloc(n + 1, sizeof(*p));
+        uint64_t numel = 0;
+        if (p) {
+            weft_flux_params(&rt->model->flux, p);
+            for (size_t i = 0; i < n; i++)
+                numel += (uint64_t)p[i].shape[0] * (uint64_t)(p[i].ndim == 2 ? p[i].shape[1] : 1);
+        }
+        weft_free(p);
+        *transformer_p = numel * sizeof(float);
+    }
+    if (!rt->vae && rt->model->has_vae && rt->a.decode)
+        *vae_p = (uint64_t)weft_vae_part_numel(&rt->model->vae, WEFT_VAE_DECODER) * sizeof(float);
 }
 
 void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stats *out)
@@ -151,98 +195,61 @@ void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stat
         weft_par_transport_stats(rt->pt, out);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* One image                                                                                 */
+
 struct step_ctx {
     struct weft_runtime *rt;
     weft_rt_step_cb on_step;
     weft_rt_cancel_cb cancelled;
     void *arg;
     double last;
+    struct weft_error *err;
 };
 
-/* After every step: report it, then agree on stopping. Only the decoding rank polls the
- * coordinator's cancel flag; the sum over the replica puts every rank at the same step. */
+static bool all_finite(const float *x, int64_t n)
+{
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        acc += x[i] * 0.0f; /* NaN or +-Inf anywhere makes the sum NaN */
+    return acc == 0.0f;
+}
+
+/* After every step: values checked, the step reported, then the replica agrees on stopping.
+ * Only the decoding rank polls the coordinator's cancel flag; the sum over the replica puts
+ * every rank at the same step. */
 static weft_status_t step_end(void *varg, int step, int steps, const float *lat, int64_t n)
 {
-    (void)lat, (void)n;
     struct step_ctx *sc = varg;
     struct weft_runtime *rt = sc->rt;
+    if (!all_finite(lat, n))
+        return weft_error_set(sc->err, WEFT_ERR_FORMAT, "worker",
+                              "the transformer produced values that are not finite at step %d "
+                              "of %d (NaN or infinite weights or inputs?)", step + 1, steps);
     double now = now_s();
     if (rt->a.decode && sc->on_step)
         sc->on_step(sc->arg, step + 1, steps, now - sc->last);
     sc->last = now;
     float stop = rt->a.decode && sc->cancelled && sc->cancelled(sc->arg) ? 1.0f : 0.0f;
     if (rt->comm && step + 1 < steps) {
+        weft_log_clear_last_error();
         weft_status_t st = rt->comm->allreduce(rt->comm->replica, &stop, 1);
         if (st != WEFT_OK)
-            return st;
+            return weft_error_from_log(sc->err, st);
     }
     return stop > 0.0f && step + 1 < steps ? WEFT_ERR_CANCELLED : WEFT_OK;
 }
 
-static weft_status_t decode_png(struct weft_runtime *rt, const struct weft_rt_image *img,
-                                const float *latents, struct weft_rt_result *out)
+static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image *img,
+                             float *latents, struct step_ctx *sc, struct weft_error *err)
 {
-    const struct weft_vae_config *vc = weft_vae_get_config(rt->vae);
-    const int64_t scale = 8, lat_h = img->height / scale, lat_w = img->width / scale;
-    const int64_t npx = img->height * img->width * 3;
-    float *unpacked = weft_big_alloc((size_t)(lat_h * lat_w * 16 + 16) * sizeof(float));
-    float *image = weft_big_alloc((size_t)npx * sizeof(float));
-    uint8_t *rgb = weft_malloc((size_t)npx);
-    weft_status_t st = unpacked && image && rgb ? WEFT_OK : WEFT_ERR_NOMEM;
-    if (st == WEFT_OK) {
-        weft_vae_unpack_flux(vc, latents, lat_h, lat_w, unpacked);
-        st = weft_vae_decode(rt->vae, unpacked, lat_h, lat_w, NULL, image);
-    }
-    if (st == WEFT_OK) {
-        weft_vae_to_rgb8(image, npx, rgb);
-        char seed[32], steps[16], guid[32], layout[96];
-        snprintf(seed, sizeof(seed), "%llu", (unsigned long long)img->seed);
-        snprintf(steps, sizeof(steps), "%d", img->steps);
-        snprintf(guid, sizeof(guid), "%g", (double)img->guidance);
-        if (rt->a.stage.on)
-            snprintf(layout, sizeof(layout), "dp %d x %d device_map stages", rt->a.mesh.dp,
-                     rt->a.mesh.pp);
-        else
-            snprintf(layout, sizeof(layout), "dp %d x ring %d x ulysses %d x tp %d",
-                     rt->a.mesh.dp, rt->a.mesh.ring, rt->a.mesh.ulysses, rt->a.mesh.tp);
-        const struct weft_png_text text[] = {
-            {"prompt", img->png_prompt ? img->png_prompt : ""},
-            {"seed", seed},
-            {"steps", steps},
-            {"guidance", guid},
-            {"model", img->png_model ? img->png_model : rt->a.model},
-            {"parallel layout", layout},
-            {"Software", "weft " WEFT_VERSION},
-        };
-        st = weft_png_encode(rgb, img->width, img->height, sizeof(text) / sizeof(text[0]), text,
-                             &out->png, &out->png_len);
-    }
-    weft_big_free(unpacked, (size_t)(lat_h * lat_w * 16 + 16) * sizeof(float));
-    weft_big_free(image, (size_t)npx * sizeof(float));
-    weft_free(rgb);
-    weft_vae_release(rt->vae); /* keep the weights, give the activations back */
-    return st;
-}
-
-weft_status_t weft_runtime_image(struct weft_runtime *rt, const struct weft_rt_image *img,
-                                 weft_rt_step_cb on_step, weft_rt_cancel_cb cancelled, void *arg,
-                                 struct weft_rt_result *out)
-{
-    memset(out, 0, sizeof(*out));
-    if (!rt->assigned) {
-        WEFT_LOG_ERROR("worker", "an image was asked of a worker with no assignment");
-        return WEFT_ERR_PROTOCOL;
-    }
-    const struct weft_flux_config *c = weft_flux_get_config(rt->flux);
-    const int64_t gh = img->height / 16, gw = img->width / 16, n = gh * gw * c->in_channels;
-    weft_status_t st = weft_sched_plan(&rt->sched_cfg, img->steps, gh * gw, &rt->sched);
-    float *latents = st == WEFT_OK ? weft_big_alloc((size_t)n * sizeof(float)) : NULL;
-    if (st == WEFT_OK && !latents)
-        st = WEFT_ERR_NOMEM;
+    const int64_t unit = rt->model->side_unit;
+    const int64_t gh = img->height / unit, gw = img->width / unit;
+    weft_status_t st = weft_sched_plan(&rt->model->sched, img->steps, gh * gw, &rt->sched);
     if (st != WEFT_OK)
+        return weft_error_from_log(err, st);
+    if (!rt->flux && (st = load_transformer(rt, err)) != WEFT_OK)
         return st;
-    weft_noise_normal(img->seed, img->noise_index * n, n, latents);
-    struct step_ctx sc = {rt, on_step, cancelled, arg, now_s()};
     struct weft_denoise_params p = {
         .grid_h = gh,
         .grid_w = gw,
@@ -252,16 +259,162 @@ weft_status_t weft_runtime_image(struct weft_runtime *rt, const struct weft_rt_i
         .guidance = img->guidance,
         .schedule = &rt->sched,
         .on_step = step_end,
-        .cb_arg = &sc,
+        .cb_arg = sc,
     };
-    double t0 = now_s();
+    weft_log_clear_last_error();
     st = weft_denoise(rt->flux, &p, latents);
+    if (st != WEFT_OK && st != WEFT_ERR_CANCELLED)
+        weft_error_from_log(err, st);
+    if (rt->opts.staged) {
+        weft_flux_destroy(rt->flux); /* weights and activations */
+        rt->flux = NULL;
+    }
+    return st;
+}
+
+static weft_status_t encode_png(struct weft_runtime *rt, const struct weft_rt_image *img,
+                                const uint8_t *rgb, struct weft_rt_result *out,
+                                struct weft_error *err)
+{
+    const struct weft_png_meta meta = {
+        .prompt = img->png_prompt,
+        .model = img->png_model ? img->png_model : rt->a.model,
+        .layout = rt->layout_name,
+        .job = img->png_job,
+        .has_seed = !img->latents_init,
+        .seed = img->seed,
+        .steps = img->steps,
+        .guidance = img->guidance,
+        .width = img->width,
+        .height = img->height,
+        .image = img->png_job ? img->noise_index : -1,
+        .prompt_index = img->png_prompt_index,
+    };
+    struct weft_png_meta_store store;
+    struct weft_png_text text[WEFT_PNG_META_MAX];
+    size_t n = weft_png_meta_text(&meta, &store, text);
+    weft_log_clear_last_error();
+    return weft_error_from_log(err, weft_png_encode(rgb, img->width, img->height, n, text,
+                                                    &out->png, &out->png_len));
+}
+
+/* Latents to the PNG: FluxPipeline's unpack and unscale, the VAE, clamp to 8 bits. */
+static weft_status_t decode(struct weft_runtime *rt, const struct weft_rt_image *img,
+                            const float *latents, struct weft_rt_result *out,
+                            struct weft_error *err)
+{
+    const struct weft_vae_config *vc = &rt->model->vae;
+    const int64_t lat_h = img->height / vc->scale, lat_w = img->width / vc->scale;
+    const int64_t npx = img->height * img->width * vc->out_channels;
+    const size_t lat_bytes = (size_t)(lat_h * lat_w * vc->latent_channels) * sizeof(float);
+    float *unpacked = weft_big_alloc(lat_bytes);
+    float *image = weft_big_alloc((size_t)npx * sizeof(float));
+    uint8_t *rgb = weft_malloc((size_t)npx);
+    weft_status_t st = unpacked && image && rgb
+                           ? WEFT_OK
+                           : weft_error_set(err, WEFT_ERR_NOMEM, "worker",
+                                            "out of memory for a %lldx%lld decode",
+                                            (long long)img->width, (long long)img->height);
+    if (st == WEFT_OK && !rt->vae)
+        st = load_vae(rt, err);
+    if (st == WEFT_OK) {
+        weft_vae_unpack_flux(vc, latents, lat_h, lat_w, unpacked);
+        weft_log_clear_last_error();
+        st = weft_error_from_log(err, weft_vae_decode(rt->vae, unpacked, lat_h, lat_w,
+                                                      img->tiling, image));
+    }
+    if (st == WEFT_OK && !all_finite(image, npx))
+        st = weft_error_set(err, WEFT_ERR_FORMAT, "worker",
+                            "the VAE produced values that are not finite (NaN or infinite "
+                            "weights?)");
+    if (st == WEFT_OK) {
+        weft_vae_to_rgb8(image, npx, rgb);
+        double t0 = now_s();
+        st = encode_png(rt, img, rgb, out, err);
+        out->png_s = now_s() - t0;
+    }
+    weft_big_free(unpacked, lat_bytes);
+    weft_big_free(image, (size_t)npx * sizeof(float));
+    if (st == WEFT_OK && img->keep_rgb)
+        out->rgb = rgb;
+    else
+        weft_free(rgb);
+    if (rt->opts.staged) {
+        weft_vae_destroy(rt->vae);
+        rt->vae = NULL;
+    } else if (rt->vae) {
+        weft_vae_release(rt->vae); /* keep the weights, give the activations back */
+    }
+    return st;
+}
+
+static weft_status_t check_image(const struct weft_runtime *rt, const struct weft_rt_image *img,
+                                 struct weft_error *err)
+{
+    if (!rt->model)
+        return weft_error_set(err, WEFT_ERR_PROTOCOL, "worker",
+                              "an image was asked of a worker with no assignment");
+    const int64_t tokens = img->s_txt;
+    const struct weft_job_desc job = {
+        .height = img->height, .width = img->width, .steps = img->steps,
+        .guidance = img->guidance, .seed = img->seed, .count = 1, .n_prompts = 1,
+        .prompt_tokens = &tokens, .decode = img->decode && rt->a.decode,
+    };
+    weft_status_t st = weft_job_check(rt->model, &rt->a.layout, &job, NULL, err);
+    if (st == WEFT_OK && (img->noise_index < 0 || img->noise_index >= WEFT_JOB_MAX_IMAGES))
+        st = weft_error_refuse(err, WEFT_ERR_RANGE, "image index %lld out of bounds",
+                               (long long)img->noise_index);
+    if (st != WEFT_OK)
+        WEFT_LOG_ERROR("worker", "%s", weft_error_text(err));
+    return st;
+}
+
+weft_status_t weft_runtime_image(struct weft_runtime *rt, const struct weft_rt_image *img,
+                                 weft_rt_step_cb on_step, weft_rt_cancel_cb cancelled, void *arg,
+                                 struct weft_rt_result *out, struct weft_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    weft_status_t st = check_image(rt, img, err);
+    if (st != WEFT_OK)
+        return st;
+    const int64_t n = weft_job_latent_elems(rt->model, img->height, img->width);
+    float *latents = weft_big_alloc((size_t)n * sizeof(float));
+    if (!latents)
+        return weft_error_set(err, WEFT_ERR_NOMEM, "worker", "out of memory for the latents");
+    if (img->latents_init)
+        memcpy(latents, img->latents_init, (size_t)n * sizeof(float));
+    else
+        weft_noise_normal(img->seed, img->noise_index * n, n, latents);
+    struct step_ctx sc = {rt, on_step, cancelled, arg, now_s(), err};
+    double t0 = now_s();
+    st = denoise(rt, img, latents, &sc, err);
     out->denoise_s = now_s() - t0;
-    if (st == WEFT_OK && rt->a.decode) {
+    if (st == WEFT_OK && img->decode && rt->a.decode) {
         t0 = now_s();
-        st = decode_png(rt, img, latents, out);
-        out->decode_s = now_s() - t0;
+        st = decode(rt, img, latents, out, err);
+        out->decode_s = now_s() - t0 - out->png_s;
+    }
+    if (st == WEFT_OK && img->keep_latents) {
+        out->latents = weft_malloc((size_t)n * sizeof(float));
+        if (!out->latents)
+            st = weft_error_set(err, WEFT_ERR_NOMEM, "worker", "out of memory for the latents");
+        else
+            memcpy(out->latents, latents, (size_t)n * sizeof(float));
+        out->tokens = weft_job_image_tokens(rt->model, img->height, img->width);
+        out->channels = rt->model->flux.in_channels;
     }
     weft_big_free(latents, (size_t)n * sizeof(float));
+    if (st != WEFT_OK)
+        weft_rt_result_cleanup(out);
     return st;
+}
+
+void weft_rt_result_cleanup(struct weft_rt_result *res)
+{
+    free(res->png);
+    weft_free(res->latents);
+    weft_free(res->rgb);
+    res->png = NULL;
+    res->latents = NULL;
+    res->rgb = NULL;
 }

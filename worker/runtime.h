@@ -1,68 +1,97 @@
-/* A worker's executor: it holds what the coordinator assigned (a place in a mesh, the model's
- * shards for that place, the VAE where this rank decodes) and runs images on command. It
- * decides nothing: the assignment says which model, which layout and which rank decodes; a job
- * says what to draw. Every rank of a replica runs the same images in the same order; the
+/* The image pipeline of a device: the one code path from prompt embeddings to a PNG, for
+ * `weft generate` (one device, staged), the local runner (one device, resident) and every
+ * worker of a cluster (its place in a mesh, resident).
+ *
+ * An assignment says which model, which layout and which place in it this device holds; the
+ * runtime validates the model and the layout with the description layer's rules
+ * (model/model.h), joins the process groups of its replica, loads its shards of the
+ * transformer and, where it decodes, the VAE. Then it runs images on command: noise from the
+ * seed (or given latents), the FLUX denoising loop, the VAE, 8-bit RGB, the PNG with the
+ * generation parameters (worker/png.h's vocabulary). It decides nothing: the assignment and
+ * the job say everything. Every rank of a replica runs the same images in the same order; the
  * collectives keep them in step, and the decoding rank agrees cancellation with the others at
  * each step end. */
 #ifndef WEFT_WORKER_RUNTIME_H
 #define WEFT_WORKER_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
 #include "conf/conf.h"
 #include "kernels/kernels.h"
-#include "model/cp.h"
-#include "model/mesh.h"
+#include "model/job.h"
+#include "model/model.h"
 #include "transport/comm.h"
-#include "worker/flux.h"
 #include "worker/par_transport.h"
+#include "worker/vae.h"
 
 struct weft_runtime;
 
-struct weft_rt_assign {
-    char model[WEFT_CONF_PATH]; /* pipeline folder (transformer/, scheduler/, vae/) */
-    struct weft_mesh mesh;      /* dp x ring x ulysses x tp */
-    int mesh_rank;              /* this worker's place; world rank = world_base + mesh_rank */
-    int world_base;
-    struct weft_cp_layout cp;   /* degrees repeat mesh.ring/ulysses; anything, rotation */
-    int tp_full_then_shard;
-    struct weft_conf_map tp_plan; /* [tp_plan] overrides of the model's plan */
-    int decode;                 /* this rank loads the VAE and returns the images */
-    /* device_map: this rank's stage of the transformer's layer pipeline (mesh.pp stages;
-     * ranks in the pipe group), .on false otherwise */
-    struct weft_flux_stage stage;
+struct weft_rt_opts {
+    const struct weft_kernels *kernels;
+    struct weft_kctx *kctx;
+    /* One device running one job (weft generate): each component is loaded when its stage
+     * starts and freed, activations included, when it ends, so the peak is the largest stage.
+     * Otherwise every component stays loaded from the assignment on. */
+    bool staged;
 };
 
-weft_status_t weft_runtime_create(const struct weft_kernels *K, struct weft_kctx *kc,
-                                  struct weft_runtime **rt_p);
+struct weft_rt_assign {
+    char model[WEFT_CONF_PATH];   /* pipeline folder, or a transformer folder (latents only) */
+    struct weft_layout layout;    /* the whole mesh */
+    int mesh_rank;                /* this device's place; world rank = world_base + mesh_rank */
+    int world_base;
+    bool tp_full_then_shard;
+    struct weft_conf_map tp_plan; /* [tp_plan] overrides of the model's plan */
+    bool decode;                  /* this rank loads the VAE and makes the images */
+    /* device_map: this rank's stage of the transformer's layer pipeline (.on false without) */
+    struct weft_rt_stage {
+        bool on;
+        int unit_first, unit_last, prev, next, root;
+    } stage;
+};
+
+/* The one-device assignment of model_dir. */
+void weft_rt_assign_single(const char *model_dir, struct weft_rt_assign *out);
+
+weft_status_t weft_runtime_create(const struct weft_rt_opts *opts, struct weft_runtime **rt_p);
 void weft_runtime_destroy(struct weft_runtime *rt);
 
-/* Take an assignment over the data-plane world (NULL when the mesh has one rank): build the
- * process groups, load this rank's shards of the transformer, the VAE when decoding. Collective
- * over the replica only through the transport's groups; loading reads nothing others read. */
+/* Take an assignment over the data-plane world (NULL for a one-rank mesh): open and check the
+ * model and the layout, build the replica's process groups, load this rank's shards (unless
+ * staged). Collective over the replica only through the transport's groups. */
 weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_assign *a,
-                                  struct weft_transport *world);
+                                  struct weft_transport *world, struct weft_error *err);
 /* Drop the assignment (models, groups); the world is the caller's. */
 void weft_runtime_unassign(struct weft_runtime *rt);
-/* What the assignment loaded, for the inventory and device map: bytes of transformer shards
- * and of the VAE (0 when this rank does not decode). */
+/* The assigned model's description (NULL without an assignment). */
+const struct weft_model *weft_runtime_model(const struct weft_runtime *rt);
+/* Bytes of transformer shards and of the VAE this rank holds (or will hold, when staged). */
 void weft_runtime_bytes(const struct weft_runtime *rt, uint64_t *transformer_p, uint64_t *vae_p);
-
-/* The collectives' time, bytes and calls per group and kind since the assignment (zeros when
- * the mesh has one rank or nothing is assigned). */
+/* The collectives' time, bytes and calls per group and kind since the assignment (zeros for a
+ * one-rank mesh). */
 void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stats *out);
 
 struct weft_rt_image {
     const float *prompt_embeds; /* [1, s_txt, joint_attention_dim] */
     int64_t s_txt;
     const float *pooled;        /* [1, pooled_projection_dim] */
-    int64_t height, width;      /* pixels, multiples of 16 */
+    int64_t height, width;      /* pixels */
     int steps;
     float guidance;
     uint64_t seed;
-    int64_t noise_index; /* image i of a job takes elements [i n, (i+1) n) of the seed's noise */
-    const char *png_prompt, *png_model; /* tEXt values in the PNG (decoding rank) */
+    int64_t noise_index;        /* image i of a job: elements [i n, (i+1) n) of the noise */
+    const float *latents_init;  /* start from these packed latents instead (NULL: noise) */
+    const struct weft_vae_tiling *tiling; /* NULL: decode in one piece */
+    bool decode;                /* false: stop at the latents (needs no VAE) */
+    bool keep_latents;          /* hand the final packed latents back */
+    bool keep_rgb;              /* hand the 8-bit image back (decoding rank) */
+    /* the PNG's text: prompt, model, job, image, prompt_index (seed, steps, guidance, size
+     * and layout are the runtime's own) */
+    const char *png_prompt, *png_model, *png_job;
+    int64_t png_prompt_index;   /* -1: none */
 };
 
 /* Called on the decoding rank after each step (seconds: the step's time). */
@@ -71,15 +100,22 @@ typedef void (*weft_rt_step_cb)(void *arg, int step, int steps, double seconds);
 typedef int (*weft_rt_cancel_cb)(void *arg);
 
 struct weft_rt_result {
-    void *png; /* the encoded image on the decoding rank (free()), NULL elsewhere */
+    void *png;        /* the encoded image on the decoding rank (free()), NULL elsewhere */
     size_t png_len;
-    double denoise_s, decode_s;
+    float *latents;   /* keep_latents: [tokens, in_channels] (weft_free) */
+    uint8_t *rgb;     /* keep_rgb: [height, width, 3] (weft_free) */
+    int64_t tokens, channels;
+    double denoise_s, decode_s, png_s; /* loading included when staged */
 };
 
-/* One image. WEFT_ERR_CANCELLED when the replica agreed to stop; a peer-lost status when a
- * collective failed (the world is unusable then: unassign). */
+/* One image. The job is checked first (weft_job_check with this runtime's model and layout):
+ * a bad one fails with WEFT_ERR_INVALID or WEFT_ERR_RANGE before any work. WEFT_ERR_CANCELLED
+ * when the replica agreed to stop; WEFT_ERR_FORMAT when the transformer or the VAE produced
+ * values that are not finite (err names the step); a peer-lost status when a collective
+ * failed (the world is unusable then: unassign). */
 weft_status_t weft_runtime_image(struct weft_runtime *rt, const struct weft_rt_image *img,
                                  weft_rt_step_cb on_step, weft_rt_cancel_cb cancelled, void *arg,
-                                 struct weft_rt_result *out);
+                                 struct weft_rt_result *out, struct weft_error *err);
+void weft_rt_result_cleanup(struct weft_rt_result *res);
 
 #endif

@@ -1,11 +1,14 @@
 /* coordinator/job.c: job requests against the limits and the model (every refusal names its
- * field), inline prompt embeddings, base64, and the journal form's round trip. */
+ * field), inline prompt embeddings, base64, the journal form's round trip, and model/job.c's
+ * rules applied to what was parsed (sizes, pixels, prompts against the layout). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/base64.h"
 #include "coordinator/job.h"
+#include "model/job.h"
 #include "test.h"
 
 static struct weft_job_model *model;
@@ -26,6 +29,26 @@ static void expect(const char *body, weft_status_t want, const char *sub)
     }
     if (st == WEFT_OK)
         weft_job_spec_cleanup(&spec);
+}
+
+/* Parse body (which must parse), then check the job on layout; expect want and sub. */
+static void expect_job(const char *body, const struct weft_layout *layout, weft_status_t want,
+                       const char *sub)
+{
+    struct weft_job_spec spec;
+    char err[512] = "";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &spec, err, sizeof(err)));
+    int64_t tokens[16];
+    struct weft_job_desc desc;
+    weft_job_spec_desc(&spec, tokens, &desc);
+    struct weft_error e = WEFT_ERROR_INIT;
+    weft_status_t st = weft_job_check(model->desc, layout, &desc, &lim, &e);
+    if (st != want || (sub && !strstr(weft_error_text(&e), sub))) {
+        fprintf(stderr, "job %.200s\n  got %d (%s) \"%s\", want %d with \"%s\"\n", body, st,
+                weft_status_str(st), weft_error_text(&e), want, sub ? sub : "");
+        exit(1);
+    }
+    weft_job_spec_cleanup(&spec);
 }
 
 static char *b64(const void *data, size_t len)
@@ -88,7 +111,8 @@ static void test_valid(void)
     cJSON *j = weft_job_spec_to_json(&s);
     CHECK(j);
     struct weft_job_spec back;
-    CHECK_OK(weft_job_spec_from_json(j, &back, err, sizeof(err)));
+    CHECK_OK(weft_job_spec_from_json(j, model, &back, err, sizeof(err)));
+    CHECK_EQ(back.prompts[1].tokens, s.prompts[1].tokens);
     CHECK(back.seed == s.seed && back.height == 256 && back.n_prompts == 2);
     CHECK(strcmp(back.prompts[0].name, "red-fox") == 0);
     cJSON_Delete(j);
@@ -128,10 +152,16 @@ static void test_refused(void)
     expect("{\"prompt\": 7}", WEFT_ERR_INVALID, "a prompt is");
     expect("{\"prompt\": {\"name\": \"red-fox\", \"x\": 1}}", WEFT_ERR_INVALID,
            "unknown field \"x\"");
-    expect("{\"prompt\": \"red-fox\", \"height\": 1000, \"width\": 64}", WEFT_ERR_INVALID,
-           "multiples of 16");
-    expect("{\"prompt\": \"red-fox\", \"height\": 1024, \"width\": 1024}", WEFT_ERR_RANGE,
-           "max_pixels");
+    expect("{\"prompt\": \"red-fox\", \"height\": 16385, \"width\": 64}", WEFT_ERR_RANGE,
+           "\"height\"");
+    expect("{\"prompt\": \"red-fox\", \"height\": 65552, \"width\": 64}", WEFT_ERR_RANGE,
+           "\"height\"");
+    /* NUL inside a key or a value: cJSON would cut the string there */
+    expect("{\"prompt\": \"red-fox\", \"steps\\u0000evil\": 4}", WEFT_ERR_INVALID, "\\u0000");
+    expect("{\"prompt\": \"red\\u0000-fox\"}", WEFT_ERR_INVALID, "\\u0000");
+    expect("{\"prompt\": \"red-fox\", \"seed\": \"1\\u00002\"}", WEFT_ERR_INVALID, "\\u0000");
+    /* an escaped backslash before u0000 is text, not a NUL */
+    expect("{\"prompt\": \"red-fox\\\\u0000\"}", WEFT_ERR_INVALID, "not a name");
     expect("{\"prompt\": \"red-fox\", \"height\": 64.5, \"width\": 64}", WEFT_ERR_INVALID,
            "\"height\" must be an integer");
     expect("{\"prompt\": \"red-fox\", \"height\": \"64\", \"width\": 64}", WEFT_ERR_INVALID,
@@ -142,8 +172,8 @@ static void test_refused(void)
            WEFT_ERR_RANGE, "max_steps");
     expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"steps\": 0}",
            WEFT_ERR_RANGE, "\"steps\"");
-    expect("{\"prompts\": [\"red-fox\", \"red-fox\"], \"width\": 64, \"height\": 64, "
-           "\"count\": 5}", WEFT_ERR_RANGE, "max_images");
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"count\": 9}",
+           WEFT_ERR_RANGE, "max_images");
     expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"guidance\": -1}",
            WEFT_ERR_INVALID, "\"guidance\"");
     expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -1}",
@@ -157,7 +187,9 @@ static void test_refused(void)
 static void test_inline(void)
 {
     size_t len;
-    void *good = prompt_file(7, model->joint_dim, model->pooled_dim, &len);
+    const int64_t joint = model->desc->flux.joint_attention_dim;
+    const int64_t pooled = model->desc->flux.pooled_projection_dim;
+    void *good = prompt_file(7, joint, pooled, &len);
     char *enc = b64(good, len);
     char *body = malloc(4 * strlen(enc) + 256); /* the bad files below are larger */
     CHECK(body);
@@ -171,19 +203,19 @@ static void test_inline(void)
     CHECK(memcmp(s.prompts[0].data, good, len) == 0);
     cJSON *j = weft_job_spec_to_json(&s);
     char *text = cJSON_PrintUnformatted(j);
-    CHECK(strstr(text, "{\"file\":0}")); /* the journal refers to the stored file */
+    CHECK(strstr(text, "{\"file\":0,\"tokens\":7}")); /* the journal names the stored file */
     cJSON_free(text);
     cJSON_Delete(j);
     weft_job_spec_cleanup(&s);
 
     /* the wrong joint dimension, the wrong pooled size, no tensors, not base64 */
-    void *bad = prompt_file(7, model->joint_dim + 1, model->pooled_dim, &len);
+    void *bad = prompt_file(7, joint + 1, pooled, &len);
     char *bad_enc = b64(bad, len);
     sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
     expect(body, WEFT_ERR_INVALID, "joint_attention_dim");
     free(bad);
     free(bad_enc);
-    bad = prompt_file(7, model->joint_dim, model->pooled_dim * 2, &len);
+    bad = prompt_file(7, joint, pooled * 2, &len);
     bad_enc = b64(bad, len);
     sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
     expect(body, WEFT_ERR_INVALID, "pooled_projection_dim");
@@ -193,6 +225,16 @@ static void test_inline(void)
     sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
     expect(body, WEFT_ERR_INVALID, "prompts[0]");
     free(bad_enc);
+    /* no text tokens, and more than any encoder makes */
+    for (int k = 0; k < 2; k++) {
+        bad = prompt_file(k ? WEFT_JOB_MAX_TEXT_TOKENS + 1 : 0, joint, pooled, &len);
+        char *big = b64(bad, len);
+        char *b = malloc(strlen(big) + 64);
+        CHECK(b);
+        sprintf(b, "{\"prompt\": {\"safetensors\": \"%s\"}}", big);
+        expect(b, WEFT_ERR_INVALID, "tokens");
+        free(b), free(big), free(bad);
+    }
     expect("{\"prompt\": {\"safetensors\": \"abc\"}}", WEFT_ERR_INVALID, "not base64");
     expect("{\"prompt\": {\"safetensors\": \"ab=c\"}}", WEFT_ERR_INVALID, "not base64");
     expect("{\"prompt\": {\"safetensors\": 5}}", WEFT_ERR_INVALID, "base64 string");
@@ -226,12 +268,41 @@ static void test_base64(void)
 
 static void test_model(void)
 {
-    CHECK(model->joint_dim > 0 && model->pooled_dim > 0);
+    CHECK(model->desc->flux.joint_attention_dim > 0);
     CHECK(model->n_names >= 3);
     for (size_t i = 1; i < model->n_names; i++)
         CHECK(strcmp(model->names[i - 1], model->names[i]) < 0);
+    for (size_t i = 0; i < model->n_names; i++)
+        CHECK(model->name_tokens[i] >= 1);
     struct weft_job_model *m;
-    CHECK_FAILS(weft_job_model_load("/nonexistent", &m), WEFT_ERR_NOT_FOUND, "/nonexistent");
+    struct weft_error e = WEFT_ERROR_INIT;
+    CHECK(weft_job_model_load("/nonexistent", &m, &e) == WEFT_ERR_NOT_FOUND);
+    CHECK(strstr(weft_error_text(&e), "/nonexistent"));
+}
+
+/* What parses is then checked on the layout it will run on. */
+static void test_rules(void)
+{
+    struct weft_layout one, u2 = {.mesh = {1, 1, 2, 1, 1}}, u2a = u2;
+    weft_layout_single(&one);
+    u2a.ulysses_anything = true;
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 256, \"width\": 256}", &one, WEFT_OK,
+               NULL);
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 1000, \"width\": 64}", &one,
+               WEFT_ERR_INVALID, "multiples of 16");
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 8, \"width\": 64}", &one, WEFT_ERR_RANGE,
+               "16..16384");
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 1024, \"width\": 1024}", &one,
+               WEFT_ERR_RANGE, "max_pixels");
+    expect_job("{\"prompts\": [\"red-fox\", \"red-fox\"], \"width\": 64, \"height\": 64, "
+               "\"count\": 5}", &one, WEFT_ERR_RANGE, "max_images");
+    /* 15 x 16 tokens do not split in two without ulysses_anything */
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 240, \"width\": 256}", &u2, WEFT_OK,
+               NULL);
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 240, \"width\": 240}", &u2,
+               WEFT_ERR_INVALID, "ulysses_anything");
+    expect_job("{\"prompt\": \"red-fox\", \"height\": 240, \"width\": 240}", &u2a, WEFT_OK,
+               NULL);
 }
 
 int main(void)
@@ -241,10 +312,12 @@ int main(void)
     CHECK(root);
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/models/flux-tiny", root);
-    CHECK_OK(weft_job_model_load(dir, &model));
+    struct weft_error e = WEFT_ERROR_INIT;
+    CHECK_OK(weft_job_model_load(dir, &model, &e));
     test_model();
     test_valid();
     test_refused();
+    test_rules();
     test_inline();
     test_base64();
     weft_job_model_destroy(model);

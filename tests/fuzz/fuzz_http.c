@@ -18,12 +18,20 @@ static void quiet(enum weft_log_level l, const char *s, const char *m, void *a)
 }
 
 static char names[3][WEFT_JOB_NAME_MAX] = {"city-night", "lighthouse", "red-fox"};
+static int64_t tokens[3] = {8, 8, 8};
+/* flux-tiny's shapes, as weft_model_open would describe it */
+static struct weft_model desc = {
+    .dir = "fuzz", .pipeline = true, .prompts_dir = "fuzz/prompts", .has_vae = true,
+    .flux = {.in_channels = 64, .out_channels = 64, .joint_attention_dim = 64,
+             .pooled_projection_dim = 64, .num_attention_heads = 12, .attention_head_dim = 16},
+    .vae_scale = 8, .side_unit = 16,
+};
 
 static void request(const struct weft_http_request *r)
 {
     static struct weft_job_model model = {
-        .dir = "fuzz", .prompts_dir = "fuzz/prompts", .joint_dim = 64, .pooled_dim = 64,
-        .in_channels = 64, .n_names = 3, .names = names,
+        .dir = "fuzz", .prompts_dir = "fuzz/prompts", .desc = &desc, .n_names = 3,
+        .names = names, .name_tokens = tokens,
     };
     static const struct weft_job_limits lim = {64, 64, 4194304, 100};
     (void)weft_api_auth_ok("token", r->authorization);
@@ -40,8 +48,18 @@ static void request(const struct weft_http_request *r)
     /* what was accepted must survive the journal form */
     cJSON *j = weft_job_spec_to_json(&spec);
     struct weft_job_spec back;
-    if (j && weft_job_spec_from_json(j, &back, err, sizeof(err)) == WEFT_OK)
+    if (j && weft_job_spec_from_json(j, &model, &back, err, sizeof(err)) == WEFT_OK)
         weft_job_spec_cleanup(&back);
+    /* and the job's rules, on one device and on a context-parallel layout */
+    int64_t t[WEFT_JOB_MAX_PROMPTS];
+    struct weft_job_desc d;
+    weft_job_spec_desc(&spec, t, &d);
+    struct weft_layout one, cp = {.mesh = {1, 2, 2, 1, 1}};
+    weft_layout_single(&one);
+    struct weft_error e = WEFT_ERROR_INIT;
+    (void)weft_job_check(&desc, &one, &d, &lim, &e);
+    weft_error_clear(&e);
+    (void)weft_job_check(&desc, &cp, &d, &lim, &e);
     cJSON_Delete(j);
     weft_job_spec_cleanup(&spec);
 }

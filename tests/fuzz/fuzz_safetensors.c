@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     weft_log_set_sink(quiet, NULL);
     struct weft_st_file *f;
-    if (weft_st_open_memory("fuzz", data, size, &f) != WEFT_OK)
+    if (weft_st_open_memory("fuzz", data, size, &f, NULL) != WEFT_OK)
         return 0;
     /* Whatever validated must be readable within the image, whole and sliced. */
     for (size_t i = 0; i < weft_st_count(f); i++) {

@@ -1,74 +1,79 @@
 /* The whole pipeline against FluxPipeline.__call__ on the embedded default model
  * (tests/data/pipeline, made by tests/golden/make_default_model.py): red-fox embeddings,
  * 256x256, 4 steps, guidance 3.5, from the golden initial latents. The final latents within
- * 1e-4 relative L2, the 8-bit image within one level. Staged (each component freed after its
- * stage) and resident runs give the same bytes; the component inventory is known before any
- * weight is read. */
+ * 1e-4 relative L2, the 8-bit image within one level, through the one image pipeline
+ * (worker/runtime.h). Staged (each component freed after its stage) and resident runs give the
+ * same bytes; the component inventory is known before any weight is read. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "golden.h"
-#include "worker/pipeline.h"
+#include "model/model.h"
+#include "worker/runtime.h"
 
 static const struct weft_kernels *K;
 static struct weft_kctx *kc;
 
-static void check_components(const struct weft_pipeline *p)
+/* The description is known before any weight is read: classes, sizes on disk, what each
+ * component will hold once loaded. */
+static void check_components(const struct weft_runtime *rt)
 {
-    CHECK_EQ(weft_pipeline_component_count(p), 3);
-    static const char *const names[] = {"prompt_embeds", "transformer", "vae"};
-    for (size_t i = 0; i < 3; i++) {
-        const struct weft_pipeline_component *c = weft_pipeline_component_at(p, i);
-        CHECK(strcmp(c->name, names[i]) == 0);
-        CHECK_EQ(c->stage, (int)i);
-        CHECK_EQ(c->device.kind, WEFT_DEVICE_CPU);
-        CHECK(!c->loaded);
-    }
-    const struct weft_pipeline_component *t = weft_pipeline_component_at(p, 1);
-    const struct weft_pipeline_component *v = weft_pipeline_component_at(p, 2);
+    const struct weft_model *m = weft_runtime_model(rt);
+    CHECK(m->pipeline && m->has_vae);
+    CHECK(strcmp(m->pipeline_class, "FluxPipeline") == 0);
+    CHECK_EQ(m->side_unit, 16);
+    uint64_t tb, vb;
+    weft_runtime_bytes(rt, &tb, &vb);
     /* bf16 on disk, f32 once loaded: about twice the file */
-    CHECK(t->weight_bytes > t->file_bytes && t->weight_bytes < 2 * t->file_bytes + 4096);
+    CHECK(tb > m->transformer_file_bytes && tb < 2 * m->transformer_file_bytes + 4096);
     /* the file holds the encoder too; the decoder is what a decode-only runtime loads */
-    CHECK(v->weight_bytes > 0 && v->weight_bytes < v->file_bytes);
+    CHECK(vb > 0 && vb < m->vae_file_bytes);
     printf("components: transformer %.2f MB file / %.2f MB loaded, vae %.2f MB file / %.2f MB "
-           "decoder\n", t->file_bytes / 1e6, t->weight_bytes / 1e6, v->file_bytes / 1e6,
-           v->weight_bytes / 1e6);
+           "decoder\n", m->transformer_file_bytes / 1e6, tb / 1e6, m->vae_file_bytes / 1e6,
+           vb / 1e6);
 }
 
-static void run(bool keep, struct weft_pipeline_result *r)
+static void run(bool staged, struct weft_rt_result *r)
 {
     char dir[1024], prompt[1100];
     snprintf(dir, sizeof(dir), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     snprintf(prompt, sizeof(prompt), "%s/prompts/red-fox.safetensors", dir);
-    struct weft_pipeline_opts opts = {K, kc, keep};
-    struct weft_pipeline *p;
-    CHECK_OK(weft_pipeline_open(dir, &opts, &p));
-    check_components(p);
+    const struct weft_rt_opts opts = {K, kc, staged};
+    struct weft_runtime *rt;
+    CHECK_OK(weft_runtime_create(&opts, &rt));
+    static struct weft_rt_assign a;
+    weft_rt_assign_single(dir, &a);
+    struct weft_error err = WEFT_ERROR_INIT;
+    CHECK_OK(weft_runtime_assign(rt, &a, NULL, &err));
+    check_components(rt);
+    struct weft_prompt_embeds pe;
+    CHECK_OK(weft_model_prompt_read(weft_runtime_model(rt), prompt, &pe, &err));
     struct golden g;
     golden_open(&g, "tests/data/pipeline/golden_default_red-fox_256.safetensors");
     int64_t n;
     float *init = golden_need(&g, "latents_init", &n);
-    struct weft_pipeline_job job = {
-        .prompt_embeds = prompt, .height = 256, .width = 256, .steps = 4, .guidance = 3.5f,
-        .latents_init = init, .decode = true,
+    const struct weft_rt_image img = {
+        .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled, .height = 256,
+        .width = 256, .steps = 4, .guidance = 3.5f, .latents_init = init, .decode = true,
+        .keep_latents = true, .keep_rgb = true, .png_prompt_index = -1,
     };
-    CHECK_OK(weft_pipeline_run(p, &job, r));
+    CHECK_OK(weft_runtime_image(rt, &img, NULL, NULL, NULL, r, &err));
     CHECK_EQ(r->tokens * r->channels, n);
-    for (size_t i = 1; i < 3; i++) /* staged: freed after their stage; resident: kept */
-        CHECK_EQ(weft_pipeline_component_at(p, i)->loaded, keep);
+    CHECK(r->png && r->png_len > 8);
     free(init);
     golden_close(&g);
-    weft_pipeline_close(p);
+    weft_prompt_embeds_cleanup(&pe);
+    weft_runtime_destroy(rt);
 }
 
 int main(void)
 {
     CHECK_OK(weft_kernels_cpu_create(0, &K, &kc));
-    struct weft_pipeline_result staged, resident;
-    run(false, &staged);
-    run(true, &resident);
+    struct weft_rt_result staged, resident;
+    run(true, &staged);
+    run(false, &resident);
     CHECK(memcmp(staged.latents, resident.latents,
                  (size_t)(staged.tokens * staged.channels) * sizeof(float)) == 0);
     CHECK(memcmp(staged.rgb, resident.rgb, (size_t)(256 * 256 * 3)) == 0);
@@ -94,14 +99,14 @@ int main(void)
     }
     printf("pipeline red-fox 256x256, 4 steps: latents_final rel L2 %.3g; %lld of %lld 8-bit "
            "values differ from Diffusers' image (max %lld level); denoise %.2f s, decode %.2f s\n",
-           err, (long long)differ, (long long)n_px, (long long)worst,
-           staged.seconds[WEFT_STAGE_DENOISE], staged.seconds[WEFT_STAGE_DECODE]);
+           err, (long long)differ, (long long)n_px, (long long)worst, staged.denoise_s,
+           staged.decode_s);
     CHECK(err <= 1e-4);
     CHECK(worst <= 1);
     free(want), free(want_u8);
     golden_close(&g);
-    weft_pipeline_result_cleanup(&staged);
-    weft_pipeline_result_cleanup(&resident);
+    weft_rt_result_cleanup(&staged);
+    weft_rt_result_cleanup(&resident);
     weft_kernels_cpu_destroy(kc);
     return 0;
 }

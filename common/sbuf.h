@@ -2,8 +2,8 @@
  *
  * Appends never fail loudly: an allocation failure sets a sticky flag, later appends do nothing,
  * and the owner checks weft_sbuf_ok() once at the end. */
-#ifndef WEFT_COORDINATOR_SBUF_H
-#define WEFT_COORDINATOR_SBUF_H
+#ifndef WEFT_COMMON_SBUF_H
+#define WEFT_COMMON_SBUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,10 +1,11 @@
 /* The local runner: one thread that owns the model and runs the coordinator's jobs one after
- * another, image by image, reporting steps, stages and images through the sink. */
-#include "coordinator/local_runner.h"
+ * another, image by image, through the image pipeline (runtime.h), reporting steps, stages and
+ * images through the sink. */
+#include "worker/local_runner.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,46 +13,40 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/files.h"
 #include "common/log.h"
-#include "coordinator/files.h"
-#include "worker/noise.h"
-#include "worker/pipeline.h"
-#include "worker/png.h"
+#include "model/job.h"
+#include "worker/runtime.h"
 
 struct lr_job {
     struct weft_runner_job job; /* strings below are owned copies */
     char *id, *out_dir;
-    char **prompt_paths;
+    char **prompt_paths, **prompt_names;
     struct lr_job *next;
 };
 
 struct local_runner {
     struct weft_runner base;
     struct weft_runner_sink *sink;
-    char model_dir[1024];
+    char model_dir[WEFT_CONF_PATH];
     int threads;
     pthread_t thread;
     bool thread_started;
     /* owned by the thread */
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    struct weft_pipeline *pipe;
+    struct weft_runtime *rt;
     /* shared, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct lr_job *head, *tail;
-    bool quit, stopping, loaded;
+    bool quit, stopping, load_done, loaded;
     uint64_t current;           /* key of the job running (0: none) */
-    char load_error[256];
+    char load_error[WEFT_ERROR_MSG + 32]; /* written once, before load_done */
     double load_seconds;
-    size_t weight_bytes;
     int kernel_threads;
-    size_t n_comps; /* the pipeline's components, copied once opened (describe reads these) */
-    struct {
-        char name[32], class_name[64], stage[16];
-        int device;
-        uint64_t weight_bytes;
-    } comps[8];
+    struct weft_model model;    /* a copy of the description, once loaded */
+    uint64_t transformer_bytes, vae_bytes;
     uint64_t jobs_done, images_done;
     atomic_bool cancel;         /* the current job stops at its next step */
 };
@@ -63,13 +58,19 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static void strv_free(char **v, int n)
+{
+    for (int i = 0; v && i < n; i++)
+        weft_free(v[i]);
+    weft_free(v);
+}
+
 static void lr_job_free(struct lr_job *j)
 {
     if (!j)
         return;
-    for (int i = 0; j->prompt_paths && i < j->job.n_prompts; i++)
-        weft_free(j->prompt_paths[i]);
-    weft_free(j->prompt_paths);
+    strv_free(j->prompt_paths, j->job.n_prompts);
+    strv_free(j->prompt_names, j->job.n_prompts);
     weft_free(j->id);
     weft_free(j->out_dir);
     weft_free(j);
@@ -94,21 +95,26 @@ static void post_stage(struct local_runner *r, uint64_t key, const char *stage, 
 /* ---------------------------------------------------------------------------------------- */
 /* Model                                                                                     */
 
-static weft_status_t load_model(struct local_runner *r)
+static weft_status_t load_model(struct local_runner *r, struct weft_error *err)
 {
+    weft_log_clear_last_error();
     weft_status_t st = weft_kernels_cpu_create(r->threads, &r->K, &r->kc);
     if (st != WEFT_OK)
-        return st;
-    /* a server runs many jobs: every component stays loaded once it has been */
-    struct weft_pipeline_opts po = {.kernels = r->K, .kctx = r->kc, .keep_resident = true};
-    if ((st = weft_pipeline_open(r->model_dir, &po, &r->pipe)) != WEFT_OK)
-        return st;
-    if (!weft_pipeline_has_vae(r->pipe)) {
-        WEFT_LOG_ERROR("local", "%s: no vae/ component: serving images needs a pipeline "
-                                "folder (model_index.json, transformer/, vae/)", r->model_dir);
-        return WEFT_ERR_UNSUPPORTED;
-    }
-    return WEFT_OK;
+        return weft_error_from_log(err, st);
+    const struct weft_rt_opts ro = {r->K, r->kc, false}; /* a server: everything resident */
+    if ((st = weft_runtime_create(&ro, &r->rt)) != WEFT_OK)
+        return weft_error_refuse(err, st, "out of memory");
+    struct weft_rt_assign *a = weft_calloc(1, sizeof(*a));
+    if (!a)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_rt_assign_single(r->model_dir, a);
+    st = weft_runtime_assign(r->rt, a, NULL, err);
+    weft_free(a);
+    if (st == WEFT_OK && !weft_runtime_model(r->rt)->has_vae)
+        st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                               "%s: no vae/ component: serving images needs a pipeline folder "
+                               "(model_index.json, transformer/, vae/)", r->model_dir);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -118,74 +124,52 @@ struct step_ctx {
     struct local_runner *r;
     uint64_t key;
     int image;
-    double t_last;
 };
 
-static weft_status_t on_step(void *arg, int step, int steps, const float *latents, int64_t n)
+static void on_step(void *arg, int step, int steps, double seconds)
 {
-    (void)latents, (void)n;
     struct step_ctx *s = arg;
-    double t = now_s();
     struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STEP, .job = s->key,
-                                   .image = s->image, .n_images = 1, .step = step + 1,
-                                   .steps = steps, .seconds = t - s->t_last};
-    s->t_last = t;
+                                   .image = s->image, .n_images = 1, .step = step,
+                                   .steps = steps, .seconds = seconds};
     weft_runner_post(s->r->sink, &ev);
-    return atomic_load(&s->r->cancel) ? WEFT_ERR_CANCELLED : WEFT_OK;
 }
 
-/* PNG of image i, with the parameters that made it in text chunks, durable before it is
- * reported. */
-static weft_status_t write_png(const struct weft_runner_job *job, int image,
-                               const struct weft_pipeline_result *res)
+static int is_cancelled(void *arg)
 {
-    char path[2400], software[64], seed[32], steps[32], guid[32], prompt[32], index[32];
-    snprintf(path, sizeof(path), "%s/%d.png", job->out_dir, image);
-    snprintf(software, sizeof(software), "weft %s", WEFT_VERSION);
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)job->seed);
-    snprintf(steps, sizeof(steps), "%lld", (long long)job->steps);
-    snprintf(guid, sizeof(guid), "%g", job->guidance);
-    snprintf(prompt, sizeof(prompt), "%lld", (long long)(image / job->count));
-    snprintf(index, sizeof(index), "%d", image);
-    const struct weft_png_text text[] = {
-        {"Software", software}, {"weft.job", job->id},   {"weft.image", index},
-        {"weft.prompt_index", prompt}, {"weft.seed", seed}, {"weft.steps", steps},
-        {"weft.guidance", guid},
-    };
-    weft_status_t st = weft_png_write(path, res->rgb, res->width, res->height,
-                                      sizeof(text) / sizeof(text[0]), text);
-    if (st == WEFT_OK)
-        st = weft_files_sync_file(path);
-    if (st == WEFT_OK)
-        st = weft_files_sync_dir(job->out_dir);
-    return st;
+    return atomic_load(&((struct step_ctx *)arg)->r->cancel);
 }
 
-/* Image i of the job: prompt i / count, the seed's noise at [i n, (i + 1) n) (runner.h). */
+/* Image i of the job: prompt i / count, the seed's noise at [i n, (i + 1) n) (runner.h),
+ * written as out_dir/<i>.png before it is reported. */
 static weft_status_t run_image(struct local_runner *r, const struct weft_runner_job *job,
-                               int image, float *noise, int64_t n)
+                               int image, const struct weft_prompt_embeds *pe,
+                               struct weft_error *err)
 {
-    weft_noise_normal(job->seed, (int64_t)image * n, n, noise);
-    struct step_ctx sc = {r, job->key, image, now_s()};
-    struct weft_pipeline_job pj = {
-        .prompt_embeds = job->prompt_paths[image / job->count], .height = job->height,
-        .width = job->width, .steps = (int)job->steps, .guidance = (float)job->guidance,
-        .seed = job->seed, .latents_init = noise, .decode = true, .on_step = on_step,
-        .cb_arg = &sc,
+    const int prompt = (int)(image / job->count);
+    struct step_ctx sc = {r, job->key, image};
+    const struct weft_rt_image img = {
+        .prompt_embeds = pe->embeds, .s_txt = pe->tokens, .pooled = pe->pooled,
+        .height = job->height, .width = job->width, .steps = (int)job->steps,
+        .guidance = (float)job->guidance, .seed = job->seed, .noise_index = image,
+        .decode = true, .png_prompt = job->prompt_names[prompt], .png_model = r->model_dir,
+        .png_job = job->id, .png_prompt_index = prompt,
     };
-    struct weft_pipeline_result res;
-    weft_status_t st = weft_pipeline_run(r->pipe, &pj, &res);
+    struct weft_rt_result res;
+    weft_status_t st = weft_runtime_image(r->rt, &img, on_step, is_cancelled, &sc, &res, err);
     if (st != WEFT_OK)
         return st;
-    static const char *const names[WEFT_STAGE_COUNT] = {"encode", "denoise", "decode"};
-    for (int s = 0; s < WEFT_STAGE_COUNT; s++)
-        post_stage(r, job->key, names[s], res.seconds[s]);
+    post_stage(r, job->key, "denoise", res.denoise_s);
+    post_stage(r, job->key, "decode", res.decode_s);
+    char path[WEFT_CONF_PATH + 64];
+    snprintf(path, sizeof(path), "%s/%d.png", job->out_dir, image);
     double t0 = now_s();
-    st = write_png(job, image, &res);
-    weft_pipeline_result_cleanup(&res);
+    weft_log_clear_last_error();
+    st = weft_error_from_log(err, weft_files_write(path, res.png, res.png_len));
+    weft_rt_result_cleanup(&res);
     if (st != WEFT_OK)
         return st;
-    post_stage(r, job->key, "png", now_s() - t0);
+    post_stage(r, job->key, "png", res.png_s + now_s() - t0);
     struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_IMAGE, .job = job->key,
                                    .image = image, .n_images = 1, .width = (int)job->width,
                                    .height = (int)job->height};
@@ -196,51 +180,60 @@ static weft_status_t run_image(struct local_runner *r, const struct weft_runner_
     return WEFT_OK;
 }
 
-static weft_status_t run_job(struct local_runner *r, const struct weft_runner_job *job)
+static weft_status_t run_job(struct local_runner *r, const struct weft_runner_job *job,
+                             struct weft_error *err)
 {
-    const struct weft_flux_config *c = weft_pipeline_flux_config(r->pipe);
-    int64_t n = (job->height / 16) * (job->width / 16) * c->in_channels;
-    float *noise = weft_malloc((size_t)n * sizeof(float));
-    if (!noise)
-        return WEFT_ERR_NOMEM;
+    const struct weft_model *m = weft_runtime_model(r->rt);
+    struct weft_prompt_embeds *pe = weft_calloc((size_t)job->n_prompts, sizeof(*pe));
+    if (!pe)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    double t0 = now_s();
     weft_status_t st = WEFT_OK;
-    int64_t images = (int64_t)job->n_prompts * job->count;
+    for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++)
+        st = weft_model_prompt_read(m, job->prompt_paths[i], &pe[i], err);
+    post_stage(r, job->key, "encode", now_s() - t0);
+    const int64_t images = (int64_t)job->n_prompts * job->count;
     for (int64_t i = 0; st == WEFT_OK && i < images; i++)
-        st = run_image(r, job, (int)i, noise, n);
-    weft_free(noise);
+        st = run_image(r, job, (int)i, &pe[i / job->count], err);
+    for (int i = 0; i < job->n_prompts; i++)
+        weft_prompt_embeds_cleanup(&pe[i]);
+    weft_free(pe);
     return st;
+}
+
+static void loaded(struct local_runner *r, weft_status_t load, const struct weft_error *err,
+                   double seconds)
+{
+    pthread_mutex_lock(&r->mu);
+    r->load_done = true;
+    r->loaded = load == WEFT_OK;
+    r->load_seconds = seconds;
+    if (load == WEFT_OK) {
+        r->model = *weft_runtime_model(r->rt);
+        weft_runtime_bytes(r->rt, &r->transformer_bytes, &r->vae_bytes);
+        r->kernel_threads = weft_kernels_cpu_threads(r->kc);
+        WEFT_LOG_INFO("local", "pipeline %s loaded (%llu MiB of weights) in %.2f s",
+                      r->model_dir,
+                      (unsigned long long)((r->transformer_bytes + r->vae_bytes) >> 20),
+                      seconds);
+    } else {
+        snprintf(r->load_error, sizeof(r->load_error), "the model did not load: %s",
+                 weft_error_text(err));
+        WEFT_LOG_ERROR("local", "%s", r->load_error);
+    }
+    pthread_mutex_unlock(&r->mu);
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_CAPACITY};
+    weft_runner_post(r->sink, &ev);
 }
 
 static void *thread_main(void *arg)
 {
     struct local_runner *r = arg;
-    weft_log_clear_last_error();
+    struct weft_error lerr = WEFT_ERROR_INIT;
     double t0 = now_s();
-    weft_status_t load = load_model(r);
+    weft_status_t load = load_model(r, &lerr);
+    loaded(r, load, &lerr, now_s() - t0);
     pthread_mutex_lock(&r->mu);
-    r->loaded = load == WEFT_OK;
-    r->load_seconds = now_s() - t0;
-    if (load == WEFT_OK) {
-        for (size_t i = 0; i < weft_pipeline_component_count(r->pipe); i++) {
-            const struct weft_pipeline_component *pc = weft_pipeline_component_at(r->pipe, i);
-            r->weight_bytes += pc->weight_bytes;
-            if (r->n_comps == sizeof(r->comps) / sizeof(r->comps[0]))
-                continue;
-            snprintf(r->comps[r->n_comps].name, sizeof(r->comps[0].name), "%s", pc->name);
-            snprintf(r->comps[r->n_comps].class_name, sizeof(r->comps[0].class_name), "%s",
-                     pc->class_name ? pc->class_name : "");
-            snprintf(r->comps[r->n_comps].stage, sizeof(r->comps[0].stage), "%s",
-                     weft_pipe_stage_name(pc->stage));
-            r->comps[r->n_comps].device = pc->device.index;
-            r->comps[r->n_comps++].weight_bytes = pc->weight_bytes;
-        }
-        r->kernel_threads = weft_kernels_cpu_threads(r->kc);
-        WEFT_LOG_INFO("local", "pipeline %s opened (%zu MiB of weights once loaded, on the "
-                               "first job)", r->model_dir, r->weight_bytes >> 20);
-    } else {
-        snprintf(r->load_error, sizeof(r->load_error), "the model did not load: %s",
-                 weft_log_last_error()[0] ? weft_log_last_error() : weft_status_str(load));
-    }
     for (;;) {
         while (!r->head && !r->quit)
             pthread_cond_wait(&r->cv, &r->mu);
@@ -256,21 +249,15 @@ static void *thread_main(void *arg)
         pthread_mutex_unlock(&r->mu);
 
         weft_status_t st;
-        char reason[256] = "";
-        if (stopped) {
+        struct weft_error err = WEFT_ERROR_INIT;
+        if (stopped)
             st = WEFT_ERR_CANCELLED;
-        } else if (load != WEFT_OK) {
-            st = load;
-            snprintf(reason, sizeof(reason), "%s", r->load_error);
-        } else {
-            weft_log_clear_last_error();
-            st = run_job(r, &j->job);
-            if (st != WEFT_OK && st != WEFT_ERR_CANCELLED)
-                snprintf(reason, sizeof(reason), "%s",
-                         weft_log_last_error()[0] ? weft_log_last_error()
-                                                  : weft_status_str(st));
-        }
-        post_finished(r, j->job.key, st, reason[0] ? reason : NULL);
+        else if (load != WEFT_OK)
+            st = weft_error_refuse(&err, load, "%s", r->load_error);
+        else
+            st = run_job(r, &j->job, &err);
+        post_finished(r, j->job.key, st,
+                      st != WEFT_OK && st != WEFT_ERR_CANCELLED ? weft_error_text(&err) : NULL);
         lr_job_free(j);
         pthread_mutex_lock(&r->mu);
         r->current = 0;
@@ -283,6 +270,18 @@ static void *thread_main(void *arg)
 /* ---------------------------------------------------------------------------------------- */
 /* The runner's operations (loop thread)                                                     */
 
+static char **strv_copy(const char *const *src, int n)
+{
+    char **v = weft_calloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; v && i < n; i++) {
+        if (!(v[i] = weft_strdup(src[i]))) {
+            strv_free(v, n);
+            return NULL;
+        }
+    }
+    return v;
+}
+
 static struct lr_job *job_copy(const struct weft_runner_job *src)
 {
     struct lr_job *j = weft_calloc(1, sizeof(*j));
@@ -291,28 +290,26 @@ static struct lr_job *job_copy(const struct weft_runner_job *src)
     j->job = *src;
     j->id = weft_strdup(src->id);
     j->out_dir = weft_strdup(src->out_dir);
-    j->prompt_paths = weft_calloc((size_t)src->n_prompts, sizeof(char *));
-    bool ok = j->id && j->out_dir && j->prompt_paths;
-    for (int i = 0; ok && i < src->n_prompts; i++)
-        ok = (j->prompt_paths[i] = weft_strdup(src->prompt_paths[i])) != NULL;
-    if (!ok) {
+    j->prompt_paths = strv_copy(src->prompt_paths, src->n_prompts);
+    j->prompt_names = strv_copy(src->prompt_names, src->n_prompts);
+    if (!j->id || !j->out_dir || !j->prompt_paths || !j->prompt_names) {
         lr_job_free(j);
         return NULL;
     }
     j->job.id = j->id;
     j->job.out_dir = j->out_dir;
     j->job.prompt_paths = (const char *const *)j->prompt_paths;
+    j->job.prompt_names = (const char *const *)j->prompt_names;
     return j;
 }
 
-static weft_status_t lr_start(struct weft_runner *base, const struct weft_runner_job *job)
+static weft_status_t lr_start(struct weft_runner *base, const struct weft_runner_job *job,
+                              struct weft_error *err)
 {
     struct local_runner *r = (struct local_runner *)base;
     struct lr_job *j = job_copy(job);
-    if (!j) {
-        WEFT_LOG_ERROR("local", "job %s: out of memory", job->id);
-        return WEFT_ERR_NOMEM;
-    }
+    if (!j)
+        return weft_error_set(err, WEFT_ERR_NOMEM, "local", "job %s: out of memory", job->id);
     pthread_mutex_lock(&r->mu);
     if (r->tail)
         r->tail->next = j;
@@ -358,25 +355,44 @@ static int lr_capacity(struct weft_runner *base)
     return 1;
 }
 
-static cJSON *lr_describe(struct weft_runner *base)
+static const char *lr_unavailable(struct weft_runner *base)
 {
     struct local_runner *r = (struct local_runner *)base;
     pthread_mutex_lock(&r->mu);
-    bool loaded = r->loaded, failed = r->load_error[0] != 0;
-    char err[256];
-    snprintf(err, sizeof(err), "%s", r->load_error);
-    double load_s = r->load_seconds;
-    size_t bytes = r->weight_bytes;
-    int threads = r->kernel_threads;
-    uint64_t jobs = r->jobs_done, images = r->images_done;
-    bool busy = r->current != 0;
+    bool failed = r->load_done && !r->loaded;
     pthread_mutex_unlock(&r->mu);
+    return failed ? r->load_error : NULL; /* written once, before load_done */
+}
 
+static void lr_layout(struct weft_runner *base, struct weft_layout *out)
+{
+    (void)base;
+    weft_layout_single(out);
+}
+
+static void add_component(cJSON *comps, cJSON *dm, const char *name, const char *cls,
+                          const char *stage, uint64_t file_bytes, uint64_t weight_bytes)
+{
+    cJSON_AddStringToObject(dm, name, "cpu:0");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddStringToObject(e, "class", cls);
+    cJSON_AddStringToObject(e, "device", "cpu:0");
+    cJSON_AddStringToObject(e, "stage", stage);
+    cJSON_AddNumberToObject(e, "file_bytes", (double)file_bytes);
+    cJSON_AddNumberToObject(e, "weight_bytes", (double)weight_bytes);
+    cJSON_AddItemToArray(comps, e);
+}
+
+static cJSON *lr_describe(struct weft_runner *base)
+{
+    struct local_runner *r = (struct local_runner *)base;
     cJSON *o = cJSON_CreateObject();
+    pthread_mutex_lock(&r->mu);
     cJSON_AddStringToObject(o, "runner", "local");
-    cJSON_AddBoolToObject(o, "ready", loaded);
-    if (failed)
-        cJSON_AddStringToObject(o, "error", err);
+    cJSON_AddBoolToObject(o, "ready", r->loaded);
+    if (r->load_done && !r->loaded)
+        cJSON_AddStringToObject(o, "error", r->load_error);
     cJSON *workers = cJSON_AddArrayToObject(o, "workers");
     cJSON *w = cJSON_CreateObject();
     char host[256] = "localhost";
@@ -384,37 +400,31 @@ static cJSON *lr_describe(struct weft_runner *base)
     cJSON_AddStringToObject(w, "id", "local-0");
     cJSON_AddStringToObject(w, "host", host);
     cJSON_AddStringToObject(w, "device", "cpu:0");
-    cJSON_AddStringToObject(w, "state", failed ? "failed" : !loaded ? "loading"
-                                                    : busy          ? "busy"
-                                                                    : "idle");
-    cJSON_AddNumberToObject(w, "threads", threads);
-    cJSON_AddNumberToObject(w, "weight_bytes", (double)bytes);
+    cJSON_AddStringToObject(w, "state", !r->load_done ? "loading"
+                                        : !r->loaded  ? "failed"
+                                        : r->current  ? "busy"
+                                                      : "idle");
+    cJSON_AddNumberToObject(w, "threads", r->kernel_threads);
+    cJSON_AddNumberToObject(w, "weight_bytes", (double)(r->transformer_bytes + r->vae_bytes));
     cJSON_AddItemToArray(workers, w);
     cJSON *mesh = cJSON_AddObjectToObject(o, "mesh");
-    cJSON_AddNumberToObject(mesh, "dp", 1);
-    cJSON_AddNumberToObject(mesh, "ring", 1);
-    cJSON_AddNumberToObject(mesh, "ulysses", 1);
-    cJSON_AddNumberToObject(mesh, "tp", 1);
+    static const char *const degrees[] = {"dp", "ring", "ulysses", "tp"};
+    for (int i = 0; i < 4; i++)
+        cJSON_AddNumberToObject(mesh, degrees[i], 1);
     cJSON *dm = cJSON_AddObjectToObject(o, "device_map");
     cJSON *comps = cJSON_AddArrayToObject(o, "components");
-    pthread_mutex_lock(&r->mu); /* written once by the thread before loaded, under mu */
-    for (size_t i = 0; i < r->n_comps; i++) {
-        char dev[32];
-        snprintf(dev, sizeof(dev), "cpu:%d", r->comps[i].device);
-        cJSON_AddStringToObject(dm, r->comps[i].name, dev);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", r->comps[i].name);
-        cJSON_AddStringToObject(e, "class", r->comps[i].class_name);
-        cJSON_AddStringToObject(e, "device", dev);
-        cJSON_AddStringToObject(e, "stage", r->comps[i].stage);
-        cJSON_AddNumberToObject(e, "weight_bytes", (double)r->comps[i].weight_bytes);
-        cJSON_AddItemToArray(comps, e);
+    if (r->loaded) {
+        add_component(comps, dm, "prompt_embeds", "precomputed (safetensors)", "encode", 0, 0);
+        add_component(comps, dm, "transformer", WEFT_FLUX_CLASS, "denoise",
+                      r->model.transformer_file_bytes, r->transformer_bytes);
+        add_component(comps, dm, "vae", WEFT_VAE_CLASS, "decode", r->model.vae_file_bytes,
+                      r->vae_bytes);
     }
-    pthread_mutex_unlock(&r->mu);
     cJSON_AddStringToObject(o, "model", r->model_dir);
-    cJSON_AddNumberToObject(o, "load_seconds", load_s);
-    cJSON_AddNumberToObject(o, "jobs_run", (double)jobs);
-    cJSON_AddNumberToObject(o, "images_made", (double)images);
+    cJSON_AddNumberToObject(o, "load_seconds", r->load_seconds);
+    cJSON_AddNumberToObject(o, "jobs_run", (double)r->jobs_done);
+    cJSON_AddNumberToObject(o, "images_made", (double)r->images_done);
+    pthread_mutex_unlock(&r->mu);
     return o;
 }
 
@@ -423,14 +433,14 @@ static void lr_metrics(struct weft_runner *base, struct weft_sbuf *out)
     struct local_runner *r = (struct local_runner *)base;
     pthread_mutex_lock(&r->mu);
     uint64_t images = r->images_done;
-    bool loaded = r->loaded;
+    bool ok = r->loaded;
     pthread_mutex_unlock(&r->mu);
     weft_sbuf_printf(out,
                      "# HELP weft_local_model_loaded The local runner's model is loaded.\n"
                      "# TYPE weft_local_model_loaded gauge\nweft_local_model_loaded %d\n"
                      "# HELP weft_local_images_total Images the local runner made.\n"
                      "# TYPE weft_local_images_total counter\nweft_local_images_total %llu\n",
-                     loaded ? 1 : 0, (unsigned long long)images);
+                     ok ? 1 : 0, (unsigned long long)images);
 }
 
 static void lr_stop(struct weft_runner *base)
@@ -462,7 +472,7 @@ static void lr_destroy(struct weft_runner *base)
         lr_job_free(j);
         j = next;
     }
-    weft_pipeline_close(r->pipe);
+    weft_runtime_destroy(r->rt);
     weft_kernels_cpu_destroy(r->kc);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
@@ -474,6 +484,8 @@ static const struct weft_runner_ops lr_ops = {
     .start = lr_start,
     .cancel = lr_cancel,
     .capacity = lr_capacity,
+    .unavailable = lr_unavailable,
+    .layout = lr_layout,
     .describe = lr_describe,
     .metrics = lr_metrics,
     .stop = lr_stop,

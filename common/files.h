@@ -1,7 +1,7 @@
-/* Small file-system helpers of the coordinator: folders, durable writes, whole-file reads. All
- * log the exact cause (path and errno text) on failure. */
-#ifndef WEFT_COORDINATOR_FILES_H
-#define WEFT_COORDINATOR_FILES_H
+/* Small file-system helpers (the coordinator's journal and jobs, the runners' images): folders,
+ * durable writes, whole-file reads. All log the exact cause (path and errno text) on failure. */
+#ifndef WEFT_COMMON_FILES_H
+#define WEFT_COMMON_FILES_H
 
 #include <stddef.h>
 

@@ -1,10 +1,11 @@
-/* The runner: what executes jobs for the coordinator.
+/* The runner: what executes jobs for the coordinator. The seam between the coordinator, which
+ * holds no math, and what runs the images: threads of this process with the worker's pipeline
+ * (worker/local_runner.h) or remote workers over UCX (coordinator/cluster/).
  *
  * The coordinator's event loop (libuv, one thread) owns every piece of job state: the table, the
- * queue, the journal, the API. A runner executes the work somewhere else — threads of this
- * process (coordinator/local_runner.c) or remote workers over UCX (the distributed runner) — and
- * tells the loop what happened through a sink: weft_runner_post() copies an event into a queue
- * and wakes the loop (uv_async); the coordinator applies the events in order, on the loop thread.
+ * queue, the journal, the API. A runner executes the work somewhere else and tells the loop what
+ * happened through a sink: weft_runner_post() hands an event to the coordinator, which queues
+ * it, wakes its loop and applies the events in order, on the loop thread.
  *
  * Threading contract:
  *   - Every op below is called on the loop thread and must not block (start and cancel only
@@ -17,31 +18,32 @@
  *
  * Jobs and images: a job has n_prompts prompts and count images per prompt; image i (0-based)
  * belongs to prompt i / count and takes elements [i * n, (i + 1) * n) of the seed's noise stream
- * (n = elements of one image's packed latents), as Diffusers' batched latents come from one
- * generator: image 0 equals `weft generate --seed S`, and the images do not depend on how many
- * devices or replicas computed them. The runner writes image i as a PNG to
- * "<out_dir>/<i>.png" (weft_runner_file_write() does it atomically) before it posts
- * WEFT_RUNNER_EV_IMAGE for it. */
-#ifndef WEFT_COORDINATOR_RUNNER_H
-#define WEFT_COORDINATOR_RUNNER_H
+ * (model/job.h): image 0 equals `weft generate --seed S`, and the images do not depend on how
+ * many devices or replicas computed them. The runner writes image i as a PNG to
+ * "<out_dir>/<i>.png" (atomically: weft_files_write) before it posts WEFT_RUNNER_EV_IMAGE. */
+#ifndef WEFT_CONTROL_RUNNER_H
+#define WEFT_CONTROL_RUNNER_H
 
 #include <cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/sbuf.h"
 #include "common/status.h"
-#include "coordinator/sbuf.h"
+#include "model/model.h"
 
-/* A job as the coordinator hands it to a runner. Everything is borrowed for the duration of
- * start(): a runner copies what it keeps. */
+/* A job as the coordinator hands it to a runner, checked (weft_job_check) against the model and
+ * the runner's layout. Everything is borrowed for the duration of start(): a runner copies what
+ * it keeps. */
 struct weft_runner_job {
     uint64_t key;        /* events name the job by this */
-    const char *id;      /* the job's API id, for log lines */
+    const char *id;      /* the job's API id, for log lines and the PNGs */
     int n_prompts;
     const char *const *prompt_paths; /* [n_prompts] safetensors files, each with prompt_embeds
                                         [1, T, joint_attention_dim] and pooled_prompt_embeds
-                                        [1, pooled_projection_dim]; already validated */
-    int64_t height, width; /* pixels, multiples of 16 */
+                                        [1, pooled_projection_dim] */
+    const char *const *prompt_names; /* [n_prompts] names for the PNGs ("" for inline ones) */
+    int64_t height, width; /* pixels */
     int64_t steps;
     int64_t count;         /* images per prompt */
     double guidance;
@@ -57,9 +59,9 @@ enum weft_runner_event_kind {
     WEFT_RUNNER_EV_IMAGE,    /* job: image written to out_dir/<image>.png (width x height) */
     WEFT_RUNNER_EV_FINISHED, /* job: its last event. status WEFT_OK (every image written),
                                 WEFT_ERR_CANCELLED (after cancel() or stop()), or an error with
-                                reason */
-    WEFT_RUNNER_EV_CAPACITY, /* runner: capacity() changed (workers joined or left); job
-                                ignored */
+                                reason; a peer-lost class status when devices were lost or
+                                stopped advancing it (the coordinator may run it again) */
+    WEFT_RUNNER_EV_CAPACITY, /* runner: capacity() or unavailable() changed; job ignored */
 };
 
 struct weft_runner_event {
@@ -70,23 +72,32 @@ struct weft_runner_event {
     int step, steps;
     int width, height;
     double seconds;
-    char stage[24];   /* "load", "denoise", "decode", "encode", ... */
-    char reason[256]; /* FINISHED with an error: one line, the exact cause */
+    char stage[24];   /* "load", "denoise", "decode", "encode", "png" ... */
+    char reason[320]; /* FINISHED with an error: one line, the exact cause */
 };
 
 struct weft_runner;
 
 struct weft_runner_ops {
     const char *name; /* "local", "cluster" */
-    /* Take the job (non-blocking). WEFT_OK: events will follow. An error: nothing happened and
-     * no event will come (the coordinator fails the job with the logged reason). */
-    weft_status_t (*start)(struct weft_runner *r, const struct weft_runner_job *job);
+    /* Take the job (non-blocking). WEFT_OK: events will follow. An error: nothing happened, no
+     * event will come, and err says why (the coordinator fails the job with it). */
+    weft_status_t (*start)(struct weft_runner *r, const struct weft_runner_job *job,
+                           struct weft_error *err);
     /* Ask a started job to stop at its next step boundary (non-blocking). Its FINISHED event
      * follows, WEFT_ERR_CANCELLED, or WEFT_OK if it completed first. Unknown keys are ignored. */
     void (*cancel)(struct weft_runner *r, uint64_t job);
     /* How many jobs it can run at once now (0: none yet, e.g. no worker has joined). The
      * coordinator never has more than this many started and unfinished. */
     int (*capacity)(struct weft_runner *r);
+    /* Why it cannot run jobs until something changes (a worker refused its assignment, the
+     * model did not load): one line, or NULL when it can, or is only waiting (for workers to
+     * join, for a load to end). The coordinator fails the queued jobs with it and refuses new
+     * ones while it holds. */
+    const char *(*unavailable)(struct weft_runner *r);
+    /* The layout jobs run on (the mesh of [parallel], or one device): the coordinator checks
+     * every job against it at submission. */
+    void (*layout)(struct weft_runner *r, struct weft_layout *out);
     /* The cluster for GET /v1/cluster: a new object the caller deletes, NULL when out of
      * memory. Keys: "runner" (name), "ready" (bool), "workers": [{"id", "host", "device",
      * "state", ...}], "mesh": {"dp", "ring", "ulysses", "tp"}, "device_map": {component:
@@ -115,17 +126,17 @@ static inline void weft_runner_destroy(struct weft_runner *r)
         r->ops->destroy(r);
 }
 
-/* Where runners post events: owned by the coordinator, valid from the runner's creation until
- * its destroy() returns. */
-struct weft_runner_sink;
+/* Where runners post events: the coordinator's, valid from the runner's creation until its
+ * destroy() returns. post copies ev; STEP and STAGE events may be dropped when memory runs out;
+ * IMAGE, FINISHED and CAPACITY are never dropped (the call retries until it can queue them). */
+struct weft_runner_sink {
+    void (*post)(struct weft_runner_sink *sink, const struct weft_runner_event *ev);
+};
 
-/* Copy ev into the coordinator's queue and wake its loop. Any thread. STEP and STAGE events
- * may be dropped when memory runs out; IMAGE, FINISHED and CAPACITY are never dropped (the
- * call retries until it can queue them). */
-void weft_runner_post(struct weft_runner_sink *sink, const struct weft_runner_event *ev);
-
-/* Write len bytes to path atomically (a temporary file beside it, fsync, rename): a reader
- * never sees a partial image. Logs the cause on failure. Any thread. */
-weft_status_t weft_runner_file_write(const char *path, const void *data, size_t len);
+static inline void weft_runner_post(struct weft_runner_sink *sink,
+                                    const struct weft_runner_event *ev)
+{
+    sink->post(sink, ev);
+}
 
 #endif

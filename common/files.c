@@ -1,9 +1,10 @@
 /* File-system helpers: mkdir -p, durable atomic writes, folder sync and removal. */
-#include "coordinator/files.h"
+#include "common/files.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,7 +12,6 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "coordinator/runner.h"
 
 weft_status_t weft_files_mkdirs(const char *path)
 {
@@ -195,7 +195,3 @@ weft_status_t weft_files_write(const char *path, const void *data, size_t len)
     return weft_files_sync_dir(tmp);
 }
 
-weft_status_t weft_runner_file_write(const char *path, const void *data, size_t len)
-{
-    return weft_files_write(path, data, len);
-}

@@ -1,5 +1,5 @@
 /* Growable byte buffer with a sticky failure flag. */
-#include "coordinator/sbuf.h"
+#include "common/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

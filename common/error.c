@@ -1,0 +1,83 @@
+/* Errors as values (see error.h). */
+#include "common/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+
+void weft_error_clear(struct weft_error *err)
+{
+    if (err) {
+        err->status = WEFT_OK;
+        err->msg[0] = '\0';
+    }
+}
+
+static void record(struct weft_error *err, weft_status_t st, const char *fmt, va_list ap)
+{
+    if (!err || err->status != WEFT_OK)
+        return;
+    err->status = st == WEFT_OK ? WEFT_ERR_INTERNAL : st;
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+}
+
+weft_status_t weft_error_set(struct weft_error *err, weft_status_t st, const char *subsys,
+                             const char *fmt, ...)
+{
+    char msg[WEFT_ERROR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    WEFT_LOG_ERROR(subsys, "%s", msg);
+    if (err && err->status == WEFT_OK) {
+        err->status = st == WEFT_OK ? WEFT_ERR_INTERNAL : st;
+        snprintf(err->msg, sizeof(err->msg), "%s", msg);
+    }
+    return st;
+}
+
+weft_status_t weft_error_refuse(struct weft_error *err, weft_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(err, st, fmt, ap);
+    va_end(ap);
+    if (err)
+        WEFT_LOG_DEBUG("error", "%s", err->msg);
+    return st;
+}
+
+void weft_error_prefix(struct weft_error *err, const char *fmt, ...)
+{
+    if (!err || err->status == WEFT_OK)
+        return;
+    char head[WEFT_ERROR_MSG], old[WEFT_ERROR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
+    vsnprintf(head, sizeof(head), fmt, ap);
+    va_end(ap);
+    snprintf(old, sizeof(old), "%s", weft_error_text(err));
+    snprintf(err->msg, sizeof(err->msg), "%s: %s", head, old);
+}
+
+const char *weft_error_text(const struct weft_error *err)
+{
+    if (!err || err->status == WEFT_OK)
+        return "";
+    return err->msg[0] ? err->msg : weft_status_str(err->status);
+}
+
+weft_status_t weft_error_from_log(struct weft_error *err, weft_status_t st)
+{
+    if (st == WEFT_OK || !err || err->status != WEFT_OK)
+        return st;
+    const char *last = st == WEFT_ERR_NOMEM ? "out of memory" : weft_log_last_error();
+    err->status = st;
+    snprintf(err->msg, sizeof(err->msg), "%s", last[0] ? last : weft_status_str(st));
+    return st;
+}

@@ -1,0 +1,423 @@
+/* Jobs on the cluster (see internal.h): a job's images split over the free data-parallel
+ * replicas like Accelerate's split_between_processes, one RUN per worker of those replicas,
+ * what the workers report, and the deadlines that keep every job owned: a job nobody advances
+ * is taken back, and a stop does not wait for a worker that does not answer. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "coordinator/cluster/internal.h"
+
+static void post(struct cluster_runner *r, const struct weft_runner_event *ev)
+{
+    weft_runner_post(r->sink, ev);
+}
+
+/* The running job a worker's message names by its key, or NULL. */
+static struct job_run *job_find(struct cluster_runner *r, uint64_t key)
+{
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (r->jobs[i].active && r->jobs[i].key == key)
+            return &r->jobs[i];
+    return NULL;
+}
+
+int weft_cr_active_jobs(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        n += r->jobs[i].active;
+    return n;
+}
+
+int weft_cr_free_replicas(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++)
+        n += r->replica_job[rep] < 0;
+    return n;
+}
+
+void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr)
+{
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_FINISHED, .job = jr->key,
+                                   .status = jr->status};
+    snprintf(ev.reason, sizeof(ev.reason), "%s", jr->reason);
+    const int index = (int)(jr - r->jobs);
+    for (int rep = 0; rep < MAX_WORKERS; rep++)
+        if (r->replica_job[rep] == index)
+            r->replica_job[rep] = -1;
+    jr->active = false;
+    r->jobs_done++;
+    post(r, &ev);
+    if (r->stopping && weft_cr_active_jobs(r) == 0)
+        weft_cr_shutdown(r);
+}
+
+void weft_cr_job_fail(struct job_run *jr, weft_status_t st, const char *reason)
+{
+    if (jr->status == WEFT_OK || jr->status == WEFT_ERR_CANCELLED) {
+        jr->status = st;
+        snprintf(jr->reason, sizeof(jr->reason), "%s", reason);
+    }
+}
+
+void weft_cr_jobs_interrupt(struct cluster_runner *r, const struct worker *lost,
+                            weft_status_t st, const char *why)
+{
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct job_run *jr = &r->jobs[i];
+        if (!jr->active)
+            continue;
+        char reason[320];
+        if (lost && r->replica_job[lost->replica] == i)
+            snprintf(reason, sizeof(reason), "worker %s (%s, pid %ld) was lost during the "
+                     "job: %s", lost->id, lost->host, lost->pid, why);
+        else if (lost)
+            snprintf(reason, sizeof(reason), "the mesh was planned again: worker %s (%s, pid "
+                     "%ld) of another replica was lost", lost->id, lost->host, lost->pid);
+        else
+            snprintf(reason, sizeof(reason), "%s", why);
+        weft_cr_job_fail(jr, st, reason);
+        weft_cr_job_finish(r, jr);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Starting                                                                                  */
+
+/* Every prompt's embeddings, read and checked against the model, into one RUN's prompts and
+ * tail (prompt_embeds then pooled, f32, prompt after prompt). */
+static weft_status_t load_prompts(struct cluster_runner *r, const struct weft_runner_job *job,
+                                  struct weft_msg_run *m, struct weft_error *err)
+{
+    const struct weft_flux_config *fc = &r->model->flux;
+    m->prompts = weft_calloc((size_t)job->n_prompts, sizeof(*m->prompts));
+    if (!m->prompts)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    m->n_prompts = job->n_prompts;
+    size_t total = 0;
+    weft_status_t st = WEFT_OK;
+    for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++) {
+        struct weft_prompt_embeds pe;
+        if ((st = weft_model_prompt_read(r->model, job->prompt_paths[i], &pe, err)) != WEFT_OK)
+            break;
+        struct weft_msg_prompt *p = &m->prompts[i];
+        *p = (struct weft_msg_prompt){pe.tokens, fc->joint_attention_dim,
+                                      fc->pooled_projection_dim, ""};
+        snprintf(p->name, sizeof(p->name), "%s", job->prompt_names[i]);
+        const size_t e = (size_t)(pe.tokens * p->joint), need = weft_msg_prompt_floats(p);
+        float *grown = weft_realloc(m->embeds, (total + need) * sizeof(float));
+        if (!grown) {
+            st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+        } else {
+            m->embeds = grown;
+            memcpy(m->embeds + total, pe.embeds, e * sizeof(float));
+            memcpy(m->embeds + total + e, pe.pooled, (size_t)p->pooled * sizeof(float));
+            total += need;
+        }
+        weft_prompt_embeds_cleanup(&pe);
+    }
+    m->n_embeds = total;
+    return st;
+}
+
+/* RUN for one replica: its images [first, first + count) of the job. */
+static weft_status_t run_message(const struct weft_runner_job *job, int64_t first, int64_t count,
+                                 struct weft_msg_run *m, void **buf_p, size_t *len_p,
+                                 struct weft_error *err)
+{
+    m->n_images = (int32_t)count;
+    m->images = weft_calloc((size_t)count, sizeof(*m->images));
+    if (!m->images)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    for (int64_t x = 0; x < count; x++)
+        m->images[x] = (struct weft_msg_image_ref){first + x,
+                                                   (int32_t)((first + x) / job->count)};
+    weft_status_t st = weft_msg_encode(WEFT_MSG_RUN, (const union weft_msg *)m, buf_p, len_p,
+                                       err);
+    weft_free(m->images);
+    m->images = NULL;
+    if (st == WEFT_OK && *len_p > WEFT_LINK_MSG_MAX) {
+        weft_free(*buf_p);
+        st = weft_error_refuse(err, WEFT_ERR_RANGE,
+                               "its prompts make a %zu-byte message for the workers, over the "
+                               "control link's %zu bytes: send fewer prompts per job", *len_p,
+                               WEFT_LINK_MSG_MAX);
+    }
+    return st;
+}
+
+static void send_run(struct cluster_runner *r, struct job_run *jr, int rep, const void *buf,
+                     size_t len)
+{
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->state != W_JOINED || w->rank < 0 || w->replica != rep)
+            continue;
+        weft_status_t st = weft_link_send(w->link, WEFT_MSG_RUN, buf, len);
+        if (st != WEFT_OK) {
+            char why[96];
+            snprintf(why, sizeof(why), "its job could not be sent (%s)", weft_status_str(st));
+            weft_cr_job_fail(jr, WEFT_ERR_PEER_LOST, why);
+        }
+    }
+}
+
+weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_job *job,
+                            struct weft_error *err)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    int reps[MAX_WORKERS], n_free = 0, slot = -1;
+    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++)
+        if (r->replica_job[rep] < 0)
+            reps[n_free++] = rep;
+    for (int i = 0; i < MAX_WORKERS && slot < 0; i++)
+        if (!r->jobs[i].active)
+            slot = i;
+    if (!r->planned || r->stopping || n_free == 0 || slot < 0)
+        return weft_error_set(err, WEFT_ERR_BUSY, "cluster", "job %s: the cluster is not ready "
+                              "or has no free replica", job->id);
+    struct weft_msg_run m = {
+        .job = job->key, .epoch = r->epoch, .height = job->height, .width = job->width,
+        .steps = job->steps, .guidance = job->guidance, .seed = job->seed,
+    };
+    snprintf(m.job_id, sizeof(m.job_id), "%s", job->id);
+    snprintf(m.model_name, sizeof(m.model_name), "%s", r->model_dir);
+    weft_status_t st = load_prompts(r, job, &m, err);
+    /* the free replicas, no more than there are images; split_between_processes over them:
+     * contiguous chunks, the first ones one longer (an image's noise depends on its index
+     * only, so the split changes no pixel) */
+    const int64_t n_img = (int64_t)job->n_prompts * job->count;
+    const int dp = n_img < n_free ? (int)n_img : n_free;
+    void *bufs[MAX_WORKERS] = {0};
+    size_t lens[MAX_WORKERS] = {0};
+    for (int k = 0; k < dp && st == WEFT_OK; k++) {
+        const int64_t first = n_img / dp * k + (k < n_img % dp ? k : n_img % dp);
+        const int64_t count = n_img / dp + (k < n_img % dp);
+        st = run_message(job, first, count, &m, &bufs[k], &lens[k], err);
+    }
+    weft_msg_cleanup(WEFT_MSG_RUN, (union weft_msg *)&m);
+    if (st == WEFT_OK) {
+        struct job_run *jr = &r->jobs[slot];
+        *jr = (struct job_run){.key = job->key, .active = true, .started = weft_cr_now()};
+        jr->last_progress = jr->started;
+        snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
+        snprintf(jr->id, sizeof(jr->id), "%s", job->id);
+        for (int k = 0; k < dp; k++) {
+            r->replica_job[reps[k]] = slot;
+            jr->pending++;
+            send_run(r, jr, reps[k], bufs[k], lens[k]);
+        }
+        WEFT_LOG_INFO("cluster", "job %s: %lld images on %d of %d replicas", job->id,
+                      (long long)n_img, jr->pending, r->mesh.dp);
+    }
+    for (int k = 0; k < dp; k++)
+        weft_free(bufs[k]);
+    return st;
+}
+
+void weft_cr_cancel(struct weft_runner *base, uint64_t key)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    struct job_run *jr = job_find(r, key);
+    if (!jr)
+        return;
+    weft_cr_job_fail(jr, WEFT_ERR_CANCELLED, "cancelled");
+    const union weft_msg m = {.job = {key}};
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->state == W_JOINED && w->rank >= 0 && w->decode &&
+            r->replica_job[w->replica] == (int)(jr - r->jobs))
+            (void)weft_cr_send(w, WEFT_MSG_CANCEL, &m);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* What workers report                                                                       */
+
+/* A message about a job must come from a worker of a replica that runs it. */
+static struct job_run *job_of(struct cluster_runner *r, const struct worker *w, uint64_t key,
+                              const char *what)
+{
+    struct job_run *jr = job_find(r, key);
+    if (!jr || w->rank < 0 || r->replica_job[w->replica] != (int)(jr - r->jobs)) {
+        WEFT_LOG_DEBUG("cluster", "worker %s: a %s for job key %llu it does not run: ignored",
+                       w->id, what, (unsigned long long)key);
+        return NULL;
+    }
+    return jr;
+}
+
+static void on_step(struct cluster_runner *r, struct worker *w, const struct weft_msg_step *m)
+{
+    struct job_run *jr = job_of(r, w, m->job, "step");
+    if (!jr)
+        return;
+    jr->last_progress = weft_cr_now();
+    if (m->seconds > jr->longest_step)
+        jr->longest_step = m->seconds;
+    const struct weft_runner_event ev = {
+        .kind = WEFT_RUNNER_EV_STEP, .job = jr->key, .image = (int)m->image, .n_images = 1,
+        .step = m->step, .steps = m->steps, .seconds = m->seconds,
+    };
+    post(r, &ev);
+}
+
+static void on_image(struct cluster_runner *r, struct worker *w, const struct weft_msg_image *m)
+{
+    struct job_run *jr = job_of(r, w, m->job, "image");
+    if (!jr || !w->decode)
+        return;
+    jr->last_progress = weft_cr_now();
+    char path[WEFT_CONF_PATH + 96];
+    snprintf(path, sizeof(path), "%s/%lld.png", jr->out_dir, (long long)m->image);
+    weft_log_clear_last_error();
+    if (weft_files_write(path, m->png, m->png_len) != WEFT_OK) {
+        weft_cr_job_fail(jr, WEFT_ERR_IO, weft_log_last_error());
+        return;
+    }
+    struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STAGE, .job = jr->key,
+                                   .seconds = m->denoise_s};
+    snprintf(ev.stage, sizeof(ev.stage), "denoise");
+    post(r, &ev);
+    ev.seconds = m->decode_s;
+    snprintf(ev.stage, sizeof(ev.stage), "decode");
+    post(r, &ev);
+    const struct weft_runner_event im = {.kind = WEFT_RUNNER_EV_IMAGE, .job = jr->key,
+                                         .image = (int)m->image, .n_images = 1,
+                                         .width = m->width, .height = m->height};
+    r->images_done++;
+    post(r, &im);
+}
+
+/* A job's collectives from one worker, added to the totals (metrics only). */
+static void add_comm(struct cluster_runner *r, const struct weft_msg_done *m)
+{
+    for (int k = 0; k < m->n_comm; k++) {
+        const struct weft_msg_comm *c = &m->comm[k];
+        struct comm_total *t = NULL;
+        for (int i = 0; i < r->n_comm && !t; i++)
+            if (!strcmp(r->comm[i].group, c->group) && !strcmp(r->comm[i].op, c->op))
+                t = &r->comm[i];
+        if (!t && r->n_comm < (int)(sizeof(r->comm) / sizeof(r->comm[0]))) {
+            t = &r->comm[r->n_comm++];
+            snprintf(t->group, sizeof(t->group), "%s", c->group);
+            snprintf(t->op, sizeof(t->op), "%s", c->op);
+        }
+        if (t)
+            t->seconds += c->seconds, t->bytes += c->bytes, t->calls += (double)c->calls;
+    }
+}
+
+static void on_done(struct cluster_runner *r, struct worker *w, const struct weft_msg_done *m)
+{
+    add_comm(r, m); /* the collectives ran, whatever became of the job */
+    struct job_run *jr = job_of(r, w, m->job, "done");
+    if (!jr)
+        return;
+    const weft_status_t s = (weft_status_t)m->status;
+    if (s != WEFT_OK && s != WEFT_ERR_CANCELLED) {
+        char reason[320];
+        snprintf(reason, sizeof(reason), "worker %s (%s, pid %ld): %s", w->id, w->host, w->pid,
+                 m->error[0] ? m->error : weft_status_str(s));
+        weft_cr_job_fail(jr, s, reason);
+    } else if (s == WEFT_ERR_CANCELLED) {
+        weft_cr_job_fail(jr, s, "cancelled");
+    }
+    if (!w->decode)
+        return; /* the replica's decoding rank speaks for it, once */
+    r->replica_job[w->replica] = -1; /* free for the next job */
+    if (--jr->pending == 0)
+        weft_cr_job_finish(r, jr);
+}
+
+void weft_cr_on_msg(struct weft_link *link, uint16_t type, const void *data, size_t len,
+                    void *arg)
+{
+    (void)link;
+    struct worker *w = arg;
+    struct cluster_runner *r = w->r;
+    union weft_msg *m = weft_malloc(sizeof(*m));
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (!m) {
+        weft_cr_worker_lost(w, "no memory for its message");
+        return;
+    }
+    if (weft_msg_decode(type, data, len, m, &err) != WEFT_OK) {
+        char why[WEFT_ERROR_MSG + 48];
+        snprintf(why, sizeof(why), "sent a malformed control message: %s",
+                 weft_error_text(&err));
+        weft_free(m);
+        weft_cr_worker_lost(w, why);
+        return;
+    }
+    w->last_heard = weft_cr_now();
+    switch (type) {
+    case WEFT_MSG_PING:
+        break;
+    case WEFT_MSG_ASSIGNED:
+        weft_cr_on_assigned(r, w, &m->assigned);
+        break;
+    case WEFT_MSG_STEP:
+        on_step(r, w, &m->step);
+        break;
+    case WEFT_MSG_IMAGE:
+        on_image(r, w, &m->image);
+        break;
+    case WEFT_MSG_DONE:
+        on_done(r, w, &m->done);
+        break;
+    default:
+        WEFT_LOG_WARN("cluster", "worker %s sent an unexpected %s message", w->id,
+                      weft_msg_name(type));
+    }
+    weft_msg_cleanup(type, m);
+    weft_free(m);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Deadlines                                                                                 */
+
+/* A job no worker advances (its steps stopped coming: a worker wedged, a message lost) is
+ * taken back: its mesh is reset (the workers drop their worlds and are assigned again) and the
+ * job finishes with a peer-lost class status, so the coordinator runs it again. */
+static void stalled(struct cluster_runner *r, struct job_run *jr, double idle)
+{
+    char reason[320];
+    snprintf(reason, sizeof(reason), "no progress for %.1f s ([cluster] stall_timeout_ms, or "
+             "10 x its longest step of %.2f s): the workers of its replicas were reset", idle,
+             jr->longest_step);
+    WEFT_LOG_WARN("cluster", "job %s: %s", jr->id, reason);
+    r->jobs_stalled++;
+    weft_cr_jobs_interrupt(r, NULL, WEFT_ERR_TIMEOUT, reason);
+    weft_cr_plan_reset(r);
+    weft_cr_plan_maybe(r);
+}
+
+void weft_cr_jobs_tick(struct cluster_runner *r, double now)
+{
+    if (r->stopping && weft_cr_active_jobs(r) && now > r->stop_deadline) {
+        /* a worker that does not answer the cancel (stopped, hung) must not hold the
+         * shutdown: its jobs end cancelled and stay in the journal for the next start */
+        WEFT_LOG_WARN("cluster", "%d job(s) did not stop within %d ms: given up",
+                      weft_cr_active_jobs(r), STOP_WAIT_MS);
+        for (int i = 0; i < MAX_WORKERS && !r->closed; i++)
+            if (r->jobs[i].active)
+                weft_cr_job_finish(r, &r->jobs[i]);
+        return;
+    }
+    const double stall = (double)r->conf->cluster.stall_timeout_ms / 1e3;
+    for (int i = 0; i < MAX_WORKERS && !r->stopping; i++) {
+        struct job_run *jr = &r->jobs[i];
+        if (!jr->active)
+            continue;
+        const double limit = stall > 10 * jr->longest_step ? stall : 10 * jr->longest_step;
+        if (now - jr->last_progress > limit) {
+            stalled(r, jr, now - jr->last_progress);
+            return; /* every job was interrupted */
+        }
+    }
+}

@@ -1,0 +1,186 @@
+/* The cluster runner's inside, shared by its files (everything runs on the coordinator's loop):
+ *   bootstrap.c  the worker port: connections, the authenticated bootstrap, control links,
+ *                losing a worker
+ *   plan.c       the mesh from the workers there are, device_map, the data-plane rendezvous,
+ *                assignments and their answers
+ *   dispatch.c   jobs: splitting them over replicas, RUN messages, what workers report, the
+ *                progress deadlines, cancel
+ *   runner.c     the runner's operations (control/runner.h), the tick, create and destroy */
+#ifndef WEFT_COORDINATOR_CLUSTER_INTERNAL_H
+#define WEFT_COORDINATOR_CLUSTER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/error.h"
+#include "conf/conf.h"
+#include "control/boot.h"
+#include "control/msg.h"
+#include "control/runner.h"
+#include "model/devmap.h"
+#include "model/mesh.h"
+#include "model/model.h"
+#include "transport/comm.h"
+#include "transport/link.h"
+
+#define MAX_WORKERS 256          /* workers joined (slots) */
+#define MAX_PENDING 64           /* connections still in their bootstrap */
+#define MAX_PENDING_PER_ADDR 16  /* of them, from one source address */
+#define STOP_WAIT_MS 3000        /* after stop(), how long running jobs may take to stop */
+#define TICK_MS 20
+
+enum wstate {
+    W_FREE,
+    W_AUTHED, /* proved the secret, waiting for its link's HELLO */
+    W_JOINED, /* control link up */
+    W_GONE,   /* lost: its connection is closing, the slot is freed when it has */
+};
+
+struct cluster_runner;
+struct worker;
+
+/* A TCP connection to the worker port. It lives on the heap (libuv holds its handle's address
+ * until the close callback) from accept to close; while in its bootstrap it is on the pending
+ * list, once authenticated its worker holds it for the worker's lifetime (its end means the
+ * process is gone). */
+struct conn {
+    uv_tcp_t tcp;
+    struct cluster_runner *r;
+    struct worker *w; /* NULL during the bootstrap */
+    char peer[64];    /* source address */
+    char challenge[WEFT_BOOT_HEX];
+    uint8_t *rbuf;
+    size_t rlen, rcap;
+    double since;
+    bool closing;
+    struct conn *next; /* the pending list */
+};
+
+struct worker {
+    struct cluster_runner *r;
+    enum wstate state;
+    char id[WEFT_MSG_ID_MAX], host[256];
+    long pid;
+    cJSON *hello; /* the inventory it reported */
+    struct conn *conn;
+    struct weft_link *link;
+    double last_heard;
+    /* the current plan */
+    int rank; /* world rank, -1 when outside the mesh */
+    int replica, decode, assigned;
+    uint64_t transformer_bytes, vae_bytes;
+};
+
+struct job_run {
+    uint64_t key;
+    bool active;
+    int pending; /* replicas still running */
+    weft_status_t status;
+    char reason[320];
+    char out_dir[WEFT_CONF_PATH + 64];
+    char id[WEFT_MSG_JOB_ID_MAX];
+    /* progress: the deadline is the last report + max(stall_timeout, 10 x the longest step) */
+    double started, last_progress, longest_step;
+};
+
+struct comm_total {
+    char group[WEFT_MSG_LABEL_MAX], op[WEFT_MSG_LABEL_MAX];
+    double seconds, bytes, calls;
+};
+
+struct cluster_runner {
+    struct weft_runner base;
+    uv_loop_t *loop;
+    struct weft_runner_sink *sink;
+    const struct weft_conf *conf;
+    const struct weft_model *model;
+    struct weft_layout layout; /* of [parallel] / [device_map]; dp shrinks after losses */
+    char model_dir[WEFT_CONF_PATH], secret[WEFT_CONF_STR], listen_host[256];
+    uv_tcp_t *server; /* the worker port (its own allocation: freed by its close) */
+    uv_poll_t link_poll;
+    uv_timer_t tick;
+    double next_ping;
+    struct weft_link_host *host;
+    struct worker w[MAX_WORKERS];
+    int next_id;
+    /* the bootstrap */
+    struct conn *pending;
+    int n_pending;
+    bool accept_stalled;      /* a connection waits in libuv for memory to accept it */
+    uint64_t refused, refused_logged;
+    double refused_log_at;
+    /* planning */
+    uint64_t epoch;
+    bool planned, assigning;
+    char plan_error[WEFT_ERROR_MSG + 64]; /* why the workers there are cannot serve */
+    struct weft_mesh mesh;
+    int n_mesh;
+    /* device_map: the placement of the current plan (map.n_devices 0: none) */
+    struct weft_devmap map;
+    struct weft_devmap_unit *map_units;
+    struct weft_devmap_component map_comps[2];
+    struct weft_rdv_server *rdv;
+    uv_poll_t rdv_poll;
+    bool rdv_poll_open;
+    /* jobs run side by side, each on its own data-parallel replicas */
+    struct job_run jobs[MAX_WORKERS];
+    int replica_job[MAX_WORKERS]; /* per replica: its job's index in jobs, -1 free */
+    bool stopping, closed;
+    double stop_deadline; /* stopping: jobs not finished by then are given up */
+    uint64_t jobs_done, images_done, workers_lost, jobs_stalled;
+    /* the workers' collectives, summed over jobs and ranks, per process-group kind and op */
+    struct comm_total comm[32];
+    int n_comm;
+};
+
+double weft_cr_now(void);
+void weft_cr_post_capacity(struct cluster_runner *r);
+/* Encode and send a message to a joined worker. */
+weft_status_t weft_cr_send(struct worker *w, unsigned type, const union weft_msg *msg);
+
+/* bootstrap.c */
+weft_status_t weft_cr_listen(struct cluster_runner *r, const char *listen, const char *port_file,
+                             struct weft_error *err);
+void weft_cr_on_accept(struct weft_link_host *host, struct weft_link *link, void *arg);
+/* The worker is gone (its process ended, it fell silent, it broke the protocol): its jobs
+ * stop, the mesh is planned again without it. */
+void weft_cr_worker_lost(struct worker *w, const char *why);
+void weft_cr_conn_close(struct conn *c);
+/* Bootstrap deadlines and the refusal summary (every tick). */
+void weft_cr_boot_tick(struct cluster_runner *r, double now);
+/* Close the worker port and every connection. */
+void weft_cr_boot_close(struct cluster_runner *r);
+
+/* plan.c */
+void weft_cr_plan_maybe(struct cluster_runner *r);
+/* The mesh breaks (a worker lost, an assignment failed, a job stalled): everyone drops it. */
+void weft_cr_plan_reset(struct cluster_runner *r);
+void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,
+                         const struct weft_msg_assigned *m);
+void weft_cr_rdv_close(struct cluster_runner *r);
+void weft_cr_rdv_progress(struct cluster_runner *r);
+void weft_cr_devmap_drop(struct cluster_runner *r);
+int weft_cr_joined(const struct cluster_runner *r);
+
+/* dispatch.c */
+weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_job *job,
+                            struct weft_error *err);
+void weft_cr_cancel(struct weft_runner *base, uint64_t key);
+int weft_cr_active_jobs(const struct cluster_runner *r);
+int weft_cr_free_replicas(const struct cluster_runner *r);
+void weft_cr_job_fail(struct job_run *jr, weft_status_t st, const char *reason);
+void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr);
+/* Every running job stops: the mesh is being planned again (lost is the worker whose loss
+ * caused it, NULL for another cause given in why). */
+void weft_cr_jobs_interrupt(struct cluster_runner *r, const struct worker *lost,
+                            weft_status_t st, const char *why);
+void weft_cr_on_msg(struct weft_link *link, uint16_t type, const void *data, size_t len,
+                    void *arg);
+/* Jobs past their progress deadline, and jobs that outlive a stop. */
+void weft_cr_jobs_tick(struct cluster_runner *r, double now);
+
+/* runner.c */
+void weft_cr_shutdown(struct cluster_runner *r);
+
+#endif

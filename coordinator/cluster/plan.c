@@ -1,0 +1,268 @@
+/* Planning (see internal.h): the mesh from the workers there are (dp x ring x ulysses x tp
+ * from [parallel], or replicas of device_map stages), the data-plane rendezvous, one ASSIGN per
+ * worker, and their answers. A refused assignment makes the runner unavailable with the
+ * worker's reason until the workers change. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "coordinator/cluster/internal.h"
+
+int weft_cr_joined(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        n += r->w[i].state == W_JOINED;
+    return n;
+}
+
+void weft_cr_rdv_close(struct cluster_runner *r)
+{
+    if (r->rdv_poll_open) {
+        uv_poll_stop(&r->rdv_poll);
+        uv_close((uv_handle_t *)&r->rdv_poll, NULL);
+        r->rdv_poll_open = false;
+    }
+    weft_rdv_server_destroy(r->rdv);
+    r->rdv = NULL;
+}
+
+void weft_cr_rdv_progress(struct cluster_runner *r)
+{
+    if (r->rdv && weft_rdv_server_progress(r->rdv, 0) == WEFT_OK)
+        weft_cr_rdv_close(r); /* every rank has the table */
+}
+
+static void on_rdv(uv_poll_t *h, int status, int events)
+{
+    (void)status, (void)events;
+    weft_cr_rdv_progress(h->data);
+}
+
+void weft_cr_plan_reset(struct cluster_runner *r)
+{
+    weft_cr_rdv_close(r);
+    const bool had = r->planned || r->assigning;
+    r->planned = r->assigning = false;
+    r->epoch++;
+    const union weft_msg m = {.epoch = {r->epoch}};
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &r->w[i];
+        if (w->rank >= 0 && w->state == W_JOINED)
+            (void)weft_cr_send(w, WEFT_MSG_RESET, &m);
+        w->rank = -1;
+        w->assigned = 0;
+    }
+    if (had)
+        weft_cr_post_capacity(r);
+}
+
+void weft_cr_devmap_drop(struct cluster_runner *r)
+{
+    weft_devmap_cleanup(&r->map);
+    weft_free(r->map_units);
+    r->map_units = NULL;
+    memset(&r->map, 0, sizeof(r->map));
+}
+
+/* device_map: place the pipeline on the pp devices of a replica (device d of every replica
+ * bounded by the least memory any replica's device d reported, and by max_memory). */
+static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranked, int n, int pp)
+{
+    uint64_t room[WEFT_DEVMAP_MAX_DEVICES] = {0};
+    for (int k = 0; k < n; k++) {
+        const cJSON *mem = ranked[k]->hello
+                               ? cJSON_GetObjectItemCaseSensitive(ranked[k]->hello, "memory")
+                               : NULL;
+        uint64_t b =
+            mem && cJSON_IsNumber(mem) && mem->valuedouble > 0 ? (uint64_t)mem->valuedouble : 0;
+        int d = k % pp;
+        if (b && (!room[d] || b < room[d]))
+            room[d] = b;
+    }
+    struct weft_max_memory mm;
+    char why[200];
+    if (weft_conf_parse_max_memory(r->conf->device_map.max_memory, &mm, why, sizeof(why)) !=
+        WEFT_OK) {
+        snprintf(r->plan_error, sizeof(r->plan_error), "[device_map] max_memory: %s", why);
+        return WEFT_ERR_CONFIG;
+    }
+    weft_cr_devmap_drop(r);
+    weft_log_clear_last_error();
+    weft_status_t st = weft_devmap_plan_model(
+        r->model_dir, (enum weft_devmap_strategy)r->conf->device_map.strategy, pp, room, &mm,
+        &r->map, &r->map_units, r->map_comps);
+    if (st != WEFT_OK)
+        snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_log_last_error());
+    return st;
+}
+
+/* The stage of device d: its transformer units, its neighbours and the output device in the
+ * pipe group (device order), and whether it decodes. */
+static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_stage *s,
+                         bool *decode_p)
+{
+    const struct weft_devmap *m = &r->map;
+    int first[WEFT_DEVMAP_MAX_DEVICES] = {0}, last[WEFT_DEVMAP_MAX_DEVICES] = {0};
+    int prev = -1, next = -1, root = 0;
+    for (int k = 0; k < m->n_devices; k++) {
+        if (!weft_devmap_range(m, 0, k, &first[k], &last[k]))
+            first[k] = last[k] = 0;
+        if (last[k] == m->components[0].n_units)
+            root = k;
+    }
+    if (first[d] < last[d]) {
+        for (int k = 0; k < m->n_devices; k++) {
+            if (first[k] < last[k] && k < d)
+                prev = k;
+            if (first[k] < last[k] && k > d && next < 0)
+                next = k;
+        }
+    }
+    *decode_p = m->n_components > 1 ? weft_devmap_exec_device(m, 1, 0) == d : d == root;
+    *s = (struct weft_msg_stage){true, first[d], last[d], prev, next, root};
+}
+
+/* How many workers the mesh takes now (0: not yet), and how many make one replica. */
+static int mesh_workers(const struct cluster_runner *r, int *per_p)
+{
+    const struct weft_conf_parallel *p = &r->conf->parallel;
+    const bool devmap = r->layout.device_map;
+    /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
+    const int per = devmap ? r->layout.mesh.pp
+                           : (int)(p->ring_degree * p->ulysses_degree * p->tp_degree);
+    const int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
+                                              : (int)p->dp_degree * per;
+    const int joined = weft_cr_joined(r);
+    /* after a loss, a smaller data-parallel width with the workers left */
+    const int n = joined >= want ? want : (r->epoch > 0 ? joined / per * per : 0);
+    *per_p = per;
+    return n >= per ? n : 0;
+}
+
+static void assign_one(struct cluster_runner *r, struct worker *w, int rank, const char *rdv,
+                       struct weft_msg_assign *m)
+{
+    const bool devmap = r->layout.device_map;
+    struct weft_mesh_coord c;
+    weft_mesh_coord(&r->mesh, rank, &c);
+    bool decode = c.ring == 0 && c.ulysses == 0 && c.tp == 0 && c.pp == 0;
+    memset(m, 0, sizeof(*m));
+    m->epoch = r->epoch;
+    snprintf(m->model, sizeof(m->model), "%s", r->model_dir);
+    snprintf(m->rdv, sizeof(m->rdv), "%s", rdv);
+    m->world_size = r->n_mesh;
+    m->world_rank = rank;
+    m->world_base = 0;
+    m->layout = r->layout;
+    m->layout.mesh = r->mesh;
+    m->tp_full_then_shard = r->conf->parallel.tp_load == 1;
+    if (devmap)
+        devmap_stage(r, c.pp, &m->stage, &decode);
+    m->decode = decode;
+    m->tp_plan = r->conf->tp_plan;
+    w->rank = rank;
+    w->replica = c.dp;
+    w->decode = decode;
+    w->assigned = 0;
+}
+
+/* The data-plane rendezvous of an n-rank world; rdv gets its address ("" for one rank). */
+static weft_status_t open_rdv(struct cluster_runner *r, int n, char *rdv, size_t len)
+{
+    rdv[0] = '\0';
+    if (n <= 1)
+        return WEFT_OK;
+    weft_log_clear_last_error();
+    if (weft_rdv_server_create(r->listen_host, 0, n, &r->rdv) != WEFT_OK) {
+        snprintf(r->plan_error, sizeof(r->plan_error), "cannot open a rendezvous: %s",
+                 weft_log_last_error());
+        return WEFT_ERR_IO;
+    }
+    snprintf(rdv, len, "%s:%u", r->listen_host, (unsigned)weft_rdv_server_port(r->rdv));
+    uv_poll_init(r->loop, &r->rdv_poll, weft_rdv_server_fd(r->rdv));
+    r->rdv_poll.data = r;
+    uv_poll_start(&r->rdv_poll, UV_READABLE, on_rdv);
+    r->rdv_poll_open = true;
+    return WEFT_OK;
+}
+
+void weft_cr_plan_maybe(struct cluster_runner *r)
+{
+    if (r->planned || r->assigning || r->stopping || r->plan_error[0])
+        return;
+    int per;
+    const int n = mesh_workers(r, &per);
+    if (n == 0)
+        return;
+    struct worker *ranked[MAX_WORKERS];
+    int k = 0;
+    for (int i = 0; i < MAX_WORKERS && k < n; i++)
+        if (r->w[i].state == W_JOINED)
+            ranked[k++] = &r->w[i];
+    const bool devmap = r->layout.device_map;
+    r->mesh = (struct weft_mesh){n / per, r->layout.mesh.ring, r->layout.mesh.ulysses,
+                                 r->layout.mesh.tp, devmap ? per : 1};
+    if (devmap && devmap_plan(r, ranked, n, per) != WEFT_OK) {
+        WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
+        weft_cr_post_capacity(r);
+        return;
+    }
+    r->n_mesh = n;
+    char rdv[WEFT_MSG_ADDR_MAX];
+    if (open_rdv(r, n, rdv, sizeof(rdv)) != WEFT_OK) {
+        WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
+        weft_cr_post_capacity(r);
+        return;
+    }
+    r->assigning = true;
+    for (int rep = 0; rep < MAX_WORKERS; rep++)
+        r->replica_job[rep] = -1; /* no job runs across a new plan (they were stopped) */
+    struct weft_msg_assign *m = weft_malloc(sizeof(*m));
+    for (int rank = 0; rank < n; rank++) {
+        if (!m) {
+            weft_cr_worker_lost(ranked[rank], "no memory for its assignment");
+            return;
+        }
+        assign_one(r, ranked[rank], rank, rdv, m);
+        /* a worker whose link is gone is lost by its link's end, which plans again */
+        (void)weft_cr_send(ranked[rank], WEFT_MSG_ASSIGN, (const union weft_msg *)m);
+    }
+    weft_free(m);
+    char name[96];
+    struct weft_layout l = r->layout;
+    l.mesh = r->mesh;
+    weft_layout_name(&l, name, sizeof(name));
+    WEFT_LOG_INFO("cluster", "epoch %llu: %s on %d workers", (unsigned long long)r->epoch, name,
+                  n);
+}
+
+void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,
+                         const struct weft_msg_assigned *m)
+{
+    if (m->epoch != r->epoch || !r->assigning || w->rank < 0)
+        return; /* an answer to an older plan */
+    if (m->status != WEFT_OK) {
+        snprintf(r->plan_error, sizeof(r->plan_error), "worker %s (%s, pid %ld) could not take "
+                 "its assignment: %s", w->id, w->host, w->pid,
+                 m->error[0] ? m->error : weft_status_str((weft_status_t)m->status));
+        WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
+        weft_cr_plan_reset(r);
+        weft_cr_post_capacity(r); /* unavailable() changed: the queued jobs fail with it */
+        return;
+    }
+    w->transformer_bytes = m->transformer_bytes;
+    w->vae_bytes = m->vae_bytes;
+    w->assigned = 1;
+    int done = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        done += r->w[i].rank >= 0 && r->w[i].assigned;
+    if (done == r->n_mesh) {
+        r->assigning = false;
+        r->planned = true;
+        WEFT_LOG_INFO("cluster", "epoch %llu: every worker is loaded; serving",
+                      (unsigned long long)r->epoch);
+        weft_cr_post_capacity(r);
+    }
+}

@@ -1,0 +1,410 @@
+/* The model description and the layout rules (see model.h). */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "model/checkpoint.h"
+#include "model/plan.h"
+
+
+static uint64_t file_bytes(const struct weft_ckpt *ck)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < weft_ckpt_file_count(ck); i++)
+        n += weft_st_file_size(weft_ckpt_file_at(ck, i));
+    return n;
+}
+
+/* A component folder whose config.json names the class model_index.json gave. */
+static weft_status_t open_component(const char *dir, const char *want, struct weft_ckpt **ck_p,
+                                    struct weft_error *err)
+{
+    weft_log_clear_last_error();
+    weft_status_t st = weft_ckpt_open(dir, ck_p);
+    if (st != WEFT_OK)
+        return weft_error_from_log(err, st);
+    if (strcmp(weft_ckpt_class(*ck_p), want) != 0) {
+        weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                          "%s/config.json: _class_name is '%s'; %s expected", dir,
+                          weft_ckpt_class(*ck_p), want);
+        weft_ckpt_close(*ck_p);
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t open_transformer(struct weft_model *m, struct weft_error *err)
+{
+    struct weft_ckpt *ck;
+    weft_status_t st = open_component(m->transformer_dir, WEFT_FLUX_CLASS, &ck, err);
+    if (st != WEFT_OK)
+        return st;
+    char origin[WEFT_CONF_PATH + 32];
+    snprintf(origin, sizeof(origin), "%s/config.json", m->transformer_dir);
+    weft_log_clear_last_error();
+    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux)) != WEFT_OK ||
+        (st = weft_model_info_get(ck, &m->info)) != WEFT_OK)
+        weft_error_from_log(err, st);
+    m->transformer_file_bytes = file_bytes(ck);
+    weft_ckpt_close(ck);
+    return st;
+}
+
+static weft_status_t open_vae(struct weft_model *m, struct weft_error *err)
+{
+    struct weft_ckpt *ck;
+    weft_status_t st = open_component(m->vae_dir, WEFT_VAE_CLASS, &ck, err);
+    if (st != WEFT_OK)
+        return st;
+    char origin[WEFT_CONF_PATH + 32];
+    snprintf(origin, sizeof(origin), "%s/config.json", m->vae_dir);
+    weft_log_clear_last_error();
+    if ((st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &m->vae)) != WEFT_OK)
+        weft_error_from_log(err, st);
+    m->vae_file_bytes = file_bytes(ck);
+    weft_ckpt_close(ck);
+    return st;
+}
+
+/* model_index.json entry `name`: the class expected there, or absent / [null, null] when
+ * optional is set. *present_p says whether the component is there. */
+static weft_status_t index_entry(const struct weft_pipe *pipe, const char *name,
+                                 const char *library, const char *class_name, bool optional,
+                                 bool *present_p, struct weft_error *err)
+{
+    const struct weft_pipe_component *c = weft_pipe_find(pipe, name);
+    *present_p = c && c->class_name;
+    if (!*present_p) {
+        if (optional)
+            return WEFT_OK;
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s/model_index.json: no \"%s\" component (%s expected)",
+                                 weft_pipe_dir(pipe), name, class_name);
+    }
+    if (strcmp(c->class_name, class_name) != 0 || strcmp(c->library, library) != 0)
+        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                                 "%s/model_index.json: \"%s\" is [\"%s\", \"%s\"]; weft runs "
+                                 "[\"%s\", \"%s\"] there", weft_pipe_dir(pipe), name,
+                                 c->library, c->class_name, library, class_name);
+    return WEFT_OK;
+}
+
+static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
+{
+    struct weft_pipe *pipe;
+    weft_log_clear_last_error();
+    weft_status_t st = weft_pipe_open(m->dir, &pipe);
+    if (st != WEFT_OK)
+        return weft_error_from_log(err, st);
+    snprintf(m->pipeline_class, sizeof(m->pipeline_class), "%s", weft_pipe_class(pipe));
+    bool has_t, has_sched;
+    if (strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
+        st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                               "%s/model_index.json: _class_name is '%s'; weft runs %s "
+                               "pipeline folders", m->dir, m->pipeline_class,
+                               WEFT_FLUX_PIPELINE_CLASS);
+    } else if ((st = index_entry(pipe, "transformer", "diffusers", WEFT_FLUX_CLASS, false,
+                                 &has_t, err)) == WEFT_OK &&
+               (st = index_entry(pipe, "vae", "diffusers", WEFT_VAE_CLASS, true, &m->has_vae,
+                                 err)) == WEFT_OK) {
+        st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
+                         err);
+    }
+    weft_pipe_close(pipe);
+    if (st != WEFT_OK)
+        return st;
+    snprintf(m->transformer_dir, sizeof(m->transformer_dir), "%s/transformer", m->dir);
+    if (m->has_vae)
+        snprintf(m->vae_dir, sizeof(m->vae_dir), "%s/vae", m->dir);
+    if (has_sched) {
+        char path[WEFT_CONF_PATH + 48];
+        snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", m->dir);
+        cJSON *json;
+        weft_log_clear_last_error();
+        if ((st = weft_json_read_file(path, 1 << 20, &json)) != WEFT_OK)
+            return weft_error_from_log(err, st);
+        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(json, "_class_name");
+        if (!cJSON_IsString(cls) || strcmp(cls->valuestring, WEFT_SCHED_CLASS) != 0)
+            st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s: _class_name is not %s", path,
+                                   WEFT_SCHED_CLASS);
+        else if ((st = weft_sched_config_parse(json, path, &m->sched)) != WEFT_OK)
+            weft_error_from_log(err, st);
+        cJSON_Delete(json);
+    }
+    return st;
+}
+
+/* The transformer's channels are the VAE's latents packed 2 x 2 (FluxPipeline:
+ * num_channels_latents = in_channels // 4, unpacked output of out_channels // 4). */
+static weft_status_t check_channels(const struct weft_model *m, struct weft_error *err)
+{
+    const struct weft_flux_config *f = &m->flux;
+    if (f->in_channels % 4 || f->out_channels % 4)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s/config.json: in_channels %lld and out_channels %lld must be "
+                                 "multiples of 4 (latents are packed 2 x 2)", m->transformer_dir,
+                                 (long long)f->in_channels, (long long)f->out_channels);
+    if (f->in_channels != f->out_channels)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s/config.json: out_channels %lld differs from in_channels %lld "
+                                 "(the denoiser's output is a velocity of the latents)",
+                                 m->transformer_dir, (long long)f->out_channels,
+                                 (long long)f->in_channels);
+    if (m->has_vae && m->vae.latent_channels * 4 != f->in_channels)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s/config.json: latent_channels %lld does not match the "
+                                 "transformer's in_channels %lld (4 x latent channels, 2 x 2 "
+                                 "packing)", m->vae_dir, (long long)m->vae.latent_channels,
+                                 (long long)f->in_channels);
+    return WEFT_OK;
+}
+
+weft_status_t weft_model_open(const char *dir, struct weft_model **model_p,
+                              struct weft_error *err)
+{
+    if (strlen(dir) >= WEFT_CONF_PATH)
+        return weft_error_refuse(err, WEFT_ERR_RANGE, "model folder path too long");
+    struct weft_model *m = weft_calloc(1, sizeof(*m));
+    if (!m)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    snprintf(m->prompts_dir, sizeof(m->prompts_dir), "%s/prompts", dir);
+    weft_sched_config_flux_default(&m->sched);
+    weft_status_t st;
+    enum weft_path_kind kind = weft_path_kind(dir);
+    if (kind == WEFT_PATH_PIPELINE) {
+        m->pipeline = true;
+        st = open_pipeline(m, err);
+    } else if (kind == WEFT_PATH_MODEL) {
+        snprintf(m->transformer_dir, sizeof(m->transformer_dir), "%s", dir);
+        st = WEFT_OK;
+    } else {
+        st = weft_error_refuse(err, WEFT_ERR_NOT_FOUND,
+                               "%s: not a pipeline folder (model_index.json) or a model folder "
+                               "(config.json)", dir);
+    }
+    if (st == WEFT_OK)
+        st = open_transformer(m, err);
+    if (st == WEFT_OK && m->has_vae)
+        st = open_vae(m, err);
+    if (st == WEFT_OK)
+        st = check_channels(m, err);
+    if (st != WEFT_OK) {
+        weft_free(m);
+        return st;
+    }
+    m->vae_scale = m->has_vae ? m->vae.scale : 8;
+    m->side_unit = 2 * m->vae_scale;
+    *model_p = m;
+    return WEFT_OK;
+}
+
+void weft_model_close(struct weft_model *model)
+{
+    weft_free(model);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Layouts                                                                                   */
+
+void weft_layout_single(struct weft_layout *out)
+{
+    *out = (struct weft_layout){.mesh = {1, 1, 1, 1, 1}};
+}
+
+void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica,
+                           struct weft_layout *out)
+{
+    const struct weft_conf_parallel *p = &conf->parallel;
+    *out = (struct weft_layout){
+        .mesh = {(int)p->dp_degree, (int)p->ring_degree, (int)p->ulysses_degree,
+                 (int)p->tp_degree, 1},
+        .ulysses_anything = p->ulysses_anything,
+        .ring_anything = p->ring_anything,
+        .rotation = (enum weft_ring_rotation)p->ring_rotation,
+    };
+    if (conf->device_map.strategy != 0) {
+        out->device_map = true;
+        out->mesh.pp = devices_per_replica > 0 ? devices_per_replica : 1;
+    }
+}
+
+void weft_layout_name(const struct weft_layout *l, char *buf, size_t len)
+{
+    if (l->device_map)
+        snprintf(buf, len, "dp %d x %d device_map stages", l->mesh.dp, l->mesh.pp);
+    else
+        snprintf(buf, len, "dp %d x ring %d x ulysses %d x tp %d", l->mesh.dp, l->mesh.ring,
+                 l->mesh.ulysses, l->mesh.tp);
+}
+
+static weft_status_t check_degrees(const struct weft_layout *l, struct weft_error *err)
+{
+    const struct weft_mesh *m = &l->mesh;
+    if (m->dp < 1 || m->ring < 1 || m->ulysses < 1 || m->tp < 1 || m->pp < 0)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "every parallel degree must be at least 1 (dp %d, ring %d, "
+                                 "ulysses %d, tp %d)", m->dp, m->ring, m->ulysses, m->tp);
+    if (l->ulysses_anything && m->ulysses < 2)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] ulysses_anything needs ulysses_degree > 1 (it is "
+                                 "%d)", m->ulysses);
+    if (l->ring_anything && m->ring < 2)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] ring_anything needs ring_degree > 1 (it is %d)",
+                                 m->ring);
+    if (l->device_map && m->tp > 1)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[device_map] strategy cannot be combined with tensor "
+                                 "parallelism (tp_degree %d): tensor parallelism already places "
+                                 "each rank's shard on that rank's device; set tp_degree = 1 or "
+                                 "strategy = none", m->tp);
+    if (l->device_map && (m->ring > 1 || m->ulysses > 1))
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[device_map] strategy cannot be combined with context "
+                                 "parallelism (ring %d x ulysses %d) in this version: each stage "
+                                 "of a layer pipeline holds whole sequences; set the degrees to 1 "
+                                 "or strategy = none", m->ring, m->ulysses);
+    return WEFT_OK;
+}
+
+/* Resolve the plan the workers will resolve, against the checkpoint's headers. */
+static weft_status_t check_tp(const struct weft_model *model, int tp,
+                              const struct weft_conf_map *tp_plan, struct weft_error *err)
+{
+    struct weft_tp_plan plan;
+    weft_tp_plan_builtin(model->info.class_name, &plan);
+    weft_log_clear_last_error();
+    weft_status_t st = tp_plan ? weft_tp_plan_apply_conf(&plan, tp_plan) : WEFT_OK;
+    if (st != WEFT_OK)
+        return weft_error_from_log(err, st);
+    if (plan.n == 0)
+        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                                 "%s has no tensor-parallel plan; give one in [tp_plan]",
+                                 model->info.class_name);
+    struct weft_ckpt *ck;
+    if ((st = weft_ckpt_open(model->transformer_dir, &ck)) != WEFT_OK)
+        return weft_error_from_log(err, st);
+    struct weft_tp_layout *lay = NULL;
+    st = weft_tp_resolve(&plan, ck, &model->info, tp, tp, &lay);
+    if (st == WEFT_OK)
+        st = weft_flux_tp_check(&model->flux, lay);
+    weft_error_from_log(err, st);
+    weft_tp_layout_destroy(lay);
+    weft_ckpt_close(ck);
+    return st;
+}
+
+weft_status_t weft_model_check_layout(const struct weft_model *model,
+                                      const struct weft_layout *layout,
+                                      const struct weft_conf_map *tp_plan,
+                                      struct weft_error *err)
+{
+    weft_status_t st = check_degrees(layout, err);
+    if (st != WEFT_OK)
+        return st;
+    const struct weft_mesh *m = &layout->mesh;
+    if (m->tp > 1 && (st = check_tp(model, m->tp, tp_plan, err)) != WEFT_OK)
+        return st;
+    const int64_t heads = model->flux.num_attention_heads;
+    if (heads % m->tp)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "tp_degree %d does not divide num_attention_heads %lld of %s",
+                                 m->tp, (long long)heads, model->transformer_dir);
+    if (heads / m->tp < m->ulysses)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "%lld heads per tensor-parallel rank are fewer than "
+                                 "ulysses_degree %d", (long long)(heads / m->tp), m->ulysses);
+    if ((heads / m->tp) % m->ulysses && !layout->ulysses_anything)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "%lld heads per tensor-parallel rank do not divide by "
+                                 "ulysses_degree %d; set [parallel] ulysses_anything = true to "
+                                 "split them unevenly", (long long)(heads / m->tp), m->ulysses);
+    return WEFT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+weft_status_t weft_model_check_prompt(const struct weft_model *model,
+                                      const struct weft_st_file *file, const char *what,
+                                      int64_t *tokens_p, struct weft_error *err)
+{
+    const struct weft_st_tensor *pe = weft_st_find(file, "prompt_embeds");
+    const struct weft_st_tensor *po = weft_st_find(file, "pooled_prompt_embeds");
+    if (!pe || !po)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s: needs tensors prompt_embeds and pooled_prompt_embeds", what);
+    for (int k = 0; k < 2; k++) {
+        const struct weft_st_tensor *t = k ? po : pe;
+        if (t->dtype != WEFT_DTYPE_F32 && t->dtype != WEFT_DTYPE_BF16 &&
+            t->dtype != WEFT_DTYPE_F16)
+            return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                     "%s: %s is %s; F32, BF16 or F16 expected", what, t->name,
+                                     t->dtype_name);
+    }
+    const int64_t joint = model->flux.joint_attention_dim;
+    if (pe->ndim != 3 || pe->shape[0] != 1 || pe->shape[2] != joint)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s: prompt_embeds must be [1, T, %lld] (the model's "
+                                 "joint_attention_dim)", what, (long long)joint);
+    if (pe->shape[1] < 1 || pe->shape[1] > WEFT_MODEL_MAX_TEXT_TOKENS)
+        return weft_error_refuse(err, WEFT_ERR_RANGE,
+                                 "%s: prompt_embeds has %lld tokens; 1..%d allowed", what,
+                                 (long long)pe->shape[1], WEFT_MODEL_MAX_TEXT_TOKENS);
+    const int64_t pooled = model->flux.pooled_projection_dim;
+    if (po->numel != pooled || po->ndim > 2 || po->ndim < 1 ||
+        (po->ndim == 2 && po->shape[0] != 1))
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s: pooled_prompt_embeds must be [1, %lld] (the model's "
+                                 "pooled_projection_dim)", what, (long long)pooled);
+    *tokens_p = pe->shape[1];
+    return WEFT_OK;
+}
+
+static weft_status_t read_f32(struct weft_st_file *f, const char *name, float **out,
+                              struct weft_error *err)
+{
+    const struct weft_st_tensor *t = weft_st_find(f, name);
+    float *p = weft_malloc((size_t)t->numel * sizeof(float) + sizeof(float));
+    if (!p)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_log_clear_last_error();
+    weft_status_t st = weft_st_read(f, t, p, WEFT_DTYPE_F32);
+    if (st != WEFT_OK) {
+        weft_free(p);
+        return weft_error_from_log(err, st);
+    }
+    *out = p;
+    return WEFT_OK;
+}
+
+weft_status_t weft_model_prompt_read(const struct weft_model *model, const char *path,
+                                     struct weft_prompt_embeds *out, struct weft_error *err)
+{
+    struct weft_st_file *f;
+    weft_log_clear_last_error();
+    weft_status_t st = weft_st_open(path, &f);
+    if (st != WEFT_OK)
+        return weft_error_from_log(err, st);
+    struct weft_prompt_embeds p = {0};
+    st = weft_model_check_prompt(model, f, path, &p.tokens, err);
+    if (st == WEFT_OK && (st = read_f32(f, "prompt_embeds", &p.embeds, err)) == WEFT_OK)
+        st = read_f32(f, "pooled_prompt_embeds", &p.pooled, err);
+    weft_st_close(f);
+    if (st != WEFT_OK) {
+        weft_prompt_embeds_cleanup(&p);
+        return st;
+    }
+    *out = p;
+    return WEFT_OK;
+}
+
+void weft_prompt_embeds_cleanup(struct weft_prompt_embeds *p)
+{
+    weft_free(p->embeds);
+    weft_free(p->pooled);
+    p->embeds = p->pooled = NULL;
+}

@@ -1,0 +1,100 @@
+/* A model as every layer knows it before a weight is read: the folder, the classes its
+ * model_index.json and config files name, the typed configs of its components, and the
+ * consistency rules between them. The coordinator opens it once at start (a model it cannot
+ * run is refused before any worker joins), the CLI before anything loads, the worker before it
+ * loads its shards: one function decides, with one set of rules.
+ *
+ * Folders: a Diffusers pipeline folder (model_index.json; transformer/, and vae/ and
+ * scheduler/ when model_index.json names them), or a transformer folder alone (config.json and
+ * weights; latents only, FLUX.1-dev's scheduler). */
+#ifndef WEFT_MODEL_MODEL_H
+#define WEFT_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "conf/conf.h"
+#include "model/cp.h"
+#include "model/flux.h"
+#include "model/mesh.h"
+#include "model/registry.h"
+#include "model/safetensors.h"
+#include "model/scheduler.h"
+#include "model/vae.h"
+
+#define WEFT_FLUX_PIPELINE_CLASS "FluxPipeline"
+#define WEFT_MODEL_MAX_TEXT_TOKENS 4096 /* tokens of one prompt's embeddings */
+
+struct weft_model {
+    char dir[WEFT_CONF_PATH];
+    bool pipeline;                       /* a pipeline folder (else a transformer alone) */
+    char pipeline_class[64];             /* model_index.json's _class_name ("" alone) */
+    char transformer_dir[WEFT_CONF_PATH + 16];
+    char vae_dir[WEFT_CONF_PATH + 16];   /* "" without a VAE */
+    char prompts_dir[WEFT_CONF_PATH + 16];
+    struct weft_flux_config flux;
+    struct weft_model_info info;         /* heads and packed blocks, for tensor parallelism */
+    bool has_vae;
+    struct weft_vae_config vae;
+    struct weft_sched_config sched;
+    /* derived: the latent grid. Pixels per latent along an edge (the VAE's, or FluxPipeline's
+     * default 8 without one), and the unit every side is a multiple of: latents are packed
+     * 2 x 2 into tokens. */
+    int64_t vae_scale, side_unit;
+    uint64_t transformer_file_bytes, vae_file_bytes;
+};
+
+/* Open dir and check everything that needs no weight: the pipeline class and every component
+ * class (model_index.json against each component's config.json), the configs themselves,
+ * the transformer's channels against the VAE's latent channels. err names the file and the
+ * rule. */
+weft_status_t weft_model_open(const char *dir, struct weft_model **model_p,
+                              struct weft_error *err);
+void weft_model_close(struct weft_model *model);
+
+/* The layout a job runs on: the mesh (dp x pp x ring x ulysses x tp) and its options. */
+struct weft_layout {
+    struct weft_mesh mesh;
+    bool ulysses_anything, ring_anything;
+    enum weft_ring_rotation rotation;
+    bool device_map; /* pp stages placed by [device_map] */
+};
+
+/* The one-device layout. */
+void weft_layout_single(struct weft_layout *out);
+/* The layout of [parallel] (and [device_map] with devices_per_replica devices; 0 without). */
+void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica,
+                           struct weft_layout *out);
+/* "dp 2 x ring 1 x ulysses 2 x tp 1" or "dp 1 x 2 device_map stages". */
+void weft_layout_name(const struct weft_layout *l, char *buf, size_t len);
+
+/* Can this model run on this layout at all (independently of any job)? Degrees are at least 1,
+ * the anything flags have the degree they relax, device_map combines with neither tensor nor
+ * context parallelism, tensor parallelism has a plan (the class's, with tp_plan's overrides)
+ * that resolves against the checkpoint (degree divides the heads, every packed block,
+ * every planned module is a Linear of the checkpoint), the heads per tensor-parallel rank cover
+ * the Ulysses degree. Reads checkpoint headers, never a weight. */
+weft_status_t weft_model_check_layout(const struct weft_model *model,
+                                      const struct weft_layout *layout,
+                                      const struct weft_conf_map *tp_plan,
+                                      struct weft_error *err);
+
+/* A prompt's embeddings as the model takes them: prompt_embeds [1, T, joint_attention_dim]
+ * with T in 1..WEFT_MODEL_MAX_TEXT_TOKENS and pooled_prompt_embeds [1, pooled_projection_dim]
+ * ([pooled] accepted), float dtypes. *tokens_p gets T. what names the file in err. */
+weft_status_t weft_model_check_prompt(const struct weft_model *model,
+                                      const struct weft_st_file *file, const char *what,
+                                      int64_t *tokens_p, struct weft_error *err);
+
+/* A prompt's embeddings read from a safetensors file (checked as above), as f32. */
+struct weft_prompt_embeds {
+    float *embeds; /* [tokens, joint_attention_dim] (weft_free) */
+    float *pooled; /* [pooled_projection_dim] (weft_free) */
+    int64_t tokens;
+};
+weft_status_t weft_model_prompt_read(const struct weft_model *model, const char *path,
+                                     struct weft_prompt_embeds *out, struct weft_error *err);
+void weft_prompt_embeds_cleanup(struct weft_prompt_embeds *p);
+
+#endif

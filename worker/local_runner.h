@@ -1,0 +1,22 @@
+/* The local runner: executes the coordinator's jobs in this process, on this machine's CPU,
+ * with the worker's image pipeline (worker/runtime.h) on one device, one job at a time (the
+ * CPU kernels use every core). It implements control/runner.h, so the coordinator runs it
+ * without linking any math: `weft serve --runner local` links both. */
+#ifndef WEFT_WORKER_LOCAL_RUNNER_H
+#define WEFT_WORKER_LOCAL_RUNNER_H
+
+#include "common/status.h"
+#include "control/runner.h"
+
+struct weft_local_runner_opts {
+    const char *model_dir; /* pipeline folder (transformer/, scheduler/, vae/) */
+    int threads;           /* CPU kernel threads; 0: every core */
+};
+
+/* Starts its thread, which loads the model; jobs started before the load ends wait for it (a
+ * load failure fails them with its reason, and unavailable() reports it). */
+weft_status_t weft_local_runner_create(const struct weft_local_runner_opts *opts,
+                                       struct weft_runner_sink *sink,
+                                       struct weft_runner **runner_p);
+
+#endif
