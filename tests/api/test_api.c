@@ -163,13 +163,12 @@ static int get(struct weft_client *c, const char *method, const char *path, cons
                char **body_p)
 {
     int code;
-    char *ans;
-    CHECK_C(c, weft_client_request(c, method, path, body, body ? strlen(body) : 0, &code, &ans,
-                                   NULL));
-    if (body_p)
-        *body_p = ans;
-    else
-        weft_client_free(ans);
+    char *ans = NULL;
+    /* the answer goes straight to *body_p: a local handed back through it is what gcc's
+     * -Wdangling-pointer (release builds) cannot follow */
+    CHECK_C(c, weft_client_request(c, method, path, body, body ? strlen(body) : 0, &code,
+                                   body_p ? body_p : &ans, NULL));
+    weft_client_free(ans);
     return code;
 }
 
