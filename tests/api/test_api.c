@@ -499,6 +499,27 @@ static size_t raw_read(int fd, char *buf, size_t cap, int timeout_ms, bool *clos
     return raw_read_until(fd, buf, cap, NULL, timeout_ms, closed_p);
 }
 
+/* The status code of an answer read by raw_read ("HTTP/1.1 NNN "), 0 when there is none. */
+static int raw_status(const char *buf)
+{
+    int code = 0;
+    if (sscanf(buf, "HTTP/1.1 %3d ", &code) != 1)
+        return 0;
+    return code;
+}
+
+/* Send one raw request on a new connection and read the answer until the server closes (or
+ * 5 s pass): its status code; the answer is in buf. */
+static int raw_exchange(const struct server *s, const char *req, size_t len, char *buf,
+                        size_t cap, bool *closed_p)
+{
+    int fd = raw_connect(s);
+    raw_send(fd, req, len);
+    raw_read(fd, buf, cap, 5000, closed_p);
+    close(fd);
+    return raw_status(buf);
+}
+
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
@@ -560,7 +581,7 @@ static int case_robust(void)
 
     /* Expect: 100-continue gets its interim answer before the body is sent */
     fd = raw_connect(&s);
-    const char *ex = "POST /v1/jobs HTTP/1.1\r\nContent-Type: application/json\r\n"
+    const char *ex = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      "Expect: 100-continue\r\nContent-Length: 2\r\n\r\n";
     raw_send(fd, ex, strlen(ex));
     raw_read_until(fd, buf, sizeof(buf), "\r\n\r\n", 5000, &closed);
@@ -601,7 +622,7 @@ static int case_robust(void)
     fds[4] = raw_connect(&s);
     raw_read(fds[4], buf, sizeof(buf), 5000, &closed);
     CHECK(strncmp(buf, "HTTP/1.1 503 ", 13) == 0);
-    const char *hz = "GET /healthz HTTP/1.1\r\n\r\n";
+    const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     raw_send(fds[0], hz, strlen(hz));
     raw_read_until(fds[0], buf, sizeof(buf), "}", 5000, &closed);
     CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
@@ -839,6 +860,51 @@ static int case_unix(void)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Hardening                                                                                 */
+
+/* Only HTTP/1.0 and HTTP/1.1, as RFC 9112 has them. */
+static int case_protocol(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    static const struct {
+        const char *req;
+        int code;
+    } reqs[] = {
+        {"GET /healthz\r\n\r\n", 400},                                   /* no version */
+        {"GET /healthz HTTP/0.9\r\n\r\n", 400},
+        {"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+        {"GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n", 505},
+        {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505},                       /* HTTP/2 preface */
+        {"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n", 400},              /* section 5.1 */
+        {"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n", 400},
+        {"GET /healthz HTTP/1.1\r\n\r\n", 400},                          /* section 3.2 */
+        {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+        {"GET /healthz HTTP/1.0\r\n\r\n", 200},
+        {"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200},
+        {"GET /healthz HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n", 200}, /* empty: allowed */
+    };
+    static char buf[1 << 16];
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        bool closed;
+        int code = raw_exchange(&s, reqs[i].req, strlen(reqs[i].req), buf, sizeof(buf), &closed);
+        if (code != reqs[i].code || !closed) {
+            fprintf(stderr, "%zu: %d%s for %s", i, code, closed ? "" : " (left open)", buf);
+            CHECK_EQ(code, reqs[i].code);
+        }
+        const char *b = strstr(buf, "\r\n\r\n");
+        CHECK(b);
+        CHECK(strncmp(b + 4, code == 200 ? "{\"ok\":true" : "{\"error\":", code == 200 ? 10 : 9)
+              == 0);
+    }
+    struct weft_client *c = client(&s, NULL);
+    check_serving(c);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -859,6 +925,7 @@ int main(int argc, char **argv)
         {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
         {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
+        {"protocol", case_protocol},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
