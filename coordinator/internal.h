@@ -193,7 +193,7 @@ bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req
 /* A complete request. */
 void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
                      struct weft_api_response *resp);
-/* {"error": msg} */
+/* {"error": msg}, msg made valid UTF-8 (other bytes as \xNN) and cut to a bounded length. */
 void weft_api_error(struct weft_api_response *resp, int code, const char *msg);
 /* Prometheus text of everything the coordinator and the runner measure. */
 void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *out);

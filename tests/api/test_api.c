@@ -21,7 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "client/weft.h"
+#include "common/utf8.h"
 #include "test.h"
 
 static const char *weft_bin;
@@ -905,6 +908,53 @@ static int case_protocol(void)
     return 0;
 }
 
+/* Every error body is UTF-8 JSON of a bounded size, whatever bytes the request held. */
+static int case_utf8(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    static const char *const paths[] = {
+        "/v1/jobs/\xff\xfe",           "/v1/jobs/ab\xc3",         "/v1/jobs/\xed\xa0\x80zz",
+        "/v1/jobs/\xc0\xaf/images/0",  "/v1/jobs/0123456789abcd\xe2\x82", "/v1/jobs/\xe2\x82\xac",
+    };
+    static char req[8192], buf[1 << 16];
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) + 2; i++) {
+        int n;
+        if (i < sizeof(paths) / sizeof(paths[0])) {
+            n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "\r\n", paths[i]);
+        } else {
+            /* a body that is not UTF-8, and one naming a long unknown field */
+            char body[4200];
+            if (i == sizeof(paths) / sizeof(paths[0]))
+                snprintf(body, sizeof(body), "{\"prompt\": \"red-fox\", \"\xff\xfe\": 1}");
+            else
+                snprintf(body, sizeof(body), "{\"prompt\": \"red-fox\", \"%04000d\xc3\xa9\": 1}",
+                         0);
+            n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         strlen(body), body);
+        }
+        bool closed;
+        int code = raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed);
+        CHECK(code == 404 || code == 400);
+        const char *b = strstr(buf, "\r\n\r\n");
+        CHECK(b);
+        b += 4;
+        size_t len = strlen(b);
+        if (!weft_utf8_valid(b, len, NULL)) {
+            fprintf(stderr, "%zu: the error body is not UTF-8: %s\n", i, b);
+            CHECK(0);
+        }
+        CHECK(len < 1024);
+        cJSON *j = cJSON_Parse(b);
+        CHECK(j && cJSON_IsString(cJSON_GetObjectItem(j, "error")));
+        cJSON_Delete(j);
+    }
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -925,7 +975,7 @@ int main(int argc, char **argv)
         {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
         {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
-        {"protocol", case_protocol},
+        {"protocol", case_protocol}, {"utf8", case_utf8},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/alloc.h"
+#include "common/utf8.h"
 #include "coordinator/http.h"
 #include "coordinator/internal.h"
 #include "test.h"
@@ -247,6 +249,37 @@ static void test_routes_and_auth(void)
     CHECK(!weft_api_auth_ok("tok", "Basic dG9rOg=="));
 }
 
+/* The length of the "error" text of a JSON body. */
+static size_t error_len(const char *body)
+{
+    cJSON *j = cJSON_Parse(body);
+    CHECK(j && cJSON_IsString(cJSON_GetObjectItem(j, "error")));
+    size_t n = strlen(cJSON_GetObjectItem(j, "error")->valuestring);
+    cJSON_Delete(j);
+    return n;
+}
+
+/* Error bodies stay UTF-8 JSON of a bounded size whatever the message quotes. */
+static void test_error_bodies(void)
+{
+    struct weft_api_response r = {0};
+    weft_api_error(&r, 404, "no job \xff\xfe\xc3(\xe2\x82\xac)");
+    CHECK(strcmp(r.body, "{\"error\":\"no job \\\\xff\\\\xfe\\\\xc3(\xe2\x82\xac)\"}") == 0);
+    CHECK_EQ(r.code, 404);
+    static char big[4000];
+    for (size_t i = 0; i + 2 < sizeof(big); i += 2)
+        memcpy(big + i, "\xc3\xa9", 2); /* e-acute: a cut inside one would be invalid */
+    weft_api_error(&r, 400, big);
+    CHECK(weft_utf8_valid(r.body, r.len, NULL));
+    CHECK(strstr(r.body, "\xc3\xa9...\"}"));
+    CHECK(error_len(r.body) <= 483);
+    memset(big, 0xff, sizeof(big) - 1);
+    weft_api_error(&r, 400, big);
+    CHECK(weft_utf8_valid(r.body, r.len, NULL));
+    CHECK(error_len(r.body) <= 483);
+    weft_free(r.body);
+}
+
 int main(void)
 {
     test_quiet();
@@ -256,6 +289,7 @@ int main(void)
     test_limits_and_garbage();
     test_versions_and_host();
     test_routes_and_auth();
+    test_error_bodies();
     printf("ok\n");
     return 0;
 }
