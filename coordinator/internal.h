@@ -76,7 +76,7 @@ struct coord_metrics {
     double job_sum;
     uint64_t job_bucket[STEP_BUCKETS];
     uint64_t http[600]; /* responses by status code */
-    uint64_t connections_total, connections_refused, timeouts;
+    uint64_t connections_total, connections_refused, connections_evicted, timeouts;
 };
 
 struct ev_node {

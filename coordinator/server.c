@@ -1,5 +1,11 @@
-/* The API socket: TCP or unix listener, connections with keep-alive and pipelining, request
- * and idle timeouts, back-pressure on slow readers, lingering close after an error. */
+/* The API socket: TCP or unix listener, connections with keep-alive and pipelining, header,
+ * request and idle timeouts, back-pressure on slow readers, lingering close after an error.
+ *
+ * Slots ([api] max_connections) go to the clients that use them: when every one is taken, a
+ * newcomer takes the place of the connection that has waited longest for a request (idle,
+ * or with its head trickling in: a slow client), and is refused (503) only when every
+ * connection has a request in progress. A flood of slow heads from one address therefore
+ * delays well-behaved clients by at most one round trip instead of locking them out. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -32,10 +38,14 @@ struct conn {
     struct conn *prev, *next;
     int open_handles;
     size_t out_bytes;      /* queued for the client, not yet written */
+    uint64_t wait_t0;      /* loop time it began waiting for its next request (accepted, or
+                            * the previous one complete) */
     uint64_t request_t0;   /* loop time of the current request's first byte (0: none) */
     uint64_t write_t0;     /* loop time the client's queue became non-empty */
+    bool in_body;          /* the current request's head is complete */
     bool close_after;      /* close once the queue is written */
-    bool closing, draining, read_stopped, eof, refused, linger_set;
+    bool closing, draining, read_stopped, eof, linger_set;
+    bool uncounted;        /* not in n_conns: refused, or evicted for a newcomer */
     bool skip_message;     /* the request was refused at its headers: do not handle it */
     char *pending;         /* bytes read but not parsed yet (back-pressure) */
     size_t pending_len;
@@ -263,6 +273,7 @@ static void conn_process(struct conn *c, const char *data, size_t len)
         case WEFT_HTTP_NEED_MORE:
             break;
         case WEFT_HTTP_HEADERS:
+            c->in_body = true;
             on_headers(c, weft_http_parser_request(c->parser));
             again = true;
             break;
@@ -270,6 +281,8 @@ static void conn_process(struct conn *c, const char *data, size_t len)
             on_message(c, weft_http_parser_request(c->parser));
             weft_http_parser_next(c->parser);
             c->request_t0 = 0;
+            c->in_body = false;
+            c->wait_t0 = uv_now(&c->coord->loop);
             break;
         case WEFT_HTTP_BAD: {
             const char *why;
@@ -328,6 +341,14 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 /* ---------------------------------------------------------------------------------------- */
 /* Timers                                                                                    */
 
+/* The request head is overdue: [api] header_timeout_ms, the shorter bound of a head, passed. */
+static bool head_late(const struct conn *c, uint64_t now)
+{
+    const struct weft_conf_api *api = &c->coord->api;
+    return c->request_t0 && !c->in_body && api->header_timeout_ms < api->request_timeout_ms &&
+           now >= c->request_t0 + (uint64_t)api->header_timeout_ms;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     struct conn *c = t->data;
@@ -341,6 +362,13 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     co->m.timeouts++;
+    if (head_late(c, uv_now(&co->loop))) {
+        WEFT_LOG_DEBUG("api", "request head not complete within %lld ms: 408",
+                       (long long)co->api.header_timeout_ms);
+        respond_error(c, 408, "request head not received in time ([api] header_timeout_ms)",
+                      true);
+        return;
+    }
     WEFT_LOG_DEBUG("api", "request not complete within %lld ms: 408",
                    (long long)co->api.request_timeout_ms);
     respond_error(c, 408, "request not received in time ([api] request_timeout_ms)", true);
@@ -351,17 +379,21 @@ static void timer_arm(struct conn *c)
     if (c->closing)
         return;
     struct weft_coord *co = c->coord;
-    uint64_t now = uv_now(&co->loop), deadline;
+    uint64_t now = uv_now(&co->loop), deadline = UINT64_MAX;
     if (c->draining) {
         if (c->linger_set)
             return;
         c->linger_set = true;
         deadline = now + LINGER_MS;
     } else if (c->request_t0 || c->out_bytes) {
-        uint64_t t0 = c->request_t0 ? c->request_t0 : c->write_t0;
-        if (c->out_bytes && c->write_t0 && (!c->request_t0 || c->write_t0 < t0))
-            t0 = c->write_t0;
-        deadline = t0 + (uint64_t)co->api.request_timeout_ms;
+        if (c->request_t0)
+            deadline = c->request_t0 + (uint64_t)co->api.request_timeout_ms;
+        if (c->request_t0 && !c->in_body &&
+            c->request_t0 + (uint64_t)co->api.header_timeout_ms < deadline)
+            deadline = c->request_t0 + (uint64_t)co->api.header_timeout_ms;
+        if (c->out_bytes && c->write_t0 &&
+            c->write_t0 + (uint64_t)co->api.request_timeout_ms < deadline)
+            deadline = c->write_t0 + (uint64_t)co->api.request_timeout_ms;
     } else {
         deadline = now + (uint64_t)co->api.idle_timeout_ms;
     }
@@ -393,7 +425,7 @@ static void conn_close(struct conn *c)
         co->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    if (!c->refused)
+    if (!c->uncounted)
         co->n_conns--;
     uv_close((uv_handle_t *)&c->timer, on_conn_closed);
     uv_close(&c->h.handle, on_conn_closed);
@@ -436,6 +468,37 @@ static void drop_connection(struct weft_coord *co, uv_stream_t *server)
     uv_close(&co->drop.handle, on_dropped);
 }
 
+/* Every slot is taken: free the one of the connection that has waited longest for a request
+ * (nothing owed to it: no answer queued, no body being read). Its place is given up at once;
+ * a head in progress is told why (408) on the way out. False when every connection has a
+ * request in progress. */
+static bool evict_one(struct weft_coord *co)
+{
+    struct conn *victim = NULL;
+    for (struct conn *c = co->conns; c; c = c->next) {
+        if (c->closing || c->draining || c->uncounted || c->close_after || c->in_body ||
+            c->out_bytes || c->pending)
+            continue;
+        if (!victim || c->wait_t0 <= victim->wait_t0) /* the list is newest first */
+            victim = c;
+    }
+    if (!victim)
+        return false;
+    victim->uncounted = true;
+    co->n_conns--;
+    co->m.connections_evicted++;
+    if (!victim->request_t0) {
+        conn_close(victim); /* idle: as the idle timeout would */
+        return true;
+    }
+    co->m.timeouts++;
+    WEFT_LOG_DEBUG("api", "connection in its request head for %llu ms evicted for a new one",
+                   (unsigned long long)(uv_now(&co->loop) - victim->wait_t0));
+    respond_error(victim, 408, "request head too slow: the connection was closed for a new one "
+                               "([api] max_connections)", true);
+    return true;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct weft_coord *co = server->data;
@@ -461,23 +524,27 @@ static void on_connection(uv_stream_t *server, int status)
     if (co->conns)
         co->conns->prev = c;
     co->conns = c;
-    c->refused = true; /* not counted in n_conns until it is served */
+    c->uncounted = true; /* not counted in n_conns until it is served */
     if (uv_accept(server, &c->h.stream) != 0) {
         conn_close(c);
         return;
     }
     co->m.connections_total++;
+    c->wait_t0 = uv_now(&co->loop);
     struct weft_http_limits lim = {.max_header = co->api.max_header, .max_headers = 100,
                                    .max_body = co->api.max_body};
-    if (co->n_conns >= co->api.max_connections ||
-        weft_http_parser_create(&lim, &c->parser) != WEFT_OK) {
+    if (weft_http_parser_create(&lim, &c->parser) != WEFT_OK) {
         co->m.connections_refused++;
-        respond_error(c, 503,
-                      c->parser ? "too many connections ([api] max_connections)"
-                                : "out of memory for a new connection", true);
+        respond_error(c, 503, "out of memory for a new connection", true);
         return;
     }
-    c->refused = false;
+    if (co->n_conns >= co->api.max_connections && !evict_one(co)) {
+        co->m.connections_refused++;
+        respond_error(c, 503, "too many connections, each with a request in progress "
+                              "([api] max_connections)", true);
+        return;
+    }
+    c->uncounted = false;
     co->n_conns++;
     if (!co->is_unix)
         (void)uv_tcp_nodelay(&c->h.tcp, 1);

@@ -617,18 +617,43 @@ static int case_robust(void)
     CHECK(closed);
     close(fd);
 
-    /* more than max_connections: 503 for the extra one, the others unharmed */
+    /* more than max_connections, all waiting for a request: the newcomer takes the place of
+     * the one that waited longest, the others unharmed */
     int fds[5];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         fds[i] = raw_connect(&s);
+        sleep_ms(10);
+    }
+    sleep_ms(40);
+    fds[4] = raw_connect(&s);
+    const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    raw_send(fds[4], hz, strlen(hz));
+    raw_read_until(fds[4], buf, sizeof(buf), "}", 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    CHECK_EQ(raw_read(fds[0], buf, sizeof(buf), 5000, &closed), 0);
+    CHECK(closed);
+    raw_send(fds[1], hz, strlen(hz));
+    raw_read_until(fds[1], buf, sizeof(buf), "}", 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    for (int i = 0; i < 5; i++)
+        close(fds[i]);
+
+    /* every one with a request in progress (a body on its way): 503 for the extra one, and
+     * the others unharmed */
+    sleep_ms(50);
+    const char *part = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 2\r\n\r\n{";
+    for (int i = 0; i < 4; i++) {
+        fds[i] = raw_connect(&s);
+        raw_send(fds[i], part, strlen(part));
+    }
     sleep_ms(50);
     fds[4] = raw_connect(&s);
     raw_read(fds[4], buf, sizeof(buf), 5000, &closed);
     CHECK(strncmp(buf, "HTTP/1.1 503 ", 13) == 0);
-    const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-    raw_send(fds[0], hz, strlen(hz));
-    raw_read_until(fds[0], buf, sizeof(buf), "}", 5000, &closed);
-    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    raw_send(fds[0], "}", 1);
+    raw_read_until(fds[0], buf, sizeof(buf), "\"}", 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 400 ", 13) == 0); /* {} is not a job */
     for (int i = 0; i < 5; i++)
         close(fds[i]);
 
@@ -866,6 +891,108 @@ static int case_unix(void)
 /* ---------------------------------------------------------------------------------------- */
 /* Hardening                                                                                 */
 
+/* One more byte of head on each slow connection the server has not answered yet. */
+static void trickle(int *fds, int n, char byte)
+{
+    for (int i = 0; i < n; i++) {
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        if (poll(&p, 1, 0) != 0)
+            continue; /* answered (408) or closed: read below */
+        (void)send(fds[i], &byte, 1, MSG_NOSIGNAL);
+    }
+}
+
+/* max_connections slow-loris connections (a byte of head now and then) hold every slot: a
+ * well-behaved client is served all the same, in place of the one that waited longest; and a
+ * head that does not arrive within header_timeout_ms gets its 408 long before
+ * request_timeout_ms. */
+static int case_flood(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.max_connections=256", NULL};
+    server_start(&s, NULL, extra);
+    enum { N = 256, ROUNDS = 4 };
+    static int slow[N];
+    static const char head[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: abcdefghijklmnop";
+    for (int i = 0; i < N; i++) {
+        slow[i] = raw_connect(&s);
+        raw_send(slow[i], head, 1);
+    }
+    sleep_ms(500); /* every one accepted, each in its request head */
+    static char buf[1 << 16];
+    bool closed;
+    char ids[ROUNDS][WEFT_CLIENT_ID_MAX];
+    const char *fox[] = {"red-fox"};
+    for (int r = 0; r < ROUNDS; r++) {
+        trickle(slow, N, head[1 + r]);
+        const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        int code = raw_exchange(&s, hz, strlen(hz), buf, sizeof(buf), &closed);
+        if (code != 200)
+            fprintf(stderr, "round %d: /healthz answered: %.200s\n", r, buf);
+        CHECK_EQ(code, 200);
+        struct weft_client *c = client(&s, NULL);
+        submit(c, fox, 1, 32, 1, 1, (uint64_t)r, ids[r]);
+        weft_client_close(c);
+        sleep_ms(100);
+    }
+    struct weft_client *c = client(&s, NULL);
+    struct weft_job_status st = {0};
+    for (int r = 0; r < ROUNDS; r++)
+        wait_done(c, ids[r], &st);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    /* the ones closed for the newcomers were the oldest, each told why; the others still wait */
+    raw_read(slow[0], buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 408 ", 13) == 0);
+    CHECK(strstr(buf, "max_connections"));
+    int evicted = 1;
+    for (int i = 1; i < N; i++) {
+        struct pollfd p = {.fd = slow[i], .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            raw_read(slow[i], buf, sizeof(buf), 1000, &closed);
+            evicted += strstr(buf, "max_connections") != NULL; /* not a header timeout */
+        }
+        close(slow[i]);
+    }
+    close(slow[0]);
+    CHECK(evicted <= 2 * ROUNDS + 1); /* one per newcomer at most: some find a slot free */
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+
+    /* [api] header_timeout_ms: a head trickling in is answered 408 after it, while a body may
+     * take up to request_timeout_ms */
+    const char *quick[] = {"--api.header_timeout_ms=300", NULL};
+    server_start(&s, NULL, quick);
+    int fd = raw_connect(&s);
+    closed = false;
+    for (size_t i = 0; i < strlen(head) && !closed; i++) {
+        if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0)
+            break;
+    }
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 408 ", 13) == 0);
+    CHECK(strstr(buf, "header_timeout_ms"));
+    close(fd);
+    fd = raw_connect(&s);
+    const char *body = "{\"prompt\": \"red-fox\", \"height\": 32, \"width\": 32, \"steps\": 1}";
+    char post[400];
+    int n = snprintf(post, sizeof(post), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     strlen(body));
+    raw_send(fd, post, (size_t)n);
+    for (size_t i = 0; i < strlen(body); i++) { /* 1 s for the body: over header_timeout_ms */
+        raw_send(fd, body + i, 1);
+        sleep_ms(15);
+    }
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 202 ", 13) == 0);
+    close(fd);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
 /* Only HTTP/1.0 and HTTP/1.1, as RFC 9112 has them. */
 static int case_protocol(void)
 {
@@ -975,7 +1102,7 @@ int main(int argc, char **argv)
         {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
         {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
-        {"protocol", case_protocol}, {"utf8", case_utf8},
+        {"flood", case_flood}, {"protocol", case_protocol}, {"utf8", case_utf8},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
