@@ -906,6 +906,7 @@ void weft_coord_destroy(struct weft_coord *c)
     if (c->loop_ready) {
         /* the connections free themselves when closed; every other handle is ours */
         weft_server_close_conns(c, false);
+        weft_server_close_listener(c);
         uv_walk(&c->loop, close_walk, NULL);
         (void)uv_run(&c->loop, UV_RUN_DEFAULT);
         if (uv_loop_close(&c->loop) != 0)
@@ -920,8 +921,6 @@ void weft_coord_destroy(struct weft_coord *c)
         }
         pthread_mutex_destroy(&c->sink.mu);
     }
-    if (c->is_unix && c->unix_path[0] && c->listening)
-        (void)unlink(c->unix_path);
     for (size_t i = 0; i < c->n_jobs; i++)
         job_free(c->jobs[i]);
     weft_free(c->jobs);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "conf/conf.h"
@@ -115,7 +116,11 @@ struct weft_coord {
         uv_handle_t handle;
         uv_stream_t stream;
     } listener;
-    bool listening, is_unix;
+    bool listening;  /* the listener handle is initialised and not closed */
+    bool is_unix;
+    bool unix_bound; /* unix_path is the socket this process bound (unix_dev, unix_ino) */
+    dev_t unix_dev;
+    ino_t unix_ino;
     union {
         uv_tcp_t tcp;
         uv_pipe_t pipe;
@@ -153,6 +158,9 @@ void weft_coord_job_dir(const struct weft_coord *c, const struct job *job, char 
 weft_status_t weft_server_check_address(const char *listen);
 weft_status_t weft_server_listen(struct weft_coord *c);
 void weft_server_stop_accepting(struct weft_coord *c);
+/* Stop listening and remove the unix socket this process bound (only if it is still the same
+ * file). Safe to call more than once, and before the listener was opened. */
+void weft_server_close_listener(struct weft_coord *c);
 /* Close every connection; with idle_only, those with nothing in progress. */
 void weft_server_close_conns(struct weft_coord *c, bool idle_only);
 

@@ -614,6 +614,54 @@ weft_status_t weft_server_check_address(const char *listen)
     return WEFT_ERR_CONFIG;
 }
 
+/* Make room for a socket at path without removing anything that is not ours to remove: a
+ * socket nobody listens on (connect() refused: its server died) is replaced; a live one, or a
+ * file that is not a socket, is an error naming the path. */
+static weft_status_t clear_stale_socket(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT)
+            return WEFT_OK;
+        WEFT_LOG_ERROR("api", "unix:%s: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    if (!S_ISSOCK(sb.st_mode)) {
+        WEFT_LOG_ERROR("api", "unix:%s: the path exists and is not a socket (not replacing it)",
+                       path);
+        return WEFT_ERR_BUSY;
+    }
+    /* non-blocking: a live server with a full backlog answers EAGAIN instead of stalling us */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("api", "unix:%s: socket: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    int rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+    int err = rc == 0 ? 0 : errno;
+    close(fd);
+    if (rc == 0 || err == EAGAIN || err == EINPROGRESS) {
+        WEFT_LOG_ERROR("api", "%s: another server is listening there", path);
+        return WEFT_ERR_BUSY;
+    }
+    if (err == ENOENT)
+        return WEFT_OK; /* gone meanwhile */
+    if (err != ECONNREFUSED) {
+        WEFT_LOG_ERROR("api", "unix:%s: cannot tell whether a server listens there: %s", path,
+                       strerror(err));
+        return WEFT_ERR_IO;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        WEFT_LOG_ERROR("api", "unix:%s: cannot remove the stale socket: %s", path,
+                       strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    WEFT_LOG_INFO("api", "unix:%s: replaced a stale socket (nobody listened there)", path);
+    return WEFT_OK;
+}
+
 static weft_status_t listen_unix(struct weft_coord *co, const char *path)
 {
     struct sockaddr_un probe;
@@ -628,25 +676,37 @@ static weft_status_t listen_unix(struct weft_coord *co, const char *path)
         WEFT_LOG_ERROR("api", "unix socket: %s", uv_strerror(rc));
         return WEFT_ERR_INTERNAL;
     }
+    co->listening = true;
     co->is_unix = true;
-    struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
-        /* a socket file left by a server that died: remove it if nobody answers there */
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sun = {.sun_family = AF_UNIX};
-        snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-        bool alive = fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0;
-        if (fd >= 0)
-            close(fd);
-        if (alive) {
-            WEFT_LOG_ERROR("api", "%s: another server is listening there", path);
-            return WEFT_ERR_BUSY;
-        }
-        (void)unlink(path);
+    weft_status_t st = clear_stale_socket(path);
+    if (st != WEFT_OK)
+        return st;
+    /* bound here, not by uv_pipe_bind: libuv unlinks the path of a socket it bound when the
+     * handle closes, whatever file is there by then (unlink_own_socket checks it first) */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("api", "unix:%s: socket: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
     }
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
     mode_t old = umask(0077); /* the socket is the owner's only */
-    rc = uv_pipe_bind(&co->listener.pipe, path);
+    rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0 ? 0 : -errno;
     umask(old);
+    struct stat sb;
+    if (rc == 0 && lstat(path, &sb) == 0) { /* ours from here on: removed at exit */
+        co->unix_bound = true;
+        co->unix_dev = sb.st_dev;
+        co->unix_ino = sb.st_ino;
+    }
+    if (rc != 0) {
+        WEFT_LOG_ERROR("api", "unix:%s: cannot bind: %s", path, strerror(-rc));
+        close(fd);
+        return rc == -EADDRINUSE ? WEFT_ERR_BUSY : WEFT_ERR_IO;
+    }
+    rc = uv_pipe_open(&co->listener.pipe, fd); /* the handle owns fd from here */
+    if (rc != 0)
+        close(fd);
     if (rc == 0)
         rc = uv_listen(&co->listener.stream, 128, on_connection);
     if (rc != 0) {
@@ -670,6 +730,7 @@ static weft_status_t listen_tcp(struct weft_coord *co, const char *text)
         WEFT_LOG_ERROR("api", "tcp socket: %s", uv_strerror(rc));
         return WEFT_ERR_INTERNAL;
     }
+    co->listening = true;
     rc = uv_tcp_bind(&co->listener.tcp, (const struct sockaddr *)&sa, 0);
     if (rc == 0)
         rc = uv_listen(&co->listener.stream, 128, on_connection);
@@ -704,8 +765,7 @@ weft_status_t weft_server_listen(struct weft_coord *co)
 {
     const char *l = co->api.listen;
     weft_status_t st = strncmp(l, "unix:", 5) == 0 ? listen_unix(co, l + 5) : listen_tcp(co, l);
-    co->listening = true; /* the handle is initialised either way: destroy closes it */
-    co->listener.handle.data = co;
+    co->listener.handle.data = co; /* once initialised (listening), destroy closes it */
     if (st != WEFT_OK)
         return st;
     WEFT_LOG_INFO("api", "listening on %s", co->address);
@@ -732,13 +792,34 @@ static void on_listener_closed(uv_handle_t *h)
     (void)h;
 }
 
+/* Remove the socket file this process bound, if it is still the same file: another server
+ * may have replaced it since. */
+static void unlink_own_socket(struct weft_coord *co)
+{
+    if (!co->unix_bound)
+        return;
+    co->unix_bound = false;
+    struct stat sb;
+    if (lstat(co->unix_path, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_dev != co->unix_dev ||
+        sb.st_ino != co->unix_ino) {
+        WEFT_LOG_INFO("api", "unix:%s: no longer the socket this server bound: left in place",
+                      co->unix_path);
+        return;
+    }
+    (void)unlink(co->unix_path);
+}
+
+void weft_server_close_listener(struct weft_coord *co)
+{
+    if (co->listening) {
+        co->listening = false;
+        if (!uv_is_closing(&co->listener.handle))
+            uv_close(&co->listener.handle, on_listener_closed);
+    }
+    unlink_own_socket(co);
+}
+
 void weft_server_stop_accepting(struct weft_coord *co)
 {
-    if (!co->listening)
-        return;
-    co->listening = false;
-    if (!uv_is_closing(&co->listener.handle))
-        uv_close(&co->listener.handle, on_listener_closed);
-    if (co->is_unix && co->unix_path[0])
-        (void)unlink(co->unix_path);
+    weft_server_close_listener(co);
 }

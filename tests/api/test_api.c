@@ -72,8 +72,9 @@ static void dump_log(void)
     (void)fclose(f);
 }
 
-/* Start `weft serve` on the case's folders with extra options (NULL-terminated). */
-static void server_start(struct server *s, const char *listen, const char *const *extra)
+/* Fork `weft serve` on the case's folders with extra options (NULL-terminated); its output
+ * goes to serve.log. */
+static pid_t server_spawn(const char *listen, const char *const *extra)
 {
     char port_file[400], journal[400], out[400], log[400], opt_listen[600];
     snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
@@ -99,6 +100,15 @@ static void server_start(struct server *s, const char *listen, const char *const
         execv(weft_bin, (char *const *)argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* Start `weft serve` and wait (bounded) for the address it bound. */
+static void server_start(struct server *s, const char *listen, const char *const *extra)
+{
+    char port_file[400];
+    snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
+    pid_t pid = server_spawn(listen, extra);
     s->pid = server_pid = pid;
     for (int i = 0; i < 600; i++) { /* 30 s */
         FILE *f = fopen(port_file, "r");
@@ -122,16 +132,16 @@ static void server_start(struct server *s, const char *listen, const char *const
     CHECK(!"weft serve did not write its port file within 30 s");
 }
 
-/* Send sig, wait (bounded) and return the exit code (128 + signal when killed). */
-static int server_stop(struct server *s, int sig)
+/* Wait (bounded) for the server to exit and return the exit code (128 + signal when killed);
+ * the log is shown when it failed and that was not expected. */
+static int server_wait(struct server *s, bool expect_failure)
 {
-    CHECK(kill(s->pid, sig) == 0);
     for (int i = 0; i < 1200; i++) { /* 60 s */
         int status;
         if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
             server_pid = -1;
             int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            if (rc != 0 && sig != SIGKILL)
+            if (rc != 0 && !expect_failure)
                 dump_log();
             return rc;
         }
@@ -139,8 +149,40 @@ static int server_stop(struct server *s, int sig)
     }
     kill(s->pid, SIGKILL);
     dump_log();
-    CHECK(!"weft serve did not exit within 60 s of the signal");
+    CHECK(!"weft serve did not exit within 60 s");
     return -1;
+}
+
+/* Send sig, wait (bounded) and return the exit code (128 + signal when killed). */
+static int server_stop(struct server *s, int sig)
+{
+    CHECK(kill(s->pid, sig) == 0);
+    return server_wait(s, sig == SIGKILL);
+}
+
+/* Run `weft serve` expecting it to fail at start: its exit code. */
+static int server_start_fails(const char *listen, const char *const *extra)
+{
+    pid_t running = server_pid; /* a server of the case that must not outlive it */
+    struct server s = {.pid = server_spawn(listen, extra)};
+    server_pid = s.pid;
+    int rc = server_wait(&s, true);
+    server_pid = running;
+    return rc;
+}
+
+/* serve.log contains text. */
+static bool log_contains(const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/serve.log", tmpdir);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    static char log[1 << 20];
+    size_t n = fread(log, 1, sizeof(log) - 1, f);
+    (void)fclose(f);
+    log[n] = '\0';
+    return strstr(log, text) != NULL;
 }
 
 static struct weft_client *client(const struct server *s, const char *token)
@@ -891,6 +933,71 @@ static int case_unix(void)
 /* ---------------------------------------------------------------------------------------- */
 /* Hardening                                                                                 */
 
+/* A unix socket path is taken over only from a server that died; nothing this server did not
+ * bind is ever removed. */
+static int case_unix_guard(void)
+{
+    char path[400], addr[420];
+    snprintf(path, sizeof(path), "%s/api.sock", tmpdir);
+    snprintf(addr, sizeof(addr), "unix:%s", path);
+    struct server a;
+    server_start(&a, addr, NULL);
+    struct stat before, sb;
+    CHECK(stat(path, &before) == 0);
+
+    /* a second server where one listens: refused, the first one's socket untouched */
+    CHECK_EQ(server_start_fails(addr, NULL), 1);
+    CHECK(log_contains("another server is listening there"));
+    CHECK(stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == before.st_ino);
+    struct weft_client *c = client(&a, NULL);
+    check_serving(c);
+    weft_client_close(c);
+
+    /* a file that is not a socket: refused, named, and kept */
+    char file[400], flisten[420], text[32] = "";
+    snprintf(file, sizeof(file), "%s/not-a-socket", tmpdir);
+    snprintf(flisten, sizeof(flisten), "unix:%s", file);
+    FILE *f = fopen(file, "w");
+    CHECK(f && fputs("precious\n", f) >= 0 && fclose(f) == 0);
+    CHECK_EQ(server_start_fails(flisten, NULL), 1);
+    CHECK(log_contains(file) && log_contains("not a socket"));
+    f = fopen(file, "r");
+    CHECK(f && fgets(text, sizeof(text), f));
+    (void)fclose(f);
+    CHECK(strcmp(text, "precious\n") == 0);
+
+    /* a stale socket (bound, never listened on or closed without unlink: a server that died)
+     * is replaced, and removed at exit */
+    char stale[400], slisten[420];
+    snprintf(stale, sizeof(stale), "%s/stale.sock", tmpdir);
+    snprintf(slisten, sizeof(slisten), "unix:%s", stale);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", stale);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
+    close(fd);
+    CHECK(stat(stale, &sb) == 0 && S_ISSOCK(sb.st_mode));
+    struct server b;
+    server_start(&b, slisten, NULL);
+    c = client(&b, NULL);
+    check_serving(c);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&b, SIGTERM), 0);
+    CHECK(stat(stale, &sb) != 0);
+
+    /* the first server's path taken by another socket while it runs: left alone at its exit */
+    CHECK(unlink(path) == 0);
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
+    CHECK(listen(fd, 1) == 0);
+    CHECK(stat(path, &before) == 0);
+    CHECK_EQ(server_stop(&a, SIGTERM), 0);
+    CHECK(stat(path, &sb) == 0 && sb.st_ino == before.st_ino);
+    close(fd);
+    return 0;
+}
+
 /* One more byte of head on each slow connection the server has not answered yet. */
 static void trickle(int *fds, int n, char byte)
 {
@@ -1102,7 +1209,8 @@ int main(int argc, char **argv)
         {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
         {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
-        {"flood", case_flood}, {"protocol", case_protocol}, {"utf8", case_utf8},
+        {"unix_guard", case_unix_guard}, {"flood", case_flood}, {"protocol", case_protocol},
+        {"utf8", case_utf8},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
