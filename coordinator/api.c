@@ -7,9 +7,9 @@
  *   DELETE /v1/jobs/{id}              cancel
  *   GET    /v1/cluster                the runner's view: workers, mesh, device map
  *   GET    /metrics                   Prometheus text
- *   GET    /healthz                   {"ok": true}
+ *   GET    /healthz                   {"ok": true}; 503 {"ok": false, ...} while shutting down
  * Errors are {"error": "<one line naming the cause>"} with a 4xx or 5xx status, always UTF-8
- * and bounded whatever the request held. */
+ * and bounded whatever the request held; while shutting down every other request gets 503. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +221,13 @@ static void respond_json(struct weft_api_response *resp, int code, cJSON *json)
     resp->len = n + 1;
 }
 
+/* Shutting down: every request but /healthz is answered 503 (the server keeps accepting
+ * during the grace so that health checks see it going; server.c closes after each answer). */
+static bool draining(const struct weft_coord *c, const struct weft_api_route *route)
+{
+    return c->stopping && route->kind != WEFT_ROUTE_HEALTH;
+}
+
 bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
                        struct weft_api_response *resp)
 {
@@ -247,6 +254,10 @@ bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req
     if (req->method == WEFT_HTTP_POST && req->content_type &&
         strncasecmp(req->content_type, "application/json", 16) != 0) {
         weft_api_error(resp, 415, "the request body must be application/json");
+        return false;
+    }
+    if (draining(c, &route)) {
+        weft_api_error(resp, 503, "the coordinator is shutting down");
         return false;
     }
     return true;
@@ -472,7 +483,8 @@ void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
 {
     struct weft_api_route route;
     if (!weft_api_auth_ok(c->api.token, req->authorization) ||
-        !weft_api_match(req->target, &route) || !method_ok(route.kind, req->method)) {
+        !weft_api_match(req->target, &route) || !method_ok(route.kind, req->method) ||
+        draining(c, &route)) {
         weft_api_precheck(c, req, resp); /* answers the refusal */
         return;
     }
@@ -490,6 +502,8 @@ void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
     case WEFT_ROUTE_HEALTH: {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddBoolToObject(o, "ok", !c->stopping);
+        if (c->stopping)
+            cJSON_AddStringToObject(o, "status", "shutting down");
         respond_json(resp, c->stopping ? 503 : 200, o);
         return;
     }

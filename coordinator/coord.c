@@ -940,6 +940,7 @@ static void finish_shutdown(struct weft_coord *c)
     c->sink.closed = true;
     pthread_mutex_unlock(&c->sink.mu);
     weft_server_close_conns(c, false);
+    weft_server_close_listener(c);
     uv_close((uv_handle_t *)&c->sink.async, on_handle_closed);
     uv_close((uv_handle_t *)&c->grace, on_handle_closed);
     uv_close((uv_handle_t *)&c->sigint, on_handle_closed);
@@ -973,10 +974,9 @@ static void on_signal(uv_signal_t *s, int signum)
         stop_runner(c); /* a second signal: do not wait */
         return;
     }
-    WEFT_LOG_INFO("coord", "%s: shutting down (no new connections or jobs)", strsignal(signum));
-    c->stopping = true;
-    weft_server_stop_accepting(c);
-    weft_server_close_conns(c, true);
+    WEFT_LOG_INFO("coord", "%s: shutting down (no new jobs; new requests answered 503)",
+                  strsignal(signum));
+    c->stopping = true; /* the server answers 503 from here on; the listener stays open */
     if (c->running == 0) {
         finish_shutdown(c);
         return;

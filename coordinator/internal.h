@@ -157,9 +157,11 @@ void weft_coord_job_dir(const struct weft_coord *c, const struct job *job, char 
 /* [api] listen is a usable address (checked before anything is created). */
 weft_status_t weft_server_check_address(const char *listen);
 weft_status_t weft_server_listen(struct weft_coord *c);
-void weft_server_stop_accepting(struct weft_coord *c);
 /* Stop listening and remove the unix socket this process bound (only if it is still the same
- * file). Safe to call more than once, and before the listener was opened. */
+ * file). Safe to call more than once, and before the listener was opened. While shutting down
+ * (c->stopping) until then, the server keeps accepting and answers every request 503 (/healthz
+ * saying why) and closes each connection after its answer, so a health check sees the drain;
+ * finish_shutdown calls it. */
 void weft_server_close_listener(struct weft_coord *c);
 /* Close every connection; with idle_only, those with nothing in progress. */
 void weft_server_close_conns(struct weft_coord *c, bool idle_only);
@@ -194,8 +196,9 @@ struct weft_api_route {
 bool weft_api_match(const char *target, struct weft_api_route *route);
 /* True when token is empty, or authorization is "Bearer <token>" (compared in constant time). */
 bool weft_api_auth_ok(const char *token, const char *authorization);
-/* Headers complete: refuse early (401, 404, 405, 411, 413, 415) so no body is read for
- * nothing. Returns false with resp filled when refused. */
+/* Headers complete: refuse early (401, 404, 405, 411, 413, 415; 503 for all but /healthz
+ * while shutting down) so no body is read for nothing. Returns false with resp filled when
+ * refused. */
 bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
                        struct weft_api_response *resp);
 /* A complete request. */

@@ -818,8 +818,3 @@ void weft_server_close_listener(struct weft_coord *co)
     }
     unlink_own_socket(co);
 }
-
-void weft_server_stop_accepting(struct weft_coord *co)
-{
-    weft_server_close_listener(co);
-}

@@ -486,7 +486,8 @@ static int case_errors(void)
 /* ---------------------------------------------------------------------------------------- */
 /* Raw sockets                                                                               */
 
-static int raw_connect(const struct server *s)
+/* A TCP connection to the server, or -1 when nothing accepts it. */
+static int raw_try_connect(const struct server *s)
 {
     char host[256];
     snprintf(host, sizeof(host), "%s", s->addr);
@@ -497,7 +498,17 @@ static int raw_connect(const struct server *s)
     CHECK(inet_pton(AF_INET, host, &sa.sin_addr) == 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(fd >= 0);
-    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int raw_connect(const struct server *s)
+{
+    int fd = raw_try_connect(s);
+    CHECK(fd >= 0);
     return fd;
 }
 
@@ -1189,6 +1200,62 @@ static int case_utf8(void)
     return 0;
 }
 
+/* During the shutdown grace the server still answers: 503 to every new request, /healthz
+ * saying why; it exits 0 once the running job has stopped, and then nothing listens. */
+static int case_drain(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.max_steps=1000", "--api.shutdown_grace_ms=3000", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 256, 1000, 1, 0, id);
+    struct weft_job_status st = {0};
+    wait_running(c, id, &st);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    static char buf[1 << 16];
+    const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    bool closed;
+    int idle = raw_connect(&s); /* a keep-alive connection, idle when the signal comes */
+    raw_send(idle, hz, strlen(hz));
+    raw_read_until(idle, buf, sizeof(buf), "}", 5000, &closed);
+    CHECK_EQ(raw_status(buf), 200);
+    CHECK(kill(s.pid, SIGTERM) == 0);
+    int code = 0;
+    for (int i = 0; i < 100 && code != 503; i++) { /* until the signal is seen: 5 s at most */
+        int fd = raw_try_connect(&s);
+        if (fd < 0)
+            CHECK(!"nothing answers during the shutdown grace");
+        raw_send(fd, hz, strlen(hz));
+        raw_read_until(fd, buf, sizeof(buf), "}", 5000, &closed);
+        close(fd);
+        code = raw_status(buf);
+        CHECK(code == 200 || code == 503);
+        if (code == 200)
+            sleep_ms(50);
+    }
+    CHECK_EQ(code, 503);
+    CHECK(strstr(buf, "{\"ok\":false,\"status\":\"shutting down\"}"));
+    CHECK(strstr(buf, "Connection: close\r\n"));
+    /* the idle one's next request is answered too, then it is closed */
+    raw_send(idle, hz, strlen(hz));
+    raw_read(idle, buf, sizeof(buf), 5000, &closed);
+    CHECK_EQ(raw_status(buf), 503);
+    CHECK(closed);
+    close(idle);
+    const char *post = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 20\r\n\r\n{\"prompt\":\"red-fox\"}";
+    CHECK_EQ(raw_exchange(&s, post, strlen(post), buf, sizeof(buf), &closed), 503);
+    CHECK(strstr(buf, "shutting down"));
+    const char *list = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(raw_exchange(&s, list, strlen(list), buf, sizeof(buf), &closed), 503);
+    CHECK_EQ(server_wait(&s, false), 0);
+    CHECK_EQ(raw_try_connect(&s), -1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1209,8 +1276,8 @@ int main(int argc, char **argv)
         {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
         {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
-        {"unix_guard", case_unix_guard}, {"flood", case_flood}, {"protocol", case_protocol},
-        {"utf8", case_utf8},
+        {"unix_guard", case_unix_guard}, {"flood", case_flood},   {"protocol", case_protocol},
+        {"utf8", case_utf8},       {"drain", case_drain},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
