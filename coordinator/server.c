@@ -319,7 +319,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
                 n == UV_EOF) {
                 /* a request cut short by a half-close: answer, then close */
                 const char *why;
-                respond_error(c, weft_http_parser_error(c->parser, &why), why, true);
+                int code = weft_http_parser_error(c->parser, &why); /* before why is read */
+                respond_error(c, code, why, true);
                 return;
             }
             conn_close(c);
