@@ -174,9 +174,16 @@ static const struct conf_key api_keys[] = {
     KEY_INT(weft_conf_api, max_queue, "1024", 1, 1000000,
             "Most jobs waiting to run; a submission beyond it gets 503."),
     KEY_INT(weft_conf_api, max_connections, "256", 1, 65536,
-            "Most client connections at once; more are answered 503 and closed."),
+            "Most client connections at once. When all are taken, a new one replaces the one "
+            "that has waited longest for a request (idle, or its head still arriving: that one "
+            "gets a 408); only when every one has a request in progress is the new one "
+            "answered 503 and closed."),
     KEY_INT(weft_conf_api, idle_timeout_ms, "30000", 10, 86400000,
             "An open connection with no request in progress is closed after this long."),
+    KEY_INT(weft_conf_api, header_timeout_ms, "10000", 10, 86400000,
+            "A request's line and headers must arrive within this long of its first byte, "
+            "else 408 and the connection is closed (slow clients holding connections with a "
+            "trickle of header bytes); the body has the rest of request_timeout_ms."),
     KEY_INT(weft_conf_api, request_timeout_ms, "60000", 10, 86400000,
             "A request must arrive whole (and its response be taken) within this long of its "
             "first byte, else 408 and the connection is closed (slow clients)."),

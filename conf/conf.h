@@ -99,6 +99,7 @@ struct weft_conf_api {
     int64_t max_queue;
     int64_t max_connections;
     int64_t idle_timeout_ms;
+    int64_t header_timeout_ms;
     int64_t request_timeout_ms;
     char journal_dir[WEFT_CONF_PATH];
     char output_dir[WEFT_CONF_PATH];

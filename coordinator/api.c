@@ -7,8 +7,9 @@
  *   DELETE /v1/jobs/{id}              cancel
  *   GET    /v1/cluster                the runner's view: workers, mesh, device map
  *   GET    /metrics                   Prometheus text
- *   GET    /healthz                   {"ok": true}
- * Errors are {"error": "<one line naming the cause>"} with a 4xx or 5xx status. */
+ *   GET    /healthz                   {"ok": true}; 503 {"ok": false, ...} while shutting down
+ * Errors are {"error": "<one line naming the cause>"} with a 4xx or 5xx status, always UTF-8
+ * and bounded whatever the request held; while shutting down every other request gets 503. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,11 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/files.h"
+#include "common/utf8.h"
 #include "coordinator/internal.h"
 
 #define MAX_IMAGE_BYTES (1u << 30)
+#define ERROR_TEXT_MAX 480 /* bytes of an error's text, escapes included, before "..." */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Pure parts (also driven by the fuzz target)                                              */
@@ -128,6 +131,38 @@ static bool method_ok(enum weft_api_route_kind kind, enum weft_http_method m)
 /* ---------------------------------------------------------------------------------------- */
 /* Responses                                                                                 */
 
+/* msg as text a JSON string can carry: a byte that is not part of valid UTF-8 is written as
+ * \xNN, and past ERROR_TEXT_MAX bytes the text is cut at a character and ends in "...".
+ * Errors echo what a request held (a job id from the path, a field name); cJSON copies bytes
+ * as they are, so raw ones would make the body invalid UTF-8, and a long one unbounded. */
+static void error_text(const char *msg, char out[ERROR_TEXT_MAX + 4])
+{
+    size_t len = strlen(msg), i = 0, o = 0;
+    while (i < len) {
+        size_t bad = 0;
+        size_t good = weft_utf8_valid(msg + i, len - i, &bad) ? len - i : bad;
+        bool cut = good > ERROR_TEXT_MAX - o;
+        if (cut) {
+            good = ERROR_TEXT_MAX - o;
+            while (good > 0 && ((unsigned char)msg[i + good] & 0xc0) == 0x80)
+                good--; /* not inside a character */
+        }
+        memcpy(out + o, msg + i, good);
+        o += good;
+        i += good;
+        if (cut || (i < len && ERROR_TEXT_MAX - o < 4)) {
+            memcpy(out + o, "...", 4);
+            return;
+        }
+        if (i < len) {
+            snprintf(out + o, 5, "\\x%02x", (unsigned char)msg[i]);
+            o += 4;
+            i++;
+        }
+    }
+    out[o] = '\0';
+}
+
 void weft_api_error(struct weft_api_response *resp, int code, const char *msg)
 {
     resp->code = code;
@@ -135,9 +170,11 @@ void weft_api_error(struct weft_api_response *resp, int code, const char *msg)
     weft_free(resp->body);
     resp->body = NULL;
     resp->len = 0;
+    char safe[ERROR_TEXT_MAX + 4];
+    error_text(msg, safe);
     cJSON *j = cJSON_CreateObject();
     char *text = NULL;
-    if (j && cJSON_AddStringToObject(j, "error", msg))
+    if (j && cJSON_AddStringToObject(j, "error", safe))
         text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!text) {
@@ -184,6 +221,13 @@ static void respond_json(struct weft_api_response *resp, int code, cJSON *json)
     resp->len = n + 1;
 }
 
+/* Shutting down: every request but /healthz is answered 503 (the server keeps accepting
+ * during the grace so that health checks see it going; server.c closes after each answer). */
+static bool draining(const struct weft_coord *c, const struct weft_api_route *route)
+{
+    return c->stopping && route->kind != WEFT_ROUTE_HEALTH;
+}
+
 bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
                        struct weft_api_response *resp)
 {
@@ -212,6 +256,10 @@ bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req
         weft_api_error(resp, 415, "the request body must be application/json");
         return false;
     }
+    if (draining(c, &route)) {
+        weft_api_error(resp, 503, "the coordinator is shutting down");
+        return false;
+    }
     return true;
 }
 
@@ -227,8 +275,11 @@ static cJSON *job_json(struct weft_coord *c, const struct job *j)
         cJSON_AddNumberToObject(o, "queue_position", (double)weft_coord_queue_position(c, j));
     if (j->state == JOB_RUNNING && j->cancel_requested)
         cJSON_AddBoolToObject(o, "cancelling", 1);
-    if (j->state == JOB_FAILED)
-        cJSON_AddStringToObject(o, "error", j->reason);
+    if (j->state == JOB_FAILED) {
+        char reason[ERROR_TEXT_MAX + 4];
+        error_text(j->reason, reason); /* it may quote a path or a worker's message */
+        cJSON_AddStringToObject(o, "error", reason);
+    }
     cJSON_AddNumberToObject(o, "attempts", j->attempts);
     cJSON_AddNumberToObject(o, "submitted_at", j->submitted_at);
     if (j->started_at > 0)
@@ -432,7 +483,8 @@ void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
 {
     struct weft_api_route route;
     if (!weft_api_auth_ok(c->api.token, req->authorization) ||
-        !weft_api_match(req->target, &route) || !method_ok(route.kind, req->method)) {
+        !weft_api_match(req->target, &route) || !method_ok(route.kind, req->method) ||
+        draining(c, &route)) {
         weft_api_precheck(c, req, resp); /* answers the refusal */
         return;
     }
@@ -450,6 +502,8 @@ void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
     case WEFT_ROUTE_HEALTH: {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddBoolToObject(o, "ok", !c->stopping);
+        if (c->stopping)
+            cJSON_AddStringToObject(o, "status", "shutting down");
         respond_json(resp, c->stopping ? 503 : 200, o);
         return;
     }

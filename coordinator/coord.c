@@ -987,6 +987,7 @@ void weft_coord_destroy(struct weft_coord *c)
     if (c->loop_ready) {
         /* the connections free themselves when closed; every other handle is ours */
         weft_server_close_conns(c, false);
+        weft_server_close_listener(c);
         uv_walk(&c->loop, close_walk, NULL);
         (void)uv_run(&c->loop, UV_RUN_DEFAULT);
         if (uv_loop_close(&c->loop) != 0)
@@ -1001,8 +1002,6 @@ void weft_coord_destroy(struct weft_coord *c)
         }
         pthread_mutex_destroy(&c->sink.mu);
     }
-    if (c->is_unix && c->unix_path[0] && c->listening)
-        (void)unlink(c->unix_path);
     for (size_t i = 0; i < c->n_jobs; i++)
         job_free(c->jobs[i]);
     weft_free(c->jobs);
@@ -1022,6 +1021,7 @@ static void finish_shutdown(struct weft_coord *c)
     c->sink.closed = true;
     pthread_mutex_unlock(&c->sink.mu);
     weft_server_close_conns(c, false);
+    weft_server_close_listener(c);
     uv_close((uv_handle_t *)&c->sink.async, on_handle_closed);
     uv_close((uv_handle_t *)&c->grace, on_handle_closed);
     uv_close((uv_handle_t *)&c->sigint, on_handle_closed);
@@ -1055,10 +1055,9 @@ static void on_signal(uv_signal_t *s, int signum)
         stop_runner(c); /* a second signal: do not wait */
         return;
     }
-    WEFT_LOG_INFO("coord", "%s: shutting down (no new connections or jobs)", strsignal(signum));
-    c->stopping = true;
-    weft_server_stop_accepting(c);
-    weft_server_close_conns(c, true);
+    WEFT_LOG_INFO("coord", "%s: shutting down (no new jobs; new requests answered 503)",
+                  strsignal(signum));
+    c->stopping = true; /* the server answers 503 from here on; the listener stays open */
     if (c->running == 0) {
         finish_shutdown(c);
         return;

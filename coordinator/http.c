@@ -43,6 +43,7 @@ struct weft_http_parser {
     enum hdr cur;
     size_t value_off;   /* start of the current kept value in hdr */
     bool have_auth;
+    int n_host;         /* Host header lines (RFC 9112 section 3.2: exactly one in 1.1) */
     uint64_t body_cap;
     int err_code;
     const char *err_reason;
@@ -109,6 +110,10 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t n)
     int rc = hdr_take(p, at, n, false);
     if (rc)
         return rc;
+    /* llhttp lets "Host : x" through with the space in the name; RFC 9112 section 5.1 says a
+     * server must reject it (proxies disagree on what such a name means: smuggling) */
+    if (memchr(at, ' ', n) || memchr(at, '\t', n))
+        return fail(p, 400, "whitespace between a header field name and its colon");
     if (p->name_len + n >= sizeof(p->name)) {
         p->name_long = true;
         return 0;
@@ -135,6 +140,9 @@ static int on_header_field_complete(llhttp_t *ll)
             p->cur = HDR_CONTENT_TYPE;
         } else if (strcasecmp(p->name, "expect") == 0) {
             p->cur = HDR_EXPECT;
+        } else if (strcasecmp(p->name, "host") == 0) {
+            if (++p->n_host > 1)
+                return fail(p, 400, "more than one Host header");
         }
     }
     p->name_len = 0;
@@ -199,6 +207,15 @@ static int on_headers_complete(llhttp_t *ll)
     struct weft_http_request *r = &p->req;
     if (!r->target)
         return fail(p, 400, "request without a target");
+    /* llhttp takes a request line without a version as HTTP/0.9 and accepts HTTP/2.0 in a
+     * request line; neither is the HTTP/1.x this parser speaks */
+    if (ll->http_major == 0)
+        return fail(p, 400, "request line without HTTP/1.0 or HTTP/1.1 (HTTP/0.9 is not "
+                            "supported)");
+    if (ll->http_major != 1)
+        return fail(p, 505, "unsupported HTTP version (HTTP/1.0 and HTTP/1.1 only)");
+    if (ll->http_minor >= 1 && p->n_host == 0)
+        return fail(p, 400, "HTTP/1.1 request without a Host header");
     if (ll->method == HTTP_CONNECT ||
         ((ll->flags & F_UPGRADE) && (ll->flags & F_CONNECTION_UPGRADE)))
         return fail(p, 501, "protocol upgrades and CONNECT are not supported");
@@ -268,6 +285,7 @@ static void request_reset(struct weft_http_parser *p)
     p->name_long = false;
     p->cur = HDR_NONE;
     p->have_auth = false;
+    p->n_host = 0;
     p->body_cap = 0;
     p->phase = PHASE_IDLE;
 }
@@ -350,6 +368,8 @@ enum weft_http_event weft_http_parser_feed(struct weft_http_parser *p, const cha
         return bad(p, 505, "unsupported HTTP version (HTTP/1.0 and HTTP/1.1 only)");
     case HPE_PAUSED_UPGRADE:
         return bad(p, 501, "protocol upgrades are not supported");
+    case HPE_PAUSED_H2_UPGRADE: /* the HTTP/2 connection preface, "PRI * HTTP/2.0" */
+        return bad(p, 505, "unsupported HTTP version (HTTP/1.0 and HTTP/1.1 only)");
     case HPE_INVALID_METHOD:
         return bad(p, 400, "malformed request line: invalid method");
     case HPE_INVALID_URL:

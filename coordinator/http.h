@@ -1,8 +1,10 @@
 /* HTTP/1.1 requests from a byte stream: llhttp does the grammar (request line, headers,
  * Content-Length and chunked bodies, keep-alive, request smuggling checks); this layer bounds
- * every size before anything is stored, keeps the headers the API uses and stops at the two
- * points where the server must act: headers complete (authenticate, refuse an oversized body,
- * answer "Expect: 100-continue") and message complete.
+ * every size before anything is stored, refuses what llhttp lets through but RFC 9112 does not
+ * (no version or HTTP/0.9: 400; HTTP/2.0 and other majors: 505; whitespace before a header's
+ * colon, an HTTP/1.1 request without exactly one Host: 400), keeps the headers the API uses
+ * and stops at the two points where the server must act: headers complete (authenticate,
+ * refuse an oversized body, answer "Expect: 100-continue") and message complete.
  *
  * No I/O, no allocation proportional to anything but the limits: the server feeds it what it
  * reads, the fuzz target feeds it anything. */
@@ -39,7 +41,7 @@ struct weft_http_request {
     const char *content_type;  /* NULL when absent */
     bool expect_continue;      /* "Expect: 100-continue" */
     bool keep_alive;           /* the connection may carry another request after this one */
-    int http_minor;            /* 1.x */
+    int http_minor;            /* 1.x (HTTP/1.0 or HTTP/1.1) */
     bool has_body;             /* Content-Length > 0 or chunked */
     uint64_t content_length;   /* when known (not chunked) */
     char *body;                /* [body_len] + NUL, complete at WEFT_HTTP_MESSAGE */

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "common/sbuf.h"
@@ -76,7 +77,7 @@ struct coord_metrics {
     double job_sum;
     uint64_t job_bucket[STEP_BUCKETS];
     uint64_t http[600]; /* responses by status code */
-    uint64_t connections_total, connections_refused, timeouts;
+    uint64_t connections_total, connections_refused, connections_evicted, timeouts;
 };
 
 struct ev_node {
@@ -117,7 +118,11 @@ struct weft_coord {
         uv_handle_t handle;
         uv_stream_t stream;
     } listener;
-    bool listening, is_unix;
+    bool listening;  /* the listener handle is initialised and not closed */
+    bool is_unix;
+    bool unix_bound; /* unix_path is the socket this process bound (unix_dev, unix_ino) */
+    dev_t unix_dev;
+    ino_t unix_ino;
     union {
         uv_tcp_t tcp;
         uv_pipe_t pipe;
@@ -154,7 +159,12 @@ void weft_coord_job_dir(const struct weft_coord *c, const struct job *job, char 
 /* [api] listen is a usable address (checked before anything is created). */
 weft_status_t weft_server_check_address(const char *listen);
 weft_status_t weft_server_listen(struct weft_coord *c);
-void weft_server_stop_accepting(struct weft_coord *c);
+/* Stop listening and remove the unix socket this process bound (only if it is still the same
+ * file). Safe to call more than once, and before the listener was opened. While shutting down
+ * (c->stopping) until then, the server keeps accepting and answers every request 503 (/healthz
+ * saying why) and closes each connection after its answer, so a health check sees the drain;
+ * finish_shutdown calls it. */
+void weft_server_close_listener(struct weft_coord *c);
 /* Close every connection; with idle_only, those with nothing in progress. */
 void weft_server_close_conns(struct weft_coord *c, bool idle_only);
 
@@ -188,14 +198,15 @@ struct weft_api_route {
 bool weft_api_match(const char *target, struct weft_api_route *route);
 /* True when token is empty, or authorization is "Bearer <token>" (compared in constant time). */
 bool weft_api_auth_ok(const char *token, const char *authorization);
-/* Headers complete: refuse early (401, 404, 405, 411, 413, 415) so no body is read for
- * nothing. Returns false with resp filled when refused. */
+/* Headers complete: refuse early (401, 404, 405, 411, 413, 415; 503 for all but /healthz
+ * while shutting down) so no body is read for nothing. Returns false with resp filled when
+ * refused. */
 bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
                        struct weft_api_response *resp);
 /* A complete request. */
 void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
                      struct weft_api_response *resp);
-/* {"error": msg} */
+/* {"error": msg}, msg made valid UTF-8 (other bytes as \xNN) and cut to a bounded length. */
 void weft_api_error(struct weft_api_response *resp, int code, const char *msg);
 /* Prometheus text of everything the coordinator and the runner measure. */
 void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *out);

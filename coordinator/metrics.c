@@ -65,6 +65,9 @@ void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *b)
             c->m.connections_total);
     counter(b, "weft_http_connections_refused_total",
             "Connections answered 503 ([api] max_connections).", c->m.connections_refused);
+    counter(b, "weft_http_connections_evicted_total",
+            "Connections waiting for a request closed to make room for a new one "
+            "([api] max_connections).", c->m.connections_evicted);
     counter(b, "weft_http_timeouts_total", "Connections closed for slowness (408 or stalled).",
             c->m.timeouts);
     if (c->journal)

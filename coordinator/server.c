@@ -1,5 +1,11 @@
-/* The API socket: TCP or unix listener, connections with keep-alive and pipelining, request
- * and idle timeouts, back-pressure on slow readers, lingering close after an error. */
+/* The API socket: TCP or unix listener, connections with keep-alive and pipelining, header,
+ * request and idle timeouts, back-pressure on slow readers, lingering close after an error.
+ *
+ * Slots ([api] max_connections) go to the clients that use them: when every one is taken, a
+ * newcomer takes the place of the connection that has waited longest for a request (idle,
+ * or with its head trickling in: a slow client), and is refused (503) only when every
+ * connection has a request in progress. A flood of slow heads from one address therefore
+ * delays well-behaved clients by at most one round trip instead of locking them out. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -32,10 +38,14 @@ struct conn {
     struct conn *prev, *next;
     int open_handles;
     size_t out_bytes;      /* queued for the client, not yet written */
+    uint64_t wait_t0;      /* loop time it began waiting for its next request (accepted, or
+                            * the previous one complete) */
     uint64_t request_t0;   /* loop time of the current request's first byte (0: none) */
     uint64_t write_t0;     /* loop time the client's queue became non-empty */
+    bool in_body;          /* the current request's head is complete */
     bool close_after;      /* close once the queue is written */
-    bool closing, draining, read_stopped, eof, refused, linger_set;
+    bool closing, draining, read_stopped, eof, linger_set;
+    bool uncounted;        /* not in n_conns: refused, or evicted for a newcomer */
     bool skip_message;     /* the request was refused at its headers: do not handle it */
     char *pending;         /* bytes read but not parsed yet (back-pressure) */
     size_t pending_len;
@@ -263,6 +273,7 @@ static void conn_process(struct conn *c, const char *data, size_t len)
         case WEFT_HTTP_NEED_MORE:
             break;
         case WEFT_HTTP_HEADERS:
+            c->in_body = true;
             on_headers(c, weft_http_parser_request(c->parser));
             again = true;
             break;
@@ -270,6 +281,8 @@ static void conn_process(struct conn *c, const char *data, size_t len)
             on_message(c, weft_http_parser_request(c->parser));
             weft_http_parser_next(c->parser);
             c->request_t0 = 0;
+            c->in_body = false;
+            c->wait_t0 = uv_now(&c->coord->loop);
             break;
         case WEFT_HTTP_BAD: {
             const char *why;
@@ -306,7 +319,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
                 n == UV_EOF) {
                 /* a request cut short by a half-close: answer, then close */
                 const char *why;
-                respond_error(c, weft_http_parser_error(c->parser, &why), why, true);
+                int code = weft_http_parser_error(c->parser, &why); /* before why is read */
+                respond_error(c, code, why, true);
                 return;
             }
             conn_close(c);
@@ -328,6 +342,14 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 /* ---------------------------------------------------------------------------------------- */
 /* Timers                                                                                    */
 
+/* The request head is overdue: [api] header_timeout_ms, the shorter bound of a head, passed. */
+static bool head_late(const struct conn *c, uint64_t now)
+{
+    const struct weft_conf_api *api = &c->coord->api;
+    return c->request_t0 && !c->in_body && api->header_timeout_ms < api->request_timeout_ms &&
+           now >= c->request_t0 + (uint64_t)api->header_timeout_ms;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     struct conn *c = t->data;
@@ -341,6 +363,13 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     co->m.timeouts++;
+    if (head_late(c, uv_now(&co->loop))) {
+        WEFT_LOG_DEBUG("api", "request head not complete within %lld ms: 408",
+                       (long long)co->api.header_timeout_ms);
+        respond_error(c, 408, "request head not received in time ([api] header_timeout_ms)",
+                      true);
+        return;
+    }
     WEFT_LOG_DEBUG("api", "request not complete within %lld ms: 408",
                    (long long)co->api.request_timeout_ms);
     respond_error(c, 408, "request not received in time ([api] request_timeout_ms)", true);
@@ -351,17 +380,21 @@ static void timer_arm(struct conn *c)
     if (c->closing)
         return;
     struct weft_coord *co = c->coord;
-    uint64_t now = uv_now(&co->loop), deadline;
+    uint64_t now = uv_now(&co->loop), deadline = UINT64_MAX;
     if (c->draining) {
         if (c->linger_set)
             return;
         c->linger_set = true;
         deadline = now + LINGER_MS;
     } else if (c->request_t0 || c->out_bytes) {
-        uint64_t t0 = c->request_t0 ? c->request_t0 : c->write_t0;
-        if (c->out_bytes && c->write_t0 && (!c->request_t0 || c->write_t0 < t0))
-            t0 = c->write_t0;
-        deadline = t0 + (uint64_t)co->api.request_timeout_ms;
+        if (c->request_t0)
+            deadline = c->request_t0 + (uint64_t)co->api.request_timeout_ms;
+        if (c->request_t0 && !c->in_body &&
+            c->request_t0 + (uint64_t)co->api.header_timeout_ms < deadline)
+            deadline = c->request_t0 + (uint64_t)co->api.header_timeout_ms;
+        if (c->out_bytes && c->write_t0 &&
+            c->write_t0 + (uint64_t)co->api.request_timeout_ms < deadline)
+            deadline = c->write_t0 + (uint64_t)co->api.request_timeout_ms;
     } else {
         deadline = now + (uint64_t)co->api.idle_timeout_ms;
     }
@@ -393,7 +426,7 @@ static void conn_close(struct conn *c)
         co->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    if (!c->refused)
+    if (!c->uncounted)
         co->n_conns--;
     uv_close((uv_handle_t *)&c->timer, on_conn_closed);
     uv_close(&c->h.handle, on_conn_closed);
@@ -436,6 +469,37 @@ static void drop_connection(struct weft_coord *co, uv_stream_t *server)
     uv_close(&co->drop.handle, on_dropped);
 }
 
+/* Every slot is taken: free the one of the connection that has waited longest for a request
+ * (nothing owed to it: no answer queued, no body being read). Its place is given up at once;
+ * a head in progress is told why (408) on the way out. False when every connection has a
+ * request in progress. */
+static bool evict_one(struct weft_coord *co)
+{
+    struct conn *victim = NULL;
+    for (struct conn *c = co->conns; c; c = c->next) {
+        if (c->closing || c->draining || c->uncounted || c->close_after || c->in_body ||
+            c->out_bytes || c->pending)
+            continue;
+        if (!victim || c->wait_t0 <= victim->wait_t0) /* the list is newest first */
+            victim = c;
+    }
+    if (!victim)
+        return false;
+    victim->uncounted = true;
+    co->n_conns--;
+    co->m.connections_evicted++;
+    if (!victim->request_t0) {
+        conn_close(victim); /* idle: as the idle timeout would */
+        return true;
+    }
+    co->m.timeouts++;
+    WEFT_LOG_DEBUG("api", "connection in its request head for %llu ms evicted for a new one",
+                   (unsigned long long)(uv_now(&co->loop) - victim->wait_t0));
+    respond_error(victim, 408, "request head too slow: the connection was closed for a new one "
+                               "([api] max_connections)", true);
+    return true;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct weft_coord *co = server->data;
@@ -461,23 +525,27 @@ static void on_connection(uv_stream_t *server, int status)
     if (co->conns)
         co->conns->prev = c;
     co->conns = c;
-    c->refused = true; /* not counted in n_conns until it is served */
+    c->uncounted = true; /* not counted in n_conns until it is served */
     if (uv_accept(server, &c->h.stream) != 0) {
         conn_close(c);
         return;
     }
     co->m.connections_total++;
+    c->wait_t0 = uv_now(&co->loop);
     struct weft_http_limits lim = {.max_header = co->api.max_header, .max_headers = 100,
                                    .max_body = co->api.max_body};
-    if (co->n_conns >= co->api.max_connections ||
-        weft_http_parser_create(&lim, &c->parser) != WEFT_OK) {
+    if (weft_http_parser_create(&lim, &c->parser) != WEFT_OK) {
         co->m.connections_refused++;
-        respond_error(c, 503,
-                      c->parser ? "too many connections ([api] max_connections)"
-                                : "out of memory for a new connection", true);
+        respond_error(c, 503, "out of memory for a new connection", true);
         return;
     }
-    c->refused = false;
+    if (co->n_conns >= co->api.max_connections && !evict_one(co)) {
+        co->m.connections_refused++;
+        respond_error(c, 503, "too many connections, each with a request in progress "
+                              "([api] max_connections)", true);
+        return;
+    }
+    c->uncounted = false;
     co->n_conns++;
     if (!co->is_unix)
         (void)uv_tcp_nodelay(&c->h.tcp, 1);
@@ -547,6 +615,54 @@ weft_status_t weft_server_check_address(const char *listen)
     return WEFT_ERR_CONFIG;
 }
 
+/* Make room for a socket at path without removing anything that is not ours to remove: a
+ * socket nobody listens on (connect() refused: its server died) is replaced; a live one, or a
+ * file that is not a socket, is an error naming the path. */
+static weft_status_t clear_stale_socket(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT)
+            return WEFT_OK;
+        WEFT_LOG_ERROR("api", "unix:%s: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    if (!S_ISSOCK(sb.st_mode)) {
+        WEFT_LOG_ERROR("api", "unix:%s: the path exists and is not a socket (not replacing it)",
+                       path);
+        return WEFT_ERR_BUSY;
+    }
+    /* non-blocking: a live server with a full backlog answers EAGAIN instead of stalling us */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("api", "unix:%s: socket: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    int rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+    int err = rc == 0 ? 0 : errno;
+    close(fd);
+    if (rc == 0 || err == EAGAIN || err == EINPROGRESS) {
+        WEFT_LOG_ERROR("api", "%s: another server is listening there", path);
+        return WEFT_ERR_BUSY;
+    }
+    if (err == ENOENT)
+        return WEFT_OK; /* gone meanwhile */
+    if (err != ECONNREFUSED) {
+        WEFT_LOG_ERROR("api", "unix:%s: cannot tell whether a server listens there: %s", path,
+                       strerror(err));
+        return WEFT_ERR_IO;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        WEFT_LOG_ERROR("api", "unix:%s: cannot remove the stale socket: %s", path,
+                       strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    WEFT_LOG_INFO("api", "unix:%s: replaced a stale socket (nobody listened there)", path);
+    return WEFT_OK;
+}
+
 static weft_status_t listen_unix(struct weft_coord *co, const char *path)
 {
     struct sockaddr_un probe;
@@ -561,25 +677,37 @@ static weft_status_t listen_unix(struct weft_coord *co, const char *path)
         WEFT_LOG_ERROR("api", "unix socket: %s", uv_strerror(rc));
         return WEFT_ERR_INTERNAL;
     }
+    co->listening = true;
     co->is_unix = true;
-    struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
-        /* a socket file left by a server that died: remove it if nobody answers there */
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sun = {.sun_family = AF_UNIX};
-        snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-        bool alive = fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0;
-        if (fd >= 0)
-            close(fd);
-        if (alive) {
-            WEFT_LOG_ERROR("api", "%s: another server is listening there", path);
-            return WEFT_ERR_BUSY;
-        }
-        (void)unlink(path);
+    weft_status_t st = clear_stale_socket(path);
+    if (st != WEFT_OK)
+        return st;
+    /* bound here, not by uv_pipe_bind: libuv unlinks the path of a socket it bound when the
+     * handle closes, whatever file is there by then (unlink_own_socket checks it first) */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        WEFT_LOG_ERROR("api", "unix:%s: socket: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
     }
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
     mode_t old = umask(0077); /* the socket is the owner's only */
-    rc = uv_pipe_bind(&co->listener.pipe, path);
+    rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0 ? 0 : -errno;
     umask(old);
+    struct stat sb;
+    if (rc == 0 && lstat(path, &sb) == 0) { /* ours from here on: removed at exit */
+        co->unix_bound = true;
+        co->unix_dev = sb.st_dev;
+        co->unix_ino = sb.st_ino;
+    }
+    if (rc != 0) {
+        WEFT_LOG_ERROR("api", "unix:%s: cannot bind: %s", path, strerror(-rc));
+        close(fd);
+        return rc == -EADDRINUSE ? WEFT_ERR_BUSY : WEFT_ERR_IO;
+    }
+    rc = uv_pipe_open(&co->listener.pipe, fd); /* the handle owns fd from here */
+    if (rc != 0)
+        close(fd);
     if (rc == 0)
         rc = uv_listen(&co->listener.stream, 128, on_connection);
     if (rc != 0) {
@@ -603,6 +731,7 @@ static weft_status_t listen_tcp(struct weft_coord *co, const char *text)
         WEFT_LOG_ERROR("api", "tcp socket: %s", uv_strerror(rc));
         return WEFT_ERR_INTERNAL;
     }
+    co->listening = true;
     rc = uv_tcp_bind(&co->listener.tcp, (const struct sockaddr *)&sa, 0);
     if (rc == 0)
         rc = uv_listen(&co->listener.stream, 128, on_connection);
@@ -637,8 +766,7 @@ weft_status_t weft_server_listen(struct weft_coord *co)
 {
     const char *l = co->api.listen;
     weft_status_t st = strncmp(l, "unix:", 5) == 0 ? listen_unix(co, l + 5) : listen_tcp(co, l);
-    co->listening = true; /* the handle is initialised either way: destroy closes it */
-    co->listener.handle.data = co;
+    co->listener.handle.data = co; /* once initialised (listening), destroy closes it */
     if (st != WEFT_OK)
         return st;
     WEFT_LOG_INFO("api", "listening on %s", co->address);
@@ -665,13 +793,29 @@ static void on_listener_closed(uv_handle_t *h)
     (void)h;
 }
 
-void weft_server_stop_accepting(struct weft_coord *co)
+/* Remove the socket file this process bound, if it is still the same file: another server
+ * may have replaced it since. */
+static void unlink_own_socket(struct weft_coord *co)
 {
-    if (!co->listening)
+    if (!co->unix_bound)
         return;
-    co->listening = false;
-    if (!uv_is_closing(&co->listener.handle))
-        uv_close(&co->listener.handle, on_listener_closed);
-    if (co->is_unix && co->unix_path[0])
-        (void)unlink(co->unix_path);
+    co->unix_bound = false;
+    struct stat sb;
+    if (lstat(co->unix_path, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_dev != co->unix_dev ||
+        sb.st_ino != co->unix_ino) {
+        WEFT_LOG_INFO("api", "unix:%s: no longer the socket this server bound: left in place",
+                      co->unix_path);
+        return;
+    }
+    (void)unlink(co->unix_path);
+}
+
+void weft_server_close_listener(struct weft_coord *co)
+{
+    if (co->listening) {
+        co->listening = false;
+        if (!uv_is_closing(&co->listener.handle))
+            uv_close(&co->listener.handle, on_listener_closed);
+    }
+    unlink_own_socket(co);
 }

@@ -21,7 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "client/weft.h"
+#include "common/utf8.h"
 #include "test.h"
 
 static const char *weft_bin;
@@ -69,8 +72,9 @@ static void dump_log(void)
     (void)fclose(f);
 }
 
-/* Start `weft serve` on the case's folders with extra options (NULL-terminated). */
-static void server_start(struct server *s, const char *listen, const char *const *extra)
+/* Fork `weft serve` on the case's folders with extra options (NULL-terminated); its output
+ * goes to serve.log. */
+static pid_t server_spawn(const char *listen, const char *const *extra)
 {
     char port_file[400], journal[400], out[400], log[400], opt_listen[600];
     snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
@@ -96,6 +100,15 @@ static void server_start(struct server *s, const char *listen, const char *const
         execv(weft_bin, (char *const *)argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* Start `weft serve` and wait (bounded) for the address it bound. */
+static void server_start(struct server *s, const char *listen, const char *const *extra)
+{
+    char port_file[400];
+    snprintf(port_file, sizeof(port_file), "%s/port", tmpdir);
+    pid_t pid = server_spawn(listen, extra);
     s->pid = server_pid = pid;
     for (int i = 0; i < 600; i++) { /* 30 s */
         FILE *f = fopen(port_file, "r");
@@ -119,16 +132,16 @@ static void server_start(struct server *s, const char *listen, const char *const
     CHECK(!"weft serve did not write its port file within 30 s");
 }
 
-/* Send sig, wait (bounded) and return the exit code (128 + signal when killed). */
-static int server_stop(struct server *s, int sig)
+/* Wait (bounded) for the server to exit and return the exit code (128 + signal when killed);
+ * the log is shown when it failed and that was not expected. */
+static int server_wait(struct server *s, bool expect_failure)
 {
-    CHECK(kill(s->pid, sig) == 0);
     for (int i = 0; i < 1200; i++) { /* 60 s */
         int status;
         if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
             server_pid = -1;
             int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            if (rc != 0 && sig != SIGKILL)
+            if (rc != 0 && !expect_failure)
                 dump_log();
             return rc;
         }
@@ -136,8 +149,40 @@ static int server_stop(struct server *s, int sig)
     }
     kill(s->pid, SIGKILL);
     dump_log();
-    CHECK(!"weft serve did not exit within 60 s of the signal");
+    CHECK(!"weft serve did not exit within 60 s");
     return -1;
+}
+
+/* Send sig, wait (bounded) and return the exit code (128 + signal when killed). */
+static int server_stop(struct server *s, int sig)
+{
+    CHECK(kill(s->pid, sig) == 0);
+    return server_wait(s, sig == SIGKILL);
+}
+
+/* Run `weft serve` expecting it to fail at start: its exit code. */
+static int server_start_fails(const char *listen, const char *const *extra)
+{
+    pid_t running = server_pid; /* a server of the case that must not outlive it */
+    struct server s = {.pid = server_spawn(listen, extra)};
+    server_pid = s.pid;
+    int rc = server_wait(&s, true);
+    server_pid = running;
+    return rc;
+}
+
+/* serve.log contains text. */
+static bool log_contains(const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/serve.log", tmpdir);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    static char log[1 << 20];
+    size_t n = fread(log, 1, sizeof(log) - 1, f);
+    (void)fclose(f);
+    log[n] = '\0';
+    return strstr(log, text) != NULL;
 }
 
 static struct weft_client *client(const struct server *s, const char *token)
@@ -163,13 +208,12 @@ static int get(struct weft_client *c, const char *method, const char *path, cons
                char **body_p)
 {
     int code;
-    char *ans;
-    CHECK_C(c, weft_client_request(c, method, path, body, body ? strlen(body) : 0, &code, &ans,
-                                   NULL));
-    if (body_p)
-        *body_p = ans;
-    else
-        weft_client_free(ans);
+    char *ans = NULL;
+    /* the answer goes straight to *body_p: a local handed back through it is what gcc's
+     * -Wdangling-pointer (release builds) cannot follow */
+    CHECK_C(c, weft_client_request(c, method, path, body, body ? strlen(body) : 0, &code,
+                                   body_p ? body_p : &ans, NULL));
+    weft_client_free(ans);
     return code;
 }
 
@@ -442,7 +486,8 @@ static int case_errors(void)
 /* ---------------------------------------------------------------------------------------- */
 /* Raw sockets                                                                               */
 
-static int raw_connect(const struct server *s)
+/* A TCP connection to the server, or -1 when nothing accepts it. */
+static int raw_try_connect(const struct server *s)
 {
     char host[256];
     snprintf(host, sizeof(host), "%s", s->addr);
@@ -453,7 +498,17 @@ static int raw_connect(const struct server *s)
     CHECK(inet_pton(AF_INET, host, &sa.sin_addr) == 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(fd >= 0);
-    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int raw_connect(const struct server *s)
+{
+    int fd = raw_try_connect(s);
+    CHECK(fd >= 0);
     return fd;
 }
 
@@ -498,6 +553,27 @@ static size_t raw_read_until(int fd, char *buf, size_t cap, const char *until, i
 static size_t raw_read(int fd, char *buf, size_t cap, int timeout_ms, bool *closed_p)
 {
     return raw_read_until(fd, buf, cap, NULL, timeout_ms, closed_p);
+}
+
+/* The status code of an answer read by raw_read ("HTTP/1.1 NNN "), 0 when there is none. */
+static int raw_status(const char *buf)
+{
+    int code = 0;
+    if (sscanf(buf, "HTTP/1.1 %3d ", &code) != 1)
+        return 0;
+    return code;
+}
+
+/* Send one raw request on a new connection and read the answer until the server closes (or
+ * 5 s pass): its status code; the answer is in buf. */
+static int raw_exchange(const struct server *s, const char *req, size_t len, char *buf,
+                        size_t cap, bool *closed_p)
+{
+    int fd = raw_connect(s);
+    raw_send(fd, req, len);
+    raw_read(fd, buf, cap, 5000, closed_p);
+    close(fd);
+    return raw_status(buf);
 }
 
 static int count(const char *hay, const char *needle)
@@ -561,7 +637,7 @@ static int case_robust(void)
 
     /* Expect: 100-continue gets its interim answer before the body is sent */
     fd = raw_connect(&s);
-    const char *ex = "POST /v1/jobs HTTP/1.1\r\nContent-Type: application/json\r\n"
+    const char *ex = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      "Expect: 100-continue\r\nContent-Length: 2\r\n\r\n";
     raw_send(fd, ex, strlen(ex));
     raw_read_until(fd, buf, sizeof(buf), "\r\n\r\n", 5000, &closed);
@@ -594,18 +670,43 @@ static int case_robust(void)
     CHECK(closed);
     close(fd);
 
-    /* more than max_connections: 503 for the extra one, the others unharmed */
+    /* more than max_connections, all waiting for a request: the newcomer takes the place of
+     * the one that waited longest, the others unharmed */
     int fds[5];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         fds[i] = raw_connect(&s);
+        sleep_ms(10);
+    }
+    sleep_ms(40);
+    fds[4] = raw_connect(&s);
+    const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    raw_send(fds[4], hz, strlen(hz));
+    raw_read_until(fds[4], buf, sizeof(buf), "}", 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    CHECK_EQ(raw_read(fds[0], buf, sizeof(buf), 5000, &closed), 0);
+    CHECK(closed);
+    raw_send(fds[1], hz, strlen(hz));
+    raw_read_until(fds[1], buf, sizeof(buf), "}", 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    for (int i = 0; i < 5; i++)
+        close(fds[i]);
+
+    /* every one with a request in progress (a body on its way): 503 for the extra one, and
+     * the others unharmed */
+    sleep_ms(50);
+    const char *part = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 2\r\n\r\n{";
+    for (int i = 0; i < 4; i++) {
+        fds[i] = raw_connect(&s);
+        raw_send(fds[i], part, strlen(part));
+    }
     sleep_ms(50);
     fds[4] = raw_connect(&s);
     raw_read(fds[4], buf, sizeof(buf), 5000, &closed);
     CHECK(strncmp(buf, "HTTP/1.1 503 ", 13) == 0);
-    const char *hz = "GET /healthz HTTP/1.1\r\n\r\n";
-    raw_send(fds[0], hz, strlen(hz));
-    raw_read_until(fds[0], buf, sizeof(buf), "}", 5000, &closed);
-    CHECK(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    raw_send(fds[0], "}", 1);
+    raw_read_until(fds[0], buf, sizeof(buf), "\"}", 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 400 ", 13) == 0); /* {} is not a job */
     for (int i = 0; i < 5; i++)
         close(fds[i]);
 
@@ -840,6 +941,321 @@ static int case_unix(void)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Hardening                                                                                 */
+
+/* A unix socket path is taken over only from a server that died; nothing this server did not
+ * bind is ever removed. */
+static int case_unix_guard(void)
+{
+    char path[400], addr[420];
+    snprintf(path, sizeof(path), "%s/api.sock", tmpdir);
+    snprintf(addr, sizeof(addr), "unix:%s", path);
+    struct server a;
+    server_start(&a, addr, NULL);
+    struct stat before, sb;
+    CHECK(stat(path, &before) == 0);
+
+    /* a second server where one listens: refused, the first one's socket untouched */
+    CHECK_EQ(server_start_fails(addr, NULL), 1);
+    CHECK(log_contains("another server is listening there"));
+    CHECK(stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == before.st_ino);
+    struct weft_client *c = client(&a, NULL);
+    check_serving(c);
+    weft_client_close(c);
+
+    /* a file that is not a socket: refused, named, and kept */
+    char file[400], flisten[420], text[32] = "";
+    snprintf(file, sizeof(file), "%s/not-a-socket", tmpdir);
+    snprintf(flisten, sizeof(flisten), "unix:%s", file);
+    FILE *f = fopen(file, "w");
+    CHECK(f && fputs("precious\n", f) >= 0 && fclose(f) == 0);
+    CHECK_EQ(server_start_fails(flisten, NULL), 1);
+    CHECK(log_contains(file) && log_contains("not a socket"));
+    f = fopen(file, "r");
+    CHECK(f && fgets(text, sizeof(text), f));
+    (void)fclose(f);
+    CHECK(strcmp(text, "precious\n") == 0);
+
+    /* a stale socket (bound, never listened on or closed without unlink: a server that died)
+     * is replaced, and removed at exit */
+    char stale[400], slisten[420];
+    snprintf(stale, sizeof(stale), "%s/stale.sock", tmpdir);
+    snprintf(slisten, sizeof(slisten), "unix:%s", stale);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", stale);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
+    close(fd);
+    CHECK(stat(stale, &sb) == 0 && S_ISSOCK(sb.st_mode));
+    struct server b;
+    server_start(&b, slisten, NULL);
+    c = client(&b, NULL);
+    check_serving(c);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&b, SIGTERM), 0);
+    CHECK(stat(stale, &sb) != 0);
+
+    /* the first server's path taken by another socket while it runs: left alone at its exit */
+    CHECK(unlink(path) == 0);
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
+    CHECK(listen(fd, 1) == 0);
+    CHECK(stat(path, &before) == 0);
+    CHECK_EQ(server_stop(&a, SIGTERM), 0);
+    CHECK(stat(path, &sb) == 0 && sb.st_ino == before.st_ino);
+    close(fd);
+    return 0;
+}
+
+/* One more byte of head on each slow connection the server has not answered yet. */
+static void trickle(int *fds, int n, char byte)
+{
+    for (int i = 0; i < n; i++) {
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        if (poll(&p, 1, 0) != 0)
+            continue; /* answered (408) or closed: read below */
+        (void)send(fds[i], &byte, 1, MSG_NOSIGNAL);
+    }
+}
+
+/* max_connections slow-loris connections (a byte of head now and then) hold every slot: a
+ * well-behaved client is served all the same, in place of the one that waited longest; and a
+ * head that does not arrive within header_timeout_ms gets its 408 long before
+ * request_timeout_ms. */
+static int case_flood(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.max_connections=256", NULL};
+    server_start(&s, NULL, extra);
+    enum { N = 256, ROUNDS = 4 };
+    static int slow[N];
+    static const char head[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: abcdefghijklmnop";
+    for (int i = 0; i < N; i++) {
+        slow[i] = raw_connect(&s);
+        raw_send(slow[i], head, 1);
+    }
+    sleep_ms(500); /* every one accepted, each in its request head */
+    static char buf[1 << 16];
+    bool closed;
+    char ids[ROUNDS][WEFT_CLIENT_ID_MAX];
+    const char *fox[] = {"red-fox"};
+    for (int r = 0; r < ROUNDS; r++) {
+        trickle(slow, N, head[1 + r]);
+        const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        int code = raw_exchange(&s, hz, strlen(hz), buf, sizeof(buf), &closed);
+        if (code != 200)
+            fprintf(stderr, "round %d: /healthz answered: %.200s\n", r, buf);
+        CHECK_EQ(code, 200);
+        struct weft_client *c = client(&s, NULL);
+        submit(c, fox, 1, 32, 1, 1, (uint64_t)r, ids[r]);
+        weft_client_close(c);
+        sleep_ms(100);
+    }
+    struct weft_client *c = client(&s, NULL);
+    struct weft_job_status st = {0};
+    for (int r = 0; r < ROUNDS; r++)
+        wait_done(c, ids[r], &st);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    /* the ones closed for the newcomers were the oldest, each told why; the others still wait */
+    raw_read(slow[0], buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 408 ", 13) == 0);
+    CHECK(strstr(buf, "max_connections"));
+    int evicted = 1;
+    for (int i = 1; i < N; i++) {
+        struct pollfd p = {.fd = slow[i], .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            raw_read(slow[i], buf, sizeof(buf), 1000, &closed);
+            evicted += strstr(buf, "max_connections") != NULL; /* not a header timeout */
+        }
+        close(slow[i]);
+    }
+    close(slow[0]);
+    CHECK(evicted <= 2 * ROUNDS + 1); /* one per newcomer at most: some find a slot free */
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+
+    /* [api] header_timeout_ms: a head trickling in is answered 408 after it, while a body may
+     * take up to request_timeout_ms */
+    const char *quick[] = {"--api.header_timeout_ms=300", NULL};
+    server_start(&s, NULL, quick);
+    int fd = raw_connect(&s);
+    closed = false;
+    for (size_t i = 0; i < strlen(head) && !closed; i++) {
+        if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0)
+            break;
+    }
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 408 ", 13) == 0);
+    CHECK(strstr(buf, "header_timeout_ms"));
+    close(fd);
+    fd = raw_connect(&s);
+    const char *body = "{\"prompt\": \"red-fox\", \"height\": 32, \"width\": 32, \"steps\": 1}";
+    char post[400];
+    int n = snprintf(post, sizeof(post), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     strlen(body));
+    raw_send(fd, post, (size_t)n);
+    for (size_t i = 0; i < strlen(body); i++) { /* 1 s for the body: over header_timeout_ms */
+        raw_send(fd, body + i, 1);
+        sleep_ms(15);
+    }
+    raw_read(fd, buf, sizeof(buf), 5000, &closed);
+    CHECK(strncmp(buf, "HTTP/1.1 202 ", 13) == 0);
+    close(fd);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* Only HTTP/1.0 and HTTP/1.1, as RFC 9112 has them. */
+static int case_protocol(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    static const struct {
+        const char *req;
+        int code;
+    } reqs[] = {
+        {"GET /healthz\r\n\r\n", 400},                                   /* no version */
+        {"GET /healthz HTTP/0.9\r\n\r\n", 400},
+        {"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+        {"GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n", 505},
+        {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505},                       /* HTTP/2 preface */
+        {"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n", 400},              /* section 5.1 */
+        {"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n", 400},
+        {"GET /healthz HTTP/1.1\r\n\r\n", 400},                          /* section 3.2 */
+        {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+        {"GET /healthz HTTP/1.0\r\n\r\n", 200},
+        {"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200},
+        {"GET /healthz HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n", 200}, /* empty: allowed */
+    };
+    static char buf[1 << 16];
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        bool closed;
+        int code = raw_exchange(&s, reqs[i].req, strlen(reqs[i].req), buf, sizeof(buf), &closed);
+        if (code != reqs[i].code || !closed) {
+            fprintf(stderr, "%zu: %d%s for %s", i, code, closed ? "" : " (left open)", buf);
+            CHECK_EQ(code, reqs[i].code);
+        }
+        const char *b = strstr(buf, "\r\n\r\n");
+        CHECK(b);
+        CHECK(strncmp(b + 4, code == 200 ? "{\"ok\":true" : "{\"error\":", code == 200 ? 10 : 9)
+              == 0);
+    }
+    struct weft_client *c = client(&s, NULL);
+    check_serving(c);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* Every error body is UTF-8 JSON of a bounded size, whatever bytes the request held. */
+static int case_utf8(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    static const char *const paths[] = {
+        "/v1/jobs/\xff\xfe",           "/v1/jobs/ab\xc3",         "/v1/jobs/\xed\xa0\x80zz",
+        "/v1/jobs/\xc0\xaf/images/0",  "/v1/jobs/0123456789abcd\xe2\x82", "/v1/jobs/\xe2\x82\xac",
+    };
+    static char req[8192], buf[1 << 16];
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) + 2; i++) {
+        int n;
+        if (i < sizeof(paths) / sizeof(paths[0])) {
+            n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "\r\n", paths[i]);
+        } else {
+            /* a body that is not UTF-8, and one naming a long unknown field */
+            char body[4200];
+            if (i == sizeof(paths) / sizeof(paths[0]))
+                snprintf(body, sizeof(body), "{\"prompt\": \"red-fox\", \"\xff\xfe\": 1}");
+            else
+                snprintf(body, sizeof(body), "{\"prompt\": \"red-fox\", \"%04000d\xc3\xa9\": 1}",
+                         0);
+            n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         strlen(body), body);
+        }
+        bool closed;
+        int code = raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed);
+        CHECK(code == 404 || code == 400);
+        const char *b = strstr(buf, "\r\n\r\n");
+        CHECK(b);
+        b += 4;
+        size_t len = strlen(b);
+        if (!weft_utf8_valid(b, len, NULL)) {
+            fprintf(stderr, "%zu: the error body is not UTF-8: %s\n", i, b);
+            CHECK(0);
+        }
+        CHECK(len < 1024);
+        cJSON *j = cJSON_Parse(b);
+        CHECK(j && cJSON_IsString(cJSON_GetObjectItem(j, "error")));
+        cJSON_Delete(j);
+    }
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* During the shutdown grace the server still answers: 503 to every new request, /healthz
+ * saying why; it exits 0 once the running job has stopped, and then nothing listens. */
+static int case_drain(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.max_steps=1000", "--api.shutdown_grace_ms=3000", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 256, 1000, 1, 0, id);
+    struct weft_job_status st = {0};
+    wait_running(c, id, &st);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    static char buf[1 << 16];
+    const char *hz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    bool closed;
+    int idle = raw_connect(&s); /* a keep-alive connection, idle when the signal comes */
+    raw_send(idle, hz, strlen(hz));
+    raw_read_until(idle, buf, sizeof(buf), "}", 5000, &closed);
+    CHECK_EQ(raw_status(buf), 200);
+    CHECK(kill(s.pid, SIGTERM) == 0);
+    int code = 0;
+    for (int i = 0; i < 100 && code != 503; i++) { /* until the signal is seen: 5 s at most */
+        int fd = raw_try_connect(&s);
+        if (fd < 0)
+            CHECK(!"nothing answers during the shutdown grace");
+        raw_send(fd, hz, strlen(hz));
+        raw_read_until(fd, buf, sizeof(buf), "}", 5000, &closed);
+        close(fd);
+        code = raw_status(buf);
+        CHECK(code == 200 || code == 503);
+        if (code == 200)
+            sleep_ms(50);
+    }
+    CHECK_EQ(code, 503);
+    CHECK(strstr(buf, "{\"ok\":false,\"status\":\"shutting down\"}"));
+    CHECK(strstr(buf, "Connection: close\r\n"));
+    /* the idle one's next request is answered too, then it is closed */
+    raw_send(idle, hz, strlen(hz));
+    raw_read(idle, buf, sizeof(buf), 5000, &closed);
+    CHECK_EQ(raw_status(buf), 503);
+    CHECK(closed);
+    close(idle);
+    const char *post = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 20\r\n\r\n{\"prompt\":\"red-fox\"}";
+    CHECK_EQ(raw_exchange(&s, post, strlen(post), buf, sizeof(buf), &closed), 503);
+    CHECK(strstr(buf, "shutting down"));
+    const char *list = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(raw_exchange(&s, list, strlen(list), buf, sizeof(buf), &closed), 503);
+    CHECK_EQ(server_wait(&s, false), 0);
+    CHECK_EQ(raw_try_connect(&s), -1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -860,6 +1276,8 @@ int main(int argc, char **argv)
         {"basic", case_basic},     {"batch", case_batch},       {"errors", case_errors},
         {"robust", case_robust},   {"cancel", case_cancel},     {"restart", case_restart},
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
+        {"unix_guard", case_unix_guard}, {"flood", case_flood},   {"protocol", case_protocol},
+        {"utf8", case_utf8},       {"drain", case_drain},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)

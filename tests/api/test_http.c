@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/alloc.h"
+#include "common/utf8.h"
 #include "coordinator/http.h"
 #include "coordinator/internal.h"
 #include "test.h"
@@ -95,9 +97,9 @@ static void test_whole_and_bytewise(void)
 static void test_pipelined_and_chunked(void)
 {
     const char *two = "GET /v1/cluster HTTP/1.1\r\nHost: a\r\n\r\n"
-                      "POST /v1/jobs HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "POST /v1/jobs HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
                       "4\r\n{\"a\"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n"
-                      "DELETE /v1/jobs/0123 HTTP/1.1\r\nConnection: close\r\n\r\n";
+                      "DELETE /v1/jobs/0123 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     struct weft_http_parser *p = parser(4096, 1024);
     size_t off = 0, len = strlen(two);
     CHECK(run(p, two, len, 0, &off) == WEFT_HTTP_MESSAGE);
@@ -137,7 +139,8 @@ static void test_pipelined_and_chunked(void)
 static void test_headers_event(void)
 {
     /* the server acts at the headers: the body is not read before it says so */
-    const char *req = "POST /v1/jobs HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+    const char *req = "POST /v1/jobs HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                      "Content-Length: 5\r\n\r\n";
     struct weft_http_parser *p = parser(4096, 1024);
     size_t used;
     CHECK(weft_http_parser_feed(p, req, strlen(req), &used) == WEFT_HTTP_HEADERS);
@@ -154,12 +157,13 @@ static void test_limits_and_garbage(void)
 {
     char big[8192];
     /* body over the limit, by Content-Length (refused before any byte of it) or chunked */
-    CHECK_EQ(bad_code("POST / HTTP/1.1\r\nContent-Length: 2000\r\n\r\n", 4096, 1000, "max_body"),
-             413);
-    CHECK_EQ(bad_code("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    CHECK_EQ(bad_code("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n", 4096, 1000,
+                      "max_body"), 413);
+    CHECK_EQ(bad_code("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
                       "400\r\n", 4096, 1000, NULL), 0); /* needs more: not over yet */
-    snprintf(big, sizeof(big), "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%0*d",
-             1200, 1200, 0);
+    snprintf(big, sizeof(big),
+             "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%0*d", 1200,
+             1200, 0);
     CHECK_EQ(bad_code(big, 4096, 1000, "max_body"), 413);
     /* target and headers over the limit */
     snprintf(big, sizeof(big), "GET /%0*d HTTP/1.1\r\n\r\n", 3000, 0);
@@ -182,9 +186,37 @@ static void test_limits_and_garbage(void)
     CHECK_EQ(bad_code("GET / HTTP/1.1\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n", 4096,
                       1000, "Authorization"), 400);
     CHECK_EQ(bad_code("GET / HTTP/1.1\r\nExpect: 200-ok\r\n\r\n", 4096, 1000, "Expect"), 417);
-    CHECK_EQ(bad_code("GET / HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n", 4096, 1000,
-                      "upgrade"), 501);
+    CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+                      4096, 1000, "upgrade"), 501);
     CHECK(bad_code("GET / HTTP/3.7\r\n\r\n", 4096, 1000, NULL) >= 400);
+}
+
+/* What llhttp lets through and RFC 9112 does not. */
+static void test_versions_and_host(void)
+{
+    /* no version is HTTP/0.9 to llhttp; HTTP/2.0 is a version it knows */
+    CHECK_EQ(bad_code("GET /healthz\r\n\r\n", 4096, 1000, "HTTP/0.9"), 400);
+    CHECK_EQ(bad_code("GET /healthz HTTP/0.9\r\n\r\n", 4096, 1000, "HTTP/0.9"), 400);
+    CHECK_EQ(bad_code("GET / HTTP/2.0\r\nHost: a\r\n\r\n", 4096, 1000, "version"), 505);
+    CHECK_EQ(bad_code("GET / HTTP/4.0\r\nHost: a\r\n\r\n", 4096, 1000, "version"), 505);
+    CHECK_EQ(bad_code("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 4096, 1000, "version"), 505);
+    /* section 5.1: no whitespace between a field name and its colon */
+    CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost : a\r\n\r\n", 4096, 1000, "whitespace"), 400);
+    CHECK_EQ(bad_code("GET / HTTP/1.0\r\nX-A  : 1\r\n\r\n", 4096, 1000, "whitespace"), 400);
+    /* section 3.2: exactly one Host in HTTP/1.1; HTTP/1.0 needs none */
+    CHECK_EQ(bad_code("GET / HTTP/1.1\r\n\r\n", 4096, 1000, "Host"), 400);
+    CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 4096, 1000, "Host"), 400);
+    CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost: a\r\n\r\n", 4096, 1000, NULL), 0);
+    CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost:\r\n\r\n", 4096, 1000, NULL), 0);
+    CHECK_EQ(bad_code("GET / HTTP/1.0\r\n\r\n", 4096, 1000, NULL), 0);
+    /* and per request: the second request of a connection needs its own Host */
+    struct weft_http_parser *p = parser(4096, 1000);
+    const char *two = "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+    size_t off = 0;
+    CHECK(run(p, two, strlen(two), 0, &off) == WEFT_HTTP_MESSAGE);
+    weft_http_parser_next(p);
+    CHECK(run(p, two, strlen(two), 0, &off) == WEFT_HTTP_BAD);
+    weft_http_parser_destroy(p);
 }
 
 static void test_routes_and_auth(void)
@@ -217,6 +249,37 @@ static void test_routes_and_auth(void)
     CHECK(!weft_api_auth_ok("tok", "Basic dG9rOg=="));
 }
 
+/* The length of the "error" text of a JSON body. */
+static size_t error_len(const char *body)
+{
+    cJSON *j = cJSON_Parse(body);
+    CHECK(j && cJSON_IsString(cJSON_GetObjectItem(j, "error")));
+    size_t n = strlen(cJSON_GetObjectItem(j, "error")->valuestring);
+    cJSON_Delete(j);
+    return n;
+}
+
+/* Error bodies stay UTF-8 JSON of a bounded size whatever the message quotes. */
+static void test_error_bodies(void)
+{
+    struct weft_api_response r = {0};
+    weft_api_error(&r, 404, "no job \xff\xfe\xc3(\xe2\x82\xac)");
+    CHECK(strcmp(r.body, "{\"error\":\"no job \\\\xff\\\\xfe\\\\xc3(\xe2\x82\xac)\"}") == 0);
+    CHECK_EQ(r.code, 404);
+    static char big[4000];
+    for (size_t i = 0; i + 2 < sizeof(big); i += 2)
+        memcpy(big + i, "\xc3\xa9", 2); /* e-acute: a cut inside one would be invalid */
+    weft_api_error(&r, 400, big);
+    CHECK(weft_utf8_valid(r.body, r.len, NULL));
+    CHECK(strstr(r.body, "\xc3\xa9...\"}"));
+    CHECK(error_len(r.body) <= 483);
+    memset(big, 0xff, sizeof(big) - 1);
+    weft_api_error(&r, 400, big);
+    CHECK(weft_utf8_valid(r.body, r.len, NULL));
+    CHECK(error_len(r.body) <= 483);
+    weft_free(r.body);
+}
+
 int main(void)
 {
     test_quiet();
@@ -224,7 +287,9 @@ int main(void)
     test_pipelined_and_chunked();
     test_headers_event();
     test_limits_and_garbage();
+    test_versions_and_host();
     test_routes_and_auth();
+    test_error_bodies();
     printf("ok\n");
     return 0;
 }
