@@ -1,97 +1,15 @@
 /* The running system on real processes: `weft run` in every layout gives the image of one
  * device (pixels within one level), and dp 2 over 5 prompts the images of one replica;
- * `weft serve --runner cluster` with `weft worker`s: a SIGKILLed worker fails its job with a reason naming it, the coordinator keeps serving, plans
- * again when a worker comes back and the next job completes; a worker with the wrong secret is
- * refused. One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
-#include <fcntl.h>
-#include <signal.h>
-#include <stdbool.h>
-#include <spawn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cJSON.h>
-
-#include "client/weft.h"
-#include "test.h"
+ * `weft serve --runner cluster` with `weft worker`s: a SIGKILLed worker fails its job with a
+ * reason naming it, the coordinator keeps serving, plans again when a worker comes back and the
+ * next job completes; a worker with the wrong secret is refused; a job's numbers cross the
+ * wire exactly; a model or a job weft cannot run is refused with the same reason on every path.
+ * One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
+#include "harness.h"
+#include "model/safetensors.h"
+#include "model_variant.h"
 #include "png_diff.h"
-
-extern char **environ;
-
-static const char *weft_bin;
-static char tmp[256];
-static pid_t children[16];
-static int n_children;
-
-static void kill_all(void)
-{
-    for (int i = 0; i < n_children; i++)
-        if (children[i] > 0)
-            kill(children[i], SIGKILL);
-}
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "test_cluster: watchdog: the case did not finish in time\n";
-    kill_all();
-    (void)!write(2, msg, sizeof(msg) - 1);
-    _exit(1);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* Start weft with args and an extra environment entry; its stderr goes to log when not NULL. */
-static pid_t run_weft(const char *const *args, const char *env_extra, const char *log)
-{
-    char *argv[40];
-    int n = 0;
-    argv[n++] = (char *)weft_bin;
-    for (; *args && n < 38; args++)
-        argv[n++] = (char *)*args;
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (log)
-        posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    char *env[512];
-    int k = 0;
-    for (char **e = environ; *e && k < 510; e++)
-        env[k++] = *e;
-    if (env_extra)
-        env[k++] = (char *)env_extra;
-    env[k] = NULL;
-    pid_t pid;
-    CHECK(posix_spawn(&pid, weft_bin, &fa, NULL, argv, env) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    children[n_children++] = pid;
-    return pid;
-}
-
-static int wait_pid(pid_t pid)
-{
-    int status;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    for (int i = 0; i < n_children; i++)
-        if (children[i] == pid)
-            children[i] = 0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+#include "st_write.h"
 
 /* The one-device reference: `weft generate`, 256x256, 3 steps, red-fox, seed 7. */
 static void one_device(char *ref, size_t len)
@@ -174,143 +92,6 @@ static int case_layouts(void)
     snprintf(out, sizeof(out), "%s/dp2-0.png", tmp);
     CHECK(png_max_diff(ref, out) <= 1);
     return 0;
-}
-
-static const char *secret_env = "WEFT_CLUSTER_SECRET=test-secret-1";
-
-/* Read host:port written by the server into path. */
-static void wait_file(const char *path, char *out, size_t len)
-{
-    for (int i = 0; i < 600; i++) {
-        FILE *f = fopen(path, "r");
-        if (f) {
-            char *got = fgets(out, (int)len, f);
-            fclose(f);
-            if (got && strchr(out, '\n')) {
-                out[strcspn(out, "\n")] = '\0';
-                return;
-            }
-        }
-        sleep_ms(50);
-    }
-    CHECK(!"the server did not write its port file");
-}
-
-static pid_t start_server_with(char *api, char *workers, const char *ranks,
-                               const char *const *extra)
-{
-    char pf[512], wf[512], j[600], o[600], w[64];
-    snprintf(pf, sizeof(pf), "%s/api", tmp);
-    snprintf(wf, sizeof(wf), "%s/workers", tmp);
-    snprintf(j, sizeof(j), "--api.journal_dir=%s/journal", tmp);
-    snprintf(o, sizeof(o), "--api.output_dir=%s/out", tmp);
-    snprintf(w, sizeof(w), "--parallel.tp_degree=%s", ranks);
-    char log[512];
-    snprintf(log, sizeof(log), "%s/serve.log", tmp);
-    const char *args[32] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
-                            "--port-file", pf, "--worker-port-file", wf,
-                            "--cluster.listen=127.0.0.1:0", "--cluster.worker_timeout_ms=3000",
-                            "--cluster.heartbeat_ms=200", "--api.max_attempts=1", j, o, w};
-    for (int n = 16; extra && *extra && n < 31; extra++)
-        args[n++] = *extra;
-    pid_t pid = run_weft(args, secret_env, log);
-    wait_file(pf, api, 300);
-    wait_file(wf, workers, 300);
-    return pid;
-}
-
-static pid_t start_server(char *api, char *workers, const char *ranks)
-{
-    return start_server_with(api, workers, ranks, NULL);
-}
-
-static pid_t start_worker(const char *workers, const char *env, const char *log)
-{
-    const char *args[] = {"worker", "--coordinator", workers, "--kernels.threads=1", NULL};
-    return run_weft(args, env, log);
-}
-
-static struct weft_client *client(const char *api)
-{
-    struct weft_client_opts o = {.address = api, .timeout_ms = 20000};
-    struct weft_client *c;
-    CHECK_OK(weft_client_connect(&o, &c));
-    return c;
-}
-
-static bool cluster_ready(struct weft_client *c)
-{
-    char *text;
-    CHECK_OK(weft_client_cluster(c, &text));
-    cJSON *j = cJSON_Parse(text);
-    bool ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ready"));
-    cJSON_Delete(j);
-    weft_client_free(text);
-    return ready;
-}
-
-static void submit(struct weft_client *c, int size, int steps, char *id)
-{
-    struct weft_prompt p = {.name = "red-fox"};
-    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = size, .width = size,
-                                   .steps = steps, .count = 1, .guidance = 3.5, .seed = 1};
-    CHECK_OK(weft_client_submit(c, &req, id));
-}
-
-/* Until the cluster says ready (bounded). */
-static void wait_ready(struct weft_client *c)
-{
-    for (int i = 0; i < 600 && !cluster_ready(c); i++)
-        sleep_ms(50);
-    CHECK(cluster_ready(c));
-}
-
-/* A coordinator (tensor-parallel degree `ranks`, extra options) and n workers (logs in
- * tmp/w<i>.log), ready, with a client. */
-struct cluster {
-    char api[300], workers[300];
-    pid_t server, w[4];
-    int n;
-    struct weft_client *c;
-};
-
-static void cluster_up(struct cluster *k, const char *ranks, const char *const *extra, int n)
-{
-    k->server = start_server_with(k->api, k->workers, ranks, extra);
-    k->n = n;
-    for (int i = 0; i < n; i++) {
-        char wlog[512];
-        snprintf(wlog, sizeof(wlog), "%s/w%d.log", tmp, i);
-        k->w[i] = start_worker(k->workers, secret_env, wlog);
-    }
-    k->c = client(k->api);
-    wait_ready(k->c);
-}
-
-/* SIGTERM the coordinator: it, and every worker not already gone (w[i] = 0), exit 0. */
-static void cluster_down(struct cluster *k)
-{
-    weft_client_close(k->c);
-    kill(k->server, SIGTERM);
-    CHECK_EQ(wait_pid(k->server), 0);
-    for (int i = 0; i < k->n; i++)
-        if (k->w[i] > 0)
-            CHECK_EQ(wait_pid(k->w[i]), 0); /* told to exit by the coordinator */
-}
-
-/* Until job id has run a step (bounded). */
-static void wait_running(struct weft_client *c, const char *id)
-{
-    struct weft_job_status st = {0};
-    for (int i = 0; i < 1500; i++) {
-        weft_job_status_cleanup(&st);
-        CHECK_OK(weft_client_status(c, id, &st));
-        if (st.state == WEFT_JOB_RUNNING && st.step >= 1)
-            break;
-        sleep_ms(20);
-    }
-    CHECK(st.state == WEFT_JOB_RUNNING);
-    weft_job_status_cleanup(&st);
 }
 
 /* tp 2 on two workers; one SIGKILLed mid-job. */
@@ -626,28 +407,250 @@ static int case_secret(void)
     return 0;
 }
 
+
+/* weft with args must fail within max_ms with sub in what it printed; returns its log. */
+static void expect_fail(const char *const *args, const char *sub, double max_ms, char *log_text,
+                        size_t len)
+{
+    char log[512];
+    snprintf(log, sizeof(log), "%s/fail.log", tmp);
+    double t0 = now_ms();
+    int rc = wait_pid(run_weft(args, secret_env, log));
+    double ms = now_ms() - t0;
+    read_text(log, log_text, len);
+    const char *line = strstr(log_text, sub);
+    printf("weft %s %s: exit %d after %.0f ms: %.*s\n", args[0], args[1] ? args[1] : "", rc, ms,
+           line ? (int)strcspn(line, "\n") : 40, line ? line : log_text);
+    CHECK(rc != 0);
+    CHECK(line);
+    CHECK(ms < max_ms);
+}
+
+/* A job's 64-bit numbers cross the wire exactly: the largest seed (and one just above 2^53,
+ * which a double would round down) give on a cluster the image of one device, and a side
+ * beyond 16384 is refused at submission rather than by the workers. */
+static int case_exact(void)
+{
+    char ref[512], out[512], alt[512];
+    static const char *const seeds[] = {"18446744073709551615", "9007199254740993"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ref, sizeof(ref), "%s/exact%d.png", tmp, i);
+        snprintf(out, sizeof(out), "%s/exact%d-run.png", tmp, i);
+        const char *gen[] = {"generate", "--height", "128", "--width", "128", "--steps", "2",
+                             "--prompt-embeds", "red-fox", "--seed", seeds[i], "--out", ref,
+                             NULL};
+        CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+        const char *run[] = {"run", "--tp", "2", "--height", "128", "--width", "128", "--steps",
+                             "2", "--prompt", "red-fox", "--seed", seeds[i], "--out", out, NULL};
+        CHECK_EQ(wait_pid(run_weft(run, NULL, NULL)), 0);
+        int d = png_max_diff(ref, out);
+        struct weft_png_image img;
+        CHECK_OK(weft_png_read(out, &img));
+        const char *seed = weft_png_image_text(&img, "weft.seed");
+        printf("seed %s: tp 2 vs one device max difference %d, the PNG says seed %s\n", seeds[i],
+               d, seed ? seed : "(none)");
+        CHECK(d <= 1 && seed && strcmp(seed, seeds[i]) == 0);
+        weft_png_image_cleanup(&img);
+    }
+    /* 2^53 + 1 is not 2^53 */
+    snprintf(alt, sizeof(alt), "%s/exact-2p53.png", tmp);
+    const char *gen[] = {"generate", "--height", "128", "--width", "128", "--steps", "2",
+                         "--prompt-embeds", "red-fox", "--seed", "9007199254740992", "--out",
+                         alt, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    CHECK(png_max_diff(alt, out) > 8);
+
+    /* a side the workers could never take, within max_pixels: a 400 naming it */
+    struct cluster k;
+    const char *extra[] = {"--api.max_pixels=2000000", NULL};
+    cluster_up(&k, "1", extra, 1);
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 65552, .width = 16,
+                                   .steps = 2, .count = 1, .guidance = 3.5, .seed = 1};
+    char id[WEFT_CLIENT_ID_MAX];
+    CHECK(weft_client_submit(k.c, &req, id) != WEFT_OK);
+    printf("65552 x 16 submitted: %s\n", weft_client_error(k.c));
+    CHECK(strstr(weft_client_error(k.c), "16384"));
+    req.height = 16400;
+    CHECK(weft_client_submit(k.c, &req, id) != WEFT_OK);
+    CHECK(strstr(weft_client_error(k.c), "16384"));
+    /* the largest side runs */
+    req.height = 16384, req.width = 16, req.steps = 1;
+    CHECK_OK(weft_client_submit(k.c, &req, id));
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
+    printf("16384 x 16: %s\n", weft_client_state_name(st.state));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+    weft_job_status_cleanup(&st);
+    cluster_down(&k);
+    return 0;
+}
+
+/* A model the workers cannot take: refused before anything runs, with the reason, within
+ * seconds, by `weft run` (which starts the cluster) and by `weft serve --runner cluster`; and
+ * a refusal only a worker can see (config heads against the tensors) fails the job waiting
+ * for the mesh with the worker's reason instead of leaving it queued. */
+static int case_refuse(void)
+{
+    static const struct {
+        const char *rel, *key, *value, *why;
+    } broken[] = {
+        {"scheduler/scheduler_config.json", "use_karras_sigmas", "true", "karras"},
+        {"vae/config.json", "latent_channels", "8", "latent_channels"},
+        {"vae/config.json", "norm_num_groups", "7", "norm_num_groups"},
+        {"transformer/config.json", "_class_name", "\"SD3Transformer2DModel\"", "_class_name"},
+    };
+    char text[16384];
+    for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+        char dir[64];
+        variant_make(dir);
+        variant_set(dir, broken[i].rel, broken[i].key, broken[i].value);
+        const char *run[] = {"run", "--np", "2", "--tp", "2", "--model", dir, "--height",
+                             "128", "--width", "128", "--steps", "2", NULL};
+        expect_fail(run, broken[i].why, 15000, text, sizeof(text));
+        const char *serve[] = {"serve", "--runner", "cluster", "--model", dir, "--listen",
+                               "127.0.0.1:0", "--cluster.listen=127.0.0.1:0", NULL};
+        expect_fail(serve, broken[i].why, 10000, text, sizeof(text));
+        variant_remove(dir);
+    }
+    /* no vae/ folder where model_index.json names one */
+    char dir[64], path[256];
+    variant_make(dir);
+    snprintf(path, sizeof(path), "rm -rf '%s/vae'", dir);
+    CHECK(system(path) == 0);
+    const char *novae[] = {"run", "--np", "1", "--model", dir, "--height", "128", "--width",
+                           "128", "--steps", "2", NULL};
+    expect_fail(novae, "vae", 15000, text, sizeof(text));
+    variant_remove(dir);
+    /* a [tp_plan] style the dataflow cannot take */
+    const char *plan[] = {"run", "--tp", "2", "--height", "128", "--width", "128", "--steps",
+                          "2", "--tp_plan.transformer_blocks.*.attn.to_q=rowwise", NULL};
+    expect_fail(plan, "to_q", 15000, text, sizeof(text));
+
+    /* heads that disagree with the tensors: only a worker loading them sees it */
+    variant_make(dir);
+    variant_set(dir, "transformer/config.json", "num_attention_heads", "6");
+    const char *heads[] = {"run", "--np", "1", "--model", dir, "--height", "128", "--width",
+                           "128", "--steps", "2", NULL};
+    expect_fail(heads, "could not take its assignment", 20000, text, sizeof(text));
+    CHECK(strstr(text, "shape"));
+    /* the same under weft serve: a queued job fails with the worker's reason, a new one 503s */
+    struct cluster k;
+    char model[128];
+    snprintf(model, sizeof(model), "--model=%s", dir);
+    k.server = start_server_with(k.api, k.workers, "1", (const char *const[]){model, NULL});
+    k.c = client(k.api);
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(k.c, 128, 2, id);
+    char wlog[512];
+    snprintf(wlog, sizeof(wlog), "%s/w0.log", tmp);
+    k.w[0] = start_worker(k.workers, secret_env, wlog);
+    k.n = 1;
+    struct weft_job_status st = {0};
+    double t0 = now_ms();
+    CHECK_OK(weft_client_wait(k.c, id, 30000, NULL, NULL, &st));
+    printf("a job queued for a mesh whose worker refused: %s after %.0f ms: %s\n",
+           weft_client_state_name(st.state), now_ms() - t0, st.error);
+    CHECK(st.state == WEFT_JOB_FAILED && strstr(st.error, "could not take its assignment"));
+    weft_job_status_cleanup(&st);
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 128, .width = 128,
+                                   .steps = 2, .count = 1, .guidance = 3.5, .seed = 1};
+    CHECK(weft_client_submit(k.c, &req, id) != WEFT_OK);
+    printf("submitted after the refusal: %s\n", weft_client_error(k.c));
+    CHECK(strstr(weft_client_error(k.c), "could not take its assignment"));
+    cluster_down(&k);
+    variant_remove(dir);
+    return 0;
+}
+
+/* Prompt embeddings of T tokens (zeros) for flux-tiny. */
+static void prompt_file(const char *path, int64_t t)
+{
+    static float zeros[64];
+    float *pe = calloc((size_t)(t * 64) + 1, sizeof(float));
+    CHECK(pe);
+    const struct st_spec specs[] = {
+        {"prompt_embeds", "F32", 3, {1, t, 64}, pe, (size_t)(t * 64) * 4},
+        {"pooled_prompt_embeds", "F32", 2, {1, 64}, zeros, sizeof(zeros)},
+    };
+    CHECK(st_write(path, specs, 2, NULL) == 0);
+    free(pe);
+}
+
+/* One value of a tensor of the variant's transformer made NaN (a copy replaces the link). */
+static void poison(const char *dir, const char *tensor)
+{
+    char src[1024], dst[256], cmd[1400];
+    snprintf(src, sizeof(src), "%s/models/flux-tiny/transformer/"
+             "diffusion_pytorch_model.safetensors", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dst, sizeof(dst), "%s/transformer/diffusion_pytorch_model.safetensors", dir);
+    snprintf(cmd, sizeof(cmd), "rm -f '%s' && cp '%s' '%s'", dst, src, dst);
+    CHECK(system(cmd) == 0);
+    struct weft_st_file *f;
+    CHECK_OK(weft_st_open(dst, &f));
+    const struct weft_st_tensor *t = weft_st_find(f, tensor);
+    CHECK(t && t->dtype == WEFT_DTYPE_BF16);
+    const uint64_t at = t->offset;
+    weft_st_close(f);
+    FILE *w = fopen(dst, "r+b");
+    CHECK(w);
+    static const unsigned char nan_bf16[2] = {0xc0, 0x7f};
+    CHECK(fseek(w, (long)at, SEEK_SET) == 0 && fwrite(nan_bf16, 1, 2, w) == 2);
+    CHECK(fclose(w) == 0);
+}
+
+/* The same refusal, with the same words, through `weft generate` (one process) and `weft run`
+ * (a cluster): what one path refuses, every path refuses. */
+static int case_validate(void)
+{
+    char text[16384], dir[64], p0[256], pbig[256], out[256];
+    snprintf(out, sizeof(out), "%s/v.png", tmp);
+    snprintf(p0, sizeof(p0), "%s/empty.safetensors", tmp);
+    snprintf(pbig, sizeof(pbig), "%s/long.safetensors", tmp);
+    prompt_file(p0, 0);
+    prompt_file(pbig, 5000);
+    const char *prompts[] = {p0, pbig};
+    for (int i = 0; i < 2; i++) {
+        const char *gen[] = {"generate", "--height", "128", "--width", "128", "--steps", "2",
+                             "--prompt-embeds", prompts[i], "--out", out, NULL};
+        expect_fail(gen, "tokens", 10000, text, sizeof(text));
+        const char *run[] = {"run", "--height", "128", "--width", "128", "--steps", "2",
+                             "--prompt", prompts[i], "--out", out, NULL};
+        expect_fail(run, "tokens", 15000, text, sizeof(text));
+    }
+    /* model folders: an invalid model_index.json, a wrong class, a transformer whose channels
+     * do not match the VAE's latents, NaN weights */
+    for (int v = 0; v < 4; v++) {
+        variant_make(dir);
+        const char *why = v == 0 ? "model_index.json" : v == 1 ? "_class_name"
+                          : v == 2 ? "latent_channels" : "not finite";
+        if (v == 0)
+            variant_write(dir, "model_index.json", "{\"_class_name\": \"FluxPipeline\",");
+        else if (v == 1)
+            variant_set(dir, "model_index.json", "_class_name", "\"FluxImg2ImgPipeline\"");
+        else if (v == 2)
+            variant_set(dir, "vae/config.json", "latent_channels", "32");
+        else
+            poison(dir, "transformer_blocks.0.attn.to_q.weight");
+        const char *gen[] = {"generate", "--model", dir, "--height", "128", "--width", "128",
+                             "--steps", "2", "--out", out, NULL};
+        expect_fail(gen, why, 10000, text, sizeof(text));
+        const char *run[] = {"run", "--model", dir, "--height", "128", "--width", "128",
+                             "--steps", "2", "--out", out, NULL};
+        expect_fail(run, why, 15000, text, sizeof(text));
+        variant_remove(dir);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    CHECK(argc == 3);
-    weft_bin = argv[1];
-    signal(SIGALRM, on_alarm);
-    alarm(240);
-    atexit(kill_all);
-    snprintf(tmp, sizeof(tmp), "/tmp/weft_test_cluster_XXXXXX");
-    CHECK(mkdtemp(tmp));
-    int rc = strcmp(argv[2], "layouts") == 0 ? case_layouts()
-             : strcmp(argv[2], "kill") == 0  ? case_kill()
-             : strcmp(argv[2], "secret") == 0 ? case_secret()
-             : strcmp(argv[2], "devmap") == 0 ? case_devmap()
-             : strcmp(argv[2], "restart") == 0 ? case_restart()
-             : strcmp(argv[2], "rerun") == 0 ? case_rerun()
-             : strcmp(argv[2], "concurrent") == 0 ? case_concurrent()
-             : strcmp(argv[2], "stopped") == 0 ? case_stopped()
-             : strcmp(argv[2], "cancel") == 0 ? case_cancel()
-                                              : 2;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    if (rc == 0 && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return rc;
+    static const struct harness_case cases[] = {
+        {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
+        {"devmap", case_devmap},   {"restart", case_restart}, {"rerun", case_rerun},
+        {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
+        {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
+    };
+    return harness_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 240);
 }
