@@ -177,9 +177,29 @@ struct weft_transport {
     struct weft_tp_grave *graveyard;
 };
 
-/* ---- time, status ---- */
+/* ---- time ---- */
 int64_t weft_tp_now_ns(void);
 int64_t weft_tp_deadline(const struct weft_transport *tp);
+
+/* ---- UCX setup and status codes (ucx.c): the one place both worlds and links make a UCX
+ * context and worker ---- */
+struct weft_tp_ucx_params {
+    const char *subsys;    /* log subsystem of the messages */
+    const char *name;      /* the UCX context's name */
+    const char *tls_key;   /* the setting a refused tls is reported as */
+    const char *tls;       /* UCX_TLS value; NULL or "" leaves UCX's choice */
+    uint64_t features;     /* UCP_FEATURE_*; wakeup is always added */
+    size_t estimated_eps;  /* 0: no estimate */
+};
+struct weft_tp_ucx {
+    ucp_context_h ctx;
+    ucp_worker_h worker; /* single-thread mode */
+    int efd;             /* the worker's event descriptor (ucp_worker_arm, then poll) */
+};
+/* Reads UCX's configuration (UCX_* from the environment, tls over UCX_TLS), creates the
+ * context and worker and gets the event descriptor; logs the failure (and undoes what it
+ * made). The caller destroys the worker, then cleans the context up. */
+weft_status_t weft_tp_ucx_open(const struct weft_tp_ucx_params *p, struct weft_tp_ucx *ucx_p);
 weft_status_t weft_tp_ucs_status(ucs_status_t s);
 
 /* ---- rendezvous client (rendezvous.c) ---- */

@@ -58,51 +58,24 @@ static weft_status_t ucx_open(struct weft_transport *tp)
         ucs_log_push_handler(ucx_log_filter);
         filter_installed = 1;
     }
-    ucp_config_t *cfg;
-    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX configuration: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
-    if (tp->tls[0]) {
-        s = ucp_config_modify(cfg, "TLS", tp->tls);
-        if (s != UCS_OK) {
-            WEFT_LOG_ERROR("transport", "[transport] tls = '%s': UCX refuses it: %s", tp->tls,
-                           ucs_status_string(s));
-            ucp_config_release(cfg);
-            return WEFT_ERR_CONFIG;
-        }
-    }
-    ucp_params_t p = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
-                      UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
-        .estimated_num_eps = (size_t)tp->size,
+    struct weft_tp_ucx_params p = {
+        .subsys = "transport",
         .name = "weft",
+        .tls_key = "[transport] tls",
+        .tls = tp->tls,
+        .features = UCP_FEATURE_TAG,
+        .estimated_eps = (size_t)tp->size,
     };
-    s = ucp_init(&p, cfg, &tp->ctx);
-    ucp_config_release(cfg);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX init: %s", ucs_status_string(s));
-        tp->ctx = NULL;
-        return weft_tp_ucs_status(s);
-    }
+    struct weft_tp_ucx u;
+    weft_status_t st = weft_tp_ucx_open(&p, &u);
+    if (st != WEFT_OK)
+        return st;
+    tp->ctx = u.ctx;
+    tp->worker = u.worker;
+    tp->efd = u.efd;
     ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
     if (ucp_context_query(tp->ctx, &attr) == UCS_OK)
         tp->has_cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    s = ucp_worker_create(tp->ctx, &wp, &tp->worker);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX worker: %s", ucs_status_string(s));
-        tp->worker = NULL;
-        return weft_tp_ucs_status(s);
-    }
-    s = ucp_worker_get_efd(tp->worker, &tp->efd);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX worker event descriptor: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
     tp->pfd[0] = (struct pollfd){.fd = tp->efd, .events = POLLIN};
     return WEFT_OK;
 }

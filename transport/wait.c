@@ -30,29 +30,6 @@ int64_t weft_tp_deadline(const struct weft_transport *tp)
     return weft_tp_now_ns() + (int64_t)tp->opts.timeout_ms * 1000000;
 }
 
-weft_status_t weft_tp_ucs_status(ucs_status_t s)
-{
-    switch (s) {
-    case UCS_OK: return WEFT_OK;
-    case UCS_INPROGRESS: return WEFT_INPROGRESS;
-    case UCS_ERR_NO_MEMORY: return WEFT_ERR_NOMEM;
-    case UCS_ERR_INVALID_PARAM: return WEFT_ERR_INVALID;
-    case UCS_ERR_UNSUPPORTED: return WEFT_ERR_UNSUPPORTED;
-    case UCS_ERR_MESSAGE_TRUNCATED: return WEFT_ERR_PROTOCOL;
-    case UCS_ERR_CANCELED: return WEFT_ERR_CANCELLED;
-    case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return WEFT_ERR_TIMEOUT;
-    case UCS_ERR_UNREACHABLE: return WEFT_ERR_UNREACHABLE;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_NOT_CONNECTED: return WEFT_ERR_PEER_LOST;
-    case UCS_ERR_BUSY:
-    case UCS_ERR_NO_RESOURCE: return WEFT_ERR_BUSY;
-    case UCS_ERR_IO_ERROR: return WEFT_ERR_IO;
-    default: return WEFT_ERR_INTERNAL;
-    }
-}
-
 void weft_tp_comm_fail(struct weft_comm *comm, weft_status_t status)
 {
     if (comm->failed == WEFT_OK)
