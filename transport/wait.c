@@ -51,15 +51,26 @@ void weft_tp_lost_apply(struct weft_transport *tp)
     }
 }
 
+/* The only place a world's UCX progresses (apart from the flushes of its creation and
+ * destruction): it stops between two calls once the world is revoked or the process was found
+ * frozen (revoke.c). */
 static unsigned drain(struct weft_transport *tp)
 {
+    if (!weft_tp_ucx_enter(tp))
+        return 0;
     unsigned events = 0;
+    int64_t last = atomic_load_explicit(&tp->alive_ns, memory_order_relaxed);
     for (int i = 0; i < PROGRESS_MAX; i++) {
         unsigned n = ucp_worker_progress(tp->worker);
+        if (!weft_tp_ucx_again(tp, &last)) {
+            events++;
+            break;
+        }
         if (!n)
             break;
         events += n;
     }
+    weft_tp_ucx_leave(tp);
     return events;
 }
 
@@ -70,7 +81,15 @@ static unsigned ops_progress(struct weft_transport *tp, int64_t now);
  * collectives they complete succeed, before the groups of the dead are failed. */
 unsigned weft_tp_progress(struct weft_transport *tp)
 {
+    if (tp->revoke_applied)
+        return 0;
     unsigned events = drain(tp);
+    /* Revoked: the groups fail here and nothing else runs, the liveness sockets included (they
+     * are shut down: every peer would read as lost). */
+    if (weft_tp_revoke_apply(tp) != WEFT_OK)
+        return events + 1;
+    if (tp->n_zombies)
+        weft_tp_zombies_reap(tp);
     int64_t now = weft_tp_now_ns();
     events += ops_progress(tp, now);
     if (now >= tp->next_sentinel_ns) {
@@ -114,18 +133,26 @@ static unsigned ops_progress(struct weft_transport *tp, int64_t now)
 weft_status_t weft_transport_progress(struct weft_transport *tp)
 {
     weft_tp_progress(tp);
-    return WEFT_OK;
+    return weft_tp_revoke_apply(tp);
 }
 
+/* A revocation writes wake_fd, which is in the set: the sleep ends at once. */
 void weft_tp_sleep(struct weft_transport *tp, int64_t deadline)
 {
+    if (!weft_tp_ucx_enter(tp))
+        return;
     ucs_status_t s = ucp_worker_arm(tp->worker);
+    weft_tp_ucx_leave(tp);
     if (s == UCS_ERR_BUSY)
         return; /* events arrived meanwhile: go and progress them */
     int64_t left = deadline - weft_tp_now_ns();
     if (left <= 0)
         return;
     int ms = left / 1000000 + 1 > SLEEP_MAX_MS ? SLEEP_MAX_MS : (int)(left / 1000000 + 1);
+    /* Each pass tells the freeze detection this process runs, also where no watchdog does
+     * (destruction): a sleep must not look like a freeze. */
+    if (tp->freeze_armed && ms > tp->opts.freeze_ms / 4)
+        ms = tp->opts.freeze_ms / 4;
     /* An arm failure other than BUSY leaves no usable descriptor: nap on the sockets alone so
      * the wait still ends at its deadline. */
     tp->pfd[0].events = s == UCS_OK ? POLLIN : 0;
