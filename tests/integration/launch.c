@@ -51,8 +51,8 @@ int launch_start(struct launch *l, int np, launch_child_cb fn, void *arg)
     }
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(l->srv));
-    fflush(stdout);
-    fflush(stderr);
+    (void)fflush(stdout);
+    (void)fflush(stderr);
     l->np = np;
     l->rdv = WEFT_INPROGRESS;
     for (int r = 0; r < np; r++) {
