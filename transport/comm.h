@@ -10,8 +10,8 @@
  * the waiting call return WEFT_ERR_PEER_LOST, a silent one WEFT_ERR_TIMEOUT (both in the "peer
  * lost" range of weft_status_t); the group is then failed for good and returns that status to
  * every later call. The UCX requests of a failed call are abandoned, not waited for: if the
- * peer was only silent and comes back, UCX may still read that call's send buffers until the
- * transport is destroyed or revoked. A world that must not go on (its process was told to
+ * peer was only silent and comes back, UCX may still read that call's send buffers (and fill
+ * a receive it had matched) until the transport is destroyed or revoked. A world that must not go on (its process was told to
  * reset, or was frozen) is revoked: weft_transport_revoke below. Knows nothing about models.
  *
  * Threading: a world and its groups are driven by one thread at a time (the "owning thread":
