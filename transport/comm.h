@@ -10,8 +10,13 @@
  * the waiting call return WEFT_ERR_PEER_LOST, a silent one WEFT_ERR_TIMEOUT (both in the "peer
  * lost" range of weft_status_t); the group is then failed for good and returns that status to
  * every later call. The UCX requests of a failed call are abandoned, not waited for: if the
- * peer was only silent and comes back, UCX may still read that call's send buffers until the
- * transport is destroyed. Knows nothing about models.
+ * peer was only silent and comes back, UCX may still read that call's send buffers (and fill
+ * a receive it had matched) until the transport is destroyed or revoked. A world that must not go on (its process was told to
+ * reset, or was frozen) is revoked: weft_transport_revoke below. Knows nothing about models.
+ *
+ * Threading: a world and its groups are driven by one thread at a time (the "owning thread":
+ * UCX runs in single-thread mode); only weft_transport_revoke may be called from other threads.
+ * A world created with opts.freeze_ms runs a watchdog thread of its own.
  *
  * Buffers are host memory. A later issue adds CUDA device buffers: UCX moves them itself when
  * its build has CUDA transports (weft_transport_has_cuda()), otherwise they are staged through
@@ -52,6 +57,10 @@ struct weft_transport_opts {
     int timeout_ms;              /* deadline of every wait */
     int spin_us;                 /* poll this long before sleeping on the event descriptor;
                                     -1: 50 if this host has a core per local rank, else 0 */
+    int freeze_ms;               /* a process found not to have run for longer than this
+                                    (stopped, paused) revokes its world; 0: off, else >= 20.
+                                    Below the time after which peers give up on a silent rank
+                                    (the worker uses [cluster] worker_timeout_ms / 2) */
 };
 
 /* ---- Rendezvous ------------------------------------------------------------------------- */
@@ -82,10 +91,44 @@ int weft_transport_size(const struct weft_transport *tp);
 struct weft_comm *weft_transport_world(struct weft_transport *tp);
 /* Whether UCX can move CUDA memory itself (false on Debian's UCX). */
 int weft_transport_has_cuda(const struct weft_transport *tp);
-/* Progress UCX and every operation in flight once, without waiting. */
+/* Progress UCX and every operation in flight once, without waiting. WEFT_OK, or the status
+ * the world was revoked with. */
 weft_status_t weft_transport_progress(struct weft_transport *tp);
 /* Abandon this world from any thread (the mesh it served is gone): every wait and collective
  * returns `why` promptly and the world is never progressed again; destroy it next. */
+void weft_transport_revoke(struct weft_transport *tp, weft_status_t why);
+
+/* ---- Revocation -------------------------------------------------------------------------- */
+
+/* Abandon the world for good: this process takes no further part in it (its coordinator said
+ * reset, its control link was lost). why: the status every wait, collective and group of the
+ * world returns from now on; one outside the peer-lost range is taken as WEFT_ERR_PEER_LOST.
+ *
+ * Threading: any thread may call it, any number of times (the first status stays), while the
+ * owning thread computes, runs a collective or sleeps in a wait; not from a signal handler, and
+ * it must have returned before weft_transport_destroy starts. It returns at once, or as soon as
+ * the UCX call the owning thread is inside (microseconds) has returned.
+ *
+ * On return:
+ *  - no UCX call of the world runs and none will start (the world never progresses again), so
+ *    this process's UCX never again copies from or to a peer's memory or the buffers handed to
+ *    the world's operations, in flight or not: the caller may free them;
+ *  - every peer reads this rank as lost at once (its liveness socket is shut down): a peer
+ *    still in a collective with it fails that collective with WEFT_ERR_PEER_LOST, and a copy
+ *    from memory this process frees afterwards fails there instead of aborting it;
+ *  - a wait or collective on the owning thread returns why within a millisecond or so (a
+ *    sleeping wait is woken); later calls on the world and its groups (weft_comm_status too)
+ *    return it at once, and a group created afterwards is born failed with it.
+ * Then destroy the world as usual: weft_transport_destroy neither flushes nor progresses a
+ * revoked world; the endpoints go with the UCX worker, without a word to the peers. (When UCX
+ * was still filling a receive at the revocation, it may hold a copy it cannot drop without
+ * running it: that worker is then left in place, unused, until the process exits, about 5 MiB
+ * and 15 descriptors, with a warning.)
+ *
+ * Freeze: with opts.freeze_ms, the world revokes itself (WEFT_ERR_TIMEOUT, one error line
+ * "this process was frozen for N ms") as soon as the process runs again after not running for
+ * longer than that (SIGSTOP, a paused VM or host), before its UCX progresses again: its peers
+ * may have given up on it and freed what its operations in flight would copy. */
 void weft_transport_revoke(struct weft_transport *tp, weft_status_t why);
 
 /* ---- Process groups ---------------------------------------------------------------------- */

@@ -79,6 +79,9 @@ weft_status_t weft_tp_comm_new(struct weft_transport *tp, int n, const int *rank
         if (tp->peer[ranks[i]] == PEER_LOST)
             c->failed = WEFT_ERR_PEER_LOST;
     }
+    weft_status_t revoked = weft_tp_revoke_apply(tp);
+    if (revoked != WEFT_OK)
+        c->failed = revoked; /* born failed, like every group of a revoked world */
     c->next = tp->groups;
     tp->groups = c;
     *comm_p = c;
@@ -119,8 +122,16 @@ static void scratch_release(struct weft_comm *c)
     c->scratch_bytes = 0;
 }
 
-void weft_tp_graveyard_free(struct weft_transport *tp)
+void weft_tp_graveyard_free(struct weft_transport *tp, bool memory_only)
 {
+    if (memory_only) {
+        for (struct weft_tp_grave *g = tp->graveyard; g; g = g->next) {
+            weft_big_free(g->p, g->len);
+            g->p = NULL;
+            g->len = 0;
+        }
+        return;
+    }
     while (tp->graveyard) {
         struct weft_tp_grave *g = tp->graveyard;
         tp->graveyard = g->next;
@@ -172,7 +183,10 @@ int weft_comm_size(const struct weft_comm *comm)
 
 weft_status_t weft_comm_status(const struct weft_comm *comm)
 {
-    return comm->failed;
+    if (comm->failed != WEFT_OK)
+        return comm->failed;
+    /* a revocation counts before a progress has applied it */
+    return (weft_status_t)atomic_load(&comm->tp->revoked);
 }
 
 /* Scratch is mapped once per group, at its first collective that needs it, with huge pages

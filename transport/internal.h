@@ -4,6 +4,8 @@
 #define WEFT_TRANSPORT_INTERNAL_H
 
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -163,10 +165,23 @@ struct weft_transport {
     int efd;
     int has_cuda;
     ucp_ep_h *eps;
-    int *sock;                 /* liveness socket per world rank, -1 for self or closed */
+    int *sock;                 /* liveness socket per world rank, -1 for self or closed; changed
+                                  under sock_lock once the world exists (revoke reads it) */
+    pthread_mutex_t sock_lock;
     enum weft_tp_peer *peer;
-    struct pollfd *pfd;        /* [0] the worker's event fd, then the liveness sockets */
+    struct pollfd *pfd;        /* [0] the worker's event fd, [1 + r] the liveness socket of
+                                  rank r, [1 + size] wake_fd */
     int npfd;
+    /* revocation and freeze detection (revoke.c); the atomics are shared with other threads */
+    atomic_int revoked;        /* 0, or the peer-lost status the world was revoked with */
+    atomic_int in_ucx;         /* the owning thread is inside a UCX call of this world */
+    atomic_llong alive_ns;     /* CLOCK_BOOTTIME when this process was last seen running */
+    bool revoke_applied;       /* the owning thread has failed the groups */
+    bool freeze_armed;         /* gaps count: from the end of create to the end of destroy */
+    int wake_fd;               /* eventfd, readable once revoked (wakes a sleeping wait) */
+    int watch_fd;              /* eventfd that stops the freeze watchdog */
+    pthread_t watch;
+    bool watching;
     int64_t next_sentinel_ns;
     struct weft_comm *world;
     struct weft_comm *groups;
@@ -175,11 +190,36 @@ struct weft_transport {
     void **req_blocks;
     size_t n_req_blocks;
     struct weft_tp_grave *graveyard;
+    /* Abandoned receives UCX was still running (a matched rendezvous: its copy may be queued
+     * in UCX), held until UCX reports them done. */
+    void **zombies;
+    size_t n_zombies, cap_zombies;
+    bool zombie_lost; /* one could not be recorded (no memory): count it as running forever */
 };
 
-/* ---- time, status ---- */
+/* ---- time ---- */
 int64_t weft_tp_now_ns(void);
 int64_t weft_tp_deadline(const struct weft_transport *tp);
+
+/* ---- UCX setup and status codes (ucx.c): the one place both worlds and links make a UCX
+ * context and worker ---- */
+struct weft_tp_ucx_params {
+    const char *subsys;    /* log subsystem of the messages */
+    const char *name;      /* the UCX context's name */
+    const char *tls_key;   /* the setting a refused tls is reported as */
+    const char *tls;       /* UCX_TLS value; NULL or "" leaves UCX's choice */
+    uint64_t features;     /* UCP_FEATURE_*; wakeup is always added */
+    size_t estimated_eps;  /* 0: no estimate */
+};
+struct weft_tp_ucx {
+    ucp_context_h ctx;
+    ucp_worker_h worker; /* single-thread mode */
+    int efd;             /* the worker's event descriptor (ucp_worker_arm, then poll) */
+};
+/* Reads UCX's configuration (UCX_* from the environment, tls over UCX_TLS), creates the
+ * context and worker and gets the event descriptor; logs the failure (and undoes what it
+ * made). The caller destroys the worker, then cleans the context up. */
+weft_status_t weft_tp_ucx_open(const struct weft_tp_ucx_params *p, struct weft_tp_ucx *ucx_p);
 weft_status_t weft_tp_ucs_status(ucs_status_t s);
 
 /* ---- rendezvous client (rendezvous.c) ---- */
@@ -218,7 +258,34 @@ void weft_tp_sentinel_close(struct weft_transport *tp);
 weft_status_t weft_tp_comm_new(struct weft_transport *tp, int n, const int *ranks, uint32_t id,
                                struct weft_comm **comm_p);
 void weft_tp_comm_free(struct weft_comm *comm);
-void weft_tp_graveyard_free(struct weft_transport *tp);
+/* memory_only: the worker is left in place (transport.c): free the memory, keep the records
+ * and their registrations (the worker's keeper takes them). */
+void weft_tp_graveyard_free(struct weft_transport *tp, bool memory_only);
+
+/* ---- revocation and freeze detection (revoke.c) ---- */
+weft_status_t weft_tp_revoke_init(struct weft_transport *tp);
+void weft_tp_revoke_cleanup(struct weft_transport *tp);
+/* Start and stop the thread that revokes the world when this process was frozen (only with
+ * opts.freeze_ms). */
+weft_status_t weft_tp_watch_start(struct weft_transport *tp);
+void weft_tp_watch_stop(struct weft_transport *tp);
+/* Every UCX call of the world that can move data (progress, arm, send, receive, flush, close)
+ * runs between these, on the owning thread, never nested. enter is false once the world is
+ * revoked, or when it finds this process was frozen (it revokes the world then); there is
+ * nothing to leave then. */
+bool weft_tp_ucx_enter(struct weft_transport *tp);
+void weft_tp_ucx_leave(struct weft_transport *tp);
+/* Between two UCX calls inside one enter/leave (leave follows either way): false when the
+ * world was revoked meanwhile, or the call that just returned was frozen (the world is then
+ * revoked here). *last_ns: CLOCK_BOOTTIME of the previous call, updated. */
+bool weft_tp_ucx_again(struct weft_transport *tp, int64_t *last_ns);
+int64_t weft_tp_boot_ns(void);
+/* The owning thread's side of a revocation: fail every group (once). The revocation status,
+ * or WEFT_OK while the world is not revoked. */
+weft_status_t weft_tp_revoke_apply(struct weft_transport *tp);
+/* For UCX's log filter: a CMA copy that found no memory at its address is expected in the
+ * world this thread is in UCX for (revoked, frozen, or a peer lost or leaving). */
+bool weft_tp_cma_fault_expected(void);
 
 /* ---- progress and waits (wait.c) ---- */
 /* One pass: UCX, liveness when due, every collective in flight. Returns events seen. */
@@ -239,9 +306,14 @@ weft_status_t weft_tp_recv(struct weft_comm *comm, uint64_t tag, void *buf, size
  * failure (logged, request released). A receive must have brought exactly bytes. */
 weft_status_t weft_tp_send_test(struct weft_comm *comm, void **req_p);
 weft_status_t weft_tp_recv_test(struct weft_comm *comm, void **req_p, size_t bytes);
-/* Give a request back to UCX without waiting (a receive is cancelled first). */
+/* Give a request back to UCX without waiting (a receive is cancelled first; one UCX was
+ * already filling becomes a zombie). */
 void weft_tp_abandon(struct weft_comm *comm, void **req_p, bool recv);
 void weft_tp_reqs_free(struct weft_transport *tp);
+/* Release the zombies UCX has finished (no progress); returns how many still run. */
+size_t weft_tp_zombies_reap(struct weft_transport *tp);
+/* Release every zombie (before the worker is destroyed) and the list. */
+void weft_tp_zombies_free(struct weft_transport *tp);
 
 /* ---- collectives (op.c) ---- */
 weft_status_t weft_tp_op_begin(struct weft_comm *comm, const char *name, enum weft_dtype dtype,

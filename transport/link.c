@@ -1066,40 +1066,22 @@ static weft_status_t timer_set(struct weft_link_host *h)
 
 static weft_status_t ucx_open(struct weft_link_host *h, const char *tls)
 {
-    ucp_config_t *cfg;
-    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("link", "UCX configuration: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
-    if (tls && *tls && (s = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) {
-        WEFT_LOG_ERROR("link", "tls = '%s': UCX refuses it: %s", tls, ucs_status_string(s));
-        ucp_config_release(cfg);
-        return WEFT_ERR_CONFIG;
-    }
-    ucp_params_t p = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+    struct weft_tp_ucx_params p = {
+        .subsys = "link",
         .name = "weft-link",
+        .tls_key = "tls",
+        .tls = tls,
+        .features = UCP_FEATURE_AM,
     };
-    s = ucp_init(&p, cfg, &h->ctx);
-    ucp_config_release(cfg);
-    if (s != UCS_OK) {
-        h->ctx = NULL;
-        WEFT_LOG_ERROR("link", "UCX init: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    const char *what = "worker";
-    if ((s = ucp_worker_create(h->ctx, &wp, &h->worker)) != UCS_OK) {
-        h->worker = NULL;
-        goto err;
-    }
-    what = "worker event descriptor";
-    if ((s = ucp_worker_get_efd(h->worker, &h->ucx_fd)) != UCS_OK)
-        goto err;
-    what = "worker address";
+    struct weft_tp_ucx u;
+    weft_status_t st = weft_tp_ucx_open(&p, &u);
+    if (st != WEFT_OK)
+        return st;
+    h->ctx = u.ctx;
+    h->worker = u.worker;
+    h->ucx_fd = u.efd;
+    const char *what = "worker address";
+    ucs_status_t s;
     if ((s = ucp_worker_get_address(h->worker, &h->addr, &h->addr_len)) != UCS_OK) {
         h->addr = NULL;
         goto err;

@@ -25,6 +25,7 @@ weft_status_t weft_tp_op_begin(struct weft_comm *comm, const char *name, enum we
         WEFT_LOG_ERROR("transport", "%s: no group", name);
         return WEFT_ERR_INVALID;
     }
+    weft_tp_revoke_apply(comm->tp);
     if (comm->failed != WEFT_OK)
         return comm->failed;
     if (comm->busy) {

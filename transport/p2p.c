@@ -52,9 +52,13 @@ static weft_status_t request_status(struct weft_comm *comm, const char *what, uc
 weft_status_t weft_tp_send(struct weft_comm *comm, int peer, uint64_t tag, const void *buf,
                            size_t bytes, ucp_mem_h memh, void **req_p)
 {
+    struct weft_transport *tp = comm->tp;
+    if (!weft_tp_ucx_enter(tp))
+        return (weft_status_t)atomic_load(&tp->revoked);
     ucp_request_param_t param;
     param_init(&param, memh);
     ucs_status_ptr_t r = ucp_tag_send_nbx(comm->eps[peer], buf, bytes, tag, &param);
+    weft_tp_ucx_leave(tp);
     if (UCS_PTR_IS_ERR(r))
         return request_status(comm, "send", UCS_PTR_STATUS(r));
     *req_p = r;
@@ -73,12 +77,16 @@ static weft_status_t recv_check(struct weft_comm *comm, size_t got, size_t bytes
 weft_status_t weft_tp_recv(struct weft_comm *comm, uint64_t tag, void *buf, size_t bytes,
                            ucp_mem_h memh, void **req_p)
 {
+    struct weft_transport *tp = comm->tp;
+    if (!weft_tp_ucx_enter(tp))
+        return (weft_status_t)atomic_load(&tp->revoked);
     ucp_request_param_t param;
     param_init(&param, memh);
     /* Always a request, so its length can be checked: UCX 1.13 leaves recv_info unset when a
      * receive completes at once from the unexpected queue. */
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(comm->tp->worker, buf, bytes, tag, UINT64_MAX, &param);
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(tp->worker, buf, bytes, tag, UINT64_MAX, &param);
+    weft_tp_ucx_leave(tp);
     if (UCS_PTR_IS_ERR(r))
         return request_status(comm, "receive", UCS_PTR_STATUS(r));
     *req_p = r;
@@ -113,15 +121,60 @@ weft_status_t weft_tp_recv_test(struct weft_comm *comm, void **req_p, size_t byt
 }
 
 /* A send that never completes (its peer is gone) stays with UCX, which releases it when the
- * worker is destroyed; no callback refers to our memory. */
+ * worker is destroyed; no callback refers to our memory. A receive UCX has matched cannot be
+ * cancelled: its copy (a CMA read from the peer, queued in UCX until a progress call runs it)
+ * goes on. UCX 1.13 aborts when a worker is destroyed with such a copy queued (scopy_ep.c's
+ * cleanup asserts its queue empty), so the request is kept to tell whether one may be
+ * (transport.c's destroy). With UCX's default rendezvous for host memory the receiver copies;
+ * an abandoned send queues nothing here. */
 void weft_tp_abandon(struct weft_comm *comm, void **req_p, bool recv)
 {
     if (!*req_p)
         return;
-    if (recv)
-        ucp_request_cancel(comm->tp->worker, *req_p);
+    struct weft_transport *tp = comm->tp;
+    if (recv) {
+        ucp_request_cancel(tp->worker, *req_p);
+        if (ucp_request_check_status(*req_p) == UCS_INPROGRESS) {
+            if (tp->n_zombies == tp->cap_zombies) {
+                size_t cap = tp->cap_zombies ? tp->cap_zombies * 2 : 16;
+                void **z = weft_realloc(tp->zombies, cap * sizeof(void *));
+                if (z) {
+                    tp->zombies = z;
+                    tp->cap_zombies = cap;
+                }
+            }
+            if (tp->n_zombies < tp->cap_zombies) {
+                tp->zombies[tp->n_zombies++] = *req_p;
+                *req_p = NULL;
+                return;
+            }
+            tp->zombie_lost = true;
+        }
+    }
     ucp_request_free(*req_p);
     *req_p = NULL;
+}
+
+size_t weft_tp_zombies_reap(struct weft_transport *tp)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < tp->n_zombies; i++) {
+        if (ucp_request_check_status(tp->zombies[i]) == UCS_INPROGRESS)
+            tp->zombies[k++] = tp->zombies[i];
+        else
+            ucp_request_free(tp->zombies[i]);
+    }
+    tp->n_zombies = k;
+    return k + tp->zombie_lost;
+}
+
+void weft_tp_zombies_free(struct weft_transport *tp)
+{
+    for (size_t i = 0; i < tp->n_zombies; i++)
+        ucp_request_free(tp->zombies[i]);
+    weft_free(tp->zombies);
+    tp->zombies = NULL;
+    tp->n_zombies = tp->cap_zombies = 0;
 }
 
 /* ---- request pool: no allocation per message once warm ---- */
@@ -166,9 +219,10 @@ static weft_status_t p2p_start(struct weft_comm *comm, enum weft_tp_req_kind kin
                        kind == REQ_SEND ? "isend" : "irecv", peer);
         return WEFT_ERR_INVALID;
     }
+    struct weft_transport *tp = comm->tp;
+    weft_tp_revoke_apply(tp);
     if (comm->failed != WEFT_OK)
         return comm->failed;
-    struct weft_transport *tp = comm->tp;
     struct weft_comm_req *r = req_get(tp);
     if (!r)
         return WEFT_ERR_NOMEM;

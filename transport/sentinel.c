@@ -6,7 +6,8 @@
  * reference/environment.md). So the endpoints use UCP_ERR_HANDLING_MODE_NONE and death is
  * seen here instead: the kernel closes a killed process's sockets at once, so its peers read
  * EOF within a poll, whatever UCX is doing. A rank that leaves normally first writes 'B'
- * (goodbye), so its EOF is not a death. A hung (stopped, deadlocked) peer keeps its sockets
+ * (goodbye), so its EOF is not a death; one that abandons its world (weft_transport_revoke,
+ * revoke.c) writes 'R' and shuts the socket down, and is lost at once. A hung (stopped, deadlocked) peer keeps its sockets
  * open; the deadline of the wait catches it. A socket per pair is O(N) descriptors per rank,
  * fine for the tens of ranks of one job; past that a socket to the coordinator, which watches
  * every worker, would replace the mesh. */
@@ -20,6 +21,7 @@
 
 #define SENTINEL_MAGIC 0x4e534657u /* "WFSN" */
 #define GOODBYE 'B'
+#define REVOKED 'R'
 
 weft_status_t weft_tp_io_full(int fd, void *buf, size_t len, bool write, int64_t deadline)
 {
@@ -194,17 +196,28 @@ weft_status_t weft_tp_sentinel_mesh(struct weft_transport *tp, int lfd,
     return WEFT_OK;
 }
 
-/* Returns 1 when the peer is newly lost. */
-static int sentinel_closed(struct weft_transport *tp, int r)
+/* Under sock_lock: weft_transport_revoke may be shutting the sockets down on another thread. */
+static void sock_close(struct weft_transport *tp, int r)
 {
+    pthread_mutex_lock(&tp->sock_lock);
     close(tp->sock[r]);
     tp->sock[r] = -1;
+    pthread_mutex_unlock(&tp->sock_lock);
     tp->pfd[1 + r].fd = -1;
+}
+
+/* Returns 1 when the peer is newly lost. */
+static int sentinel_closed(struct weft_transport *tp, int r, bool revoked)
+{
+    sock_close(tp, r);
     if (tp->peer[r] != PEER_UP)
         return 0;
     tp->peer[r] = PEER_LOST;
-    WEFT_LOG_ERROR("transport", "rank %d lost: its liveness socket closed without a goodbye "
-                   "(the process died)", r);
+    if (revoked)
+        WEFT_LOG_ERROR("transport", "rank %d lost: it abandoned the world (revoked)", r);
+    else
+        WEFT_LOG_ERROR("transport", "rank %d lost: its liveness socket closed without a goodbye "
+                       "(the process died)", r);
     return 1;
 }
 
@@ -219,6 +232,10 @@ int weft_tp_sentinel_check(struct weft_transport *tp)
             continue;
         char buf[64];
         ssize_t k = recv(p->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (k > 0 && memchr(buf, REVOKED, (size_t)k)) {
+            lost += sentinel_closed(tp, r, true);
+            continue;
+        }
         if (k > 0) {
             if (memchr(buf, GOODBYE, (size_t)k) && tp->peer[r] == PEER_UP)
                 tp->peer[r] = PEER_DEPARTED;
@@ -226,21 +243,21 @@ int weft_tp_sentinel_check(struct weft_transport *tp)
         }
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             continue;
-        lost += sentinel_closed(tp, r);
+        lost += sentinel_closed(tp, r, false);
     }
     return lost;
 }
 
 void weft_tp_sentinel_close(struct weft_transport *tp)
 {
+    /* A revoked world said 'R' already: no goodbye, the peers must count us lost. */
+    bool bye = atomic_load(&tp->revoked) == WEFT_OK;
     for (int r = 0; r < tp->size; r++) {
         if (tp->sock[r] < 0)
             continue;
-        char bye = GOODBYE;
-        ssize_t n = send(tp->sock[r], &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        char b = GOODBYE;
+        ssize_t n = bye ? send(tp->sock[r], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
         (void)n; /* a peer already gone needs no goodbye */
-        close(tp->sock[r]);
-        tp->sock[r] = -1;
-        tp->pfd[1 + r].fd = -1;
+        sock_close(tp, r);
     }
 }

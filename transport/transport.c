@@ -14,14 +14,20 @@
 
 /* Shutdown waits at most this long for our last messages to leave. */
 #define CLOSE_WAIT_MS 2000
+/* The watchdog checks every freeze_ms / 4; a few ms of scheduling delay must not count. */
+#define FREEZE_MIN_MS 20
 
-/* UCX 1.13 aborts the process when a CMA copy finds its peer process gone
- * (cma_ep.c: "process_vm_readv(pid=...) returned -1: No such process" at FATAL level) on an
- * endpoint without UCX error handling, which ours are on purpose (see sentinel.c). That abort is
- * the log handler's doing: the transport itself returns an I/O error for the copy. This filter,
- * called before UCX's default handler, stops exactly that message, so the survivor carries on:
- * the copy fails, and the liveness socket has already reported (or soon reports) the death,
- * which fails the collective with WEFT_ERR_PEER_LOST. */
+/* UCX 1.13 aborts the process when a CMA copy fails (cma_ep.c: "process_vm_readv(pid=...)
+ * returned -1: ..." at FATAL level) on an endpoint without UCX error handling, which ours are on
+ * purpose (see sentinel.c). That abort is the log handler's doing: the transport itself returns
+ * an I/O error for the copy. This filter, called before UCX's default handler, stops that
+ * message in two cases, so the process carries on with a failed copy:
+ *  - ESRCH, the peer process is gone: the liveness socket has already reported (or soon
+ *    reports) the death, which fails the collective with WEFT_ERR_PEER_LOST;
+ *  - EFAULT, the peer is alive but the buffer is gone, when weft_tp_cma_fault_expected() says
+ *    the world is revoked, this process was just frozen, or a peer is lost or leaving: a peer
+ *    that abandoned the world freed its buffers, or ours resumed a copy from a peer that had
+ *    given up on us (revoke.c). Any other EFAULT is a bug and still aborts. */
 /* Set while a transport that abandoned requests (to a lost peer) destroys its worker: UCX then
  * warns once per request ("was not returned to mpool", "unexpected tag-receive descriptor was
  * not matched"), which says nothing the failure did not already say. */
@@ -45,10 +51,18 @@ static ucs_log_func_rc_t ucx_log_filter(const char *file, unsigned line, const c
     va_copy(aq, ap);
     int n = vsnprintf(text, sizeof(text), message, aq); /* NOLINT(clang-analyzer-valist.Uninitialized) */
     va_end(aq);
-    if (n < 0 || !strstr(text, strerror(ESRCH)))
+    if (n < 0)
         return UCS_LOG_FUNC_RC_CONTINUE;
-    WEFT_LOG_DEBUG("transport", "UCX: %s (the peer process is gone)", text);
-    return UCS_LOG_FUNC_RC_STOP;
+    if (strstr(text, strerror(ESRCH))) {
+        WEFT_LOG_DEBUG("transport", "UCX: %s (the peer process is gone)", text);
+        return UCS_LOG_FUNC_RC_STOP;
+    }
+    if (strstr(text, strerror(EFAULT)) && weft_tp_cma_fault_expected()) {
+        WEFT_LOG_WARN("transport", "UCX: %s (a buffer of an abandoned world): the copy fails",
+                      text);
+        return UCS_LOG_FUNC_RC_STOP;
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
 }
 
 static weft_status_t ucx_open(struct weft_transport *tp)
@@ -58,51 +72,24 @@ static weft_status_t ucx_open(struct weft_transport *tp)
         ucs_log_push_handler(ucx_log_filter);
         filter_installed = 1;
     }
-    ucp_config_t *cfg;
-    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX configuration: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
-    if (tp->tls[0]) {
-        s = ucp_config_modify(cfg, "TLS", tp->tls);
-        if (s != UCS_OK) {
-            WEFT_LOG_ERROR("transport", "[transport] tls = '%s': UCX refuses it: %s", tp->tls,
-                           ucs_status_string(s));
-            ucp_config_release(cfg);
-            return WEFT_ERR_CONFIG;
-        }
-    }
-    ucp_params_t p = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
-                      UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
-        .estimated_num_eps = (size_t)tp->size,
+    struct weft_tp_ucx_params p = {
+        .subsys = "transport",
         .name = "weft",
+        .tls_key = "[transport] tls",
+        .tls = tp->tls,
+        .features = UCP_FEATURE_TAG,
+        .estimated_eps = (size_t)tp->size,
     };
-    s = ucp_init(&p, cfg, &tp->ctx);
-    ucp_config_release(cfg);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX init: %s", ucs_status_string(s));
-        tp->ctx = NULL;
-        return weft_tp_ucs_status(s);
-    }
+    struct weft_tp_ucx u;
+    weft_status_t st = weft_tp_ucx_open(&p, &u);
+    if (st != WEFT_OK)
+        return st;
+    tp->ctx = u.ctx;
+    tp->worker = u.worker;
+    tp->efd = u.efd;
     ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
     if (ucp_context_query(tp->ctx, &attr) == UCS_OK)
         tp->has_cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    s = ucp_worker_create(tp->ctx, &wp, &tp->worker);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX worker: %s", ucs_status_string(s));
-        tp->worker = NULL;
-        return weft_tp_ucs_status(s);
-    }
-    s = ucp_worker_get_efd(tp->worker, &tp->efd);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX worker event descriptor: %s", ucs_status_string(s));
-        return weft_tp_ucs_status(s);
-    }
     tp->pfd[0] = (struct pollfd){.fd = tp->efd, .events = POLLIN};
     return WEFT_OK;
 }
@@ -124,9 +111,11 @@ static bool ucx_reqs_wait(struct weft_transport *tp, void **reqs, int n, int64_t
         }
         if (!pending)
             return true;
-        if (weft_tp_now_ns() > deadline)
+        if (weft_tp_now_ns() > deadline || !weft_tp_ucx_enter(tp))
             return false;
-        if (!ucp_worker_progress(tp->worker))
+        unsigned events = ucp_worker_progress(tp->worker);
+        weft_tp_ucx_leave(tp);
+        if (!events)
             weft_tp_sleep(tp, deadline);
     }
 }
@@ -252,10 +241,12 @@ static weft_status_t opts_check(const struct weft_transport_opts *o, int rank, i
     }
     if (o->chunk_bytes < 4096 || o->pipeline_depth < 1 || o->pipeline_depth > 64 ||
         o->timeout_ms < 1 || o->spin_us < -1 || (unsigned)o->allreduce_algo >= WEFT_COMM_ALGO_COUNT ||
+        (o->freeze_ms != 0 && o->freeze_ms < FREEZE_MIN_MS) ||
         (o->tls && strlen(o->tls) >= 256)) {
         WEFT_LOG_ERROR("transport", "transport options out of range (chunk_bytes %zu, "
-                       "pipeline_depth %d, timeout_ms %d)", o->chunk_bytes, o->pipeline_depth,
-                       o->timeout_ms);
+                       "pipeline_depth %d, timeout_ms %d, freeze_ms %d: 0 or at least %d)",
+                       o->chunk_bytes, o->pipeline_depth, o->timeout_ms, o->freeze_ms,
+                       FREEZE_MIN_MS);
         return WEFT_ERR_INVALID;
     }
     return WEFT_OK;
@@ -278,19 +269,24 @@ weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int 
     tp->rank = rank;
     tp->size = size;
     tp->efd = -1;
+    tp->wake_fd = tp->watch_fd = -1;
     tp->eps = weft_calloc((size_t)size, sizeof(ucp_ep_h));
     tp->sock = weft_malloc((size_t)size * sizeof(int));
     tp->peer = weft_calloc((size_t)size, sizeof(*tp->peer));
-    tp->pfd = weft_calloc((size_t)size + 1, sizeof(*tp->pfd));
+    tp->pfd = weft_calloc((size_t)size + 2, sizeof(*tp->pfd));
     if (!tp->eps || !tp->sock || !tp->peer || !tp->pfd) {
         st = WEFT_ERR_NOMEM;
         goto err_tp;
     }
-    tp->npfd = size + 1;
     for (int r = 0; r < size; r++) {
         tp->sock[r] = -1;
         tp->pfd[1 + r].fd = -1;
     }
+    st = weft_tp_revoke_init(tp);
+    if (st != WEFT_OK)
+        goto err_tp;
+    tp->npfd = size + 2;
+    tp->pfd[1 + size] = (struct pollfd){.fd = tp->wake_fd, .events = POLLIN};
     st = ucx_open(tp);
     if (st != WEFT_OK)
         goto err_tp;
@@ -306,6 +302,8 @@ weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int 
         all[r] = r;
     st = weft_tp_comm_new(tp, size, all, 0, &tp->world);
     weft_free(all);
+    if (st == WEFT_OK)
+        st = weft_tp_watch_start(tp);
     if (st != WEFT_OK)
         goto err_tp;
     WEFT_LOG_DEBUG("transport", "rank %d of %d connected (UCX moves CUDA memory: %s)", rank,
@@ -318,12 +316,20 @@ err_tp:
     return st;
 }
 
-/* Let our last messages reach live peers, say goodbye, then close. */
+/* Let our last messages reach live peers, say goodbye, then close. A revoked world does none
+ * of it (a flush or a polite close progresses UCX, which may copy from a peer's memory): it
+ * closes its liveness sockets and leaves its endpoints to the worker's destruction, which
+ * releases them without progress and without a word to the peers (ucp_worker_destroy; UCX
+ * 1.13 refuses UCP_EP_CLOSE_FLAG_FORCE without UCX error handling). */
 static void eps_close(struct weft_transport *tp)
 {
+    if (atomic_load(&tp->revoked)) {
+        weft_tp_sentinel_close(tp);
+        return;
+    }
     int64_t deadline = weft_tp_now_ns() + (int64_t)CLOSE_WAIT_MS * 1000000;
     void **reqs = weft_calloc((size_t)tp->size, sizeof(void *));
-    if (reqs) {
+    if (reqs && weft_tp_ucx_enter(tp)) {
         for (int r = 0; r < tp->size; r++) {
             if (!tp->eps[r] || tp->peer[r] == PEER_LOST)
                 continue;
@@ -331,32 +337,84 @@ static void eps_close(struct weft_transport *tp)
             ucs_status_ptr_t f = ucp_ep_flush_nbx(tp->eps[r], &fp);
             reqs[r] = UCS_PTR_IS_ERR(f) ? NULL : f;
         }
+        weft_tp_ucx_leave(tp);
         if (!ucx_reqs_wait(tp, reqs, tp->size, deadline))
             WEFT_LOG_WARN("transport", "shutdown: messages to some peers not delivered");
     }
     weft_tp_sentinel_close(tp);
     if (reqs) {
+        bool closing = weft_tp_ucx_enter(tp); /* not when frozen meanwhile */
         for (int r = 0; r < tp->size; r++) {
             if (reqs[r])
                 ucp_request_free(reqs[r]);
             reqs[r] = NULL;
-            if (!tp->eps[r] || tp->peer[r] == PEER_LOST)
+            if (!closing || !tp->eps[r] || tp->peer[r] == PEER_LOST)
                 continue; /* the worker's destruction releases it */
             ucp_request_param_t cp = {0};
             ucs_status_ptr_t c = ucp_ep_close_nbx(tp->eps[r], &cp);
             tp->eps[r] = NULL;
             reqs[r] = UCS_PTR_IS_ERR(c) ? NULL : c;
         }
+        if (closing)
+            weft_tp_ucx_leave(tp);
         (void)ucx_reqs_wait(tp, reqs, tp->size, deadline);
         weft_free(reqs);
     }
+}
+
+/* A revoked world whose UCX may still hold a queued copy (a receive it was filling when the
+ * world was revoked): UCX cannot drop the copy without running it (no progress may run it now:
+ * it would write into buffers the caller may have freed) and aborts when the worker is destroyed
+ * with it queued. So the worker and its context stay, never called again, until the process
+ * exits: some MiB of UCX's memory and a few descriptors, once per revocation that hit a
+ * transfer. Our memory (scratch included) is freed: nothing will copy into it. */
+struct kept_worker {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    void **zombies;              /* its requests still running */
+    struct weft_tp_grave *graves; /* registrations of freed scratch */
+    struct kept_worker *next;
+};
+
+/* Every worker left in place, for the process's lifetime (and reachable: leak checkers). */
+static struct kept_worker *kept_workers;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void worker_keep(struct weft_transport *tp)
+{
+    WEFT_LOG_WARN("transport", "rank %d: %zu receive(s) were still copying when the world was "
+                  "revoked: its UCX worker is left in place, unused, rather than destroyed "
+                  "(UCX 1.13 cannot cancel a queued copy)", tp->rank, tp->n_zombies);
+    weft_tp_graveyard_free(tp, true);
+    struct kept_worker *k = weft_malloc(sizeof(*k));
+    if (k) {
+        *k = (struct kept_worker){tp->ctx, tp->worker, tp->zombies, tp->graveyard, NULL};
+        pthread_mutex_lock(&kept_lock);
+        k->next = kept_workers;
+        kept_workers = k;
+        pthread_mutex_unlock(&kept_lock);
+    } else {
+        weft_free(tp->zombies); /* no record: the worker stays all the same */
+        while (tp->graveyard) {
+            struct weft_tp_grave *g = tp->graveyard;
+            tp->graveyard = g->next;
+            weft_free(g);
+        }
+    }
+    tp->zombies = NULL;
+    tp->n_zombies = tp->cap_zombies = 0;
+    tp->graveyard = NULL;
+    tp->worker = NULL;
+    tp->ctx = NULL;
 }
 
 void weft_transport_destroy(struct weft_transport *tp)
 {
     if (!tp)
         return;
-    bool abandoned = tp->graveyard != NULL;
+    weft_tp_watch_stop(tp);
+    weft_tp_revoke_apply(tp); /* a revoked world's groups fail: their scratch is kept */
+    bool abandoned = tp->graveyard != NULL || atomic_load(&tp->revoked);
     for (struct weft_comm *g = tp->groups; g; g = g->next)
         abandoned = abandoned || g->failed != WEFT_OK;
     while (tp->groups)
@@ -365,11 +423,16 @@ void weft_transport_destroy(struct weft_transport *tp)
     if (tp->worker) {
         if (tp->eps && tp->peer && tp->sock && tp->pfd)
             eps_close(tp);
-        quiet_abandoned = abandoned || tp->graveyard != NULL;
-        ucp_worker_destroy(tp->worker);
-        quiet_abandoned = 0;
+        if (atomic_load(&tp->revoked) && weft_tp_zombies_reap(tp) > 0) {
+            worker_keep(tp); /* takes the worker, the context and the graveyard */
+        } else {
+            weft_tp_zombies_free(tp);
+            quiet_abandoned = abandoned || tp->graveyard != NULL;
+            ucp_worker_destroy(tp->worker);
+            quiet_abandoned = 0;
+        }
     }
-    weft_tp_graveyard_free(tp);
+    weft_tp_graveyard_free(tp, false);
     if (tp->ctx)
         ucp_cleanup(tp->ctx);
     if (tp->sock)
@@ -381,6 +444,7 @@ void weft_transport_destroy(struct weft_transport *tp)
     weft_free(tp->sock);
     weft_free(tp->peer);
     weft_free(tp->pfd);
+    weft_tp_revoke_cleanup(tp);
     weft_free(tp);
 }
 

@@ -30,29 +30,6 @@ int64_t weft_tp_deadline(const struct weft_transport *tp)
     return weft_tp_now_ns() + (int64_t)tp->opts.timeout_ms * 1000000;
 }
 
-weft_status_t weft_tp_ucs_status(ucs_status_t s)
-{
-    switch (s) {
-    case UCS_OK: return WEFT_OK;
-    case UCS_INPROGRESS: return WEFT_INPROGRESS;
-    case UCS_ERR_NO_MEMORY: return WEFT_ERR_NOMEM;
-    case UCS_ERR_INVALID_PARAM: return WEFT_ERR_INVALID;
-    case UCS_ERR_UNSUPPORTED: return WEFT_ERR_UNSUPPORTED;
-    case UCS_ERR_MESSAGE_TRUNCATED: return WEFT_ERR_PROTOCOL;
-    case UCS_ERR_CANCELED: return WEFT_ERR_CANCELLED;
-    case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return WEFT_ERR_TIMEOUT;
-    case UCS_ERR_UNREACHABLE: return WEFT_ERR_UNREACHABLE;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_NOT_CONNECTED: return WEFT_ERR_PEER_LOST;
-    case UCS_ERR_BUSY:
-    case UCS_ERR_NO_RESOURCE: return WEFT_ERR_BUSY;
-    case UCS_ERR_IO_ERROR: return WEFT_ERR_IO;
-    default: return WEFT_ERR_INTERNAL;
-    }
-}
-
 void weft_tp_comm_fail(struct weft_comm *comm, weft_status_t status)
 {
     if (comm->failed == WEFT_OK)
@@ -74,15 +51,26 @@ void weft_tp_lost_apply(struct weft_transport *tp)
     }
 }
 
+/* The only place a world's UCX progresses (apart from the flushes of its creation and
+ * destruction): it stops between two calls once the world is revoked or the process was found
+ * frozen (revoke.c). */
 static unsigned drain(struct weft_transport *tp)
 {
+    if (!weft_tp_ucx_enter(tp))
+        return 0;
     unsigned events = 0;
+    int64_t last = atomic_load_explicit(&tp->alive_ns, memory_order_relaxed);
     for (int i = 0; i < PROGRESS_MAX; i++) {
         unsigned n = ucp_worker_progress(tp->worker);
+        if (!weft_tp_ucx_again(tp, &last)) {
+            events++;
+            break;
+        }
         if (!n)
             break;
         events += n;
     }
+    weft_tp_ucx_leave(tp);
     return events;
 }
 
@@ -93,7 +81,15 @@ static unsigned ops_progress(struct weft_transport *tp, int64_t now);
  * collectives they complete succeed, before the groups of the dead are failed. */
 unsigned weft_tp_progress(struct weft_transport *tp)
 {
+    if (tp->revoke_applied)
+        return 0;
     unsigned events = drain(tp);
+    /* Revoked: the groups fail here and nothing else runs, the liveness sockets included (they
+     * are shut down: every peer would read as lost). */
+    if (weft_tp_revoke_apply(tp) != WEFT_OK)
+        return events + 1;
+    if (tp->n_zombies)
+        weft_tp_zombies_reap(tp);
     int64_t now = weft_tp_now_ns();
     events += ops_progress(tp, now);
     if (now >= tp->next_sentinel_ns) {
@@ -144,18 +140,26 @@ void weft_transport_revoke(struct weft_transport *tp, weft_status_t why)
 weft_status_t weft_transport_progress(struct weft_transport *tp)
 {
     weft_tp_progress(tp);
-    return WEFT_OK;
+    return weft_tp_revoke_apply(tp);
 }
 
+/* A revocation writes wake_fd, which is in the set: the sleep ends at once. */
 void weft_tp_sleep(struct weft_transport *tp, int64_t deadline)
 {
+    if (!weft_tp_ucx_enter(tp))
+        return;
     ucs_status_t s = ucp_worker_arm(tp->worker);
+    weft_tp_ucx_leave(tp);
     if (s == UCS_ERR_BUSY)
         return; /* events arrived meanwhile: go and progress them */
     int64_t left = deadline - weft_tp_now_ns();
     if (left <= 0)
         return;
     int ms = left / 1000000 + 1 > SLEEP_MAX_MS ? SLEEP_MAX_MS : (int)(left / 1000000 + 1);
+    /* Each pass tells the freeze detection this process runs, also where no watchdog does
+     * (destruction): a sleep must not look like a freeze. */
+    if (tp->freeze_armed && ms > tp->opts.freeze_ms / 4)
+        ms = tp->opts.freeze_ms / 4;
     /* An arm failure other than BUSY leaves no usable descriptor: nap on the sockets alone so
      * the wait still ends at its deadline. */
     tp->pfd[0].events = s == UCS_OK ? POLLIN : 0;

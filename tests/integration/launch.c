@@ -38,85 +38,87 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void rank_main(int rank, int np, const struct weft_transport_opts *opts,
-                      const char *where, launch_rank_cb fn, void *arg)
+int launch_start(struct launch *l, int np, launch_child_cb fn, void *arg)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    weft_log_set_rank(rank);
-    struct weft_transport *tp;
-    weft_status_t st = weft_transport_create(opts, rank, np, where, &tp);
-    if (st != WEFT_OK) {
-        fprintf(stderr, "rank %d: transport: %s: %s\n", rank, weft_status_str(st),
-                weft_log_last_error());
-        exit(2);
+    memset(l, 0, sizeof(*l));
+    if (np < 1 || np > LAUNCH_MAX) {
+        fprintf(stderr, "launch: %d ranks: at most %d\n", np, LAUNCH_MAX);
+        return 1;
     }
-    int rc = fn(tp, arg);
-    weft_transport_destroy(tp);
-    exit(rc);
-}
-
-int launch_run(int np, const struct weft_transport_opts *opts, launch_rank_cb fn, void *arg,
-               int timeout_s, int killed_rank)
-{
-    struct weft_rdv_server *srv;
-    if (weft_rdv_server_create("127.0.0.1", 0, np, &srv) != WEFT_OK) {
+    if (weft_rdv_server_create("127.0.0.1", 0, np, &l->srv) != WEFT_OK) {
         fprintf(stderr, "launch: rendezvous: %s\n", weft_log_last_error());
         return 1;
     }
     char where[64];
-    snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pids[64];
-    int status[64];
-    int nchild = np < 64 ? np : 64;
-    for (int r = 0; r < nchild; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            close(weft_rdv_server_fd(srv));
-            rank_main(r, np, opts, where, fn, arg);
+    snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(l->srv));
+    (void)fflush(stdout);
+    (void)fflush(stderr);
+    l->np = np;
+    l->rdv = WEFT_INPROGRESS;
+    for (int r = 0; r < np; r++) {
+        l->pids[r] = fork();
+        if (l->pids[r] == 0) {
+            close(weft_rdv_server_fd(l->srv));
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            weft_log_set_rank(r);
+            exit(fn(r, np, where, arg));
         }
-        status[r] = -1;
-        if (pids[r] < 0) {
+        l->status[r] = -1;
+        if (l->pids[r] < 0) {
             perror("fork");
-            for (int k = 0; k < r; k++)
-                kill(pids[k], SIGKILL);
-            weft_rdv_server_destroy(srv);
+            for (int k = 0; k < r; k++) {
+                kill(l->pids[k], SIGKILL);
+                waitpid(l->pids[k], NULL, 0);
+            }
+            weft_rdv_server_destroy(l->srv);
+            l->srv = NULL;
             return 1;
         }
+        l->left++;
     }
-    double deadline = now_s() + timeout_s;
-    weft_status_t st = WEFT_INPROGRESS;
-    int left = nchild, fail = 0;
-    while (left > 0 && now_s() < deadline) {
-        if (st == WEFT_INPROGRESS)
-            st = weft_rdv_server_progress(srv, 10);
-        else
-            usleep(2000);
-        for (int r = 0; r < nchild; r++) {
-            if (status[r] != -1)
-                continue;
-            int ws;
-            if (waitpid(pids[r], &ws, WNOHANG) == pids[r]) {
-                status[r] = ws;
-                left--;
-            }
+    return 0;
+}
+
+void launch_poll(struct launch *l, int ms)
+{
+    if (l->rdv == WEFT_INPROGRESS && l->srv)
+        l->rdv = weft_rdv_server_progress(l->srv, ms);
+    else
+        usleep((useconds_t)ms * 1000);
+    for (int r = 0; r < l->np; r++) {
+        if (l->status[r] != -1)
+            continue;
+        int ws;
+        if (waitpid(l->pids[r], &ws, WNOHANG) == l->pids[r]) {
+            l->status[r] = ws;
+            l->left--;
         }
-        /* the victim may be stopped, not dead: once the others are done, finish it */
-        if (killed_rank >= 0 && killed_rank < nchild && left == 1 && status[killed_rank] == -1)
-            kill(pids[killed_rank], SIGKILL);
     }
-    weft_rdv_server_destroy(srv);
-    for (int r = 0; r < nchild; r++) {
-        if (status[r] == -1) {
+}
+
+int launch_finish(struct launch *l, int timeout_s, int killed_rank)
+{
+    double deadline = now_s() + timeout_s;
+    int fail = 0;
+    while (l->left > 0 && now_s() < deadline) {
+        launch_poll(l, l->rdv == WEFT_INPROGRESS ? 10 : 2);
+        /* the victim may be stopped, not dead: once the others are done, finish it */
+        if (killed_rank >= 0 && killed_rank < l->np && l->left == 1 &&
+            l->status[killed_rank] == -1)
+            kill(l->pids[killed_rank], SIGKILL);
+    }
+    weft_rdv_server_destroy(l->srv);
+    l->srv = NULL;
+    for (int r = 0; r < l->np; r++) {
+        if (l->status[r] == -1) {
             fprintf(stderr, "launch: rank %d still running after %d s: killed (hang)\n", r,
                     timeout_s);
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status[r], 0);
+            kill(l->pids[r], SIGKILL);
+            waitpid(l->pids[r], &l->status[r], 0);
             fail = 1;
             continue;
         }
-        int ws = status[r];
+        int ws = l->status[r];
         if (r == killed_rank) {
             if (!(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) {
                 fprintf(stderr, "launch: rank %d should have died of SIGKILL (status %#x)\n", r,
@@ -132,4 +134,35 @@ int launch_run(int np, const struct weft_transport_opts *opts, launch_rank_cb fn
         }
     }
     return fail;
+}
+
+struct rank_args {
+    const struct weft_transport_opts *opts;
+    launch_rank_cb fn;
+    void *arg;
+};
+
+static int rank_main(int rank, int np, const char *where, void *arg)
+{
+    const struct rank_args *ra = arg;
+    struct weft_transport *tp;
+    weft_status_t st = weft_transport_create(ra->opts, rank, np, where, &tp);
+    if (st != WEFT_OK) {
+        fprintf(stderr, "rank %d: transport: %s: %s\n", rank, weft_status_str(st),
+                weft_log_last_error());
+        return 2;
+    }
+    int rc = ra->fn(tp, ra->arg);
+    weft_transport_destroy(tp);
+    return rc;
+}
+
+int launch_run(int np, const struct weft_transport_opts *opts, launch_rank_cb fn, void *arg,
+               int timeout_s, int killed_rank)
+{
+    struct rank_args ra = {opts, fn, arg};
+    struct launch l;
+    if (launch_start(&l, np, rank_main, &ra) != 0)
+        return 1;
+    return launch_finish(&l, timeout_s, killed_rank);
 }
