@@ -94,9 +94,6 @@ int weft_transport_has_cuda(const struct weft_transport *tp);
 /* Progress UCX and every operation in flight once, without waiting. WEFT_OK, or the status
  * the world was revoked with. */
 weft_status_t weft_transport_progress(struct weft_transport *tp);
-/* Abandon this world from any thread (the mesh it served is gone): every wait and collective
- * returns `why` promptly and the world is never progressed again; destroy it next. */
-void weft_transport_revoke(struct weft_transport *tp, weft_status_t why);
 
 /* ---- Revocation -------------------------------------------------------------------------- */
 

@@ -130,13 +130,6 @@ static unsigned ops_progress(struct weft_transport *tp, int64_t now)
     return events;
 }
 
-/* Interim: the revocation proper (a wake-up and a world that is never progressed again) lands
- * with the transport's freeze detection; until then the collectives end at their deadline. */
-void weft_transport_revoke(struct weft_transport *tp, weft_status_t why)
-{
-    (void)tp, (void)why;
-}
-
 weft_status_t weft_transport_progress(struct weft_transport *tp)
 {
     weft_tp_progress(tp);

@@ -214,6 +214,9 @@ static weft_status_t do_assign(struct agent *a, const struct weft_msg_assign *m,
     if (m->world_size > 1) {
         struct weft_transport_opts to;
         weft_transport_opts_from_conf(&a->opts->conf->transport, &to);
+        /* a process stopped for half the coordinator's patience has likely been dropped:
+         * its world must not progress again (its peers may have freed what it would read) */
+        to.freeze_ms = (int)(a->opts->conf->cluster.worker_timeout_ms / 2);
         struct weft_transport *w = NULL;
         weft_log_clear_last_error();
         weft_status_t st = weft_transport_create(&to, m->world_rank, m->world_size, m->rdv, &w);
