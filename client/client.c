@@ -665,6 +665,7 @@ static weft_status_t parse_status(struct weft_client *c, const cJSON *o,
     }
     st->state = (enum weft_job_state)s;
     st->queue_position = json_int(o, "queue_position");
+    st->attempts = json_int(o, "attempts");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
     if (cJSON_IsString(err))
         snprintf(st->error, sizeof(st->error), "%s", err->valuestring);

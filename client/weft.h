@@ -92,6 +92,7 @@ struct weft_job_status {
     char id[WEFT_CLIENT_ID_MAX];
     enum weft_job_state state;
     int queue_position; /* queued: jobs ahead */
+    int attempts;       /* runs started (a run cut short by a lost worker is started again) */
     int step, steps;    /* the latest step of the image being denoised */
     int images_done, images_total;
     double fraction;    /* 0..1 over every step of every image */

@@ -568,7 +568,9 @@ uint64_t weft_st_bytes_read(const struct weft_st_file *f)
 /* ---------------------------------------------------------------------------------------- */
 /* Reads                                                                                     */
 
-static weft_status_t read_at(struct weft_st_file *f, uint64_t off, void *dst, size_t len)
+/* len bytes at off for tensor t (named in the error). */
+static weft_status_t read_at(struct weft_st_file *f, const struct weft_st_tensor *t, uint64_t off,
+                             void *dst, size_t len)
 {
     f->bytes_read += len;
     if (f->mem) {
@@ -581,8 +583,8 @@ static weft_status_t read_at(struct weft_st_file *f, uint64_t off, void *dst, si
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
-            WEFT_LOG_ERROR("safetensors", "%s: read of %zu bytes at offset %llu failed: %s",
-                           f->path, len, (unsigned long long)off,
+            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': read of %zu bytes at offset %llu "
+                           "failed: %s", f->path, t->name, len, (unsigned long long)off,
                            r < 0 ? strerror(errno) : "unexpected end of file (file truncated?)");
             return WEFT_ERR_IO;
         }
@@ -601,9 +603,9 @@ static weft_status_t read_run(struct weft_st_file *f, const struct weft_st_tenso
     size_t esz = t->bits / 8, dsz = weft_dtype_size(dst_dtype);
     char *d = (char *)dst + index * dsz;
     if ((int)dst_dtype == t->dtype)
-        return read_at(f, off, d, n * esz);
+        return read_at(f, t, off, d, n * esz);
     if (dsz >= esz) { /* widen in place: raw bytes land at the start of the slot */
-        weft_status_t st = read_at(f, off, d, n * esz);
+        weft_status_t st = read_at(f, t, off, d, n * esz);
         if (st == WEFT_OK)
             weft_dtype_convert(d, dst_dtype, d, (enum weft_dtype)t->dtype, n);
         return st;
@@ -613,7 +615,7 @@ static weft_status_t read_run(struct weft_st_file *f, const struct weft_st_tenso
     size_t per = STAGING_BYTES / esz;
     while (n) {
         size_t k = n < per ? n : per;
-        weft_status_t st = read_at(f, off, f->staging, k * esz);
+        weft_status_t st = read_at(f, t, off, f->staging, k * esz);
         if (st != WEFT_OK)
             return st;
         weft_dtype_convert(d, dst_dtype, f->staging, (enum weft_dtype)t->dtype, k);

@@ -54,6 +54,8 @@ void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr)
     post(r, &ev);
     if (r->stopping && weft_cr_active_jobs(r) == 0)
         weft_cr_shutdown(r);
+    else
+        weft_cr_plan_maybe(r); /* the mesh may grow back now that it is idle */
 }
 
 void weft_cr_job_fail(struct job_run *jr, weft_status_t st, const char *reason)

@@ -188,8 +188,22 @@ static weft_status_t open_rdv(struct cluster_runner *r, int n, char *rdv, size_t
     return WEFT_OK;
 }
 
+/* After losses the mesh shrank to the workers left; when workers have joined since, it grows
+ * back at the first moment no job runs on it (a new plan reloads every worker). */
+static bool should_grow(struct cluster_runner *r)
+{
+    int per;
+    return r->planned && !r->assigning && weft_cr_active_jobs(r) == 0 &&
+           mesh_workers(r, &per) > r->n_mesh;
+}
+
 void weft_cr_plan_maybe(struct cluster_runner *r)
 {
+    if (!r->stopping && !r->plan_error[0] && should_grow(r)) {
+        WEFT_LOG_INFO("cluster", "%d workers can serve, the mesh has %d: planning again",
+                      weft_cr_joined(r), r->n_mesh);
+        weft_cr_plan_reset(r);
+    }
     if (r->planned || r->assigning || r->stopping || r->plan_error[0])
         return;
     int per;
