@@ -313,7 +313,7 @@ weft_status_t weft_boot_send(int fd, const char *text, int timeout_ms, struct we
 
 weft_status_t weft_boot_recv(int fd, int timeout_ms, cJSON **json_p, struct weft_error *err)
 {
-    uint8_t hdr[4];
+    uint8_t hdr[4] = {0};
     weft_status_t st = io_all(fd, hdr, 4, timeout_ms, false, err);
     if (st != WEFT_OK)
         return st;

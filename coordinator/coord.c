@@ -370,8 +370,10 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
     char (*paths)[2400] = weft_calloc((size_t)n, sizeof(*paths));
     const char **ptrs = weft_calloc((size_t)n, sizeof(*ptrs));
     const char **names = weft_calloc((size_t)n, sizeof(*names));
-    if (st == WEFT_OK && (!paths || !ptrs || !names))
-        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    if (st == WEFT_OK && (!paths || !ptrs || !names)) {
+        st = WEFT_ERR_NOMEM;
+        weft_error_refuse(err, st, "out of memory");
+    }
     for (int i = 0; st == WEFT_OK && i < n; i++) {
         const struct weft_job_prompt *p = &j->spec.prompts[i];
         if (p->name[0])

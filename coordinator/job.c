@@ -131,7 +131,7 @@ static weft_status_t scan_prompts(struct weft_job_model *m)
         char path[WEFT_CONF_PATH + 400];
         snprintf(path, sizeof(path), "%s/%s", m->prompts_dir, e->d_name);
         struct weft_error why = WEFT_ERROR_INIT;
-        int64_t tokens;
+        int64_t tokens = 0;
         if (scan_one(m, path, &tokens, &why) != WEFT_OK) {
             WEFT_LOG_WARN("api", "%s; left out of the prompts", weft_error_text(&why));
             continue;

@@ -40,7 +40,7 @@ static weft_status_t check_size(const struct weft_model *m, const struct weft_jo
         return weft_error_refuse(err, WEFT_ERR_RANGE,
                                  "%lld x %lld is %lld pixels, over the limit %lld ([api] "
                                  "max_pixels)", (long long)j->width, (long long)j->height,
-                                 (long long)(j->height * j->width), (long long)max_pixels);
+                                 (long long)j->height * (long long)j->width, (long long)max_pixels);
     return WEFT_OK;
 }
 

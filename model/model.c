@@ -100,7 +100,7 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
     if (st != WEFT_OK)
         return weft_error_from_log(err, st);
     snprintf(m->pipeline_class, sizeof(m->pipeline_class), "%s", weft_pipe_class(pipe));
-    bool has_t, has_sched;
+    bool has_t = false, has_sched = false;
     if (strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
         st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                                "%s/model_index.json: _class_name is '%s'; weft runs %s "

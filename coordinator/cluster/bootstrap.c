@@ -154,7 +154,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     (void)suggested;
     if (c->rcap - c->rlen < 4096) {
         size_t cap = c->rcap ? c->rcap * 2 : 8192;
-        uint8_t *nb = cap <= 2 * (WEFT_BOOT_MAX + 8) ? weft_realloc(c->rbuf, cap) : NULL;
+        uint8_t *nb = cap <= (size_t)2 * (WEFT_BOOT_MAX + 8) ? weft_realloc(c->rbuf, cap) : NULL;
         if (nb) {
             c->rbuf = nb;
             c->rcap = cap;

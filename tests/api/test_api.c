@@ -454,6 +454,15 @@ static int case_errors(void)
     expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"height\": 100, \"width\": 64}", 400,
                  "multiples of 16");
     expect_error(c, "POST", J, "{\"prompt\": \"no-such-prompt\"}", 400, "unknown prompt");
+    /* a side no worker takes, a NUL inside a key, a client's broken inline embeddings: 400s,
+     * and the last is the client's fault, not logged as the server's error */
+    expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"height\": 65552, \"width\": 16}",
+                 400, "16384");
+    expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"steps\\u0000evil\": 2}", 400,
+                 "u0000");
+    expect_error(c, "POST", J, "{\"prompt\": {\"safetensors\": \"AAAAAAAAAAA=\"}}", 400,
+                 "prompts[0]");
+    CHECK(!log_contains(" E api") && !log_contains(" E safetensors"));
     static char big[6000];
     memset(big, ' ', sizeof(big) - 1);
     big[0] = '{';
