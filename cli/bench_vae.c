@@ -329,7 +329,8 @@ static int run_convs(const struct vae_bench_opts *o, const struct weft_kernels *
             weft_kernels_cpu_set_conv_algo(kc, a ? WEFT_CONV_DIRECT : WEFT_CONV_GEMM);
             for (long long r = 0; r < o->repeats; r++) {
                 double t = weft_now();
-                K->conv2d(kc, x, w, b, y, s[i].h, s[i].w, s[i].cin, s[i].cout, s[i].k, 0, ws);
+                K->conv2d(kc, x, w, WEFT_DTYPE_F32, b, y, s[i].h, s[i].w, s[i].cin, s[i].cout,
+                          s[i].k, 0, ws);
                 t = (weft_now() - t) * 1e3;
                 ms[a] = r == 0 || t < ms[a] ? t : ms[a];
             }

@@ -1,8 +1,11 @@
 /* The kernel backend table: one set of operations per backend (CPU reference, CUDA).
  *
  * Model code calls the math only through this table, on buffers the backend allocated, so a
- * forward pass runs unchanged on any backend. Activations are f32; weights are f32 on the CPU
- * backend (bf16/f16 checkpoints are converted once at load). Row-major throughout; every
+ * forward pass runs unchanged on any backend. Activations are f32. Weights stay in their
+ * checkpoint's dtype (f32, bf16, f16): the operations that read a weight matrix (linear,
+ * conv2d) take its dtype and read it as stored; small parameter vectors (biases, norm weights)
+ * are f32. The backend's compute dtype (weft_kernels_cpu_set_compute) says whether products
+ * run in f32 or in bf16 with f32 accumulation. Row-major throughout; every
  * operation that reads or writes rows takes a row stride (in elements) so model code can work
  * on column slices (heads of a joint sequence, one half of a packed projection) without copies.
  *
@@ -15,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 struct weft_kctx; /* a backend instance: the CPU thread pool, or a CUDA stream and handles */
@@ -35,11 +39,12 @@ struct weft_kernels {
     weft_status_t (*sync)(struct weft_kctx *ctx);
     weft_status_t (*status)(struct weft_kctx *ctx);
 
-    /* y[m, n] (row stride ldy) = x[m, k] (row stride ldx) . w[n, k]^T + b[n] (b may be NULL).
-     * With accumulate, y += instead of =. */
-    void (*linear)(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
-                   const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
-                   int accumulate);
+    /* y[m, n] (row stride ldy) = x[m, k] (row stride ldx) . w[n, k]^T + b[n] (b may be NULL),
+     * w contiguous rows of w_dtype (f32, bf16 or f16) as the checkpoint stores them. With
+     * accumulate, y += instead of =. */
+    void (*linear)(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
+                   enum weft_dtype w_dtype, const float *b, float *y, int64_t ldy, int64_t m,
+                   int64_t n, int64_t k, int accumulate);
     /* y = (x - mean) / sqrt(var + eps) over each row of d (no affine), rows of stride ld. */
     void (*layernorm)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                       int64_t rows, int64_t d, float eps);
@@ -79,19 +84,20 @@ struct weft_kernels {
 
     /* Image ops (the VAE). An image is its pixels as rows, [h * w, c] row-major (NHWC). */
 
-    /* Repack a convolution weight from PyTorch's [cout, cin, k, k] into this backend's layout
-     * (the same number of floats), once at load time. */
-    void (*conv2d_pack)(struct weft_kctx *ctx, const float *w, float *packed, int64_t cout,
-                        int64_t cin, int64_t k);
+    /* Repack a convolution weight from PyTorch's [cout, cin, k, k] into this backend's layout,
+     * in its own dtype (f32, bf16 or f16: the same number of elements, the same bytes), once at
+     * load time. */
+    void (*conv2d_pack)(struct weft_kctx *ctx, const void *w, enum weft_dtype w_dtype,
+                        void *packed, int64_t cout, int64_t cin, int64_t k);
     /* Bytes of workspace conv2d needs for this shape (0: none). */
     size_t (*conv2d_workspace)(struct weft_kctx *ctx, int64_t h, int64_t w, int64_t cin,
                                int64_t cout, int64_t k);
-    /* y [h, w, cout] = conv(x [h, w, cin], packed weight wt) + b (b may be NULL): stride 1, zero
-     * padding k / 2, k 1 or 3. With accumulate, y += (a residual connection, fused). ws holds
-     * conv2d_workspace bytes. x and y do not overlap. */
-    void (*conv2d)(struct weft_kctx *ctx, const float *x, const float *wt, const float *b,
-                   float *y, int64_t h, int64_t w, int64_t cin, int64_t cout, int64_t k,
-                   int accumulate, void *ws);
+    /* y [h, w, cout] = conv(x [h, w, cin], packed weight wt of w_dtype) + b (b may be NULL):
+     * stride 1, zero padding k / 2, k 1 or 3. With accumulate, y += (a residual connection,
+     * fused). ws holds conv2d_workspace bytes. x and y do not overlap. */
+    void (*conv2d)(struct weft_kctx *ctx, const float *x, const void *wt, enum weft_dtype w_dtype,
+                   const float *b, float *y, int64_t h, int64_t w, int64_t cin, int64_t cout,
+                   int64_t k, int accumulate, void *ws);
     /* GroupNorm on n pixels of c channels: groups of c / groups consecutive channels, mean and
      * variance of each group over all its n x c / groups values; y = (x - mean) /
      * sqrt(var + eps) * gamma + beta, then y = silu(y) when silu is set. y may be x;
@@ -109,6 +115,13 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
                                       struct weft_kctx **ctx_p);
 void weft_kernels_cpu_destroy(struct weft_kctx *ctx);
 int weft_kernels_cpu_threads(const struct weft_kctx *ctx);
+/* Products in f32 (the default) or in bf16 with f32 accumulation (x and weights rounded to
+ * bf16 as they enter the GEMM, as torch's bf16 matmul does; needs avx512_bf16, else f32 is
+ * kept and WEFT_ERR_UNSUPPORTED returned). Any other dtype: WEFT_ERR_INVALID. */
+weft_status_t weft_kernels_cpu_set_compute(struct weft_kctx *ctx, enum weft_dtype dtype);
+/* One line: the GEMM, the ISA it dispatched to from cpuid, the compute dtype, the threads
+ * ("weft gemm, avx512_bf16 kernels, f32 compute, 2 threads"). */
+void weft_kernels_cpu_describe(const struct weft_kctx *ctx, char *buf, size_t len);
 
 /* How the CPU backend computes 3x3 convolutions (1x1 ones are always one GEMM). */
 enum weft_conv_algo {

@@ -388,6 +388,20 @@ const struct weft_ckpt_tensor *weft_ckpt_find(const struct weft_ckpt *ck, const 
     return NULL;
 }
 
+enum weft_dtype weft_ckpt_weight_dtype(const struct weft_ckpt *ck, const char *name)
+{
+    const struct weft_ckpt_tensor *t = ck ? weft_ckpt_find(ck, name) : NULL;
+    const enum weft_dtype d = t ? (enum weft_dtype)t->info->dtype : WEFT_DTYPE_F32;
+    return d == WEFT_DTYPE_BF16 || d == WEFT_DTYPE_F16 ? d : WEFT_DTYPE_F32;
+}
+
+uint64_t weft_ckpt_held_bytes(const struct weft_ckpt *ck, const char *name, int ndim,
+                              int64_t numel)
+{
+    const enum weft_dtype d = ndim >= 2 ? weft_ckpt_weight_dtype(ck, name) : WEFT_DTYPE_F32;
+    return (uint64_t)numel * weft_dtype_size(d);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Pipelines                                                                                 */
 

@@ -10,6 +10,7 @@
 #include <cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/status.h"
 #include "model/safetensors.h"
@@ -36,6 +37,13 @@ struct weft_st_file *weft_ckpt_file_at(const struct weft_ckpt *ck, size_t i);
 size_t weft_ckpt_count(const struct weft_ckpt *ck);
 const struct weft_ckpt_tensor *weft_ckpt_at(const struct weft_ckpt *ck, size_t i);
 const struct weft_ckpt_tensor *weft_ckpt_find(const struct weft_ckpt *ck, const char *name);
+/* The dtype a weight matrix (a linear's or a convolution's) is held in: as the checkpoint
+ * stores it where the kernels read that dtype (f32, bf16, f16), f32 otherwise or when the
+ * tensor is absent. Vectors (biases, norm weights) are held in f32 whatever the file says. */
+enum weft_dtype weft_ckpt_weight_dtype(const struct weft_ckpt *ck, const char *name);
+/* Bytes a parameter of numel elements is held in (ndim 2 and up: a weight matrix). */
+uint64_t weft_ckpt_held_bytes(const struct weft_ckpt *ck, const char *name, int ndim,
+                              int64_t numel);
 
 struct weft_pipe_component {
     const char *name;       /* "transformer", "vae", ... */

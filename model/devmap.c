@@ -231,7 +231,9 @@ bool weft_devmap_range(const struct weft_devmap *map, int c, int d, int *first, 
 }
 
 weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
-                                        const struct weft_vae_config *vae, int bytes_per_param,
+                                        const struct weft_ckpt *flux_ck,
+                                        const struct weft_vae_config *vae,
+                                        const struct weft_ckpt *vae_ck,
                                         struct weft_devmap_unit **units_p,
                                         struct weft_devmap_component comps[2], int *n_comps_p)
 {
@@ -254,15 +256,14 @@ weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
         int64_t numel = params[i].ndim == 2 ? params[i].shape[0] * params[i].shape[1]
                                             : params[i].shape[0];
         if (u >= 0)
-            units[u].bytes += (uint64_t)numel * (uint64_t)bytes_per_param;
+            units[u].bytes += weft_ckpt_held_bytes(flux_ck, params[i].name, params[i].ndim, numel);
     }
     weft_free(params);
     comps[0] = (struct weft_devmap_component){"transformer", units, n_tf};
     *n_comps_p = 1;
     if (vae) {
         snprintf(units[n_tf].name, sizeof(units[n_tf].name), "vae");
-        units[n_tf].bytes =
-            (uint64_t)weft_vae_part_numel(vae, WEFT_VAE_DECODER) * (uint64_t)bytes_per_param;
+        units[n_tf].bytes = weft_vae_held_bytes(vae, vae_ck, WEFT_VAE_DECODER);
         comps[1] = (struct weft_devmap_component){"vae", units + n_tf, 1};
         *n_comps_p = 2;
     }
@@ -281,22 +282,22 @@ weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_str
     snprintf(dir, sizeof(dir), "%s%s", model_dir, pipeline ? "/transformer" : "");
     struct weft_flux_config fc;
     struct weft_vae_config vc;
-    struct weft_ckpt *ck;
+    struct weft_ckpt *ck, *vck = NULL;
     weft_status_t st = weft_ckpt_open(dir, &ck);
     if (st != WEFT_OK)
         return st;
     st = weft_flux_config_parse(weft_ckpt_config(ck), dir, &fc);
-    weft_ckpt_close(ck);
     if (st == WEFT_OK && pipeline) {
         snprintf(dir, sizeof(dir), "%s/vae", model_dir);
-        if ((st = weft_ckpt_open(dir, &ck)) == WEFT_OK) {
-            st = weft_vae_config_parse(weft_ckpt_config(ck), dir, &vc);
-            weft_ckpt_close(ck);
-        }
+        if ((st = weft_ckpt_open(dir, &vck)) == WEFT_OK)
+            st = weft_vae_config_parse(weft_ckpt_config(vck), dir, &vc);
     }
     int n_comps = 0;
     if (st == WEFT_OK)
-        st = weft_devmap_flux_pipeline(&fc, pipeline ? &vc : NULL, 4, units_p, comps, &n_comps);
+        st = weft_devmap_flux_pipeline(&fc, ck, pipeline ? &vc : NULL, vck, units_p, comps,
+                                       &n_comps);
+    weft_ckpt_close(ck);
+    weft_ckpt_close(vck);
     if (st != WEFT_OK)
         return st;
     st = weft_devmap_plan(strategy, comps, n_comps, n_devices, device_room, max_memory, out);

@@ -80,12 +80,17 @@ int weft_devmap_exec_device(const struct weft_devmap *map, int c, int u);
 bool weft_devmap_range(const struct weft_devmap *map, int c, int d, int *first, int *last);
 
 /* FLUX.1's pipeline as components: "transformer" (its units, model/flux.h) and, when vae is
- * given, "vae" (the decoder: one unit), each parameter counted at bytes_per_param (what the
- * worker holds: 4 for f32). *units_p (weft_free) backs comps[k].units; n_comps_p gets 1 or 2. */
+ * given, "vae" (the decoder: one unit), each parameter counted at the bytes the worker holds it
+ * in (weft_ckpt_held_bytes: a weight matrix as its checkpoint stores it, vectors f32; a NULL
+ * checkpoint counts everything f32). *units_p (weft_free) backs comps[k].units; n_comps_p gets
+ * 1 or 2. */
+struct weft_ckpt;
 struct weft_flux_config;
 struct weft_vae_config;
 weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
-                                        const struct weft_vae_config *vae, int bytes_per_param,
+                                        const struct weft_ckpt *flux_ck,
+                                        const struct weft_vae_config *vae,
+                                        const struct weft_ckpt *vae_ck,
                                         struct weft_devmap_unit **units_p,
                                         struct weft_devmap_component comps[2], int *n_comps_p);
 

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/log.h"
+#include "model/checkpoint.h"
 #include "model/json_get.h"
 #include "model/plan.h"
 
@@ -214,6 +216,21 @@ size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *p)
     static const struct weft_flux_visitor v = {param_linear, param_norm};
     (void)weft_flux_walk(c, &v, &pl);
     return pl.n;
+}
+
+uint64_t weft_flux_held_bytes(const struct weft_flux_config *c, const struct weft_ckpt *ck)
+{
+    const size_t n = weft_flux_params(c, NULL);
+    struct weft_param *p = weft_calloc(n + 1, sizeof(*p));
+    uint64_t bytes = 0;
+    if (p)
+        weft_flux_params(c, p);
+    for (size_t i = 0; p && i < n; i++) {
+        const int64_t numel = p[i].shape[0] * (p[i].ndim == 2 ? p[i].shape[1] : 1);
+        bytes += weft_ckpt_held_bytes(ck, p[i].name, p[i].ndim, numel);
+    }
+    weft_free(p);
+    return bytes;
 }
 
 static const char *role_needs(enum weft_tp_role role)

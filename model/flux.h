@@ -148,6 +148,10 @@ struct weft_param {
 };
 /* Number of parameters for this config, and fill params (may be NULL to count). */
 size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *params);
+/* Bytes the whole transformer is held in, its weights in ck's dtypes (weft_ckpt_held_bytes;
+ * NULL: f32). */
+struct weft_ckpt;
+uint64_t weft_flux_held_bytes(const struct weft_flux_config *c, const struct weft_ckpt *ck);
 
 /* The transformer's units for a layer pipeline (device_map), in execution order:
  *   0                       "embedders": x_embedder, context_embedder, time_text_embed

@@ -49,6 +49,7 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
         (st = weft_model_info_get(ck, &m->info)) != WEFT_OK)
         weft_error_from_log(err, st);
     m->transformer_file_bytes = file_bytes(ck);
+    m->transformer_held_bytes = st == WEFT_OK ? weft_flux_held_bytes(&m->flux, ck) : 0;
     weft_ckpt_close(ck);
     return st;
 }
@@ -65,6 +66,7 @@ static weft_status_t open_vae(struct weft_model *m, struct weft_error *err)
     if ((st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &m->vae)) != WEFT_OK)
         weft_error_from_log(err, st);
     m->vae_file_bytes = file_bytes(ck);
+    m->vae_held_bytes = st == WEFT_OK ? weft_vae_held_bytes(&m->vae, ck, WEFT_VAE_DECODER) : 0;
     weft_ckpt_close(ck);
     return st;
 }

@@ -43,6 +43,8 @@ struct weft_model {
      * 2 x 2 into tokens. */
     int64_t vae_scale, side_unit;
     uint64_t transformer_file_bytes, vae_file_bytes;
+    /* what a worker holds: the transformer's weights, the VAE decoder's (weft_ckpt_held_bytes) */
+    uint64_t transformer_held_bytes, vae_held_bytes;
 };
 
 /* Open dir and check everything that needs no weight: the pipeline class and every component

@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/log.h"
+#include "model/checkpoint.h"
 #include "model/json_get.h"
 
 /* Every listed block type must be `want` (the only kind weft implements). */
@@ -265,4 +267,25 @@ int64_t weft_vae_part_numel(const struct weft_vae_config *c, enum weft_vae_part 
     encoder(&e, c);
     decoder(&e, c);
     return e.numel[part];
+}
+
+uint64_t weft_vae_held_bytes(const struct weft_vae_config *c, const struct weft_ckpt *ck,
+                             enum weft_vae_part part)
+{
+    const size_t n = weft_vae_params(c, NULL);
+    struct weft_vae_param *p = weft_calloc(n + 1, sizeof(*p));
+    if (!p) /* an estimate is still an answer: f32 */
+        return (uint64_t)weft_vae_part_numel(c, part) * sizeof(float);
+    weft_vae_params(c, p);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].part != part)
+            continue;
+        int64_t numel = 1;
+        for (int d = 0; d < p[i].ndim; d++)
+            numel *= p[i].shape[d];
+        bytes += weft_ckpt_held_bytes(ck, p[i].name, p[i].ndim, numel);
+    }
+    weft_free(p);
+    return bytes;
 }

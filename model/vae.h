@@ -58,6 +58,10 @@ struct weft_vae_param {
 size_t weft_vae_params(const struct weft_vae_config *c, struct weft_vae_param *params);
 /* Numbers of elements of one part (for memory planning). */
 int64_t weft_vae_part_numel(const struct weft_vae_config *c, enum weft_vae_part part);
+/* Bytes one part is held in, its weights in ck's dtypes (weft_ckpt_held_bytes; NULL: f32). */
+struct weft_ckpt;
+uint64_t weft_vae_held_bytes(const struct weft_vae_config *c, const struct weft_ckpt *ck,
+                             enum weft_vae_part part);
 
 /* Decoder structure, block by block as Diffusers builds it: up block i (0 = the deepest, at
  * latent resolution) takes in_ch(i) channels and gives out_ch(i); it has layers_per_block + 1

@@ -18,7 +18,8 @@
 #define ROPE_THETA 10000.0
 
 struct linear {
-    float *w; /* [out, in], this rank's shard */
+    void *w; /* [out, in], this rank's shard, in the checkpoint's dtype */
+    enum weft_dtype wdt;
     float *b; /* [out] */
     int64_t out, in; /* local */
     enum weft_tp_style style;
@@ -73,7 +74,8 @@ struct weft_flux {
     struct weft_flux_stage stage; /* .on: a pipeline stage holding units [first, last) */
     weft_status_t comm_status; /* first collective failure, reported after the block */
     void *weights;
-    size_t weight_bytes;
+    size_t arena_bytes;  /* the weights' allocation: each tensor 64-byte aligned */
+    size_t weight_bytes; /* the parameters' own bytes, in their held dtypes */
     struct linear top[WEFT_FLUX_TOP_COUNT];
     struct double_block *dbl;
     struct single_block *sgl;
@@ -85,7 +87,8 @@ struct weft_flux {
 
 struct binding {
     char name[112];
-    float *dst;
+    void *dst;
+    enum weft_dtype dtype; /* held as: weight matrices as stored, vectors in f32 */
     int ndim;
     int64_t shape[2]; /* full, as in the checkpoint */
     int64_t local[2]; /* this rank's shard */
@@ -96,16 +99,24 @@ struct binding {
 struct binder {
     struct binding *b;
     size_t n, cap;
-    float *next; /* arena cursor */
-    size_t floats;
+    char *next; /* arena cursor */
+    size_t bytes;       /* arena bytes */
+    size_t param_bytes; /* the same without alignment */
+    const struct weft_ckpt *ck;
     const struct weft_tp_layout *layout;
     int tp_size, tp_rank;
     const struct weft_flux_config *cfg;
     const struct weft_flux_stage *stage; /* NULL: every unit */
 };
 
+/* The dtype a parameter is held in: a weight matrix as the checkpoint stores it, vectors f32. */
+static enum weft_dtype held_dtype(const struct weft_ckpt *ck, const char *name, int ndim)
+{
+    return ndim == 2 ? weft_ckpt_weight_dtype(ck, name) : WEFT_DTYPE_F32;
+}
+
 static weft_status_t bind(struct binder *bd, const char *prefix, const char *name,
-                          const char *suffix, int ndim, int64_t d0, int64_t d1, float **dst)
+                          const char *suffix, int ndim, int64_t d0, int64_t d1, void **dst)
 {
     if (bd->n == bd->cap) {
         size_t cap = bd->cap ? bd->cap * 2 : 256;
@@ -134,14 +145,28 @@ static weft_status_t bind(struct binder *bd, const char *prefix, const char *nam
         struct weft_range r[WEFT_MAX_BLOCKS];
         weft_tp_ranges(b->shard, bd->tp_size, bd->tp_rank, r, &b->local[b->shard->dim]);
     }
-    int64_t n = ndim == 2 ? b->local[0] * b->local[1] : b->local[0];
-    bd->floats += (size_t)n;
+    b->dtype = held_dtype(bd->ck, b->name, ndim);
+    const int64_t n = ndim == 2 ? b->local[0] * b->local[1] : b->local[0];
+    const size_t bytes = ((size_t)n * weft_dtype_size(b->dtype) + 63) / 64 * 64;
+    bd->bytes += bytes;
+    bd->param_bytes += (size_t)n * weft_dtype_size(b->dtype);
     if (bd->next) { /* second pass: assign arena space */
         b->dst = bd->next;
         *dst = bd->next;
-        bd->next += n;
+        bd->next += bytes;
     }
     return WEFT_OK;
+}
+
+/* A vector parameter (f32). */
+static weft_status_t bind_f32(struct binder *bd, const char *prefix, const char *name,
+                              const char *suffix, int64_t d0, float **dst)
+{
+    void *p = NULL;
+    weft_status_t st = bind(bd, prefix, name, suffix, 1, d0, 0, &p);
+    if (st == WEFT_OK && p)
+        *dst = p;
+    return st;
 }
 
 static weft_status_t bind_linear(struct binder *bd, const char *prefix,
@@ -158,8 +183,9 @@ static weft_status_t bind_linear(struct binder *bd, const char *prefix,
     const struct binding *w = &bd->b[bd->n - 1];
     l->out = w->local[0];
     l->in = w->local[1];
+    l->wdt = w->dtype;
     l->style = w->shard ? w->shard->style : WEFT_TP_REPLICATE;
-    return bind(bd, prefix, desc->name, ".bias", 1, desc->out, 0, &l->b);
+    return bind_f32(bd, prefix, desc->name, ".bias", desc->out, &l->b);
 }
 
 struct bind_walk {
@@ -190,7 +216,7 @@ static weft_status_t bind_norm_visit(void *arg, enum weft_flux_part part, int64_
     struct bind_walk *w = arg;
     float **dst = part == WEFT_FLUX_PART_DOUBLE ? &w->m->dbl[block].qk_norm[index]
                                                 : &w->m->sgl[block].qk_norm[index];
-    return bind(w->bd, prefix, name, ".weight", 1, dim, 0, dst);
+    return bind_f32(w->bd, prefix, name, ".weight", dim, dst);
 }
 
 /* Walks the model structure; the first pass (bd->next NULL) counts, the second assigns. */
@@ -202,37 +228,38 @@ static weft_status_t bind_all(struct weft_flux *m, struct binder *bd)
 }
 
 struct staging {
-    float *p;
-    size_t floats;
+    void *p;
+    size_t bytes;
 };
 
-static float *staging_get(struct staging *sg, size_t n)
+static void *staging_get(struct staging *sg, size_t bytes)
 {
-    if (n > sg->floats) {
-        weft_big_free(sg->p, sg->floats * sizeof(float));
-        sg->p = weft_big_alloc(n * sizeof(float));
-        sg->floats = sg->p ? n : 0;
+    if (bytes > sg->bytes) {
+        weft_big_free(sg->p, sg->bytes);
+        sg->p = weft_big_alloc(bytes);
+        sg->bytes = sg->p ? bytes : 0;
     }
     return sg->p;
 }
 
-/* Keep the ranges of full (shape [d0, d1]) along dim, concatenated, in dst. */
-static void slice_copy(const float *full, const int64_t *shape, int ndim, int dim, int n,
-                       const struct weft_range *r, float *dst)
+/* Keep the ranges of full (shape [d0, d1], elements of esz bytes) along dim, concatenated, in
+ * dst. */
+static void slice_copy(const char *full, size_t esz, const int64_t *shape, int ndim, int dim,
+                       int n, const struct weft_range *r, char *dst)
 {
     int64_t d1 = ndim > 1 ? shape[1] : 1;
     if (dim == 0) {
         for (int k = 0; k < n; k++) {
-            size_t len = (size_t)((r[k].end - r[k].begin) * d1);
-            memcpy(dst, full + r[k].begin * d1, len * sizeof(float));
+            size_t len = (size_t)((r[k].end - r[k].begin) * d1) * esz;
+            memcpy(dst, full + (size_t)(r[k].begin * d1) * esz, len);
             dst += len;
         }
         return;
     }
     for (int64_t i = 0; i < shape[0]; i++)
         for (int k = 0; k < n; k++) {
-            size_t len = (size_t)(r[k].end - r[k].begin);
-            memcpy(dst, full + i * d1 + r[k].begin, len * sizeof(float));
+            size_t len = (size_t)(r[k].end - r[k].begin) * esz;
+            memcpy(dst, full + (size_t)(i * d1 + r[k].begin) * esz, len);
             dst += len;
         }
 }
@@ -240,56 +267,57 @@ static void slice_copy(const float *full, const int64_t *shape, int ndim, int di
 /* One binding, from the checkpoint: whole (replicated), or this rank's byte ranges only; or,
  * with a full copy of the model already in memory (full-then-shard), sliced from it. */
 static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor *t,
-                              const struct binding *b, const float *full, struct staging *sg)
+                              const struct binding *b, const char *full, struct staging *sg)
 {
     const bool sharded = b->shard && b->shard->dim >= 0;
+    const size_t esz = weft_dtype_size(b->dtype);
     const size_t local = (size_t)(b->local[0] * (b->ndim == 2 ? b->local[1] : 1));
-    float *dst = b->dst;
-    if (!m->K->host_visible && !(dst = staging_get(sg, local)))
+    void *dst = b->dst;
+    if (!m->K->host_visible && !(dst = staging_get(sg, local * esz)))
         return WEFT_ERR_NOMEM;
     weft_status_t st = WEFT_OK;
     struct weft_range r[WEFT_MAX_BLOCKS];
     int64_t len;
     int n = sharded ? weft_tp_ranges(b->shard, m->tp_size, m->tp_rank, r, &len) : 0;
     if (full && sharded)
-        slice_copy(full, b->shape, b->ndim, b->shard->dim, n, r, dst);
+        slice_copy(full, esz, b->shape, b->ndim, b->shard->dim, n, r, dst);
     else if (full)
-        memcpy(dst, full, local * sizeof(float));
+        memcpy(dst, full, local * esz);
     else if (sharded)
-        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst,
-                                 WEFT_DTYPE_F32);
+        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst, b->dtype);
     else
-        st = weft_st_read(t->file, t->info, dst, WEFT_DTYPE_F32);
+        st = weft_st_read(t->file, t->info, dst, b->dtype);
     if (st == WEFT_OK && dst != b->dst)
-        m->K->upload(m->kc, b->dst, dst, local * sizeof(float));
+        m->K->upload(m->kc, b->dst, dst, local * esz);
     return st;
 }
 
 /* Full-then-shard (Diffusers' enable_parallelism path): every tensor whole into one host
  * arena first, the model as a single device would hold it; the caller then keeps its slices. */
 static weft_status_t read_full_model(struct weft_ckpt *ck, const struct binder *bd,
-                                     float **arena_p, size_t *floats_p, size_t *offsets)
+                                     char **arena_p, size_t *bytes_p, size_t *offsets)
 {
     size_t total = 0;
     for (size_t i = 0; i < bd->n; i++) {
         offsets[i] = total;
-        total += (size_t)(bd->b[i].shape[0] * (bd->b[i].ndim == 2 ? bd->b[i].shape[1] : 1));
+        total += (size_t)(bd->b[i].shape[0] * (bd->b[i].ndim == 2 ? bd->b[i].shape[1] : 1)) *
+                 weft_dtype_size(bd->b[i].dtype);
     }
-    float *arena = weft_big_alloc(total * sizeof(float));
+    char *arena = weft_big_alloc(total);
     if (!arena)
         return WEFT_ERR_NOMEM;
     weft_status_t st = WEFT_OK;
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, bd->b[i].name);
-        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], WEFT_DTYPE_F32)
+        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], bd->b[i].dtype)
                : WEFT_OK; /* missing tensors are reported by the caller's pass */
     }
     if (st != WEFT_OK) {
-        weft_big_free(arena, total * sizeof(float));
+        weft_big_free(arena, total);
         return st;
     }
     *arena_p = arena;
-    *floats_p = total;
+    *bytes_p = total;
     return WEFT_OK;
 }
 
@@ -297,12 +325,12 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
                                   const struct binder *bd, int full_then_shard)
 {
     struct staging sg = {0};
-    float *full = NULL;
-    size_t full_floats = 0, *offsets = NULL;
+    char *full = NULL;
+    size_t full_bytes = 0, *offsets = NULL;
     weft_status_t st = WEFT_OK;
     if (full_then_shard) {
         offsets = weft_malloc((bd->n + 1) * sizeof(*offsets));
-        st = offsets ? read_full_model(ck, bd, &full, &full_floats, offsets) : WEFT_ERR_NOMEM;
+        st = offsets ? read_full_model(ck, bd, &full, &full_bytes, offsets) : WEFT_ERR_NOMEM;
     }
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct binding *b = &bd->b[i];
@@ -327,8 +355,8 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
         if (!b->skip)
             st = read_one(m, t, b, full ? full + offsets[i] : NULL, &sg);
     }
-    weft_big_free(sg.p, sg.floats * sizeof(float));
-    weft_big_free(full, full_floats * sizeof(float));
+    weft_big_free(sg.p, sg.bytes);
+    weft_big_free(full, full_bytes);
     weft_free(offsets);
     if (st == WEFT_OK && weft_ckpt_count(ck) != bd->n) {
         /* more tensors than parameters: name the first one nobody asked for */
@@ -399,6 +427,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.tp_rank = m->tp_rank;
     bd.cfg = &m->cfg;
     bd.stage = m->stage.on ? &m->stage : NULL;
+    bd.ck = ck;
     if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0) {
         WEFT_LOG_ERROR("flux", "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
                        WEFT_FLUX_CLASS);
@@ -443,14 +472,15 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     }
     if ((st = bind_all(m, &bd)) != WEFT_OK) /* count */
         goto out;
-    m->weight_bytes = bd.floats * sizeof(float);
-    if (m->weight_bytes &&
-        (st = m->K->buf_alloc(m->kc, m->weight_bytes, &m->weights)) != WEFT_OK) {
-        WEFT_LOG_ERROR("flux", "%s: cannot allocate %zu bytes of weights", dir, m->weight_bytes);
+    m->arena_bytes = bd.bytes;
+    m->weight_bytes = bd.param_bytes;
+    if (m->arena_bytes &&
+        (st = m->K->buf_alloc(m->kc, m->arena_bytes, &m->weights)) != WEFT_OK) {
+        WEFT_LOG_ERROR("flux", "%s: cannot allocate %zu bytes of weights", dir, m->arena_bytes);
         goto out;
     }
     bd.n = 0;
-    bd.floats = 0;
+    bd.bytes = 0;
     bd.next = m->weights;
     if ((st = bind_all(m, &bd)) != WEFT_OK) /* assign */
         goto out;
@@ -481,7 +511,7 @@ void weft_flux_destroy(struct weft_flux *m)
         return;
     acts_release(m);
     if (m->weights)
-        m->K->buf_free(m->kc, m->weights, m->weight_bytes);
+        m->K->buf_free(m->kc, m->weights, m->arena_bytes);
     weft_free(m->dbl);
     weft_free(m->sgl);
     weft_free(m);
@@ -602,12 +632,12 @@ static void lin(struct weft_flux *m, const struct linear *l, const float *x, int
     bool partial = l->style == WEFT_TP_ROWWISE || l->style == WEFT_TP_PACKED_ROWWISE ||
                    l->style == WEFT_TP_ROWWISE_SPLIT_INPUT;
     if (m->tp_size == 1 || !partial) {
-        K->linear(m->kc, x, ldx, l->w, l->b, y, ldy, rows, l->out, l->in, 0);
+        K->linear(m->kc, x, ldx, l->w, l->wdt, l->b, y, ldy, rows, l->out, l->in, 0);
         return;
     }
     if (l->style == WEFT_TP_ROWWISE_SPLIT_INPUT)
         x += (int64_t)m->tp_rank * l->in;
-    K->linear(m->kc, x, ldx, l->w, NULL, y, ldy, rows, l->out, l->in, 0);
+    K->linear(m->kc, x, ldx, l->w, l->wdt, NULL, y, ldy, rows, l->out, l->in, 0);
     if (m->comm_status == WEFT_OK) {
         weft_status_t st = K->sync(m->kc);
         if (st == WEFT_OK)

@@ -171,21 +171,11 @@ void weft_runtime_bytes(const struct weft_runtime *rt, uint64_t *transformer_p, 
     *vae_p = rt->vae ? weft_vae_weight_bytes(rt->vae) : 0;
     if (!rt->opts.staged || !rt->model)
         return;
-    /* staged: what each stage will hold, from the parameter inventory (f32 on this backend) */
-    if (!rt->flux) {
-        size_t n = weft_flux_params(&rt->model->flux, NULL);
-        struct weft_param *p = weft_calloc(n + 1, sizeof(*p));
-        uint64_t numel = 0;
-        if (p) {
-            weft_flux_params(&rt->model->flux, p);
-            for (size_t i = 0; i < n; i++)
-                numel += (uint64_t)p[i].shape[0] * (uint64_t)(p[i].ndim == 2 ? p[i].shape[1] : 1);
-        }
-        weft_free(p);
-        *transformer_p = numel * sizeof(float);
-    }
+    /* staged: what each stage will hold, in the checkpoints' dtypes */
+    if (!rt->flux)
+        *transformer_p = rt->model->transformer_held_bytes;
     if (!rt->vae && rt->model->has_vae && rt->a.decode)
-        *vae_p = (uint64_t)weft_vae_part_numel(&rt->model->vae, WEFT_VAE_DECODER) * sizeof(float);
+        *vae_p = rt->model->vae_held_bytes;
 }
 
 void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stats *out)

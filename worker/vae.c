@@ -15,7 +15,8 @@
 #define ATTN_D_MAX 512  /* the mid-block attention is one head of all channels */
 
 struct conv {
-    float *w; /* packed by the backend from [cout, cin, k, k] */
+    void *w; /* packed by the backend from [cout, cin, k, k], in wdt */
+    enum weft_dtype wdt;
     float *b; /* [cout] */
     int64_t cout, cin, k;
 };
@@ -26,7 +27,8 @@ struct gnorm {
 };
 
 struct lin {
-    float *w; /* [out, in] */
+    void *w; /* [out, in], in wdt */
+    enum weft_dtype wdt;
     float *b; /* [out] */
     int64_t out, in;
 };
@@ -61,7 +63,8 @@ struct weft_vae {
     const struct weft_kernels *K;
     struct weft_kctx *kc;
     void *weights;
-    size_t weight_bytes;
+    size_t arena_bytes;  /* the weights' allocation: each tensor 64-byte aligned */
+    size_t weight_bytes; /* the parameters' own bytes, in their held dtypes */
     bool has_post_quant, has_attn;
     struct conv post_quant, conv_in, conv_out;
     struct resnet mid0, mid1;
@@ -95,17 +98,20 @@ void weft_vae_tiling_default(const struct weft_vae_config *c, struct weft_vae_ti
 
 struct binding {
     const struct weft_vae_param *p;
-    float *dst;
-    bool conv; /* repacked by the backend */
+    void *dst;
+    enum weft_dtype dt; /* held in: a weight matrix as stored, vectors f32 */
+    bool conv;          /* repacked by the backend */
 };
 
 struct binder {
     const struct weft_vae_param *inv; /* the inventory */
     size_t n_inv;
+    const struct weft_ckpt *ck;
     struct binding *b;
     size_t n, cap;
-    float *next; /* arena cursor (second pass) */
-    size_t floats;
+    char *next;         /* arena cursor (second pass) */
+    size_t bytes;       /* arena bytes */
+    size_t param_bytes; /* the same without alignment */
 };
 
 static const struct weft_vae_param *inv_find(const struct weft_vae_param *inv, size_t n,
@@ -125,8 +131,10 @@ static int64_t param_numel(const struct weft_vae_param *p)
     return n;
 }
 
+/* A parameter: matrix (a conv's or a linear's weight) held as stored, otherwise f32. */
 static weft_status_t bind(struct binder *bd, const char *prefix, const char *name,
-                          const char *suffix, bool conv, float **dst)
+                          const char *suffix, bool conv, bool matrix, void **dst,
+                          enum weft_dtype *dt)
 {
     char full[128];
     snprintf(full, sizeof(full), "%s%s%s", prefix, name, suffix);
@@ -144,39 +152,54 @@ static weft_status_t bind(struct binder *bd, const char *prefix, const char *nam
         bd->cap = cap;
     }
     struct binding *b = &bd->b[bd->n++];
-    *b = (struct binding){p, NULL, conv};
-    int64_t n = param_numel(p);
-    bd->floats += ((size_t)n + 15) / 16 * 16; /* 64-byte aligned tensors */
+    const enum weft_dtype held = matrix ? weft_ckpt_weight_dtype(bd->ck, full) : WEFT_DTYPE_F32;
+    *b = (struct binding){p, NULL, held, conv};
+    if (dt)
+        *dt = held;
+    const size_t bytes = ((size_t)param_numel(p) * weft_dtype_size(held) + 63) / 64 * 64;
+    bd->bytes += bytes; /* 64-byte aligned tensors */
+    bd->param_bytes += (size_t)param_numel(p) * weft_dtype_size(held);
     if (bd->next) {
         b->dst = bd->next;
         *dst = bd->next;
-        bd->next += ((size_t)n + 15) / 16 * 16;
+        bd->next += bytes;
     }
     return WEFT_OK;
+}
+
+/* A vector parameter (f32). */
+static weft_status_t bind_vec(struct binder *bd, const char *prefix, const char *name,
+                              const char *suffix, float **dst)
+{
+    void *p = NULL;
+    weft_status_t st = bind(bd, prefix, name, suffix, false, false, &p, NULL);
+    if (p)
+        *dst = p;
+    return st;
 }
 
 static weft_status_t bind_conv(struct binder *bd, const char *prefix, const char *name,
                                int64_t cout, int64_t cin, int64_t k, struct conv *c)
 {
-    *c = (struct conv){c->w, c->b, cout, cin, k};
-    weft_status_t st = bind(bd, prefix, name, ".weight", true, &c->w);
-    return st != WEFT_OK ? st : bind(bd, prefix, name, ".bias", false, &c->b);
+    *c = (struct conv){c->w, c->wdt, c->b, cout, cin, k};
+    weft_status_t st = bind(bd, prefix, name, ".weight", true, true, &c->w, &c->wdt);
+    return st != WEFT_OK ? st : bind_vec(bd, prefix, name, ".bias", &c->b);
 }
 
 static weft_status_t bind_norm(struct binder *bd, const char *prefix, const char *name,
                                int64_t ch, struct gnorm *g)
 {
     g->c = ch;
-    weft_status_t st = bind(bd, prefix, name, ".weight", false, &g->w);
-    return st != WEFT_OK ? st : bind(bd, prefix, name, ".bias", false, &g->b);
+    weft_status_t st = bind_vec(bd, prefix, name, ".weight", &g->w);
+    return st != WEFT_OK ? st : bind_vec(bd, prefix, name, ".bias", &g->b);
 }
 
 static weft_status_t bind_lin(struct binder *bd, const char *prefix, const char *name,
                               int64_t ch, struct lin *l)
 {
     l->out = l->in = ch;
-    weft_status_t st = bind(bd, prefix, name, ".weight", false, &l->w);
-    return st != WEFT_OK ? st : bind(bd, prefix, name, ".bias", false, &l->b);
+    weft_status_t st = bind(bd, prefix, name, ".weight", false, true, &l->w, &l->wdt);
+    return st != WEFT_OK ? st : bind_vec(bd, prefix, name, ".bias", &l->b);
 }
 
 static weft_status_t bind_resnet(struct binder *bd, const char *prefix, int64_t cin,
@@ -295,7 +318,7 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck,
         size_t n = (size_t)param_numel(bd->b[i].p);
         max_n = n > max_n ? n : max_n;
     }
-    float *staging = weft_big_alloc(max_n * sizeof(float));
+    void *staging = weft_big_alloc(max_n * sizeof(float)); /* the widest held dtype */
     void *raw = NULL; /* device copy of a conv weight before packing (device backends) */
     weft_status_t st = staging ? WEFT_OK : WEFT_ERR_NOMEM;
     if (st == WEFT_OK && !v->K->host_visible)
@@ -303,19 +326,20 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck,
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct binding *b = &bd->b[i];
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, b->p->name);
-        const size_t bytes = (size_t)t->info->numel * sizeof(float);
-        if ((st = weft_st_read(t->file, t->info, staging, WEFT_DTYPE_F32)) != WEFT_OK)
+        const size_t bytes = (size_t)t->info->numel * weft_dtype_size(b->dt);
+        if ((st = weft_st_read(t->file, t->info, staging, b->dt)) != WEFT_OK)
             break;
         if (!b->conv) {
             v->K->upload(v->kc, b->dst, staging, bytes);
             continue;
         }
-        const float *src = staging;
+        const void *src = staging;
         if (raw) {
             v->K->upload(v->kc, raw, staging, bytes);
             src = raw;
         }
-        v->K->conv2d_pack(v->kc, src, b->dst, b->p->shape[0], b->p->shape[1], b->p->shape[2]);
+        v->K->conv2d_pack(v->kc, src, b->dt, b->dst, b->p->shape[0], b->p->shape[1],
+                          b->p->shape[2]);
     }
     if (raw)
         v->K->buf_free(v->kc, raw, max_n * sizeof(float));
@@ -376,15 +400,17 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
     }
     weft_vae_params(c, inv);
     bd.inv = inv;
+    bd.ck = ck;
     if ((st = bind_all(v, &bd)) != WEFT_OK || (st = check_checkpoint(ck, &bd)) != WEFT_OK)
         goto out;
-    v->weight_bytes = bd.floats * sizeof(float);
-    if ((st = v->K->buf_alloc(v->kc, v->weight_bytes, &v->weights)) != WEFT_OK) {
-        WEFT_LOG_ERROR("vae", "%s: cannot allocate %zu bytes of weights", dir, v->weight_bytes);
+    v->arena_bytes = bd.bytes;
+    v->weight_bytes = bd.param_bytes;
+    if ((st = v->K->buf_alloc(v->kc, v->arena_bytes, &v->weights)) != WEFT_OK) {
+        WEFT_LOG_ERROR("vae", "%s: cannot allocate %zu bytes of weights", dir, v->arena_bytes);
         goto out;
     }
     bd.n = 0;
-    bd.floats = 0;
+    bd.bytes = 0;
     bd.next = v->weights;
     if ((st = bind_all(v, &bd)) != WEFT_OK) /* assign */
         goto out;
@@ -418,7 +444,7 @@ void weft_vae_destroy(struct weft_vae *v)
         return;
     weft_vae_release(v);
     if (v->weights)
-        v->K->buf_free(v->kc, v->weights, v->weight_bytes);
+        v->K->buf_free(v->kc, v->weights, v->arena_bytes);
     weft_free(v->res_store);
     weft_free(v);
 }
@@ -615,7 +641,8 @@ struct bufs {
 static void conv(struct weft_vae *v, const struct conv *cv, const float *x, float *y,
                  int64_t h, int64_t w, int accumulate)
 {
-    v->K->conv2d(v->kc, x, cv->w, cv->b, y, h, w, cv->cin, cv->cout, cv->k, accumulate, v->ws);
+    v->K->conv2d(v->kc, x, cv->w, cv->wdt, cv->b, y, h, w, cv->cin, cv->cout, cv->k, accumulate,
+                 v->ws);
 }
 
 static void norm(struct weft_vae *v, const struct gnorm *g, const float *x, float *y, int64_t n,
@@ -650,12 +677,12 @@ static void attention(struct weft_vae *v, struct bufs *b, int64_t n)
     const int64_t C = a->q.out;
     float *xn = b->t, *q = b->u, *k = b->u + n * C, *val = b->t + n * C, *o = b->t + 2 * n * C;
     norm(v, &a->norm, b->x, xn, n, 0);                                      /* [n, C] */
-    v->K->linear(v->kc, xn, C, a->q.w, a->q.b, q, C, n, C, C, 0);           /* [n, C] */
-    v->K->linear(v->kc, xn, C, a->k.w, a->k.b, k, C, n, C, C, 0);           /* [n, C] */
-    v->K->linear(v->kc, xn, C, a->v.w, a->v.b, val, C, n, C, C, 0);         /* [n, C] */
+    v->K->linear(v->kc, xn, C, a->q.w, a->q.wdt, a->q.b, q, C, n, C, C, 0); /* [n, C] */
+    v->K->linear(v->kc, xn, C, a->k.w, a->k.wdt, a->k.b, k, C, n, C, C, 0); /* [n, C] */
+    v->K->linear(v->kc, xn, C, a->v.w, a->v.wdt, a->v.b, val, C, n, C, C, 0); /* [n, C] */
     v->K->attention(v->kc, q, C, k, C, val, C, o, C, NULL, n, n, 1, C,
                     1.0f / sqrtf((float)C));                                 /* [n, 1, C] */
-    v->K->linear(v->kc, o, C, a->out.w, a->out.b, b->x, C, n, C, C, 1);     /* x += out(o) */
+    v->K->linear(v->kc, o, C, a->out.w, a->out.wdt, a->out.b, b->x, C, n, C, C, 1); /* x += */
 }
 
 /* Decoder.forward on the latents already in v->lat ([h, w, L]); the image lands in one of

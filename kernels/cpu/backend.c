@@ -1,6 +1,7 @@
 /* The CPU backend: its table, memory (huge-page buffers) and the thread pool's lifetime. */
 #include <cblas.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/alloc.h"
@@ -126,7 +127,25 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
         weft_kernels_cpu_destroy(ctx);
         return WEFT_ERR_NOMEM;
     }
-    WEFT_LOG_DEBUG("kernels", "cpu backend: %d threads", ctx->threads);
+    /* the GEMM's kernels from what this CPU can do, and their packing buffers */
+    ctx->isa = cpu_isa_detect();
+    cpu_gemm_kernels_get(ctx->isa, false, &ctx->gemm_f32);
+    if (!cpu_gemm_kernels_get(ctx->isa, true, &ctx->gemm_bf16))
+        ctx->gemm_bf16 = ctx->gemm_f32;
+    size_t a = cpu_gemm_scratch_bytes(&ctx->gemm_f32, CPU_GEMM_NC);
+    size_t b = cpu_gemm_scratch_bytes(&ctx->gemm_bf16, CPU_GEMM_NC);
+    ctx->gemm_scratch_bytes = a > b ? a : b;
+    ctx->gemm_scratch = weft_calloc((size_t)ctx->threads, sizeof(*ctx->gemm_scratch));
+    for (int i = 0; ctx->gemm_scratch && i < ctx->threads; i++)
+        if (!(ctx->gemm_scratch[i] = weft_big_alloc(ctx->gemm_scratch_bytes)))
+            break;
+    if (!ctx->gemm_scratch || !ctx->gemm_scratch[ctx->threads - 1]) {
+        weft_kernels_cpu_destroy(ctx);
+        return WEFT_ERR_NOMEM;
+    }
+    char what[160];
+    weft_kernels_cpu_describe(ctx, what, sizeof(what));
+    WEFT_LOG_DEBUG("kernels", "cpu backend: %s", what);
     *ops_p = &cpu_kernels;
     *ctx_p = ctx;
     return WEFT_OK;
@@ -140,12 +159,36 @@ void weft_kernels_cpu_destroy(struct weft_kctx *ctx)
     for (int i = 0; ctx->scratch && i < ctx->threads; i++)
         weft_big_free(ctx->scratch[i], CPU_SCRATCH_FLOATS * sizeof(float));
     weft_free(ctx->scratch);
+    for (int i = 0; ctx->gemm_scratch && i < ctx->threads; i++)
+        weft_big_free(ctx->gemm_scratch[i], ctx->gemm_scratch_bytes);
+    weft_free(ctx->gemm_scratch);
     weft_free(ctx);
 }
 
 int weft_kernels_cpu_threads(const struct weft_kctx *ctx)
 {
     return ctx->threads;
+}
+
+weft_status_t weft_kernels_cpu_set_compute(struct weft_kctx *ctx, enum weft_dtype dtype)
+{
+    if (dtype != WEFT_DTYPE_F32 && dtype != WEFT_DTYPE_BF16)
+        return WEFT_ERR_INVALID;
+    const bool want = dtype == WEFT_DTYPE_BF16;
+    if (want && !ctx->gemm_bf16.bf16) {
+        ctx->compute_bf16 = false;
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    ctx->compute_bf16 = want;
+    return WEFT_OK;
+}
+
+void weft_kernels_cpu_describe(const struct weft_kctx *ctx, char *buf, size_t len)
+{
+    const struct cpu_gemm_kernels *k = ctx->compute_bf16 ? &ctx->gemm_bf16 : &ctx->gemm_f32;
+    snprintf(buf, len, "weft gemm, %s kernels (%dx%d tiles; cpu %s), %s compute, %d threads",
+             cpu_isa_name(k->isa), k->mr, k->nr, cpu_isa_name(ctx->isa),
+             ctx->compute_bf16 ? "bf16" : "f32", ctx->threads);
 }
 
 void weft_kernels_cpu_set_conv_algo(struct weft_kctx *ctx, enum weft_conv_algo algo)

@@ -1,56 +1,56 @@
-/* 2-D convolution on NHWC images (stride 1, zero padding k / 2, k = 1 or 3), computed two ways:
+/* 2-D convolution on NHWC images (stride 1, zero padding k / 2, k = 1 or 3), the weight in its
+ * checkpoint dtype (f32, bf16, f16), computed two ways:
  *
  * - GEMM: im2col of a band of output rows into [rows * w, k*k*cin] (a band is bounded to
- *   CONV_BAND_BYTES, so the workspace stays small at any image size), then one OpenBLAS sgemm
- *   per band against the packed weight [k*k*cin, cout];
+ *   CONV_BAND_BYTES, so the workspace stays small at any image size), then the backend's GEMM
+ *   (gemm.c) per band against the packed weight [k*k*cin, cout];
  * - direct: a register-blocked kernel that reads the input in place: each micro-tile is P
  *   pixels of one output row x up to 64 output channels, accumulated over the taps and over a
- *   block of KC input channels whose weight panel (9 x KC x 64 floats, 288 KiB) stays in L2.
+ *   block of KC input channels whose weight panel (9 x KC x 64 values) stays in L2.
  *
  * Both read the packed weight in panels of 64 output channels: panel p (channels [64p, 64p +
  * bw), bw = 64 or what is left) holds w'[(tap * cin + ci) * bw + j] = w[64p + j][ci][ky][kx]
  * (tap = ky * k + kx), contiguous, so the direct kernel streams one panel with unit stride (a
- * row stride of cout floats would map a panel's rows onto a few cache sets once cout reaches
- * 512) and sgemm takes each panel as a row-major B [k*k*cin, bw]. 1x1 convolutions are one
- * sgemm per panel in both.
+ * row stride of cout values would map a panel's rows onto a few cache sets once cout reaches
+ * 512) and the GEMM takes each panel as a [k*k*cin][bw] weight. 1x1 convolutions are one GEMM
+ * per panel in both.
  *
- * The default for 3x3 is the direct kernel where AVX-512 is available (im2col + sgemm
- * otherwise): on the VAE decoder's shapes it is the faster one on the machines measured, because
- * im2col writes and re-reads 9x the input per band and sgemm gets only 3 output columns for
- * conv_out. Figures: bench/README.md, "VAE decode". */
-#include <cblas.h>
-
+ * The default for 3x3 is the direct kernel where the CPU has AVX-512 (conv2d_avx512.c, chosen
+ * at run time), im2col + GEMM otherwise: on the VAE decoder's shapes it is the faster one on the
+ * machines measured, because im2col writes and re-reads 9x the input per band and the GEMM gets
+ * only 3 output columns for conv_out. Figures: bench/README.md, "VAE decode". */
 #include "kernels/cpu/cpu.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#if !defined(__x86_64__) /* no AVX-512 file: never chosen (ctx->isa stays below it) */
+#define cpu_conv_direct_rows_avx512 direct_rows_plain
 #endif
 
 #define CONV_BAND_BYTES ((size_t)16 << 20)
-#define KC 128 /* input channels per pass of the direct kernel */
-#define CO_BLOCK 64
+#define KC CPU_CONV_KC
+#define CO_BLOCK CPU_CONV_CO_BLOCK
 
-void cpu_conv2d_pack(struct weft_kctx *ctx, const float *w, float *packed, int64_t cout,
-                     int64_t cin, int64_t k)
+void cpu_conv2d_pack(struct weft_kctx *ctx, const void *w, enum weft_dtype w_dtype, void *packed,
+                     int64_t cout, int64_t cin, int64_t k)
 {
     (void)ctx;
     const int64_t taps = k * k;
+    const size_t es = weft_dtype_size(w_dtype);
     for (int64_t co = 0; co < cout; co++) {
         const int64_t co0 = co / CO_BLOCK * CO_BLOCK, j = co - co0;
         const int64_t bw = cout - co0 < CO_BLOCK ? cout - co0 : CO_BLOCK;
-        float *panel = packed + co0 * taps * cin;
+        char *panel = (char *)packed + (size_t)(co0 * taps * cin) * es;
         for (int64_t ci = 0; ci < cin; ci++)
             for (int64_t t = 0; t < taps; t++)
-                panel[(t * cin + ci) * bw + j] = w[(co * cin + ci) * taps + t];
+                memcpy(panel + (size_t)((t * cin + ci) * bw + j) * es,
+                       (const char *)w + (size_t)((co * cin + ci) * taps + t) * es, es);
     }
 }
 
 /* Panel of output channels [co0, co0 + *bw_p). */
-static const float *panel_at(const float *wp, int64_t co0, int64_t cout, int64_t cin,
-                             int64_t k, int64_t *bw_p)
+static const void *panel_at(const struct cpu_conv_arg *a, int64_t co0, int64_t *bw_p)
 {
-    *bw_p = cout - co0 < CO_BLOCK ? cout - co0 : CO_BLOCK;
-    return wp + co0 * k * k * cin;
+    *bw_p = a->cout - co0 < CO_BLOCK ? a->cout - co0 : CO_BLOCK;
+    return (const char *)a->wp + (size_t)(co0 * a->k * a->k * a->cin) * weft_dtype_size(a->wdt);
 }
 
 static int64_t band_rows(int64_t h, int64_t w, int64_t cin, int64_t k)
@@ -70,24 +70,11 @@ size_t cpu_conv2d_workspace(struct weft_kctx *ctx, int64_t h, int64_t w, int64_t
     return (size_t)band_rows(h, w, cin, k) * (size_t)(w * k * k * cin) * sizeof(float);
 }
 
-struct conv_arg {
-    const float *x, *wp, *b;
-    float *y;
-    int64_t h, w, cin, cout, k;
-    int accumulate;
-    /* GEMM path: the current band */
-    float *col;
-    int64_t y0;
-    /* direct path */
-    float *const *scratch;
-    int64_t n_cob;
-};
-
 /* y rows [b, e) (pixels) = b, or += b when accumulating. */
 static void bias_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
-    const struct conv_arg *a = varg;
+    const struct cpu_conv_arg *a = varg;
     const float *bias = a->b; /* a local: stores to row[] cannot change it (vectorizes) */
     const int64_t cout = a->cout;
     for (int64_t p = b; p < e; p++) {
@@ -104,7 +91,7 @@ static void bias_rows(void *varg, int64_t b, int64_t e, int thread)
 static void im2col_rows(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
-    const struct conv_arg *a = varg;
+    const struct cpu_conv_arg *a = varg;
     const int64_t w = a->w, cin = a->cin, k = a->k, pad = k / 2, kk = k * k * cin;
     const size_t bytes = (size_t)cin * sizeof(float);
     for (int64_t p = b; p < e; p++) {
@@ -123,19 +110,18 @@ static void im2col_rows(void *varg, int64_t b, int64_t e, int thread)
     }
 }
 
-static void conv_gemm(struct weft_kctx *ctx, struct conv_arg *a, void *ws)
+static void conv_gemm(struct weft_kctx *ctx, struct cpu_conv_arg *a, void *ws)
 {
     const int64_t h = a->h, w = a->w, cout = a->cout;
     if (a->b)
         cpu_parallel(ctx, h * w, 1 + 16384 / (cout + 1), bias_rows, a);
-    const float beta = a->b || a->accumulate ? 1.0f : 0.0f;
+    const int acc = a->b || a->accumulate;
     int64_t bw;
     if (a->k == 1) {
         for (int64_t co0 = 0; co0 < cout; co0 += CO_BLOCK) {
-            const float *panel = panel_at(a->wp, co0, cout, a->cin, 1, &bw);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(h * w),
-                        (blasint)bw, (blasint)a->cin, 1.0f, a->x, (blasint)a->cin, panel,
-                        (blasint)bw, beta, a->y + co0, (blasint)cout);
+            const void *panel = panel_at(a, co0, &bw);
+            cpu_gemm_kn(ctx, a->x, a->cin, panel, a->wdt, bw, NULL, a->y + co0, cout, h * w, bw,
+                        a->cin, acc);
         }
         return;
     }
@@ -146,131 +132,33 @@ static void conv_gemm(struct weft_kctx *ctx, struct conv_arg *a, void *ws)
         a->y0 = y0;
         cpu_parallel(ctx, n, 64, im2col_rows, a);
         for (int64_t co0 = 0; co0 < cout; co0 += CO_BLOCK) {
-            const float *panel = panel_at(a->wp, co0, cout, a->cin, a->k, &bw);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)bw,
-                        (blasint)kk, 1.0f, a->col, (blasint)kk, panel, (blasint)bw, beta,
-                        a->y + y0 * w * cout + co0, (blasint)cout);
+            const void *panel = panel_at(a, co0, &bw);
+            cpu_gemm_kn(ctx, a->col, kk, panel, a->wdt, bw, NULL, a->y + y0 * w * cout + co0,
+                        cout, n, bw, kk, acc);
         }
     }
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Direct kernel                                                                             */
-
-static const float zeros[KC];
-
-#if defined(__AVX512F__)
-
-/* One micro-tile: P pixels from (yo, x0) x NV vectors of 16 output channels from co0, over
- * input channels [ci0, ci0 + nc). Pixels past the row end read zeros and write to dummy, so
- * every tile has the full P (constant) and the accumulators stay in registers. */
-static inline __attribute__((always_inline)) void
-direct_tile(const struct conv_arg *a, int64_t yo, int64_t x0, int64_t co0, int64_t ci0,
-            int64_t nc, int first, float *dummy, const int P, const int NV)
+/* The portable direct kernel (the AVX-512 one is conv2d_avx512.c): the compiler vectorizes the
+ * loop over output channels of an f32 weight; other dtypes are widened per tap. */
+static inline float wval(const void *w, enum weft_dtype dt, int64_t i)
 {
-    const int64_t w = a->w, cin = a->cin, cout = a->cout, k = a->k, pad = k / 2;
-    int64_t bw;
-    const float *panel = panel_at(a->wp, co0, cout, cin, k, &bw);
-    __mmask16 m[4];
-    for (int64_t t = 0; t < 4; t++) {
-        int64_t rem = cout - co0 - 16 * t;
-        m[t] = rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : 0;
-    }
-    float *dst[16];
-    __m512 acc[16][4];
-#pragma GCC unroll 16
-    for (int i = 0; i < P; i++) {
-        dst[i] = x0 + i < w ? a->y + (yo * w + x0 + i) * cout + co0 : dummy;
-#pragma GCC unroll 4
-        for (int64_t t = 0; t < NV; t++) {
-            __m512 v = _mm512_setzero_ps();
-            if (!first || a->accumulate)
-                v = _mm512_maskz_loadu_ps(m[t], dst[i] + 16 * t);
-            if (first && a->b)
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[t], a->b + co0 + 16 * t));
-            acc[i][t] = v;
-        }
-    }
-    for (int64_t ky = 0; ky < k; ky++) {
-        const int64_t yy = yo + ky - pad;
-        if (yy < 0 || yy >= a->h)
-            continue;
-        for (int64_t kx = 0; kx < k; kx++) {
-            const float *src[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < P; i++) {
-                const int64_t xx = x0 + i + kx - pad;
-                src[i] = xx >= 0 && xx < w ? a->x + (yy * w + xx) * cin + ci0 : zeros;
-            }
-            const float *wk = panel + ((ky * k + kx) * cin + ci0) * bw;
-            for (int64_t c = 0; c < nc; c++, wk += bw) {
-                __m512 wv[4];
-#pragma GCC unroll 4
-                for (int64_t t = 0; t < NV; t++)
-                    wv[t] = _mm512_maskz_loadu_ps(m[t], wk + 16 * t);
-#pragma GCC unroll 16
-                for (int i = 0; i < P; i++) {
-                    const __m512 xb = _mm512_set1_ps(src[i][c]);
-#pragma GCC unroll 4
-                    for (int64_t t = 0; t < NV; t++)
-                        acc[i][t] = _mm512_fmadd_ps(xb, wv[t], acc[i][t]);
-                }
-            }
-        }
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < P; i++)
-#pragma GCC unroll 4
-        for (int64_t t = 0; t < NV; t++)
-            _mm512_mask_storeu_ps(dst[i] + 16 * t, m[t], acc[i][t]);
-}
-
-/* Pixels per tile for NV vectors: about 24 accumulators, leaving registers for the weights. */
-#define TILE_FN(P, NV)                                                                      \
-    static void tile_##P##x##NV(const struct conv_arg *a, int64_t yo, int64_t x0,           \
-                                int64_t co0, int64_t ci0, int64_t nc, int first,            \
-                                float *dummy)                                               \
-    {                                                                                       \
-        direct_tile(a, yo, x0, co0, ci0, nc, first, dummy, P, NV);                          \
-    }
-TILE_FN(16, 1)
-TILE_FN(12, 2)
-TILE_FN(8, 3)
-TILE_FN(6, 4)
-
-typedef void (*tile_fn)(const struct conv_arg *a, int64_t yo, int64_t x0, int64_t co0,
-                        int64_t ci0, int64_t nc, int first, float *dummy);
-
-static void direct_rows(void *varg, int64_t b, int64_t e, int thread)
-{
-    const struct conv_arg *a = varg;
-    static const tile_fn fns[4] = {tile_16x1, tile_12x2, tile_8x3, tile_6x4};
-    static const int pixels[4] = {16, 12, 8, 6};
-    float *dummy = a->scratch[thread]; /* 64 floats that absorb the tail pixels' stores */
-    for (int64_t task = b; task < e; task++) {
-        const int64_t cob = task / a->h, yo = task % a->h, co0 = cob * CO_BLOCK;
-        const int64_t left = a->cout - co0;
-        const int nv = left >= CO_BLOCK ? 4 : (int)((left + 15) / 16);
-        const tile_fn fn = fns[nv - 1];
-        const int p = pixels[nv - 1];
-        for (int64_t ci0 = 0; ci0 < a->cin; ci0 += KC) {
-            const int64_t nc = a->cin - ci0 < KC ? a->cin - ci0 : KC;
-            for (int64_t x0 = 0; x0 < a->w; x0 += p)
-                fn(a, yo, x0, co0, ci0, nc, ci0 == 0, dummy);
-        }
+    switch (dt) {
+    case WEFT_DTYPE_BF16: return weft_bf16_to_f32(((const uint16_t *)w)[i]);
+    case WEFT_DTYPE_F16: return weft_f16_to_f32(((const uint16_t *)w)[i]);
+    default: return ((const float *)w)[i];
     }
 }
 
-#else /* portable fallback: the compiler vectorizes the loop over output channels */
-
-static void direct_rows(void *varg, int64_t b, int64_t e, int thread)
+static void direct_rows_plain(void *varg, int64_t b, int64_t e, int thread)
 {
     (void)thread;
-    const struct conv_arg *a = varg;
+    const struct cpu_conv_arg *a = varg;
     const int64_t w = a->w, cin = a->cin, cout = a->cout, k = a->k, pad = k / 2;
     for (int64_t task = b; task < e; task++) {
         const int64_t cob = task / a->h, yo = task % a->h, co0 = cob * CO_BLOCK;
-        const int64_t nco = cout - co0 < CO_BLOCK ? cout - co0 : CO_BLOCK;
+        int64_t nco;
+        const void *panel = panel_at(a, co0, &nco);
         for (int64_t xo = 0; xo < w; xo++) {
             float *dst = a->y + (yo * w + xo) * cout + co0;
             for (int64_t c = 0; c < nco; c++)
@@ -282,44 +170,40 @@ static void direct_rows(void *varg, int64_t b, int64_t e, int thread)
                     if (yy < 0 || yy >= a->h || xx < 0 || xx >= w)
                         continue;
                     const float *src = a->x + (yy * w + xx) * cin;
-                    const float *wk = a->wp + co0 * k * k * cin + (ky * k + kx) * cin * nco;
-                    for (int64_t ci = 0; ci < cin; ci++)
-                        for (int64_t c = 0; c < nco; c++)
-                            dst[c] += src[ci] * wk[ci * nco + c];
+                    const int64_t base = (ky * k + kx) * cin * nco;
+                    if (a->wdt == WEFT_DTYPE_F32) {
+                        const float *wk = (const float *)panel + base;
+                        for (int64_t ci = 0; ci < cin; ci++)
+                            for (int64_t c = 0; c < nco; c++)
+                                dst[c] += src[ci] * wk[ci * nco + c];
+                    } else {
+                        for (int64_t ci = 0; ci < cin; ci++)
+                            for (int64_t c = 0; c < nco; c++)
+                                dst[c] += src[ci] * wval(panel, a->wdt, base + ci * nco + c);
+                    }
                 }
             }
         }
     }
 }
 
-#endif
-
-static void conv_direct(struct weft_kctx *ctx, struct conv_arg *a)
-{
-    (void)zeros;
-    a->scratch = ctx->scratch;
-    a->n_cob = (a->cout + CO_BLOCK - 1) / CO_BLOCK;
-    cpu_parallel(ctx, a->n_cob * a->h, 1, direct_rows, a);
-}
-
-void cpu_conv2d(struct weft_kctx *ctx, const float *x, const float *wt, const float *b, float *y,
-                int64_t h, int64_t w, int64_t cin, int64_t cout, int64_t k, int accumulate,
-                void *ws)
+void cpu_conv2d(struct weft_kctx *ctx, const float *x, const void *wt, enum weft_dtype w_dtype,
+                const float *b, float *y, int64_t h, int64_t w, int64_t cin, int64_t cout,
+                int64_t k, int accumulate, void *ws)
 {
     if (h <= 0 || w <= 0 || cout <= 0)
         return;
-    struct conv_arg a = {.x = x, .wp = wt, .b = b, .y = y, .h = h, .w = w, .cin = cin,
-                         .cout = cout, .k = k, .accumulate = accumulate};
+    struct cpu_conv_arg a = {.x = x, .wp = wt, .wdt = w_dtype, .b = b, .y = y, .h = h, .w = w,
+                             .cin = cin, .cout = cout, .k = k, .accumulate = accumulate,
+                             .scratch = ctx->scratch};
+    const bool avx512 = ctx->isa >= CPU_ISA_AVX512;
     enum weft_conv_algo algo = ctx->conv_algo;
-    if (algo == WEFT_CONV_DEFAULT) {
-#if defined(__AVX512F__)
-        algo = WEFT_CONV_DIRECT;
-#else
-        algo = WEFT_CONV_GEMM;
-#endif
-    }
-    if (k == 1 || algo == WEFT_CONV_GEMM)
+    if (algo == WEFT_CONV_DEFAULT)
+        algo = avx512 ? WEFT_CONV_DIRECT : WEFT_CONV_GEMM;
+    if (k == 1 || algo == WEFT_CONV_GEMM) {
         conv_gemm(ctx, &a, ws);
-    else
-        conv_direct(ctx, &a);
+        return;
+    }
+    const int64_t n_cob = (cout + CO_BLOCK - 1) / CO_BLOCK;
+    cpu_parallel(ctx, n_cob * h, 1, avx512 ? cpu_conv_direct_rows_avx512 : direct_rows_plain, &a);
 }

@@ -4,9 +4,11 @@
 #define WEFT_KERNELS_CPU_CPU_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/kernels.h"
 
 struct cpu_pool;
@@ -19,6 +21,11 @@ struct weft_kctx {
     struct cpu_pool *pool;
     float **scratch; /* [threads] x CPU_SCRATCH_FLOATS */
     enum weft_conv_algo conv_algo; /* 3x3 convolutions: WEFT_CONV_DEFAULT picks */
+    enum cpu_isa isa;              /* from cpuid */
+    struct cpu_gemm_kernels gemm_f32, gemm_bf16;
+    bool compute_bf16;             /* products in bf16 pairs (gemm_bf16) */
+    void **gemm_scratch;           /* [threads] packing buffers for either kernel set */
+    size_t gemm_scratch_bytes;
 };
 
 /* fn(arg, begin, end, thread) over [0, n) split into contiguous ranges, one per thread (the
@@ -29,10 +36,20 @@ void cpu_parallel(struct weft_kctx *ctx, int64_t n, int64_t grain, cpu_range_fn 
 weft_status_t cpu_pool_create(int threads, struct cpu_pool **pool_p);
 void cpu_pool_destroy(struct cpu_pool *pool);
 
+/* The GEMM (gemm.c): y (+)= x . w^T + b, w rows of wdt as stored. */
+void cpu_gemm(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
+              enum weft_dtype wdt, const float *b, float *y, int64_t ldy, int64_t m, int64_t n,
+              int64_t k, int accumulate);
+
+/* The same with w as [k][n] rows of stride ldw (a convolution's weight panel). */
+void cpu_gemm_kn(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
+                 enum weft_dtype wdt, int64_t ldw, const float *b, float *y, int64_t ldy,
+                 int64_t m, int64_t n, int64_t k, int accumulate);
+
 /* Ops, one per file, installed in the table by backend.c. */
-void cpu_linear(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
-                const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
-                int accumulate);
+void cpu_linear(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
+                enum weft_dtype w_dtype, const float *b, float *y, int64_t ldy, int64_t m,
+                int64_t n, int64_t k, int accumulate);
 void cpu_layernorm(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                    int64_t rows, int64_t d, float eps);
 void cpu_rmsnorm(struct weft_kctx *ctx, float *x, int64_t ld, const float *w, int64_t rows,
@@ -54,13 +71,33 @@ void cpu_gated_add(struct weft_kctx *ctx, float *x, int64_t ldx, const float *ga
                    const float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_timestep_embed(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
                         int64_t dim);
-void cpu_conv2d_pack(struct weft_kctx *ctx, const float *w, float *packed, int64_t cout,
-                     int64_t cin, int64_t k);
+void cpu_conv2d_pack(struct weft_kctx *ctx, const void *w, enum weft_dtype w_dtype, void *packed,
+                     int64_t cout, int64_t cin, int64_t k);
 size_t cpu_conv2d_workspace(struct weft_kctx *ctx, int64_t h, int64_t w, int64_t cin,
                             int64_t cout, int64_t k);
-void cpu_conv2d(struct weft_kctx *ctx, const float *x, const float *wt, const float *b, float *y,
-                int64_t h, int64_t w, int64_t cin, int64_t cout, int64_t k, int accumulate,
-                void *ws);
+void cpu_conv2d(struct weft_kctx *ctx, const float *x, const void *wt, enum weft_dtype w_dtype,
+                const float *b, float *y, int64_t h, int64_t w, int64_t cin, int64_t cout,
+                int64_t k, int accumulate, void *ws);
+
+/* The direct convolution's shared arguments (conv2d.c) and its AVX-512 rows (conv2d_avx512.c,
+ * compiled for AVX-512 by target attributes, called only when cpu_isa_detect() found it). */
+#define CPU_CONV_KC 128 /* input channels per pass of the direct kernel */
+#define CPU_CONV_CO_BLOCK 64
+struct cpu_conv_arg {
+    const float *x, *b;
+    const void *wp;
+    enum weft_dtype wdt;
+    float *y;
+    int64_t h, w, cin, cout, k;
+    int accumulate;
+    /* GEMM path: the current band */
+    float *col;
+    int64_t y0;
+    /* direct path */
+    float *const *scratch;
+};
+void cpu_conv_direct_rows_avx512(void *arg, int64_t begin, int64_t end, int thread);
+
 void cpu_groupnorm(struct weft_kctx *ctx, const float *x, float *y, const float *gamma,
                    const float *beta, int64_t n, int64_t c, int64_t groups, float eps, int silu);
 void cpu_upsample2x(struct weft_kctx *ctx, const float *x, float *y, int64_t h, int64_t w,

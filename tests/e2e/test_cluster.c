@@ -88,7 +88,8 @@ static int case_layouts(void)
                batch[i], d);
         CHECK(d <= 1);
     }
-    CHECK(png_max_diff(ref, out) > 8); /* the images differ from each other: not one image 5 times */
+    /* the images differ from each other: not one image 5 times */
+    CHECK(png_max_diff(ref, out) > 8);
     snprintf(out, sizeof(out), "%s/dp2-0.png", tmp);
     CHECK(png_max_diff(ref, out) <= 1);
     return 0;
@@ -153,10 +154,10 @@ static int case_devmap(void)
     char ref[512], out[512];
     one_device(ref, sizeof(ref));
     static const char *const runs[][9] = {
-        {"--np", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB", NULL},
+        {"--np", "2", "--device-map", "auto", "--max-memory", "0:6MiB,1:12MiB", NULL},
         {"--np", "2", "--device-map", "balanced", "--max-memory", "0:8MiB,1:8MiB,cpu:1GiB", NULL},
         {"--np", "2", "--device-map", "balanced", NULL},
-        {"--np", "4", "--dp", "2", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB",
+        {"--np", "4", "--dp", "2", "--device-map", "auto", "--max-memory", "0:6MiB,1:12MiB",
          NULL},
     };
     static const char *const more[] = {"--prompt", "lighthouse", "--prompt", "city-night", NULL};
@@ -168,7 +169,7 @@ static int case_devmap(void)
 
     /* the map through the API */
     struct cluster kl;
-    const char *extra[] = {"--device_map.strategy=auto", "--device_map.max_memory=0:12MiB",
+    const char *extra[] = {"--device_map.strategy=auto", "--device_map.max_memory=0:6MiB",
                            "--cluster.workers=2", NULL};
     cluster_up(&kl, "1", extra, 2);
     struct weft_client *c = kl.c;

@@ -96,7 +96,7 @@ int main(int argc, char **argv)
     free(out), free(err);
 
     /* the device map */
-    const char *dm[] = {"plan", "--device-map", "auto", "--max-memory", "0:12MiB,1:12MiB",
+    const char *dm[] = {"plan", "--device-map", "auto", "--max-memory", "0:6MiB,1:12MiB",
                         "--json", NULL};
     CHECK_EQ(run(dm, &out, &err), 0);
     j = cJSON_Parse(out);

@@ -62,38 +62,77 @@ static void conv_ref(const float *x, const float *w, const float *b, const float
             }
 }
 
-static void conv_case(int64_t h, int64_t wd, int64_t cin, int64_t cout, int64_t k)
+/* The weight rounded to dtype (the reference then uses exactly the values the kernel reads)
+ * and stored in it. */
+static void *as_dtype(float *w, int64_t n, enum weft_dtype dt)
 {
-    const int64_t n_out = h * wd * cout;
-    float *x = rnd(h * wd * cin, 1, 0), *w = rnd(cout * cin * k * k, 0.3f, 0);
-    float *b = rnd(cout, 1, 0), *packed = malloc((size_t)(cout * cin * k * k) * sizeof(float));
+    void *out = malloc((size_t)n * weft_dtype_size(dt));
+    CHECK(out);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == WEFT_DTYPE_BF16) {
+            ((uint16_t *)out)[i] = weft_f32_to_bf16(w[i]);
+            w[i] = weft_bf16_to_f32(((uint16_t *)out)[i]);
+        } else if (dt == WEFT_DTYPE_F16) {
+            ((uint16_t *)out)[i] = weft_f32_to_f16(w[i]);
+            w[i] = weft_f16_to_f32(((uint16_t *)out)[i]);
+        } else {
+            ((float *)out)[i] = w[i];
+        }
+    }
+    return out;
+}
+
+/* Every algorithm, the AVX-512 direct kernel and the portable one, each weight dtype; in f32
+ * compute within f32 rounding of the double reference, in bf16 compute (x rounded to bf16 on
+ * the GEMM path) within bf16's. */
+static void conv_case(int64_t h, int64_t wd, int64_t cin, int64_t cout, int64_t k,
+                      enum weft_dtype dt)
+{
+    const int64_t n_out = h * wd * cout, nw = cout * cin * k * k;
+    float *x = rnd(h * wd * cin, 1, 0), *w = rnd(nw, 0.3f, 0);
+    void *wt = as_dtype(w, nw, dt);
+    float *b = rnd(cout, 1, 0);
+    void *packed = malloc((size_t)nw * weft_dtype_size(dt));
     float *resid = rnd(n_out, 1, 0), *y = malloc((size_t)n_out * sizeof(float) + 4);
     double *ref = malloc((size_t)n_out * sizeof(double) + 8);
     CHECK(packed && y && ref);
-    K->conv2d_pack(ctx, w, packed, cout, cin, k);
+    K->conv2d_pack(ctx, wt, dt, packed, cout, cin, k);
     size_t ws_bytes = K->conv2d_workspace(ctx, h, wd, cin, cout, k);
     void *ws = ws_bytes ? malloc(ws_bytes) : NULL;
     CHECK(!ws_bytes || ws);
-    for (int algo = WEFT_CONV_DEFAULT; algo < WEFT_CONV_ALGO_COUNT; algo++) {
-        weft_kernels_cpu_set_conv_algo(ctx, (enum weft_conv_algo)algo);
-        for (int pass = 0; pass < 3; pass++) { /* bias; no bias; bias + accumulate */
-            const float *bias = pass == 1 ? NULL : b;
-            int acc = pass == 2;
-            for (int64_t i = 0; i < n_out; i++)
-                y[i] = acc ? resid[i] : NAN; /* every output must be written */
-            conv_ref(x, w, bias, acc ? resid : NULL, ref, h, wd, cin, cout, k);
-            K->conv2d(ctx, x, packed, bias, y, h, wd, cin, cout, k, acc, ws);
-            double err = max_rel(y, ref, n_out);
-            if (!(err <= 2e-6)) {
-                fprintf(stderr, "conv2d %lldx%lld %lld->%lld k%lld algo %d pass %d: error %.3g\n",
-                        (long long)h, (long long)wd, (long long)cin, (long long)cout,
-                        (long long)k, algo, pass, err);
-                exit(1);
+    const enum cpu_isa have = ctx->isa;
+    for (int plain = 0; plain < 2; plain++) {
+        ctx->isa = plain ? CPU_ISA_GENERIC : have; /* the direct kernel follows the ISA */
+        for (int compute = 0; compute < 2; compute++) {
+            if (compute && weft_kernels_cpu_set_compute(ctx, WEFT_DTYPE_BF16) != WEFT_OK)
+                continue;
+            const double tol = compute ? 1.5e-2 : 2e-6;
+            for (int algo = WEFT_CONV_DEFAULT; algo < WEFT_CONV_ALGO_COUNT; algo++) {
+                weft_kernels_cpu_set_conv_algo(ctx, (enum weft_conv_algo)algo);
+                for (int pass = 0; pass < 3; pass++) { /* bias; no bias; bias + accumulate */
+                    const float *bias = pass == 1 ? NULL : b;
+                    int acc = pass == 2;
+                    for (int64_t i = 0; i < n_out; i++)
+                        y[i] = acc ? resid[i] : NAN; /* every output must be written */
+                    conv_ref(x, w, bias, acc ? resid : NULL, ref, h, wd, cin, cout, k);
+                    K->conv2d(ctx, x, packed, dt, bias, y, h, wd, cin, cout, k, acc, ws);
+                    double err = max_rel(y, ref, n_out);
+                    if (!(err <= tol)) {
+                        fprintf(stderr, "conv2d %lldx%lld %lld->%lld k%lld %s weight, %s "
+                                        "compute, %s, algo %d pass %d: error %.3g\n",
+                                (long long)h, (long long)wd, (long long)cin, (long long)cout,
+                                (long long)k, weft_dtype_name(dt), compute ? "bf16" : "f32",
+                                plain ? "portable" : cpu_isa_name(have), algo, pass, err);
+                        exit(1);
+                    }
+                }
             }
+            weft_kernels_cpu_set_compute(ctx, WEFT_DTYPE_F32);
         }
     }
+    ctx->isa = have;
     weft_kernels_cpu_set_conv_algo(ctx, WEFT_CONV_DEFAULT);
-    free(x), free(w), free(b), free(packed), free(resid), free(y), free(ref), free(ws);
+    free(x), free(w), free(wt), free(b), free(packed), free(resid), free(y), free(ref), free(ws);
 }
 
 static void test_conv2d(void)
@@ -104,8 +143,10 @@ static void test_conv2d(void)
         {2, 9, 130, 70, 3}, {1, 1, 4, 4, 3},    {7, 6, 3, 133, 3},   {8, 8, 64, 64, 3},
         {4, 11, 16, 32, 1}, {3, 5, 130, 3, 1},  {1, 25, 7, 65, 1},   {9, 3, 2, 17, 3},
     };
+    static const enum weft_dtype dts[] = {WEFT_DTYPE_F32, WEFT_DTYPE_BF16, WEFT_DTYPE_F16};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        conv_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4]);
+        for (int d = 0; d < 3; d++)
+            conv_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], dts[d]);
 }
 
 static double silu_d(double v)

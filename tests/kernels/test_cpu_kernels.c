@@ -67,7 +67,7 @@ static void test_linear(void)
                     s += (double)x[i * ldx + c] * w[j * k + c];
                 ref[i * n + j] = s;
             }
-        K->linear(ctx, x, ldx, w, bias, y, ldy, m, n, k, acc);
+        K->linear(ctx, x, ldx, w, WEFT_DTYPE_F32, bias, y, ldy, m, n, k, acc);
         check_err("linear", rel_err(y, ldy, ref, n, m, n), 1e-5);
         for (int64_t i = 0; i < m; i++) /* padding columns untouched */
             for (int64_t j = n; j < ldy; j++)

@@ -1,0 +1,215 @@
+/* The CPU GEMM driver (see gemm.h): the ISA chosen from cpuid, BLIS-style blocking (for each
+ * block of columns and of k: the weights packed once into NR-wide panels, then for each block
+ * of rows: x packed into MR-row panels and the micro-kernel over every tile), the work split
+ * over the backend's threads by columns (or rows, when the columns are too few). */
+#include "kernels/cpu/gemm.h"
+
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+const char *cpu_isa_name(enum cpu_isa isa)
+{
+    static const char *const names[CPU_ISA_COUNT] = {"generic", "avx2", "avx512",
+                                                      "avx512_bf16"};
+    return (unsigned)isa < CPU_ISA_COUNT ? names[isa] : "?";
+}
+
+enum cpu_isa cpu_isa_detect(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("fma"))
+        return __builtin_cpu_supports("avx512bf16") ? CPU_ISA_AVX512_BF16 : CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return CPU_ISA_AVX2;
+#endif
+    return CPU_ISA_GENERIC;
+}
+
+bool cpu_gemm_kernels_get(enum cpu_isa isa, bool bf16, struct cpu_gemm_kernels *out)
+{
+    if (bf16) {
+#if defined(__x86_64__)
+        if (isa == CPU_ISA_AVX512_BF16) {
+            cpu_gemm_avx512_bf16(out);
+            return true;
+        }
+#endif
+        return false;
+    }
+    switch (isa) {
+#if defined(__x86_64__)
+    case CPU_ISA_AVX512_BF16:
+    case CPU_ISA_AVX512: cpu_gemm_avx512(out); return true;
+    case CPU_ISA_AVX2: cpu_gemm_avx2(out); return true;
+#endif
+    default: cpu_gemm_generic(out); return true;
+    }
+}
+
+/* Bytes of a packed panel of rows x kc (bf16 pairs pad k to even). */
+static size_t panel_bytes(const struct cpu_gemm_kernels *kr, int64_t rows, int64_t kc)
+{
+    const int64_t steps = kr->bf16 ? (kc + 1) / 2 * 2 : kc;
+    return (size_t)(rows * steps) * kr->elem;
+}
+
+size_t cpu_gemm_scratch_bytes(const struct cpu_gemm_kernels *kr, int64_t nc)
+{
+    const int64_t mc = (kr->mc + kr->mr - 1) / kr->mr * kr->mr;
+    const int64_t ncp = (nc + kr->nr - 1) / kr->nr * kr->nr;
+    return panel_bytes(kr, mc, kr->kc) + panel_bytes(kr, ncp, kr->kc) + 128;
+}
+
+struct gemm_job {
+    const struct cpu_gemm_kernels *kr;
+    const float *x;
+    int64_t ldx;
+    const void *w;
+    enum weft_dtype wdt;
+    const float *b;
+    float *y;
+    int64_t ldy, m, n, k;
+    int accumulate;
+    int64_t ldw;     /* w's row stride: k for [n][k] weights, the row length for [k][n] */
+    bool kmajor;     /* w is [k][n] */
+    bool split_rows; /* units are MR-row groups (else NR-column groups) */
+    void *const *scratch;
+};
+
+/* One thread's rectangle: rows [m0, m1) x columns [n0, n1). */
+static void gemm_rect(const struct gemm_job *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                      void *scratch)
+{
+    const struct cpu_gemm_kernels *kr = g->kr;
+    const int64_t mr = kr->mr, nr = kr->nr, kc_max = kr->kc, mc_max = kr->mc;
+    char *pa = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    char *pb = pa + (panel_bytes(kr, (mc_max + mr - 1) / mr * mr, kc_max) + 63) / 64 * 64;
+    const size_t wsz = weft_dtype_size(g->wdt);
+    for (int64_t jc = n0; jc < n1; jc += CPU_GEMM_NC) {
+        const int64_t nc = n1 - jc < CPU_GEMM_NC ? n1 - jc : CPU_GEMM_NC;
+        for (int64_t pc = 0; pc < g->k; pc += kc_max) {
+            const int64_t kc = g->k - pc < kc_max ? g->k - pc : kc_max;
+            const size_t b_panel = panel_bytes(kr, nr, kc), a_panel = panel_bytes(kr, mr, kc);
+            const int64_t steps = kr->bf16 ? (kc + 1) / 2 : kc;
+            for (int64_t jr = 0; jr < nc; jr += nr) {
+                const int cols = (int)(nc - jr < nr ? nc - jr : nr);
+                char *dst = pb + (size_t)(jr / nr) * b_panel;
+                if (g->kmajor)
+                    kr->pack_bk((const char *)g->w + (size_t)(pc * g->ldw + jc + jr) * wsz,
+                                g->wdt, g->ldw, cols, kc, dst);
+                else
+                    kr->pack_b((const char *)g->w + (size_t)((jc + jr) * g->ldw + pc) * wsz,
+                               g->wdt, g->ldw, cols, kc, dst);
+            }
+            const int mode = g->accumulate || pc > 0;
+            for (int64_t ic = m0; ic < m1; ic += mc_max) {
+                const int64_t mc = m1 - ic < mc_max ? m1 - ic : mc_max;
+                for (int64_t ir = 0; ir < mc; ir += mr) {
+                    const int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                    kr->pack_a(g->x + (ic + ir) * g->ldx + pc, g->ldx, rows, kc,
+                               pa + (size_t)(ir / mr) * a_panel);
+                }
+                for (int64_t jr = 0; jr < nc; jr += nr) {
+                    const int cols = (int)(nc - jr < nr ? nc - jr : nr);
+                    const float *bias = pc == 0 && g->b ? g->b + jc + jr : NULL;
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        const int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                        kr->ukr(steps, pa + (size_t)(ir / mr) * a_panel,
+                                pb + (size_t)(jr / nr) * b_panel,
+                                g->y + (ic + ir) * g->ldy + jc + jr, g->ldy, rows, cols, mode,
+                                bias);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void gemm_range(void *arg, int64_t begin, int64_t end, int thread)
+{
+    const struct gemm_job *g = arg;
+    if (g->split_rows) {
+        const int64_t m0 = begin * g->kr->mr, m1 = end * g->kr->mr < g->m ? end * g->kr->mr
+                                                                           : g->m;
+        gemm_rect(g, m0, m1, 0, g->n, g->scratch[thread]);
+    } else {
+        const int64_t n0 = begin * g->kr->nr, n1 = end * g->kr->nr < g->n ? end * g->kr->nr
+                                                                           : g->n;
+        gemm_rect(g, 0, g->m, n0, n1, g->scratch[thread]);
+    }
+}
+
+struct rowdot_job {
+    const struct cpu_gemm_kernels *kr;
+    const float *x;
+    int64_t ldx;
+    const void *w;
+    enum weft_dtype wdt;
+    const float *b;
+    float *y;
+    int64_t ldy, m, k;
+    int mode;
+};
+
+static void rowdot_range(void *arg, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct rowdot_job *r = arg;
+    const size_t wsz = weft_dtype_size(r->wdt);
+    r->kr->rowdot(r->x, r->ldx, (const char *)r->w + (size_t)(begin * r->k) * wsz, r->wdt,
+                  r->k, r->b ? r->b + begin : NULL, r->y + begin, r->ldy, r->m, end - begin,
+                  r->k, r->mode);
+}
+
+static void gemm_blocked(struct weft_kctx *ctx, struct gemm_job *g)
+{
+    const struct cpu_gemm_kernels *kr = g->kr;
+    const int64_t col_units = (g->n + kr->nr - 1) / kr->nr;
+    const int64_t row_units = (g->m + kr->mr - 1) / kr->mr;
+    /* columns give each thread its own weights to pack; rows when they are too few */
+    g->split_rows = col_units < 4 * (int64_t)ctx->threads && row_units > col_units;
+    if (g->split_rows)
+        cpu_parallel(ctx, row_units, (kr->mc + kr->mr - 1) / kr->mr, gemm_range, g);
+    else
+        cpu_parallel(ctx, col_units, 1, gemm_range, g);
+}
+
+void cpu_gemm_kn(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
+                 enum weft_dtype wdt, int64_t ldw, const float *b, float *y, int64_t ldy,
+                 int64_t m, int64_t n, int64_t k, int accumulate)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return;
+    const struct cpu_gemm_kernels *kr = ctx->compute_bf16 ? &ctx->gemm_bf16 : &ctx->gemm_f32;
+    struct gemm_job g = {kr, x, ldx, w, wdt, b, y, ldy, m, n, k, accumulate, ldw, true, false,
+                         ctx->gemm_scratch};
+    gemm_blocked(ctx, &g);
+}
+
+void cpu_gemm(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
+              enum weft_dtype wdt, const float *b, float *y, int64_t ldy, int64_t m, int64_t n,
+              int64_t k, int accumulate)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) { /* no products: the bias, or nothing */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                y[i * ldy + j] = (accumulate ? y[i * ldy + j] : 0.0f) + (b ? b[j] : 0.0f);
+        return;
+    }
+    if (m <= CPU_GEMM_ROWDOT_MAX) {
+        struct rowdot_job r = {&ctx->gemm_f32, x, ldx, w, wdt, b, y, ldy, m, k, accumulate};
+        cpu_parallel(ctx, n, 16, rowdot_range, &r);
+        return;
+    }
+    const struct cpu_gemm_kernels *kr = ctx->compute_bf16 ? &ctx->gemm_bf16 : &ctx->gemm_f32;
+    struct gemm_job g = {kr, x, ldx, w, wdt, b, y, ldy, m, n, k, accumulate, k, false, false,
+                         ctx->gemm_scratch};
+    gemm_blocked(ctx, &g);
+}
