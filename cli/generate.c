@@ -323,6 +323,7 @@ int weft_cmd_generate(struct weft_cli *cli)
     if (st == WEFT_OK) {
         weft_rt_assign_single(dir, a);
         a->decode = o.png != 0;
+        a->compute = (enum weft_dtype)cli->conf.model.dtype;
         st = weft_runtime_assign(rt, a, NULL, &err);
     }
     if (st == WEFT_OK) {

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "common/alloc.h"
 #include "common/log.h"
+#include "kernels/kernels.h"
 #include "model/job.h"
 
 extern char **environ;
@@ -204,6 +205,16 @@ int main(int argc, char **argv)
     }
     if (strcmp(rest[0], "--version") == 0) {
         printf("weft %s\n", WEFT_VERSION);
+        /* what the CPU backend runs here with this configuration */
+        const struct weft_kernels *K;
+        struct weft_kctx *kc;
+        if (weft_kernels_cpu_create((int)cli.conf.kernels.threads, &K, &kc) == WEFT_OK) {
+            char what[256];
+            (void)K->set_compute(kc, (enum weft_dtype)cli.conf.model.dtype);
+            K->describe(kc, what, sizeof(what));
+            printf("cpu backend: %s\n", what);
+            weft_kernels_cpu_destroy(kc);
+        }
         rc = 0;
         goto out;
     }

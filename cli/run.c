@@ -356,15 +356,10 @@ int weft_cmd_run(struct weft_cli *cli)
     snprintf(ring, sizeof(ring), "--parallel.ring_degree=%lld", o.ring);
     snprintf(dp, sizeof(dp), "--parallel.dp_degree=%lld", o.dp);
     snprintf(workers, sizeof(workers), "--cluster.workers=%lld", o.np);
-    /* the CPU's cores shared by the workers; the stages of a device_map pipeline run one at a
-     * time, so they share a replica's cores instead of dividing them */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const bool staged = o.device_map ? strcmp(o.device_map, "none") != 0
-                                     : cli->conf.device_map.strategy != 0;
-    long busy = staged ? o.dp : o.np;
-    long per = cli->conf.kernels.threads ? cli->conf.kernels.threads
-                                         : (cores / busy > 0 ? cores / busy : 1);
-    snprintf(threads, sizeof(threads), "--kernels.threads=%ld", per);
+    /* a thread count given here is every worker's; without one the coordinator gives each
+     * worker its share of the host's cores (coordinator/cluster/plan.c) */
+    snprintf(threads, sizeof(threads), "--kernels.threads=%lld",
+             (long long)cli->conf.kernels.threads);
     static const char *const strategies[] = {"none", "balanced", "auto"};
     const int si = cli->conf.device_map.strategy;
     char dm[64], mm[1100];
@@ -383,7 +378,8 @@ int weft_cmd_run(struct weft_cli *cli)
         wait_file(w_port, &coord, 60, wport, sizeof(wport)))
         goto out;
     for (long long i = 0; i < o.np; i++) {
-        char *wargv[] = {self, "worker", "--coordinator", wport, threads, NULL};
+        char *wargv[] = {self, "worker", "--coordinator", wport,
+                         cli->conf.kernels.threads ? threads : NULL, NULL};
         if ((pids[i] = spawn(cli, o.verbose, wargv, env)) < 0)
             goto out;
     }

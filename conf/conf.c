@@ -65,12 +65,14 @@ static const struct conf_key model_keys[] = {
     KEY_STR(weft_conf_model, path, "",
             "Diffusers pipeline or model folder. Empty: the embedded default (models/flux-tiny)."),
     KEY_ENUM(weft_conf_model, dtype, "f32", compute_dtypes,
-             "Compute dtype. Weights on disk may be any of f32, bf16, f16."),
+             "Dtype of the products (f32 accumulation either way): bf16 needs AVX512_BF16 on "
+             "the CPU, else f32 is used. Weights stay as stored (f32, bf16 or f16)."),
 };
 
 static const struct conf_key kernels_keys[] = {
     KEY_INT(weft_conf_kernels, threads, "0", 0, 1024,
-            "Threads per worker for CPU kernels; 0 uses every core the process may run on."),
+            "Threads per worker for CPU kernels; 0: a worker in a cluster takes its share of "
+            "its host's cores, one process alone every core it may run on."),
 };
 
 /* Orders match enum weft_ring_rotation (model/cp.h). */

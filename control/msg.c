@@ -81,6 +81,11 @@ static weft_status_t check_assign(const struct weft_msg_assign *a, struct weft_e
         return bad(err, w, "world_rank", "is not a rank of the mesh in the world");
     if (a->world_size > 1 && !a->rdv[0])
         return bad(err, w, "rdv", "is empty for a world of several ranks");
+    if (a->compute != WEFT_DTYPE_F32 && a->compute != WEFT_DTYPE_BF16 &&
+        a->compute != WEFT_DTYPE_F16)
+        return bad(err, w, "compute", "is not f32, bf16 or f16");
+    if (!in(a->threads, 0, 1024))
+        return bad(err, w, "threads", "outside 0..1024");
     const struct weft_msg_stage *s = &a->stage;
     if (s->on != a->layout.device_map)
         return bad(err, w, "stage", "given without device_map, or missing with it");
@@ -170,6 +175,8 @@ weft_status_t weft_msg_check(unsigned type, const union weft_msg *m, struct weft
     case WEFT_MSG_ASSIGN:
         return check_assign(&m->assign, err);
     case WEFT_MSG_ASSIGNED:
+        if (!in(m->assigned.threads, 0, 1024))
+            return bad(err, "assigned", "threads", "outside 0..1024");
         return m->assigned.status <= 0 && m->assigned.status > -300
                    ? WEFT_OK
                    : bad(err, "assigned", "status", "is not a weft status");
@@ -289,6 +296,8 @@ static void f_assign(struct codec *c, struct weft_msg_assign *a)
     f_layout(c, &a->layout);
     f_bool(c, &a->tp_full_then_shard, "tp_full_then_shard");
     f_bool(c, &a->decode, "decode");
+    f_i32(c, &a->compute, "compute");
+    f_i32(c, &a->threads, "threads");
     f_bool(c, &a->stage.on, "stage.on");
     f_i32(c, &a->stage.unit_first, "stage.unit_first");
     f_i32(c, &a->stage.unit_last, "stage.unit_last");
@@ -315,6 +324,7 @@ static void f_assigned(struct codec *c, struct weft_msg_assigned *a)
     F_STR(c, a->error, "error");
     f_u64(c, &a->transformer_bytes, "transformer_bytes");
     f_u64(c, &a->vae_bytes, "vae_bytes");
+    f_i32(c, &a->threads, "threads");
 }
 
 /* RUN's counts first, so the decoder can size its arrays before reading them. */

@@ -70,6 +70,9 @@ struct weft_msg_assign {
     struct weft_layout layout;
     bool tp_full_then_shard;
     bool decode;                 /* this rank loads the VAE and sends the images */
+    int32_t compute;             /* [model] dtype: enum weft_dtype, f32, bf16 or f16 */
+    int32_t threads;             /* CPU kernel threads: its share of its host's cores (0: keep
+                                  * its own, a count the worker was started with) */
     struct weft_msg_stage stage;
     struct weft_conf_map tp_plan; /* [tp_plan] overrides of the model's plan */
 };
@@ -79,6 +82,7 @@ struct weft_msg_assigned {
     int32_t status; /* weft_status_t */
     char error[WEFT_ERROR_MSG];
     uint64_t transformer_bytes, vae_bytes;
+    int32_t threads; /* its CPU kernel threads now */
 };
 
 struct weft_msg_prompt {

@@ -4,8 +4,8 @@
  * forward pass runs unchanged on any backend. Activations are f32. Weights stay in their
  * checkpoint's dtype (f32, bf16, f16): the operations that read a weight matrix (linear,
  * conv2d) take its dtype and read it as stored; small parameter vectors (biases, norm weights)
- * are f32. The backend's compute dtype (weft_kernels_cpu_set_compute) says whether products
- * run in f32 or in bf16 with f32 accumulation. Row-major throughout; every
+ * are f32. The backend's compute dtype (set_compute) says whether products run in f32 or in
+ * bf16 with f32 accumulation. Row-major throughout; every
  * operation that reads or writes rows takes a row stride (in elements) so model code can work
  * on column slices (heads of a joint sequence, one half of a packed projection) without copies.
  *
@@ -38,6 +38,12 @@ struct weft_kernels {
     void (*fill)(struct weft_kctx *ctx, float *dst, float value, int64_t n);
     weft_status_t (*sync)(struct weft_kctx *ctx);
     weft_status_t (*status)(struct weft_kctx *ctx);
+    /* The dtype products are computed in: f32, or bf16 (f16) with f32 accumulation, x and the
+     * weights rounded as they enter the product, as torch's reduced-precision matmul does.
+     * WEFT_ERR_UNSUPPORTED when this backend or device has no such path: f32 is kept. */
+    weft_status_t (*set_compute)(struct weft_kctx *ctx, enum weft_dtype dtype);
+    /* One line naming the GEMM, what it dispatched to, the compute dtype and the threads. */
+    void (*describe)(const struct weft_kctx *ctx, char *buf, size_t len);
 
     /* y[m, n] (row stride ldy) = x[m, k] (row stride ldx) . w[n, k]^T + b[n] (b may be NULL),
      * w contiguous rows of w_dtype (f32, bf16 or f16) as the checkpoint stores them. With
@@ -115,9 +121,13 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
                                       struct weft_kctx **ctx_p);
 void weft_kernels_cpu_destroy(struct weft_kctx *ctx);
 int weft_kernels_cpu_threads(const struct weft_kctx *ctx);
-/* Products in f32 (the default) or in bf16 with f32 accumulation (x and weights rounded to
- * bf16 as they enter the GEMM, as torch's bf16 matmul does; needs avx512_bf16, else f32 is
- * kept and WEFT_ERR_UNSUPPORTED returned). Any other dtype: WEFT_ERR_INVALID. */
+/* A new thread count (>= 1), between jobs: the pool and its scratch are remade. On failure the
+ * old count is kept where it can be. */
+weft_status_t weft_kernels_cpu_set_threads(struct weft_kctx *ctx, int threads);
+/* The cores this process may run on (its affinity mask). */
+int weft_kernels_cpu_usable_cores(void);
+/* set_compute: f32 (the default) or bf16 (needs avx512_bf16; f16 is not a CPU path): else f32
+ * is kept and WEFT_ERR_UNSUPPORTED returned. */
 weft_status_t weft_kernels_cpu_set_compute(struct weft_kctx *ctx, enum weft_dtype dtype);
 /* One line: the GEMM, the ISA it dispatched to from cpuid, the compute dtype, the threads
  * ("weft gemm, avx512_bf16 kernels, f32 compute, 2 threads"). */
@@ -126,7 +136,7 @@ void weft_kernels_cpu_describe(const struct weft_kctx *ctx, char *buf, size_t le
 /* How the CPU backend computes 3x3 convolutions (1x1 ones are always one GEMM). */
 enum weft_conv_algo {
     WEFT_CONV_DEFAULT, /* the faster one on the machines measured (bench/README.md) */
-    WEFT_CONV_GEMM,    /* im2col in row bands + OpenBLAS sgemm */
+    WEFT_CONV_GEMM,    /* im2col in row bands + the backend's GEMM */
     WEFT_CONV_DIRECT,  /* register-blocked direct kernel, no im2col */
     WEFT_CONV_ALGO_COUNT
 };

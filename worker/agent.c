@@ -203,6 +203,7 @@ static void assign_of_msg(const struct weft_msg_assign *m, struct weft_rt_assign
     as->tp_full_then_shard = m->tp_full_then_shard;
     as->tp_plan = m->tp_plan;
     as->decode = m->decode;
+    as->compute = (enum weft_dtype)m->compute;
     as->stage = (struct weft_rt_stage){m->stage.on, m->stage.unit_first, m->stage.unit_last,
                                        m->stage.prev, m->stage.next, m->stage.root};
 }
@@ -211,6 +212,15 @@ static weft_status_t do_assign(struct agent *a, const struct weft_msg_assign *m,
                                struct weft_error *err)
 {
     drop_world(a);
+    /* the cores of this host are the plan's to share out, unless we were given a count */
+    if (m->threads > 0 && !a->opts->conf->kernels.threads &&
+        m->threads != weft_kernels_cpu_threads(a->kc)) {
+        WEFT_LOG_INFO("worker", "kernel threads %d -> %d (this worker's share of the host)",
+                      weft_kernels_cpu_threads(a->kc), (int)m->threads);
+        if (weft_kernels_cpu_set_threads(a->kc, m->threads) != WEFT_OK)
+            return weft_error_refuse(err, WEFT_ERR_NOMEM,
+                                     "out of memory for %d kernel threads", (int)m->threads);
+    }
     if (m->world_size > 1) {
         struct weft_transport_opts to;
         weft_transport_opts_from_conf(&a->opts->conf->transport, &to);
@@ -403,6 +413,7 @@ static void exec_assign(struct agent *a, struct qitem *it)
     r->assigned.status = st;
     snprintf(r->assigned.error, sizeof(r->assigned.error), "%s", weft_error_text(&err));
     weft_runtime_bytes(a->rt, &r->assigned.transformer_bytes, &r->assigned.vae_bytes);
+    r->assigned.threads = weft_kernels_cpu_threads(a->kc);
     reply(a, WEFT_MSG_ASSIGNED, r, NULL);
 }
 
@@ -566,6 +577,17 @@ static cJSON *inventory(struct agent *a)
     cJSON_AddNumberToObject(h, "pid", getpid());
     cJSON_AddStringToObject(h, "device", "cpu");
     cJSON_AddNumberToObject(h, "threads", weft_kernels_cpu_threads(a->kc));
+    cJSON_AddBoolToObject(h, "threads_fixed", a->opts->conf->kernels.threads != 0);
+    cJSON_AddNumberToObject(h, "cores", weft_kernels_cpu_usable_cores());
+    char boot_id[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r"); /* one per booted machine */
+    if (f) {
+        if (fgets(boot_id, sizeof(boot_id), f))
+            boot_id[strcspn(boot_id, "\n")] = '\0';
+        fclose(f);
+    }
+    if (boot_id[0])
+        cJSON_AddStringToObject(h, "host_id", boot_id);
     if (sysinfo(&si) == 0)
         cJSON_AddNumberToObject(h, "memory", (double)si.totalram * si.mem_unit);
     cJSON_AddStringToObject(h, "launcher", a->opts->launch.source);

@@ -29,7 +29,7 @@ struct local_runner {
     struct weft_runner base;
     struct weft_runner_sink *sink;
     char model_dir[WEFT_CONF_PATH];
-    int threads;
+    int threads, compute;
     pthread_t thread;
     bool thread_started;
     /* owned by the thread */
@@ -108,6 +108,7 @@ static weft_status_t load_model(struct local_runner *r, struct weft_error *err)
     if (!a)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_rt_assign_single(r->model_dir, a);
+    a->compute = (enum weft_dtype)r->compute;
     st = weft_runtime_assign(r->rt, a, NULL, err);
     weft_free(a);
     if (st == WEFT_OK && !weft_runtime_model(r->rt)->has_vae)
@@ -502,6 +503,7 @@ weft_status_t weft_local_runner_create(const struct weft_local_runner_opts *opts
     r->base.ops = &lr_ops;
     r->sink = sink;
     r->threads = opts->threads;
+    r->compute = opts->compute;
     snprintf(r->model_dir, sizeof(r->model_dir), "%s", opts->model_dir);
     atomic_init(&r->cancel, false);
     pthread_mutex_init(&r->mu, NULL);

@@ -11,6 +11,7 @@
 struct weft_local_runner_opts {
     const char *model_dir; /* pipeline folder (transformer/, scheduler/, vae/) */
     int threads;           /* CPU kernel threads; 0: every core */
+    int compute;           /* [model] dtype: enum weft_dtype */
 };
 
 /* Starts its thread, which loads the model; jobs started before the load ends wait for it (a

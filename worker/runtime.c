@@ -44,6 +44,7 @@ void weft_rt_assign_single(const char *model_dir, struct weft_rt_assign *out)
     snprintf(out->model, sizeof(out->model), "%s", model_dir);
     weft_layout_single(&out->layout);
     out->decode = true;
+    out->compute = WEFT_DTYPE_F32;
 }
 
 weft_status_t weft_runtime_create(const struct weft_rt_opts *opts, struct weft_runtime **rt_p)
@@ -131,6 +132,10 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
 {
     weft_runtime_unassign(rt);
     rt->a = *a;
+    const struct weft_kernels *K = rt->opts.kernels;
+    if (K->set_compute(rt->opts.kctx, a->compute) != WEFT_OK)
+        WEFT_LOG_WARN("worker", "%s compute is not available on this %s backend: products in "
+                      "f32 (weights stay as stored)", weft_dtype_name(a->compute), K->name);
     weft_status_t st = weft_model_open(a->model, &rt->model, err);
     if (st == WEFT_OK)
         st = weft_model_check_layout(rt->model, &a->layout, &a->tp_plan, err);

@@ -46,6 +46,8 @@ struct weft_rt_assign {
     bool tp_full_then_shard;
     struct weft_conf_map tp_plan; /* [tp_plan] overrides of the model's plan */
     bool decode;                  /* this rank loads the VAE and makes the images */
+    enum weft_dtype compute;      /* [model] dtype: products in f32 or bf16 (f32 where the
+                                   * backend has no such path, said in the log) */
     /* device_map: this rank's stage of the transformer's layer pipeline (.on false without) */
     struct weft_rt_stage {
         bool on;

@@ -70,6 +70,7 @@ struct worker {
     int rank; /* world rank, -1 when outside the mesh */
     int replica, decode, assigned;
     uint64_t transformer_bytes, vae_bytes;
+    int threads; /* its kernel threads, as its assignment left them */
 };
 
 struct job_run {

@@ -141,6 +141,43 @@ static int mesh_workers(const struct cluster_runner *r, int *per_p)
     return n >= per ? n : 0;
 }
 
+/* The host a worker runs on, as its inventory names it: the kernel's boot id (one per booted
+ * machine, whatever its names), else its host name. */
+static const char *host_key(const struct worker *w)
+{
+    const cJSON *id = w->hello ? cJSON_GetObjectItemCaseSensitive(w->hello, "host_id") : NULL;
+    return cJSON_IsString(id) && id->valuestring[0] ? id->valuestring : w->host;
+}
+
+/* CPU kernel threads for the worker of mesh rank `rank`: its share of its host's cores among
+ * the plan's workers there that compute at the same time (every worker; with device_map the
+ * stages of one replica run in turn, so one per replica), at least 1. 0 (the worker keeps its
+ * own) when it was started with a thread count or did not report its cores. */
+static int32_t thread_share(const struct cluster_runner *r, struct worker *const *ranked, int n,
+                            int rank)
+{
+    const cJSON *inv = ranked[rank]->hello;
+    const cJSON *fixed = inv ? cJSON_GetObjectItemCaseSensitive(inv, "threads_fixed") : NULL;
+    const cJSON *cores = inv ? cJSON_GetObjectItemCaseSensitive(inv, "cores") : NULL;
+    if (cJSON_IsTrue(fixed) || !cJSON_IsNumber(cores) || cores->valuedouble < 1)
+        return 0;
+    const char *key = host_key(ranked[rank]);
+    bool seen[MAX_WORKERS] = {false};
+    int busy = 0;
+    for (int k = 0; k < n; k++) {
+        if (strcmp(host_key(ranked[k]), key) != 0)
+            continue;
+        struct weft_mesh_coord c;
+        weft_mesh_coord(&r->mesh, k, &c);
+        if (r->layout.device_map && seen[c.dp])
+            continue;
+        seen[c.dp] = true;
+        busy++;
+    }
+    const double share = cores->valuedouble / (busy > 0 ? busy : 1);
+    return share >= 1024 ? 1024 : share >= 1 ? (int32_t)share : 1;
+}
+
 static void assign_one(struct cluster_runner *r, struct worker *w, int rank, const char *rdv,
                        struct weft_msg_assign *m)
 {
@@ -161,6 +198,7 @@ static void assign_one(struct cluster_runner *r, struct worker *w, int rank, con
     if (devmap)
         devmap_stage(r, c.pp, &m->stage, &decode);
     m->decode = decode;
+    m->compute = r->conf->model.dtype;
     m->tp_plan = r->conf->tp_plan;
     w->rank = rank;
     w->replica = c.dp;
@@ -240,6 +278,7 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
             return;
         }
         assign_one(r, ranked[rank], rank, rdv, m);
+        m->threads = thread_share(r, ranked, n, rank);
         /* a worker whose link is gone is lost by its link's end, which plans again */
         (void)weft_cr_send(ranked[rank], WEFT_MSG_ASSIGN, (const union weft_msg *)m);
     }
@@ -267,6 +306,7 @@ void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,
         return;
     }
     w->transformer_bytes = m->transformer_bytes;
+    w->threads = m->threads;
     w->vae_bytes = m->vae_bytes;
     w->assigned = 1;
     int done = 0;

@@ -160,6 +160,8 @@ static cJSON *cr_describe(struct weft_runner *base)
             cJSON_AddNumberToObject(e, "replica", w->replica);
             cJSON_AddNumberToObject(e, "transformer_bytes", (double)w->transformer_bytes);
             cJSON_AddNumberToObject(e, "vae_bytes", (double)w->vae_bytes);
+            if (w->assigned)
+                cJSON_ReplaceItemInObject(e, "threads", cJSON_CreateNumber(w->threads));
             cJSON_AddItemToArray(tf, cJSON_CreateString(w->id));
             if (w->decode)
                 cJSON_AddItemToArray(vae, cJSON_CreateString(w->id));

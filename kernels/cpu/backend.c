@@ -1,5 +1,4 @@
 /* The CPU backend: its table, memory (huge-page buffers) and the thread pool's lifetime. */
-#include <cblas.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +75,8 @@ static const struct weft_kernels cpu_kernels = {
     .fill = fill,
     .sync = no_error,
     .status = no_error,
+    .set_compute = weft_kernels_cpu_set_compute,
+    .describe = weft_kernels_cpu_describe,
     .linear = cpu_linear,
     .layernorm = cpu_layernorm,
     .rmsnorm = cpu_rmsnorm,
@@ -94,12 +95,49 @@ static const struct weft_kernels cpu_kernels = {
     .upsample2x = cpu_upsample2x,
 };
 
-static int usable_cores(void)
+int weft_kernels_cpu_usable_cores(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
         return CPU_COUNT(&set);
     return 1;
+}
+
+/* What depends on the thread count: the pool and each thread's scratch. */
+static void threads_fini(struct weft_kctx *ctx)
+{
+    cpu_pool_destroy(ctx->pool);
+    ctx->pool = NULL;
+    for (int i = 0; ctx->scratch && i < ctx->threads; i++)
+        weft_big_free(ctx->scratch[i], CPU_SCRATCH_FLOATS * sizeof(float));
+    weft_free(ctx->scratch);
+    ctx->scratch = NULL;
+    for (int i = 0; ctx->gemm_scratch && i < ctx->threads; i++)
+        weft_big_free(ctx->gemm_scratch[i], ctx->gemm_scratch_bytes);
+    weft_free(ctx->gemm_scratch);
+    ctx->gemm_scratch = NULL;
+}
+
+static weft_status_t threads_init(struct weft_kctx *ctx, int threads)
+{
+    ctx->threads = threads;
+    weft_status_t st = cpu_pool_create(ctx->threads, &ctx->pool);
+    if (st != WEFT_OK)
+        return st;
+    ctx->scratch = weft_calloc((size_t)ctx->threads, sizeof(*ctx->scratch));
+    for (int i = 0; ctx->scratch && i < ctx->threads; i++)
+        if (!(ctx->scratch[i] = weft_big_alloc(CPU_SCRATCH_FLOATS * sizeof(float))))
+            break;
+    ctx->gemm_scratch = weft_calloc((size_t)ctx->threads, sizeof(*ctx->gemm_scratch));
+    for (int i = 0; ctx->gemm_scratch && i < ctx->threads; i++)
+        if (!(ctx->gemm_scratch[i] = weft_big_alloc(ctx->gemm_scratch_bytes)))
+            break;
+    if (!ctx->scratch || !ctx->scratch[ctx->threads - 1] || !ctx->gemm_scratch ||
+        !ctx->gemm_scratch[ctx->threads - 1]) {
+        threads_fini(ctx);
+        return WEFT_ERR_NOMEM;
+    }
+    return WEFT_OK;
 }
 
 weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **ops_p,
@@ -108,26 +146,7 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
     struct weft_kctx *ctx = weft_calloc(1, sizeof(*ctx));
     if (!ctx)
         return WEFT_ERR_NOMEM;
-    ctx->threads = threads > 0 ? threads : usable_cores();
-    /* GEMMs run on OpenBLAS's own threads: the same budget as ours, or processes sharing a
-     * machine (one per device) oversubscribe it. The setting is per process. */
-    openblas_set_num_threads(ctx->threads);
-    weft_status_t st = cpu_pool_create(ctx->threads, &ctx->pool);
-    if (st != WEFT_OK) {
-        weft_free(ctx);
-        return st;
-    }
-    ctx->scratch = weft_calloc((size_t)ctx->threads, sizeof(*ctx->scratch));
-    for (int i = 0; ctx->scratch && i < ctx->threads; i++) {
-        ctx->scratch[i] = weft_big_alloc(CPU_SCRATCH_FLOATS * sizeof(float));
-        if (!ctx->scratch[i])
-            break;
-    }
-    if (!ctx->scratch || !ctx->scratch[ctx->threads - 1]) {
-        weft_kernels_cpu_destroy(ctx);
-        return WEFT_ERR_NOMEM;
-    }
-    /* the GEMM's kernels from what this CPU can do, and their packing buffers */
+    /* the GEMM's kernels from what this CPU can do, and the size of their packing buffers */
     ctx->isa = cpu_isa_detect();
     cpu_gemm_kernels_get(ctx->isa, false, &ctx->gemm_f32);
     if (!cpu_gemm_kernels_get(ctx->isa, true, &ctx->gemm_bf16))
@@ -135,13 +154,10 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
     size_t a = cpu_gemm_scratch_bytes(&ctx->gemm_f32, CPU_GEMM_NC);
     size_t b = cpu_gemm_scratch_bytes(&ctx->gemm_bf16, CPU_GEMM_NC);
     ctx->gemm_scratch_bytes = a > b ? a : b;
-    ctx->gemm_scratch = weft_calloc((size_t)ctx->threads, sizeof(*ctx->gemm_scratch));
-    for (int i = 0; ctx->gemm_scratch && i < ctx->threads; i++)
-        if (!(ctx->gemm_scratch[i] = weft_big_alloc(ctx->gemm_scratch_bytes)))
-            break;
-    if (!ctx->gemm_scratch || !ctx->gemm_scratch[ctx->threads - 1]) {
-        weft_kernels_cpu_destroy(ctx);
-        return WEFT_ERR_NOMEM;
+    weft_status_t st = threads_init(ctx, threads > 0 ? threads : weft_kernels_cpu_usable_cores());
+    if (st != WEFT_OK) {
+        weft_free(ctx);
+        return st;
     }
     char what[160];
     weft_kernels_cpu_describe(ctx, what, sizeof(what));
@@ -151,17 +167,25 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
     return WEFT_OK;
 }
 
+weft_status_t weft_kernels_cpu_set_threads(struct weft_kctx *ctx, int threads)
+{
+    if (threads < 1)
+        return WEFT_ERR_INVALID;
+    if (threads == ctx->threads)
+        return WEFT_OK;
+    const int before = ctx->threads;
+    threads_fini(ctx);
+    weft_status_t st = threads_init(ctx, threads);
+    if (st != WEFT_OK && threads_init(ctx, before) != WEFT_OK) /* back to what worked */
+        return WEFT_ERR_NOMEM; /* no pool at all: the context is unusable */
+    return st;
+}
+
 void weft_kernels_cpu_destroy(struct weft_kctx *ctx)
 {
     if (!ctx)
         return;
-    cpu_pool_destroy(ctx->pool);
-    for (int i = 0; ctx->scratch && i < ctx->threads; i++)
-        weft_big_free(ctx->scratch[i], CPU_SCRATCH_FLOATS * sizeof(float));
-    weft_free(ctx->scratch);
-    for (int i = 0; ctx->gemm_scratch && i < ctx->threads; i++)
-        weft_big_free(ctx->gemm_scratch[i], ctx->gemm_scratch_bytes);
-    weft_free(ctx->gemm_scratch);
+    threads_fini(ctx);
     weft_free(ctx);
 }
 
@@ -172,8 +196,10 @@ int weft_kernels_cpu_threads(const struct weft_kctx *ctx)
 
 weft_status_t weft_kernels_cpu_set_compute(struct weft_kctx *ctx, enum weft_dtype dtype)
 {
-    if (dtype != WEFT_DTYPE_F32 && dtype != WEFT_DTYPE_BF16)
-        return WEFT_ERR_INVALID;
+    if (dtype != WEFT_DTYPE_F32 && dtype != WEFT_DTYPE_BF16) {
+        ctx->compute_bf16 = false;
+        return WEFT_ERR_UNSUPPORTED;
+    }
     const bool want = dtype == WEFT_DTYPE_BF16;
     if (want && !ctx->gemm_bf16.bf16) {
         ctx->compute_bf16 = false;
@@ -186,9 +212,12 @@ weft_status_t weft_kernels_cpu_set_compute(struct weft_kctx *ctx, enum weft_dtyp
 void weft_kernels_cpu_describe(const struct weft_kctx *ctx, char *buf, size_t len)
 {
     const struct cpu_gemm_kernels *k = ctx->compute_bf16 ? &ctx->gemm_bf16 : &ctx->gemm_f32;
-    snprintf(buf, len, "weft gemm, %s kernels (%dx%d tiles; cpu %s), %s compute, %d threads",
-             cpu_isa_name(k->isa), k->mr, k->nr, cpu_isa_name(ctx->isa),
-             ctx->compute_bf16 ? "bf16" : "f32", ctx->threads);
+    snprintf(buf, len,
+             "weft gemm, %s kernels (%dx%d tiles; cpuid: %s), %s compute (bf16 compute %s), "
+             "%d thread%s", cpu_isa_name(k->isa), k->mr, k->nr, cpu_isa_name(ctx->isa),
+             ctx->compute_bf16 ? "bf16" : "f32",
+             ctx->gemm_bf16.bf16 ? "available" : "not available: no avx512_bf16", ctx->threads,
+             ctx->threads == 1 ? "" : "s");
 }
 
 void weft_kernels_cpu_set_conv_algo(struct weft_kctx *ctx, enum weft_conv_algo algo)

@@ -135,6 +135,7 @@ static inline pid_t start_server_with(char *api, char *workers, const char *rank
     snprintf(j, sizeof(j), "--api.journal_dir=%s/journal", tmp);
     snprintf(o, sizeof(o), "--api.output_dir=%s/out", tmp);
     snprintf(w, sizeof(w), "--parallel.tp_degree=%s", ranks);
+    unlink(pf), unlink(wf); /* a server before this one's (the files name its ports) */
     char log[512];
     snprintf(log, sizeof(log), "%s/serve.log", tmp);
     const char *args[32] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",

@@ -199,7 +199,7 @@ static int case_devmap(void)
     }
     CHECK_EQ(k, 2);
     printf("transformer bytes per worker: %.0f + %.0f\n", bytes[0], bytes[1]);
-    CHECK(bytes[0] > 0 && bytes[1] > 0 && bytes[0] <= 12.0 * 1048576);
+    CHECK(bytes[0] > 0 && bytes[1] > 0 && bytes[0] <= 6.0 * 1048576);
     cJSON_Delete(j);
     weft_client_free(text);
     char id[WEFT_CLIENT_ID_MAX];
@@ -225,6 +225,85 @@ static int case_devmap(void)
     fclose(f);
     printf("device_map with tp 2: %s", msg);
     CHECK(strstr(msg, "cannot be combined with tensor parallelism"));
+    return 0;
+}
+
+/* The workers' kernel threads as the cluster reports them after the plan, and the cores each
+ * reported; false until every worker is assigned. */
+static bool worker_threads(struct weft_client *c, int n, int *threads, int *cores, bool *fixed)
+{
+    char *text;
+    CHECK_OK(weft_client_cluster(c, &text));
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j);
+    int k = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(w, "threads");
+        const cJSON *cs = cJSON_GetObjectItemCaseSensitive(w, "cores");
+        const cJSON *fx = cJSON_GetObjectItemCaseSensitive(w, "threads_fixed");
+        CHECK(cJSON_IsNumber(t) && cJSON_IsNumber(cs) && cJSON_IsBool(fx) && k < n);
+        threads[k] = (int)t->valuedouble, cores[k] = (int)cs->valuedouble;
+        fixed[k] = cJSON_IsTrue(fx);
+        k++;
+    }
+    const bool ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ready"));
+    cJSON_Delete(j);
+    weft_client_free(text);
+    return ready && k == n;
+}
+
+/* Workers started without a thread count take their share of the host's cores from the plan:
+ * cores / 3 with three workers computing at once (dp 3), one of them started with a count it
+ * keeps; cores / 1 when two are the two stages of one device_map replica (they run in turn). A
+ * job runs on each. */
+static int case_threads(void)
+{
+    for (int staged = 0; staged < 2; staged++) {
+        char api[300], workers[300];
+        const char *plain[] = {"--cluster.workers=3", NULL};
+        const char *dm[] = {"--device_map.strategy=auto", "--device_map.max_memory=0:6MiB",
+                            "--cluster.workers=2", NULL};
+        const int n = staged ? 2 : 3;
+        pid_t server = start_server_with(api, workers, "1", staged ? dm : plain);
+        pid_t w[3];
+        for (int i = 0; i < n; i++) {
+            char wlog[512];
+            snprintf(wlog, sizeof(wlog), "%s/t%d-%d.log", tmp, staged, i);
+            const bool fixed = !staged && i == n - 1;
+            const char *args[] = {"worker", "--coordinator", workers,
+                                  fixed ? "--kernels.threads=2" : NULL, NULL};
+            w[i] = run_weft(args, secret_env, wlog);
+        }
+        struct weft_client *c = client(api);
+        int threads[3] = {0}, cores[3] = {0}, n_fixed = 0;
+        bool ready = false, fixed[3] = {false};
+        for (int t = 0; t < 1200 && !(ready = worker_threads(c, n, threads, cores, fixed)); t++)
+            sleep_ms(50);
+        CHECK(ready);
+        for (int i = 0; i < n; i++) {
+            n_fixed += fixed[i];
+            const int busy = staged ? 1 : 3;
+            const int want = fixed[i] ? 2 : (cores[i] / busy > 0 ? cores[i] / busy : 1);
+            printf("%s: worker %d of %d cores: %d kernel threads (want %d%s)\n",
+                   staged ? "device_map, 1 replica of 2 stages" : "dp 3", i, cores[i],
+                   threads[i], want, fixed[i] ? ", its own count" : "");
+            CHECK_EQ(threads[i], want);
+        }
+        CHECK_EQ(n_fixed, staged ? 0 : 1);
+        char id[WEFT_CLIENT_ID_MAX];
+        submit(c, 128, 2, id);
+        struct weft_job_status st = {0};
+        CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
+        CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+        weft_job_status_cleanup(&st);
+        weft_client_close(c);
+        kill(server, SIGTERM);
+        CHECK_EQ(wait_pid(server), 0);
+        for (int i = 0; i < n; i++)
+            CHECK_EQ(wait_pid(w[i]), 0);
+    }
     return 0;
 }
 
@@ -652,6 +731,7 @@ int main(int argc, char **argv)
         {"devmap", case_devmap},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
+        {"threads", case_threads},
     };
     return harness_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 240);
 }

@@ -72,6 +72,8 @@ static struct weft_msg_assign *assign_sample(void)
                                      .rotation = WEFT_RING_P2P};
     a->tp_full_then_shard = true;
     a->decode = false;
+    a->threads = 7;
+    a->compute = WEFT_DTYPE_BF16;
     a->tp_plan.n = 2;
     snprintf(a->tp_plan.e[0].key, sizeof(a->tp_plan.e[0].key), "transformer_blocks.*.ff.net.0.proj");
     snprintf(a->tp_plan.e[0].value, sizeof(a->tp_plan.e[0].value), "colwise");
@@ -94,7 +96,8 @@ static void test_assign(void)
     CHECK(memcmp(&r->layout.mesh, &a->layout.mesh, sizeof(r->layout.mesh)) == 0);
     CHECK(r->layout.ulysses_anything && !r->layout.ring_anything);
     CHECK(r->layout.rotation == WEFT_RING_P2P && !r->layout.device_map);
-    CHECK(r->tp_full_then_shard && !r->decode && !r->stage.on);
+    CHECK(r->tp_full_then_shard && !r->decode && !r->stage.on && r->threads == 7 &&
+          r->compute == WEFT_DTYPE_BF16);
     CHECK(r->tp_plan.n == 2 && strcmp(r->tp_plan.e[0].origin, "weft.ini:12") == 0);
     CHECK(strcmp(r->tp_plan.e[1].value, "none") == 0);
     free(b);
@@ -127,6 +130,12 @@ static void test_assign(void)
     expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "rdv");
     bad = *a, bad.model[0] = '\0';
     expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "model");
+    bad = *a, bad.compute = 9;
+    expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "compute");
+    bad = *a, bad.threads = -1;
+    expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "threads");
+    bad = *a, bad.threads = 1025;
+    expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "threads");
     free(a);
 }
 
@@ -226,12 +235,15 @@ static void test_small(void)
     snprintf(m.done.comm[1].group, sizeof(m.done.comm[1].group), "Bad-Label");
     expect_refused(WEFT_MSG_DONE, &m, "comm");
 
-    m = (union weft_msg){.assigned = {3, WEFT_ERR_FORMAT, "", 123456789012ull, 42}};
+    m = (union weft_msg){.assigned = {3, WEFT_ERR_FORMAT, "", 123456789012ull, 42, 16}};
     snprintf(m.assigned.error, sizeof(m.assigned.error), "vae/config.json: bad");
     b = roundtrip(WEFT_MSG_ASSIGNED, &m, &buf, &len);
     CHECK(b->assigned.epoch == 3 && b->assigned.status == WEFT_ERR_FORMAT &&
-          b->assigned.transformer_bytes == 123456789012ull && b->assigned.vae_bytes == 42);
+          b->assigned.transformer_bytes == 123456789012ull && b->assigned.vae_bytes == 42 &&
+          b->assigned.threads == 16);
     free(b), weft_free(buf);
+    m.assigned.threads = 2000;
+    expect_refused(WEFT_MSG_ASSIGNED, &m, "threads");
 
     m = (union weft_msg){.job = {UINT64_MAX}};
     b = roundtrip(WEFT_MSG_CANCEL, &m, &buf, &len);
