@@ -119,3 +119,11 @@ void weft_dtype_convert(void *dst, enum weft_dtype dst_type, const void *src,
             dh[i] = weft_f32_to_bf16(weft_f16_to_f32(sh[i]));
     }
 }
+
+void weft_dtype_round_n(enum weft_dtype dtype, float *x, size_t n)
+{
+    if (dtype == WEFT_DTYPE_F32)
+        return;
+    for (size_t i = 0; i < n; i++)
+        x[i] = weft_dtype_round(dtype, x[i]);
+}

@@ -48,6 +48,18 @@ static inline uint16_t weft_f32_to_bf16(float f)
 float weft_f16_to_f32(uint16_t h);
 uint16_t weft_f32_to_f16(float f);
 
+/* x rounded to dtype's precision (bf16, f16: round to nearest even; f32: x), as f32: what
+ * a tensor of that dtype holds after torch's .to(dtype). */
+static inline float weft_dtype_round(enum weft_dtype dtype, float x)
+{
+    if (dtype == WEFT_DTYPE_BF16)
+        return weft_bf16_to_f32(weft_f32_to_bf16(x));
+    if (dtype == WEFT_DTYPE_F16)
+        return weft_f16_to_f32(weft_f32_to_f16(x));
+    return x;
+}
+void weft_dtype_round_n(enum weft_dtype dtype, float *x, size_t n);
+
 /* Convert n elements between any two of f32, bf16, f16 (same type: memcpy). src and dst either
  * do not overlap or are the same pointer (in-place, in a buffer sized for the larger type). */
 void weft_dtype_convert(void *dst, enum weft_dtype dst_type, const void *src,

@@ -73,6 +73,7 @@ struct weft_flux {
     const struct weft_par_comm *comm;
     struct weft_flux_stage stage; /* .on: a pipeline stage holding units [first, last) */
     weft_status_t comm_status; /* first collective failure, reported after the block */
+    enum weft_dtype dtype; /* the dtype it runs in (opts) */
     void *weights;
     size_t arena_bytes;  /* the weights' allocation: each tensor 64-byte aligned */
     size_t weight_bytes; /* the parameters' own bytes, in their held dtypes */
@@ -390,6 +391,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
         goto out;
     }
     m->K = opts->kernels;
+    m->dtype = opts->dtype;
     m->kc = opts->kctx;
     m->tp_size = opts->tp_size > 1 ? opts->tp_size : 1;
     m->tp_rank = m->tp_size > 1 ? opts->tp_rank : 0;
@@ -675,6 +677,16 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
     }
 }
 
+/* The output to the caller, in the model's dtype (held as f32). */
+static weft_status_t output(struct weft_flux *m, float *out, size_t n)
+{
+    m->K->download(m->kc, out, m->a.out, n * sizeof(float));
+    weft_status_t st = m->K->sync(m->kc);
+    if (st == WEFT_OK)
+        weft_dtype_round_n(m->dtype, out, n);
+    return st;
+}
+
 /* temb = timestep_embedder(proj(t)) [+ guidance_embedder(proj(g))] + text_embedder(pooled) */
 static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *in)
 {
@@ -683,8 +695,12 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
     const struct weft_kernels *K = m->K;
     float *tval = a->scalars, *gval = a->scalars + B, *pooled = a->scalars + 4 * B;
     for (int64_t b = 0; b < B; b++) {
-        tval[b] = in->timestep[b] * 1000.0f;
-        gval[b] = in->guidance ? in->guidance[b] * 1000.0f : 0.0f;
+        /* timestep.to(dtype) * 1000 and guidance.to(dtype) * 1000, the product in dtype too */
+        const enum weft_dtype d = m->dtype;
+        tval[b] = weft_dtype_round(d, weft_dtype_round(d, in->timestep[b]) * 1000.0f);
+        gval[b] = in->guidance
+                      ? weft_dtype_round(d, weft_dtype_round(d, in->guidance[b]) * 1000.0f)
+                      : 0.0f;
     }
     K->upload(m->kc, pooled, in->pooled, (size_t)(B * m->cfg.pooled_projection_dim) * 4);
     K->timestep_embed(m->kc, tval, B, a->proj, TIME_PROJ_DIM);
@@ -930,8 +946,7 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
         const size_t n = (size_t)(B * in->s_img * c->out_channels);
         if ((st = m->comm->bcast(m->comm->pipe, a->out, n, m->stage.root)) != WEFT_OK)
             return st;
-        K->download(m->kc, out, a->out, n * 4);
-        return K->sync(m->kc);
+        return output(m, out, n);
     }
     /* norm_out: scale first, then shift */
     lin(m, &m->top[WEFT_FLUX_NORM_OUT], a->act, D, a->mod, 2 * D, B);
@@ -961,6 +976,5 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
                             m->stage.root);
     if (st != WEFT_OK || (st = m->comm_status) != WEFT_OK)
         return st;
-    K->download(m->kc, out, a->out, (size_t)(B * in->s_img * c->out_channels) * 4);
-    return K->sync(m->kc);
+    return output(m, out, (size_t)(B * in->s_img * c->out_channels));
 }

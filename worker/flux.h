@@ -22,6 +22,10 @@ struct weft_tp_layout;
 struct weft_flux_opts {
     const struct weft_kernels *kernels;
     struct weft_kctx *kctx;
+    /* The dtype the model runs in, with Diffusers' semantics of a model in that dtype: bf16
+     * (f16) rounds the timestep and guidance as the model's .to(dtype) * 1000 does and returns
+     * its output rounded to it. The products' own dtype is the backend's (set_compute). */
+    enum weft_dtype dtype;
     /* Tensor parallelism (tp_size 1 or 0: none). The layout is the plan resolved against this
      * checkpoint (model/plan.h); this rank keeps heads [r H/T, (r+1) H/T) and reads only its
      * byte ranges of each planned tensor, unless tp_full_then_shard, which reads every tensor

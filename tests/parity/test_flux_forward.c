@@ -1,5 +1,8 @@
 /* FLUX.1 forward pass against Diffusers' own outputs (tests/golden/make_flux.py): f32 within
- * 1e-4 relative L2; and a checkpoint with one corrupted weight must fail the same check. */
+ * 1e-4 relative L2; a bf16 checkpoint within 1e-4 of Diffusers in f32 on the same weights
+ * (f32 compute) and within 1e-2 of Diffusers in bf16 (the model in bf16, bf16 products where
+ * the CPU has them, f32 products otherwise: both must pass); and a checkpoint with one
+ * corrupted weight must fail the same check. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +16,10 @@ static const struct weft_kernels *K;
 static struct weft_kctx *kc;
 
 /* Run the forward of model_dir on the golden inputs; return rel L2 against `expect`. */
-static double run_case(const char *model_dir, const char *golden_rel, const char *expect)
+static double run_case_in(const char *model_dir, const char *golden_rel, const char *expect,
+                          enum weft_dtype dtype)
 {
-    struct weft_flux_opts opts = {K, kc};
+    struct weft_flux_opts opts = {K, kc, dtype};
     struct weft_flux *m;
     CHECK_OK(weft_flux_load(model_dir, &opts, &m));
     const struct weft_flux_config *c = weft_flux_get_config(m);
@@ -43,13 +47,20 @@ static double run_case(const char *model_dir, const char *golden_rel, const char
     float *again = malloc((size_t)n_out * sizeof(float));
     CHECK_OK(weft_flux_forward(m, &in, again));
     CHECK(memcmp(out, again, (size_t)n_out * sizeof(float)) == 0);
-    printf("%-22s %-40s %-7s rel L2 %.3g\n", strrchr(model_dir, '/') + 1, golden_rel + 24,
-           expect, err);
+    char what[200];
+    K->describe(kc, what, sizeof(what));
+    printf("%-10s %-36s %-11s model %-4s, %s: rel L2 %.3g\n", strrchr(model_dir, '/') + 1,
+           golden_rel + 24, expect, weft_dtype_name(dtype), strstr(what, "compute") - 5, err);
     free(hidden), free(enc), free(pooled), free(t), free(guid), free(img_ids), free(txt_ids);
     free(want), free(out), free(again);
     golden_close(&g);
     weft_flux_destroy(m);
     return err;
+}
+
+static double run_case(const char *model_dir, const char *golden_rel, const char *expect)
+{
+    return run_case_in(model_dir, golden_rel, expect, WEFT_DTYPE_F32);
 }
 
 static void model_path(char *buf, size_t len, const char *name)
@@ -92,6 +103,15 @@ int main(void)
     /* bf16 weights, f32 compute, against Diffusers' upcast run */
     CHECK(run_case(bf, "tests/data/flux1/golden/fwd_tiny-bf16_15x13_t7.safetensors", "output") <=
           tol);
+    /* the model in bf16 against Diffusers in bf16: with the CPU's bf16 products, then f32 ones */
+    const char *bf_golden = "tests/data/flux1/golden/fwd_tiny-bf16_15x13_t7.safetensors";
+    for (int bf_products = 1; bf_products >= 0; bf_products--) {
+        if (K->set_compute(kc, bf_products ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32) != WEFT_OK)
+            continue; /* no avx512_bf16 here */
+        CHECK(run_case_in(bf, bf_golden, "output_bf16", WEFT_DTYPE_BF16) <= 1e-2);
+    }
+    /* and not by accident: the f32 model is far from Diffusers' bf16 run */
+    CHECK(run_case(bf, bf_golden, "output_bf16") > 1e-2);
 
     /* The check must be able to fail: one corrupted weight in a single block's projection. */
     char dir[] = "/tmp/weft_parity_corrupt_XXXXXX";
