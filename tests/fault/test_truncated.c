@@ -89,13 +89,13 @@ int main(void)
         const struct weft_st_tensor *t = weft_st_at(f, i);
         buf = realloc(buf, (size_t)t->numel * sizeof(float) + 4);
         CHECK(buf);
-        weft_log_clear_last_error();
+        test_logged[0] = '\0';
         weft_status_t st = weft_st_read(f, t, buf, WEFT_DTYPE_F32);
         if (t->offset + t->nbytes > (uint64_t)sb.st_size / 2) {
             CHECK(st == WEFT_ERR_IO);
             if (!failed++)
-                printf("the first tensor past the cut: %s\n", weft_log_last_error());
-            CHECK(strstr(weft_log_last_error(), t->name));
+                printf("the first tensor past the cut: %s\n", test_logged);
+            CHECK(strstr(test_logged, t->name));
         } else {
             CHECK_OK(st);
         }

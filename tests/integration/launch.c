@@ -22,8 +22,8 @@ void launch_opts(struct weft_transport_opts *opts)
 {
     struct weft_conf conf;
     weft_conf_defaults(&conf);
-    if (weft_conf_apply_env(&conf, environ) != WEFT_OK) {
-        fprintf(stderr, "launch: bad WEFT_TRANSPORT_* variable: %s\n", weft_log_last_error());
+    if (weft_conf_apply_env(&conf, environ) != WEFT_OK) { /* conf logged which one */
+        fprintf(stderr, "launch: bad WEFT_TRANSPORT_* variable\n");
         exit(1);
     }
     snprintf(tls_buf, sizeof(tls_buf), "%s", conf.transport.tls);
@@ -46,7 +46,7 @@ int launch_start(struct launch *l, int np, launch_child_cb fn, void *arg)
         return 1;
     }
     if (weft_rdv_server_create("127.0.0.1", 0, np, &l->srv) != WEFT_OK) {
-        fprintf(stderr, "launch: rendezvous: %s\n", weft_log_last_error());
+        fprintf(stderr, "launch: no rendezvous (the transport logged why)\n");
         return 1;
     }
     char where[64];
@@ -148,8 +148,7 @@ static int rank_main(int rank, int np, const char *where, void *arg)
     struct weft_transport *tp;
     weft_status_t st = weft_transport_create(ra->opts, rank, np, where, &tp);
     if (st != WEFT_OK) {
-        fprintf(stderr, "rank %d: transport: %s: %s\n", rank, weft_status_str(st),
-                weft_log_last_error());
+        fprintf(stderr, "rank %d: transport: %s (logged above)\n", rank, weft_status_str(st));
         return 2;
     }
     int rc = ra->fn(tp, ra->arg);

@@ -118,7 +118,7 @@ static void tiled_case(struct weft_vae *v)
     struct weft_vae_tiling bad = t;
     bad.overlap = 0.3;
     test_quiet();
-    CHECK_FAILS(weft_vae_decode(v, lat, lh, lw, &bad, img), WEFT_ERR_INVALID, "tiling");
+    CHECK_FAILS_LOGGED(weft_vae_decode(v, lat, lh, lw, &bad, img), WEFT_ERR_INVALID, "tiling");
     weft_log_set_sink(NULL, NULL);
     free(lat_nchw), free(want_nchw), free(lat), free(want), free(img), free(plain);
     golden_close(&g);
@@ -139,14 +139,15 @@ static void refusals(void)
     struct weft_vae_opts opts = {K, kc};
     struct weft_vae *v = NULL;
     test_quiet();
-    CHECK_FAILS(weft_vae_load(dir, &opts, &v), WEFT_ERR_FORMAT, "has shape", "config implies");
+    CHECK_FAILS_LOGGED(weft_vae_load(dir, &opts, &v), WEFT_ERR_FORMAT, "has shape",
+                       "config implies");
     snprintf(cmd, sizeof(cmd),
              "sed 's/UpDecoderBlock2D/AttnUpDecoderBlock2D/' "
              "'%s/models/flux-tiny/vae/config.json' > '%s/config.json'",
              getenv("WEFT_SOURCE_ROOT"), dir);
     CHECK(system(cmd) == 0);
-    CHECK_FAILS(weft_vae_load(dir, &opts, &v), WEFT_ERR_UNSUPPORTED, "up_block_types",
-                "AttnUpDecoderBlock2D");
+    CHECK_FAILS_LOGGED(weft_vae_load(dir, &opts, &v), WEFT_ERR_UNSUPPORTED, "up_block_types",
+                       "AttnUpDecoderBlock2D");
     weft_log_set_sink(NULL, NULL);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);

@@ -80,34 +80,34 @@ static void test_sharded(void)
 
     make_shards("escape");
     write_index("escape", "{\"a.weight\": \"../good/m-00001-of-00002.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("escape"), &ck), WEFT_ERR_FORMAT, "a.weight",
-                "not a plain file name");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("escape"), &ck), WEFT_ERR_FORMAT, "a.weight",
+                       "not a plain file name");
 
     make_shards("missing");
     write_index("missing", "{\"a.weight\": \"m-00001-of-00002.safetensors\", \"a.bias\": "
                            "\"m-00001-of-00002.safetensors\", \"b.weight\": "
                            "\"m-00002-of-00002.safetensors\", \"c\": "
                            "\"m-00002-of-00002.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("missing"), &ck), WEFT_ERR_FORMAT, "'c'",
-                "does not contain it");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("missing"), &ck), WEFT_ERR_FORMAT, "'c'",
+                       "does not contain it");
 
     make_shards("unlisted");
     write_index("unlisted", "{\"a.weight\": \"m-00001-of-00002.safetensors\", \"b.weight\": "
                             "\"m-00002-of-00002.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("unlisted"), &ck), WEFT_ERR_FORMAT, "'a.bias'",
-                "does not list");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("unlisted"), &ck), WEFT_ERR_FORMAT, "'a.bias'",
+                       "does not list");
 
     make_shards("noshard");
     write_index("noshard", "{\"a.weight\": \"m-00009-of-00009.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("noshard"), &ck), WEFT_ERR_NOT_FOUND,
-                "m-00009-of-00009.safetensors", "cannot open");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("noshard"), &ck), WEFT_ERR_NOT_FOUND,
+                       "m-00009-of-00009.safetensors", "cannot open");
 
     make_shards("badjson");
     write_text(p("badjson/diffusion_pytorch_model.safetensors.index.json"), "{\"weight_map\": ");
-    CHECK_FAILS(weft_ckpt_open(p("badjson"), &ck), WEFT_ERR_FORMAT, "index.json",
-                "not valid JSON");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("badjson"), &ck), WEFT_ERR_FORMAT, "index.json",
+                       "not valid JSON");
     write_text(p("badjson/diffusion_pytorch_model.safetensors.index.json"), "{\"x\": {}}");
-    CHECK_FAILS(weft_ckpt_open(p("badjson"), &ck), WEFT_ERR_FORMAT, "no \"weight_map\"");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("badjson"), &ck), WEFT_ERR_FORMAT, "no \"weight_map\"");
 }
 
 static void test_folders(void)
@@ -116,16 +116,16 @@ static void test_folders(void)
     mkdir(p("bin"), 0755);
     write_text(p("bin/config.json"), "{}");
     write_text(p("bin/diffusion_pytorch_model.bin"), "x");
-    CHECK_FAILS(weft_ckpt_open(p("bin"), &ck), WEFT_ERR_UNSUPPORTED, "non-safetensors");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("bin"), &ck), WEFT_ERR_UNSUPPORTED, "non-safetensors");
     mkdir(p("empty"), 0755);
     write_text(p("empty/config.json"), "{}");
-    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_NOT_FOUND, "no weights");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_NOT_FOUND, "no weights");
     mkdir(p("noconfig"), 0755);
-    CHECK_FAILS(weft_ckpt_open(p("noconfig"), &ck), WEFT_ERR_NOT_FOUND, "config.json");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("noconfig"), &ck), WEFT_ERR_NOT_FOUND, "config.json");
     write_text(p("empty/config.json"), "[1]");
-    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_FORMAT, "not a JSON object");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_FORMAT, "not a JSON object");
     write_text(p("empty/config.json"), "{\"a\": \"\xff\"}");
-    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_FORMAT, "UTF-8");
+    CHECK_FAILS_LOGGED(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_FORMAT, "UTF-8");
     CHECK_EQ(weft_path_kind(p("good")), WEFT_PATH_MODEL);
     CHECK_EQ(weft_path_kind(p("good/m-00002-of-00002.safetensors")), WEFT_PATH_SAFETENSORS);
     CHECK_EQ(weft_path_kind(p("noconfig")), WEFT_PATH_NONE);
@@ -145,9 +145,11 @@ static void test_folders(void)
     CHECK(strcmp(weft_pipe_find(pipe, "transformer")->class_name, "FluxTransformer2DModel") == 0);
     weft_pipe_close(pipe);
     write_text(p("pipe/model_index.json"), "{\"../x\": [\"diffusers\", \"X\"]}");
-    CHECK_FAILS(weft_pipe_open(p("pipe"), &pipe), WEFT_ERR_FORMAT, "not a plain folder name");
+    CHECK_FAILS_LOGGED(weft_pipe_open(p("pipe"), &pipe), WEFT_ERR_FORMAT,
+                       "not a plain folder name");
     write_text(p("pipe/model_index.json"), "{\"vae\": [\"diffusers\"]}");
-    CHECK_FAILS(weft_pipe_open(p("pipe"), &pipe), WEFT_ERR_FORMAT, "'vae'", "[library, class]");
+    CHECK_FAILS_LOGGED(weft_pipe_open(p("pipe"), &pipe), WEFT_ERR_FORMAT, "'vae'",
+                       "[library, class]");
 }
 
 static void test_flux_config(void)
@@ -179,8 +181,8 @@ static void test_flux_config(void)
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         j = cJSON_Parse(bad[k].json);
         CHECK(j);
-        CHECK_FAILS(weft_flux_config_parse(j, "cfg.json", &c), WEFT_ERR_FORMAT, "cfg.json",
-                    bad[k].reason);
+        CHECK_FAILS_LOGGED(weft_flux_config_parse(j, "cfg.json", &c), WEFT_ERR_FORMAT, "cfg.json",
+                           bad[k].reason);
         cJSON_Delete(j);
     }
 }

@@ -67,10 +67,8 @@ static void expect_error(enum weft_devmap_strategy s, int n, const char *max_mem
 {
     struct weft_max_memory m = mm(max_memory);
     struct weft_devmap map;
-    weft_log_clear_last_error();
-    CHECK(weft_devmap_plan(s, comps, 2, n, NULL, &m, &map) == WEFT_ERR_INVALID);
-    printf("refused: %s\n", weft_log_last_error());
-    CHECK(strstr(weft_log_last_error(), names));
+    CHECK_FAILS_LOGGED(weft_devmap_plan(s, comps, 2, n, NULL, &m, &map), WEFT_ERR_INVALID, names);
+    printf("refused: %s\n", test_logged);
 }
 
 static void test_plans(void)
@@ -101,8 +99,8 @@ static void test_plans(void)
     /* max_memory naming a device that is not there */
     struct weft_max_memory m = mm("0:1GB, 2:1GB");
     struct weft_devmap map;
-    CHECK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map) == WEFT_ERR_INVALID);
-    CHECK(strstr(weft_log_last_error(), "names device 2 but there are 2"));
+    CHECK_FAILS_LOGGED(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map),
+                       WEFT_ERR_INVALID, "names device 2 but there are 2");
     /* reported memory bounds a device without a max_memory entry */
     const uint64_t room[2] = {10 * MB, 0};
     m = mm("");
@@ -167,11 +165,8 @@ static void test_max_memory(void)
     CHECK_EQ(conf.device_map.strategy, WEFT_DEVMAP_AUTO);
     CHECK_OK(weft_conf_apply_override(&conf, "device_map.max_memory=0:1GiB,cpu:2GiB"));
     CHECK(strcmp(conf.device_map.max_memory, "0:1GiB,cpu:2GiB") == 0);
-    weft_log_clear_last_error();
-    CHECK(weft_conf_apply_override(&conf, "device_map.max_memory=0:1GiB,x:2") ==
-          WEFT_ERR_CONFIG);
-    CHECK(strstr(weft_log_last_error(), "--device_map.max_memory") &&
-          strstr(weft_log_last_error(), "'x'"));
+    CHECK_FAILS_LOGGED(weft_conf_apply_override(&conf, "device_map.max_memory=0:1GiB,x:2"),
+                       WEFT_ERR_CONFIG, "--device_map.max_memory", "'x'");
     CHECK(weft_conf_apply_override(&conf, "device_map.strategy=sideways") == WEFT_ERR_CONFIG);
 }
 

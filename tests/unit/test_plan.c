@@ -65,11 +65,11 @@ static void test_flux1(void)
     CHECK(n == 1 && r[0].begin == 288 && r[0].end == 384 && local == 96);
     weft_tp_layout_destroy(lay);
 
-    CHECK_FAILS(resolve(ck, &plan, 5, 8, &lay), WEFT_ERR_CONFIG, "tp_degree 5",
-                "num_attention_heads 12");
-    CHECK_FAILS(resolve(ck, &plan, 4, 2, &lay), WEFT_ERR_CONFIG, "tp_degree 4",
-                "2 ranks available");
-    CHECK_FAILS(resolve(ck, &plan, 0, 2, &lay), WEFT_ERR_CONFIG, "tp_degree 0");
+    CHECK_FAILS_LOGGED(resolve(ck, &plan, 5, 8, &lay), WEFT_ERR_CONFIG, "tp_degree 5",
+                       "num_attention_heads 12");
+    CHECK_FAILS_LOGGED(resolve(ck, &plan, 4, 2, &lay), WEFT_ERR_CONFIG, "tp_degree 4",
+                       "2 ranks available");
+    CHECK_FAILS_LOGGED(resolve(ck, &plan, 0, 2, &lay), WEFT_ERR_CONFIG, "tp_degree 0");
 
     /* INI overrides, with their file:line in errors */
     struct weft_conf conf;
@@ -80,50 +80,51 @@ static void test_flux1(void)
                                     "p.ini"));
     struct weft_tp_plan p2 = plan;
     CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
-    CHECK_FAILS(resolve(ck, &p2, 3, 4, &lay), WEFT_ERR_CONFIG,
-                "transformer_blocks.0.attn.to_q.weight", "packed block 0 of size 32",
-                "tp_degree 3");
+    CHECK_FAILS_LOGGED(resolve(ck, &p2, 3, 4, &lay), WEFT_ERR_CONFIG,
+                       "transformer_blocks.0.attn.to_q.weight", "packed block 0 of size 32",
+                       "tp_degree 3");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nsingle_transformer_blocks.*.proj_out = "
                                            "packed_rowwise(7, 11)\n", "p.ini"));
     p2 = plan;
     CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
-    CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "p.ini:2",
-                "single_transformer_blocks.0.proj_out.weight", "480", "sum 18");
+    CHECK_FAILS_LOGGED(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "p.ini:2",
+                       "single_transformer_blocks.0.proj_out.weight", "480", "sum 18");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nblocks.*.attn.to_q = colwise\n", "p.ini"));
     p2 = plan;
     CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
-    CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "p.ini:2",
-                "'blocks.' does not name a list of numbered blocks");
+    CHECK_FAILS_LOGGED(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "p.ini:2",
+                       "'blocks.' does not name a list of numbered blocks");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nnorm_out = colwise\n", "p.ini"));
     p2 = plan;
     CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
-    CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "norm_out", "not a Linear layer");
+    CHECK_FAILS_LOGGED(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "norm_out",
+                       "not a Linear layer");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\ntransformer_blocks.*.*.to_q = colwise\n",
                                     "p.ini"));
     p2 = plan;
     CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
-    CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "'*' may appear once");
+    CHECK_FAILS_LOGGED(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "'*' may appear once");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\ntransformer_blocks.0.attn.to_q = rowwise\n",
                                     "p.ini"));
     p2 = plan;
     CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
-    CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG,
-                "transformer_blocks.0.attn.to_q.weight", "planned twice");
+    CHECK_FAILS_LOGGED(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG,
+                       "transformer_blocks.0.attn.to_q.weight", "planned twice");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nx.*.y = sideways\n", "p.ini"));
     p2 = plan;
-    CHECK_FAILS(weft_tp_plan_apply_conf(&p2, &conf.tp_plan), WEFT_ERR_CONFIG, "p.ini:2",
-                "'sideways': unknown style");
+    CHECK_FAILS_LOGGED(weft_tp_plan_apply_conf(&p2, &conf.tp_plan), WEFT_ERR_CONFIG, "p.ini:2",
+                       "'sideways': unknown style");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nx = colwise(1, 2)\n", "p.ini"));
     p2 = plan;
-    CHECK_FAILS(weft_tp_plan_apply_conf(&p2, &conf.tp_plan), WEFT_ERR_CONFIG, "p.ini:2",
-                "only packed styles take (blocks)");
+    CHECK_FAILS_LOGGED(weft_tp_plan_apply_conf(&p2, &conf.tp_plan), WEFT_ERR_CONFIG, "p.ini:2",
+                       "only packed styles take (blocks)");
 
     /* "none" removes an entry; the module becomes replicated, which breaks FLUX's dataflow */
     const char *opt = "tp_plan.transformer_blocks.*.attn.to_out.0=none";
@@ -135,8 +136,9 @@ static void test_flux1(void)
     CHECK_OK(resolve(ck, &p2, 2, 4, &lay));
     struct weft_flux_config c;
     CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), "cfg", &c));
-    CHECK_FAILS(weft_flux_tp_check(&c, lay), WEFT_ERR_CONFIG, "transformer_blocks.0.attn.to_out.0",
-                "replicate", "rowwise or packed_rowwise");
+    CHECK_FAILS_LOGGED(weft_flux_tp_check(&c, lay), WEFT_ERR_CONFIG,
+                       "transformer_blocks.0.attn.to_out.0", "replicate",
+                       "rowwise or packed_rowwise");
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
 }
@@ -169,8 +171,8 @@ static void test_other_classes(void)
     s = weft_tp_find(lay, "transformer_blocks.0.ff.linear_in.weight"); /* proportions [1, 1] */
     CHECK(s && s->n_blocks == 2 && s->blocks[0] == 12 && s->blocks[1] == 12);
     weft_tp_layout_destroy(lay);
-    CHECK_FAILS(resolve(ck, &plan, 5, 5, &lay), WEFT_ERR_CONFIG, "tp_degree 5",
-                "num_attention_heads 12");
+    CHECK_FAILS_LOGGED(resolve(ck, &plan, 5, 5, &lay), WEFT_ERR_CONFIG, "tp_degree 5",
+                       "num_attention_heads 12");
     weft_ckpt_close(ck);
 }
 
@@ -196,15 +198,15 @@ static void test_refusals(void)
     CHECK_OK(weft_conf_apply_override(&conf, "tp_plan.layer=colwise"));
     CHECK_OK(weft_tp_plan_apply_conf(&plan, &conf.tp_plan));
     struct weft_tp_layout *lay;
-    CHECK_FAILS(resolve(ck, &plan, 2, 2, &lay), WEFT_ERR_UNSUPPORTED, "layer.weight",
-                "F8_E4M3", "quantized");
+    CHECK_FAILS_LOGGED(resolve(ck, &plan, 2, 2, &lay), WEFT_ERR_UNSUPPORTED, "layer.weight",
+                       "F8_E4M3", "quantized");
     weft_ckpt_close(ck);
     snprintf(path, sizeof(path), "%s/config.json", dir);
     f = fopen(path, "w");
     CHECK(f && fputs("{\"_class_name\": \"MyModel\", \"quantization_config\": {}}", f) >= 0 &&
           fclose(f) == 0);
     CHECK_OK(weft_ckpt_open(dir, &ck));
-    CHECK_FAILS(resolve(ck, &plan, 2, 2, &lay), WEFT_ERR_UNSUPPORTED, "quantization_config");
+    CHECK_FAILS_LOGGED(resolve(ck, &plan, 2, 2, &lay), WEFT_ERR_UNSUPPORTED, "quantization_config");
     weft_ckpt_close(ck);
     snprintf(path, sizeof(path), "rm -rf '%s'", dir);
     CHECK(system(path) == 0);
