@@ -101,7 +101,7 @@ int weft_bench_cp_run(struct weft_cli *cli)
     if (p.np > 1) {
         struct weft_transport_opts to;
         weft_transport_opts_from_conf(&cli->conf.transport, &to);
-        if (weft_transport_create(&to, p.rank, p.np, p.rdv, &tp) != WEFT_OK ||
+        if (weft_transport_create(&to, p.rank, p.np, p.rdv, &tp, NULL) != WEFT_OK ||
             weft_par_transport_create(tp, &mesh, 0, &pt) != WEFT_OK)
             return 1;
         weft_mesh_coord(&mesh, p.rank, &me);
@@ -172,7 +172,7 @@ static int run_mode(struct run_params p, const char *self, struct result *res)
     struct weft_rdv_server *srv = NULL;
     char where[64] = "-";
     if (p.np > 1) {
-        if (weft_rdv_server_create("127.0.0.1", 0, p.np, &srv) != WEFT_OK)
+        if (weft_rdv_server_create("127.0.0.1", 0, p.np, &srv, NULL) != WEFT_OK)
             return -1;
         snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));
     }

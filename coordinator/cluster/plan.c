@@ -174,10 +174,10 @@ static weft_status_t open_rdv(struct cluster_runner *r, int n, char *rdv, size_t
     rdv[0] = '\0';
     if (n <= 1)
         return WEFT_OK;
-    weft_log_clear_last_error();
-    if (weft_rdv_server_create(r->listen_host, 0, n, &r->rdv) != WEFT_OK) {
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_rdv_server_create(r->listen_host, 0, n, &r->rdv, &err) != WEFT_OK) {
         snprintf(r->plan_error, sizeof(r->plan_error), "cannot open a rendezvous: %s",
-                 weft_log_last_error());
+                 weft_error_text(&err));
         return WEFT_ERR_IO;
     }
     snprintf(rdv, len, "%s:%u", r->listen_host, (unsigned)weft_rdv_server_port(r->rdv));

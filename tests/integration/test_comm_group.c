@@ -257,8 +257,8 @@ static int rendezvous(void)
 {
     test_quiet();
     struct weft_rdv_server *srv;
-    CHECK_FAILS_LOGGED(weft_rdv_server_create("127.0.0.1", 0, 0, &srv), WEFT_ERR_RANGE, "ranks");
-    CHECK_OK(weft_rdv_server_create("127.0.0.1", 0, 2, &srv));
+    CHECK_FAILS(weft_rdv_server_create("127.0.0.1", 0, 0, &srv, TERR), WEFT_ERR_RANGE, "ranks");
+    CHECK_OK(weft_rdv_server_create("127.0.0.1", 0, 2, &srv, TERR));
     uint16_t port = weft_rdv_server_port(srv);
     int junk = client(port), badrank = client(port), bigaddr = client(port);
     CHECK(write(junk, "GET / HTTP/1.0\r\n\r\n.....", 24) == 24);
@@ -305,15 +305,14 @@ static int rendezvous(void)
     struct weft_transport_opts opts;
     launch_opts(&opts);
     opts.timeout_ms = 300;
-    CHECK_OK(weft_rdv_server_create("127.0.0.1", 0, 2, &srv));
+    CHECK_OK(weft_rdv_server_create("127.0.0.1", 0, 2, &srv, TERR));
     char where[32];
     snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));
     struct weft_transport *tp;
-    CHECK_FAILS_LOGGED(weft_transport_create(&opts, 0, 2, where, &tp), WEFT_ERR_TIMEOUT,
-                       "deadline");
+    CHECK_FAILS(weft_transport_create(&opts, 0, 2, where, &tp, TERR), WEFT_ERR_TIMEOUT, "deadline");
     weft_rdv_server_destroy(srv);
-    CHECK_FAILS_LOGGED(weft_transport_create(&opts, 0, 2, "nohostport", &tp), WEFT_ERR_INVALID,
-                       "host:port");
+    CHECK_FAILS(weft_transport_create(&opts, 0, 2, "nohostport", &tp, TERR), WEFT_ERR_INVALID,
+                "host:port");
     return 0;
 }
 
