@@ -123,7 +123,7 @@ int weft_bench_cp_run(struct weft_cli *cli)
     struct weft_sched_config sc;
     weft_sched_config_flux_default(&sc);
     static struct weft_schedule sched;
-    weft_sched_plan(&sc, p.steps + 1, s_img, &sched);
+    weft_sched_plan(&sc, p.steps + 1, s_img, &sched, NULL);
     struct step_clock clk = {weft_now(), 0, 0};
     struct weft_denoise_params dp = {.grid_h = p.gh, .grid_w = p.gw, .prompt_embeds = pe,
                                      .s_txt = p.text, .pooled = pooled, .guidance = 3.5f,

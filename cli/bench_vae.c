@@ -186,7 +186,7 @@ static weft_status_t write_vae(const char *dir)
                                            params[i].shape, NULL};
         snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
         const struct weft_st_meta meta[] = {{"format", "pt"}};
-        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, params);
+        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, params, NULL);
     } else {
         st = WEFT_ERR_NOMEM;
     }
@@ -237,7 +237,7 @@ static weft_status_t write_pipeline(const char *dir, long long text)
         const struct weft_st_out t[2] = {{"prompt_embeds", WEFT_DTYPE_F32, 3, pe_shape, pe},
                                          {"pooled_prompt_embeds", WEFT_DTYPE_F32, 2, po_shape, po}};
         snprintf(path, sizeof(path), "%s/prompts/bench.safetensors", dir);
-        st = weft_st_write(path, 2, t, 0, NULL);
+        st = weft_st_write(path, 2, t, 0, NULL, NULL);
     } else {
         st = WEFT_ERR_NOMEM;
     }

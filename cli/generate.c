@@ -169,7 +169,7 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
 static weft_status_t read_latents(const char *path, int64_t numel, float **out)
 {
     struct weft_st_file *f;
-    weft_status_t st = weft_st_open(path, &f);
+    weft_status_t st = weft_st_open(path, &f, NULL);
     if (st != WEFT_OK)
         return st;
     const struct weft_st_tensor *t = weft_st_find(f, "latents");
@@ -184,7 +184,7 @@ static weft_status_t read_latents(const char *path, int64_t numel, float **out)
     float *p = st == WEFT_OK ? weft_malloc((size_t)numel * sizeof(float) + 4) : NULL;
     if (st == WEFT_OK && !p)
         st = WEFT_ERR_NOMEM;
-    if (st == WEFT_OK && (st = weft_st_read(f, t, p, WEFT_DTYPE_F32)) == WEFT_OK)
+    if (st == WEFT_OK && (st = weft_st_read(f, t, p, WEFT_DTYPE_F32, NULL)) == WEFT_OK)
         *out = p;
     else
         weft_free(p);
@@ -228,7 +228,7 @@ static weft_status_t write_latents(const struct gen_opts *o, const char *model,
         st_meta[i] = (struct weft_st_meta){text[i].key, text[i].value};
     int64_t shape[3] = {1, r->tokens, r->channels};
     struct weft_st_out out = {"latents", WEFT_DTYPE_F32, 3, shape, r->latents};
-    return weft_st_write(o->out, 1, &out, n, st_meta);
+    return weft_st_write(o->out, 1, &out, n, st_meta, NULL);
 }
 
 /* --vae-tiling / --vae-tile into t; NULL when decoding in one piece. */

@@ -256,10 +256,10 @@ static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor
     else if (full)
         memcpy(dst, full, local * sizeof(float));
     else if (sharded)
-        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst,
-                                 WEFT_DTYPE_F32);
+        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst, WEFT_DTYPE_F32,
+                                 NULL);
     else
-        st = weft_st_read(t->file, t->info, dst, WEFT_DTYPE_F32);
+        st = weft_st_read(t->file, t->info, dst, WEFT_DTYPE_F32, NULL);
     if (st == WEFT_OK && dst != b->dst)
         m->K->upload(m->kc, b->dst, dst, local * sizeof(float));
     return st;
@@ -281,7 +281,7 @@ static weft_status_t read_full_model(struct weft_ckpt *ck, const struct binder *
     weft_status_t st = WEFT_OK;
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, bd->b[i].name);
-        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], WEFT_DTYPE_F32)
+        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], WEFT_DTYPE_F32, NULL)
                : WEFT_OK; /* missing tensors are reported by the caller's pass */
     }
     if (st != WEFT_OK) {
@@ -352,7 +352,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
                              struct weft_flux **model_p)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = weft_ckpt_open(dir, &ck);
+    weft_status_t st = weft_ckpt_open(dir, &ck, NULL);
     if (st != WEFT_OK)
         return st;
     struct binder bd = {0};
@@ -407,7 +407,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     }
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
-    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->cfg)) != WEFT_OK)
+    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->cfg, NULL)) != WEFT_OK)
         goto out;
     if (m->cfg.attention_head_dim > 512) {
         WEFT_LOG_ERROR("flux", "%s: attention_head_dim %lld is above this backend's limit of 512",
@@ -415,7 +415,7 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
         st = WEFT_ERR_UNSUPPORTED;
         goto out;
     }
-    if (bd.layout && (st = weft_flux_tp_check(&m->cfg, bd.layout)) != WEFT_OK)
+    if (bd.layout && (st = weft_flux_tp_check(&m->cfg, bd.layout, NULL)) != WEFT_OK)
         goto out;
     if (m->stage.on) {
         const struct weft_flux_stage *g = &m->stage;
@@ -533,9 +533,9 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     const struct weft_flux_config *c = &m->cfg;
     if (m->cp_size > 1) {
         /* the flags' own consistency is the planner's check; here: can the lengths split? */
-        weft_status_t st = weft_cp_check(&m->cp, m->cp.anything && m->cp.ulysses > 1,
-                                         m->cp.anything && m->cp.ring > 1, s_txt, s_img,
-                                         m->heads_l);
+        weft_status_t st =
+            weft_cp_check(&m->cp, m->cp.anything && m->cp.ulysses > 1,
+                          m->cp.anything && m->cp.ring > 1, s_txt, s_img, m->heads_l, NULL);
         if (st != WEFT_OK)
             return st;
     }

@@ -84,17 +84,16 @@ const struct weft_model *weft_runtime_model(const struct weft_runtime *rt)
 static weft_status_t resolve_plan(struct weft_runtime *rt, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_ckpt_open(rt->model->transformer_dir, &ck);
+    weft_status_t st = weft_ckpt_open(rt->model->transformer_dir, &ck, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     struct weft_tp_plan plan;
     weft_tp_plan_builtin(rt->model->info.class_name, &plan);
     const int tp = rt->a.layout.mesh.tp;
-    if ((st = weft_tp_plan_apply_conf(&plan, &rt->a.tp_plan)) == WEFT_OK)
-        st = weft_tp_resolve(&plan, ck, &rt->model->info, tp, tp, &rt->layout);
+    if ((st = weft_tp_plan_apply_conf(&plan, &rt->a.tp_plan, err)) == WEFT_OK)
+        st = weft_tp_resolve(&plan, ck, &rt->model->info, tp, tp, &rt->layout, err);
     weft_ckpt_close(ck);
-    return weft_error_from_log(err, st);
+    return st;
 }
 
 static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error *err)
@@ -245,9 +244,10 @@ static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image
 {
     const int64_t unit = rt->model->side_unit;
     const int64_t gh = img->height / unit, gw = img->width / unit;
-    weft_status_t st = weft_sched_plan(&rt->model->sched, img->steps, gh * gw, &rt->sched);
+    weft_status_t st =
+        weft_sched_plan(&rt->model->sched, img->steps, gh * gw, &rt->sched, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     if (!rt->flux && (st = load_transformer(rt, err)) != WEFT_OK)
         return st;
     struct weft_denoise_params p = {

@@ -304,7 +304,7 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck,
         const struct binding *b = &bd->b[i];
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, b->p->name);
         const size_t bytes = (size_t)t->info->numel * sizeof(float);
-        if ((st = weft_st_read(t->file, t->info, staging, WEFT_DTYPE_F32)) != WEFT_OK)
+        if ((st = weft_st_read(t->file, t->info, staging, WEFT_DTYPE_F32, NULL)) != WEFT_OK)
             break;
         if (!b->conv) {
             v->K->upload(v->kc, b->dst, staging, bytes);
@@ -332,7 +332,7 @@ static weft_status_t load_config(struct weft_vae *v, struct weft_ckpt *ck, const
     }
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
-    weft_status_t st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &v->cfg);
+    weft_status_t st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &v->cfg, NULL);
     if (st != WEFT_OK)
         return st;
     const int64_t deep = v->cfg.block_out_channels[v->cfg.n_blocks - 1];
@@ -351,7 +351,7 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
                             struct weft_vae **vae_p)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = weft_ckpt_open(dir, &ck);
+    weft_status_t st = weft_ckpt_open(dir, &ck, NULL);
     if (st != WEFT_OK)
         return st;
     struct binder bd = {0};

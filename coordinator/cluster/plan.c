@@ -89,12 +89,12 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
         return WEFT_ERR_CONFIG;
     }
     weft_cr_devmap_drop(r);
-    weft_log_clear_last_error();
+    struct weft_error err = WEFT_ERROR_INIT;
     weft_status_t st = weft_devmap_plan_model(
         r->model_dir, (enum weft_devmap_strategy)r->conf->device_map.strategy, pp, room, &mm,
-        &r->map, &r->map_units, r->map_comps);
+        &r->map, &r->map_units, r->map_comps, &err);
     if (st != WEFT_OK)
-        snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_log_last_error());
+        snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_error_text(&err));
     return st;
 }
 

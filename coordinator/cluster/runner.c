@@ -309,13 +309,12 @@ static weft_status_t check_start(const struct weft_cluster_runner_opts *opts,
     struct weft_devmap map;
     struct weft_devmap_unit *units = NULL;
     struct weft_devmap_component comps[2];
-    weft_log_clear_last_error();
     st = weft_devmap_plan_model(opts->model_dir, (enum weft_devmap_strategy)c->device_map.strategy,
-                                layout->mesh.pp, NULL, &mm, &map, &units, comps);
+                                layout->mesh.pp, NULL, &mm, &map, &units, comps, err);
     if (st == WEFT_OK)
         weft_devmap_cleanup(&map);
     weft_free(units);
-    return weft_error_from_log(err, st);
+    return st;
 }
 
 weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *opts,

@@ -588,7 +588,7 @@ static void poison(const char *dir, const char *tensor)
     snprintf(cmd, sizeof(cmd), "rm -f '%s' && cp '%s' '%s'", dst, src, dst);
     CHECK(system(cmd) == 0);
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(dst, &f));
+    CHECK_OK(weft_st_open(dst, &f, TERR));
     const struct weft_st_tensor *t = weft_st_find(f, tensor);
     CHECK(t && t->dtype == WEFT_DTYPE_BF16);
     const uint64_t at = t->offset;

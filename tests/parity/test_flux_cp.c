@@ -87,7 +87,7 @@ static float *loop(struct weft_flux *m, const char *golden_rel, int64_t gh, int6
     struct weft_sched_config sc;
     weft_sched_config_flux_default(&sc);
     static struct weft_schedule sched;
-    CHECK_OK(weft_sched_plan(&sc, 4, gh * gw, &sched));
+    CHECK_OK(weft_sched_plan(&sc, 4, gh * gw, &sched, TERR));
     struct weft_denoise_params p = {.grid_h = gh, .grid_w = gw, .prompt_embeds = pe,
                                     .s_txt = npe / 32, .pooled = pooled, .guidance = 3.5f,
                                     .schedule = &sched};
@@ -120,10 +120,10 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_ckpt *ck;
     struct weft_model_info info;
     struct weft_tp_plan plan;
-    CHECK_OK(weft_ckpt_open(model_dir, &ck));
-    CHECK_OK(weft_model_info_get(ck, &info));
+    CHECK_OK(weft_ckpt_open(model_dir, &ck, TERR));
+    CHECK_OK(weft_model_info_get(ck, &info, TERR));
     CHECK(weft_tp_plan_builtin(info.class_name, &plan));
-    CHECK_OK(weft_tp_resolve(&plan, ck, &info, mesh.tp, mesh.tp, &rc.lay));
+    CHECK_OK(weft_tp_resolve(&plan, ck, &info, mesh.tp, mesh.tp, &rc.lay, TERR));
     const struct weft_kernels *K;
     struct weft_kctx *kc;
     CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));

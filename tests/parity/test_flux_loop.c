@@ -55,7 +55,7 @@ static void run_loop(const struct weft_kernels *K, struct weft_kctx *kc, const c
     weft_sched_config_flux_default(&sc);
     int64_t gh = (int64_t)*height / 16, gw = (int64_t)*width / 16;
     static struct weft_schedule sched;
-    CHECK_OK(weft_sched_plan(&sc, (int)*steps, gh * gw, &sched));
+    CHECK_OK(weft_sched_plan(&sc, (int)*steps, gh * gw, &sched, TERR));
     CHECK(fabs(sched.mu - (double)*mu) <= 1e-7);
     for (int i = 0; i <= sched.steps; i++)
         if (sched.sigmas[i] != sigmas[i]) {

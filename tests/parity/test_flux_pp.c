@@ -110,7 +110,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_devmap_unit *units;
     struct weft_devmap_component comps[2];
     int n_comps;
-    CHECK_OK(weft_devmap_flux_pipeline(&cfg, NULL, 4, &units, comps, &n_comps));
+    CHECK_OK(weft_devmap_flux_pipeline(&cfg, NULL, 4, &units, comps, &n_comps, TERR));
     uint64_t mine = 0, all = 0;
     for (int u = 0; u < comps[0].n_units; u++) {
         all += units[u].bytes;

@@ -72,10 +72,10 @@ static weft_status_t load(struct weft_comm *comm, const struct weft_tp_plan *pla
     struct weft_flux_opts o = {.kernels = l->K, .kctx = l->kc};
     if (plan) {
         struct weft_model_info info;
-        CHECK_OK(weft_ckpt_open(model_dir, &l->ck));
-        CHECK_OK(weft_model_info_get(l->ck, &info));
+        CHECK_OK(weft_ckpt_open(model_dir, &l->ck, TERR));
+        CHECK_OK(weft_model_info_get(l->ck, &info, TERR));
         int T = weft_comm_size(comm);
-        CHECK_OK(weft_tp_resolve(plan, l->ck, &info, T, T, &l->lay));
+        CHECK_OK(weft_tp_resolve(plan, l->ck, &info, T, T, &l->lay, TERR));
         o.tp_rank = weft_comm_rank(comm);
         o.tp_size = T;
         o.tp_layout = l->lay;

@@ -167,7 +167,7 @@ int main(void)
     snprintf(path, sizeof(path), "%s/models/flux-tiny/vae/diffusion_pytorch_model.safetensors",
              getenv("WEFT_SOURCE_ROOT"));
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(path, &f));
+    CHECK_OK(weft_st_open(path, &f, TERR));
     CHECK_EQ(weft_st_count(f), weft_vae_params(c, NULL));
     int64_t file_numel = 0;
     for (size_t i = 0; i < weft_st_count(f); i++)
