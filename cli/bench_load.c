@@ -73,7 +73,7 @@ int weft_bench_load_run(struct weft_cli *cli)
                                .tp_layout = lay, .tp_full_then_shard = !strcmp(mode, "full"),
                                .comm = &comm};
     struct weft_flux *m;
-    weft_status_t st = weft_flux_load(model, &o, &m);
+    weft_status_t st = weft_flux_load(model, &o, &m, NULL);
     double load_s = weft_now() - t0;
     if (st == WEFT_OK)
         printf("{\"load_s\": %.3f, \"weight_bytes\": %zu}\n", load_s, weft_flux_weight_bytes(m));

@@ -352,7 +352,7 @@ static int run_decode(const struct vae_bench_opts *o, const struct weft_kernels 
     struct weft_vae_opts vo = {K, kc};
     struct weft_vae *v;
     double t0 = weft_now();
-    if (weft_vae_load(o->dir, &vo, &v) != WEFT_OK)
+    if (weft_vae_load(o->dir, &vo, &v, NULL) != WEFT_OK)
         return 1;
     double load_s = weft_now() - t0;
     long after_load = peak_kib();
@@ -368,7 +368,7 @@ static int run_decode(const struct vae_bench_opts *o, const struct weft_kernels 
     const struct weft_vae_tiling *tp = o->tile ? &t : NULL;
     size_t host = 0, dev = weft_vae_activation_bytes(v, lh, lh, tp, &host);
     t0 = weft_now();
-    weft_status_t st = weft_vae_decode(v, lat, lh, lh, tp, img);
+    weft_status_t st = weft_vae_decode(v, lat, lh, lh, tp, img, NULL);
     double dec_s = weft_now() - t0;
     if (st == WEFT_OK)
         printf("{\"load_s\": %.3f, \"decode_s\": %.3f, \"weights\": %zu, \"reserved\": %zu, "

@@ -112,8 +112,7 @@ int weft_cmd_serve(struct weft_cli *cli)
     if ((st = weft_coord_create(&co, &coord, &err)) != WEFT_OK ||
         (st = runner_create(runner_name, cli, model, coord, worker_port_file, &runner, &err)) !=
             WEFT_OK) {
-        if (err.status != WEFT_OK)
-            WEFT_LOG_ERROR("serve", "%s", weft_error_text(&err));
+        weft_error_log(&err, "serve");
         goto out;
     }
     if ((st = weft_coord_listen(coord, port_file)) != WEFT_OK) {

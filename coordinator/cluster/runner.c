@@ -344,12 +344,12 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
         r->w[i].rank = -1;
         r->replica_job[i] = -1;
     }
-    weft_log_clear_last_error();
     st = weft_link_host_create(opts->conf->transport.tls[0] ? opts->conf->transport.tls : NULL,
                                weft_cr_on_accept, r, &r->host);
-    if (st != WEFT_OK) {
+    if (st != WEFT_OK) { /* the transport logged why */
         weft_free(r);
-        return weft_error_from_log(err, st);
+        return weft_error_refuse(err, st, "cannot open the workers' control links: %s",
+                                 weft_status_str(st));
     }
     if ((st = weft_cr_listen(r, opts->conf->cluster.listen, opts->port_file, err)) != WEFT_OK) {
         weft_link_host_destroy(r->host);

@@ -445,7 +445,7 @@ static int case_exact(void)
         CHECK_EQ(wait_pid(run_weft(run, NULL, NULL)), 0);
         int d = png_max_diff(ref, out);
         struct weft_png_image img;
-        CHECK_OK(weft_png_read(out, &img));
+        CHECK_OK(weft_png_read(out, &img, TERR));
         const char *seed = weft_png_image_text(&img, "weft.seed");
         printf("seed %s: tp 2 vs one device max difference %d, the PNG says seed %s\n", seeds[i],
                d, seed ? seed : "(none)");

@@ -25,7 +25,7 @@ static inline float *golden_loop16(struct weft_flux *m, const char *golden_rel,
     struct weft_denoise_params p = {.grid_h = 16, .grid_w = 16, .prompt_embeds = pe,
                                     .s_txt = npe / 32, .pooled = pooled, .guidance = 3.5f,
                                     .schedule = &sched};
-    CHECK_OK(weft_denoise(m, &p, lat));
+    CHECK_OK(weft_denoise(m, &p, lat, TERR));
     *vs_diffusers = rel_l2(lat, want, n);
     free(pe), free(pooled), free(want);
     golden_close(&g);

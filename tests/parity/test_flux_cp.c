@@ -40,7 +40,7 @@ static struct weft_flux *load(const struct rank_ctx *rc, int anything,
         o.comm = rc->comm;
     }
     struct weft_flux *m;
-    CHECK_OK(weft_flux_load(model_dir, &o, &m));
+    CHECK_OK(weft_flux_load(model_dir, &o, &m, TERR));
     return m;
 }
 
@@ -91,7 +91,7 @@ static float *loop(struct weft_flux *m, const char *golden_rel, int64_t gh, int6
     struct weft_denoise_params p = {.grid_h = gh, .grid_w = gw, .prompt_embeds = pe,
                                     .s_txt = npe / 32, .pooled = pooled, .guidance = 3.5f,
                                     .schedule = &sched};
-    CHECK_OK(weft_denoise(m, &p, lat));
+    CHECK_OK(weft_denoise(m, &p, lat, TERR));
     free(pe), free(pooled);
     golden_close(&g);
     return lat;
@@ -115,7 +115,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     int rank = weft_transport_rank(transport);
     weft_mesh_coord(&mesh, rank, &rc.me);
     struct weft_par_transport *pt;
-    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt));
+    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt, TERR));
     rc.comm = weft_par_transport_comm(pt);
     struct weft_ckpt *ck;
     struct weft_model_info info;
@@ -150,9 +150,10 @@ static int rank_main(struct weft_transport *transport, void *arg)
                 CHECK_TEXT_HAS("a plain layout", test_logged, deg, "_anything = true",
                                "does not divide");
                 if (rank == 0)
-                    printf("ring %d x ulysses %d x tp %d %s, %lldx%lld: refused: %s\n", mesh.ring,
-                           mesh.ulysses, mesh.tp, anything ? "anything" : "plain",
-                           (long long)shapes[s].gh, (long long)shapes[s].gw, test_logged);
+                    printf("ring %d x ulysses %d x tp %d %s, %lldx%lld: refused: %s\n",
+                           mesh.ring, mesh.ulysses, mesh.tp, anything ? "anything" : "plain",
+                           (long long)shapes[s].gh, (long long)shapes[s].gw,
+                           test_logged);
                 free(out);
                 weft_flux_destroy(m);
                 continue;

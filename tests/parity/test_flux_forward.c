@@ -17,7 +17,7 @@ static double run_case(const char *model_dir, const char *golden_rel, const char
 {
     struct weft_flux_opts opts = {K, kc};
     struct weft_flux *m;
-    CHECK_OK(weft_flux_load(model_dir, &opts, &m));
+    CHECK_OK(weft_flux_load(model_dir, &opts, &m, TERR));
     const struct weft_flux_config *c = weft_flux_get_config(m);
     struct golden g;
     golden_open(&g, golden_rel);

@@ -82,7 +82,7 @@ static weft_status_t load(struct weft_comm *comm, const struct weft_tp_plan *pla
         o.tp_full_then_shard = full_first;
         o.comm = comm_ops;
     }
-    return weft_flux_load(model_dir, &o, &l->m);
+    return weft_flux_load(model_dir, &o, &l->m, TERR);
 }
 
 static void unload(struct loaded *l)
@@ -125,7 +125,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_comm *comm = weft_transport_world(transport);
     struct weft_mesh mesh = {1, 1, 1, weft_comm_size(comm)};
     struct weft_par_transport *pt;
-    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt));
+    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt, TERR));
     comm_ops = weft_par_transport_comm(pt);
     int rank = weft_comm_rank(comm), T = weft_comm_size(comm);
     struct inputs x;
@@ -163,10 +163,11 @@ static int rank_main(struct weft_transport *transport, void *arg)
     for (int i = 0; i < swapped.n; i++)
         if (strcmp(swapped.rules[i].key, "transformer_blocks.*.attn.to_q") == 0)
             swapped.rules[i].style = WEFT_TP_ROWWISE;
-    test_logged[0] = '\0';
+    weft_error_clear(TERR);
     float *none = forward(comm, &swapped, 0, &x, &st);
-    CHECK(st == WEFT_ERR_CONFIG && none == NULL);
-    CHECK_TEXT_HAS("the swapped plan", test_logged, "transformer_blocks.0.attn.to_q", "colwise");
+    CHECK(st == WEFT_ERR_CONFIG && none == NULL && test_err.status == st);
+    CHECK_TEXT_HAS("the swapped plan", weft_error_text(TERR), "transformer_blocks.0.attn.to_q",
+                   "colwise");
 
     float *l_single, *l_tp;
     double el_single = loop(comm, NULL, &l_single);
