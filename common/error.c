@@ -100,13 +100,3 @@ const char *weft_error_text(const struct weft_error *err)
         return "";
     return err->msg[0] ? err->msg : weft_status_str(err->status);
 }
-
-weft_status_t weft_error_from_log(struct weft_error *err, weft_status_t st)
-{
-    if (st == WEFT_OK || !err || err->status != WEFT_OK)
-        return st;
-    const char *last = st == WEFT_ERR_NOMEM ? "out of memory" : weft_log_last_error();
-    err->status = st;
-    snprintf(err->msg, sizeof(err->msg), "%s", last[0] ? last : weft_status_str(st));
-    return st;
-}

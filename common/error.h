@@ -45,10 +45,6 @@ void weft_error_prefix(struct weft_error *err, const char *fmt, ...)
 /* The one line a command or a report ends with: the recorded cause at ERROR under subsys,
  * unless it is in the log already (then nothing: a failure is logged once). */
 void weft_error_log(struct weft_error *err, const char *subsys);
-/* For callees that still log their cause instead of taking a struct weft_error: record st with
- * the last error this thread logged (or the status's text). Returns st; WEFT_OK records
- * nothing. */
-weft_status_t weft_error_from_log(struct weft_error *err, weft_status_t st);
 /* The cause, or the status's own text when none was given; "" when err holds nothing. */
 const char *weft_error_text(const struct weft_error *err);
 
