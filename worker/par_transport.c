@@ -158,8 +158,9 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
                               weft_transport_rank(tp), n, world_base);
     struct weft_par_transport *pt = weft_calloc(1, sizeof(*pt));
     int *ranks = weft_calloc((size_t)n, sizeof(int));
-    weft_status_t st =
-        pt && ranks ? WEFT_OK : weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_status_t st = pt && ranks ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
     for (int k = 0; k < WEFT_MESH_GROUP_COUNT && st == WEFT_OK; k++) {
         int index = 0;
         int size = weft_mesh_group(mesh, rank, (enum weft_mesh_group)k, ranks, &index);

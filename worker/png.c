@@ -271,7 +271,9 @@ weft_status_t weft_png_read(const char *path, struct weft_png_image *img,
         return weft_error_refuse_or_log(err, WEFT_ERR_IO, "png", "%s: %s", path,
                                         strerror(errno));
     spng_ctx *ctx = spng_ctx_new(0);
-    weft_status_t st = ctx ? WEFT_OK : weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_status_t st = ctx ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
     if (st == WEFT_OK && (spng_set_image_limits(ctx, WEFT_PNG_MAX_EDGE, WEFT_PNG_MAX_EDGE) ||
                           spng_set_chunk_limits(ctx, (size_t)64 << 20, (size_t)64 << 20) ||
                           spng_set_png_file(ctx, f)))

@@ -297,7 +297,9 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck, cons
     }
     float *staging = weft_big_alloc(max_n * sizeof(float));
     void *raw = NULL; /* device copy of a conv weight before packing (device backends) */
-    weft_status_t st = staging ? WEFT_OK : weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_status_t st = staging ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
     if (st == WEFT_OK && !v->K->host_visible &&
         (st = v->K->buf_alloc(v->kc, max_n * sizeof(float), &raw)) != WEFT_OK)
         weft_error_refuse(err, st, "%s: no device memory to stage the weights: %s",
