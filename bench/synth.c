@@ -133,7 +133,7 @@ weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_conf
     snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
     struct fill_ctx fc = {params, dtype, seed};
     const struct weft_st_meta meta[] = {{"format", "pt"}};
-    st = weft_st_write_stream(path, n, outs, 1, meta, fill, &fc);
+    st = weft_st_write_stream(path, n, outs, 1, meta, fill, &fc, NULL);
 out:
     weft_free(params);
     weft_free(outs);

@@ -136,7 +136,7 @@ static void rank_main(int rank, const struct params *p, const char *where, int o
     }
     weft_log_set_rank(rank);
     struct weft_transport *tp;
-    if (weft_transport_create(&p->opts, rank, p->np, where, &tp) != WEFT_OK)
+    if (weft_transport_create(&p->opts, rank, p->np, where, &tp, NULL) != WEFT_OK)
         _exit(1);
     int rc = rank_sizes(tp, p, out);
     weft_transport_destroy(tp);
@@ -147,7 +147,7 @@ static void rank_main(int rank, const struct params *p, const char *where, int o
 static int run_weft(struct params *p, int rep)
 {
     struct weft_rdv_server *srv;
-    if (weft_rdv_server_create("127.0.0.1", 0, p->np, &srv) != WEFT_OK)
+    if (weft_rdv_server_create("127.0.0.1", 0, p->np, &srv, NULL) != WEFT_OK)
         return 1;
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));

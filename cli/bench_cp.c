@@ -101,8 +101,8 @@ int weft_bench_cp_run(struct weft_cli *cli)
     if (p.np > 1) {
         struct weft_transport_opts to;
         weft_transport_opts_from_conf(&cli->conf.transport, &to);
-        if (weft_transport_create(&to, p.rank, p.np, p.rdv, &tp) != WEFT_OK ||
-            weft_par_transport_create(tp, &mesh, 0, &pt) != WEFT_OK)
+        if (weft_transport_create(&to, p.rank, p.np, p.rdv, &tp, NULL) != WEFT_OK ||
+            weft_par_transport_create(tp, &mesh, 0, &pt, NULL) != WEFT_OK)
             return 1;
         weft_mesh_coord(&mesh, p.rank, &me);
         o.cp = (struct weft_cp_layout){p.ring, p.ulysses, p.anything != 0,
@@ -111,7 +111,7 @@ int weft_bench_cp_run(struct weft_cli *cli)
         o.comm = weft_par_transport_comm(pt);
     }
     struct weft_flux *m;
-    if (weft_flux_load(p.model, &o, &m) != WEFT_OK)
+    if (weft_flux_load(p.model, &o, &m, NULL) != WEFT_OK)
         return 1;
     const struct weft_flux_config *c = weft_flux_get_config(m);
     int64_t s_img = (int64_t)p.gh * p.gw, n = s_img * c->in_channels;
@@ -123,17 +123,18 @@ int weft_bench_cp_run(struct weft_cli *cli)
     struct weft_sched_config sc;
     weft_sched_config_flux_default(&sc);
     static struct weft_schedule sched;
-    weft_sched_plan(&sc, p.steps + 1, s_img, &sched);
+    struct weft_error err = WEFT_ERROR_INIT;
+    weft_sched_plan(&sc, p.steps + 1, s_img, &sched, &err);
     struct step_clock clk = {weft_now(), 0, 0};
     struct weft_denoise_params dp = {.grid_h = p.gh, .grid_w = p.gw, .prompt_embeds = pe,
                                      .s_txt = p.text, .pooled = pooled, .guidance = 3.5f,
                                      .schedule = &sched, .on_step = on_step, .cb_arg = &clk};
-    weft_status_t st = weft_flux_reserve(m, 1, s_img, p.text);
+    weft_status_t st = weft_flux_reserve(m, 1, s_img, p.text, &err);
     if (st == WEFT_OK) {
         if (pt)
             weft_par_transport_reset_stats(pt);
         clk.last = weft_now();
-        st = weft_denoise(m, &dp, lat);
+        st = weft_denoise(m, &dp, lat, &err);
     }
     if (st == WEFT_OK) {
         double comm = 0, bytes = 0;
@@ -148,7 +149,7 @@ int weft_bench_cp_run(struct weft_cli *cli)
         printf("{\"ms_per_step\": %.3f, \"comm_ms_per_step\": %.3f, \"bytes_per_step\": %.0f}\n",
                clk.total / clk.counted * 1e3, comm / steps * 1e3, bytes / steps);
     } else {
-        printf("{\"refused\": \"%s\"}\n", weft_log_last_error());
+        printf("{\"refused\": \"%s\"}\n", weft_error_text(&err));
     }
     free(lat), free(pe), free(pooled);
     weft_flux_destroy(m);
@@ -172,7 +173,7 @@ static int run_mode(struct run_params p, const char *self, struct result *res)
     struct weft_rdv_server *srv = NULL;
     char where[64] = "-";
     if (p.np > 1) {
-        if (weft_rdv_server_create("127.0.0.1", 0, p.np, &srv) != WEFT_OK)
+        if (weft_rdv_server_create("127.0.0.1", 0, p.np, &srv, NULL) != WEFT_OK)
             return -1;
         snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)weft_rdv_server_port(srv));
     }

@@ -99,7 +99,7 @@ int weft_bench_flux_run(struct weft_cli *cli)
     double t0 = weft_now();
     struct weft_flux_opts fo = {K, kc};
     struct weft_flux *m;
-    if (weft_flux_load(o.model, &fo, &m) != WEFT_OK)
+    if (weft_flux_load(o.model, &fo, &m, NULL) != WEFT_OK)
         return 1;
     double load_s = weft_now() - t0;
     const struct weft_flux_config *c = weft_flux_get_config(m);

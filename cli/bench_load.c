@@ -61,10 +61,11 @@ int weft_bench_load_run(struct weft_cli *cli)
     struct weft_tp_layout *lay = NULL;
     struct weft_model_info info;
     struct weft_tp_plan plan;
-    if (weft_ckpt_open(model, &ck) != WEFT_OK || weft_model_info_get(ck, &info) != WEFT_OK)
+    if (weft_ckpt_open(model, &ck, NULL) != WEFT_OK ||
+        weft_model_info_get(ck, &info, NULL) != WEFT_OK)
         return 1;
     weft_tp_plan_builtin(info.class_name, &plan);
-    if (weft_tp_resolve(&plan, ck, &info, tp, tp, &lay) != WEFT_OK)
+    if (weft_tp_resolve(&plan, ck, &info, tp, tp, &lay, NULL) != WEFT_OK)
         return 1;
     weft_ckpt_close(ck); /* the plan needs headers only; the load opens its own */
     const struct weft_par_comm comm = {.allreduce = never};
@@ -72,7 +73,7 @@ int weft_bench_load_run(struct weft_cli *cli)
                                .tp_layout = lay, .tp_full_then_shard = !strcmp(mode, "full"),
                                .comm = &comm};
     struct weft_flux *m;
-    weft_status_t st = weft_flux_load(model, &o, &m);
+    weft_status_t st = weft_flux_load(model, &o, &m, NULL);
     double load_s = weft_now() - t0;
     if (st == WEFT_OK)
         printf("{\"load_s\": %.3f, \"weight_bytes\": %zu}\n", load_s, weft_flux_weight_bytes(m));
@@ -159,9 +160,10 @@ int weft_bench_load(struct weft_cli *cli)
     struct weft_model_info info;
     struct weft_tp_plan plan;
     struct weft_tp_layout *lay;
-    if (weft_ckpt_open(model, &ck) != WEFT_OK || weft_model_info_get(ck, &info) != WEFT_OK ||
+    if (weft_ckpt_open(model, &ck, NULL) != WEFT_OK ||
+        weft_model_info_get(ck, &info, NULL) != WEFT_OK ||
         !weft_tp_plan_builtin(info.class_name, &plan) ||
-        weft_tp_resolve(&plan, ck, &info, 1, 1, &lay) != WEFT_OK)
+        weft_tp_resolve(&plan, ck, &info, 1, 1, &lay, NULL) != WEFT_OK)
         return 1;
     double bpe = 4.0 / 2.0; /* f32 in memory per bf16 byte on disk */
     double planned = (double)lay->planned_bytes * bpe, repl = (double)lay->replicated_bytes * bpe;

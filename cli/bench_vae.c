@@ -186,7 +186,7 @@ static weft_status_t write_vae(const char *dir)
                                            params[i].shape, NULL};
         snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
         const struct weft_st_meta meta[] = {{"format", "pt"}};
-        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, params);
+        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, params, NULL);
     } else {
         st = WEFT_ERR_NOMEM;
     }
@@ -237,7 +237,7 @@ static weft_status_t write_pipeline(const char *dir, long long text)
         const struct weft_st_out t[2] = {{"prompt_embeds", WEFT_DTYPE_F32, 3, pe_shape, pe},
                                          {"pooled_prompt_embeds", WEFT_DTYPE_F32, 2, po_shape, po}};
         snprintf(path, sizeof(path), "%s/prompts/bench.safetensors", dir);
-        st = weft_st_write(path, 2, t, 0, NULL);
+        st = weft_st_write(path, 2, t, 0, NULL, NULL);
     } else {
         st = WEFT_ERR_NOMEM;
     }
@@ -353,7 +353,7 @@ static int run_decode(const struct vae_bench_opts *o, const struct weft_kernels 
     struct weft_vae_opts vo = {K, kc};
     struct weft_vae *v;
     double t0 = weft_now();
-    if (weft_vae_load(o->dir, &vo, &v) != WEFT_OK)
+    if (weft_vae_load(o->dir, &vo, &v, NULL) != WEFT_OK)
         return 1;
     double load_s = weft_now() - t0;
     long after_load = peak_kib();
@@ -369,7 +369,7 @@ static int run_decode(const struct vae_bench_opts *o, const struct weft_kernels 
     const struct weft_vae_tiling *tp = o->tile ? &t : NULL;
     size_t host = 0, dev = weft_vae_activation_bytes(v, lh, lh, tp, &host);
     t0 = weft_now();
-    weft_status_t st = weft_vae_decode(v, lat, lh, lh, tp, img);
+    weft_status_t st = weft_vae_decode(v, lat, lh, lh, tp, img, NULL);
     double dec_s = weft_now() - t0;
     if (st == WEFT_OK)
         printf("{\"load_s\": %.3f, \"decode_s\": %.3f, \"weights\": %zu, \"reserved\": %zu, "

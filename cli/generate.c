@@ -166,25 +166,25 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
 }
 
 /* --latents: tensor "latents" or "latents_init" with exactly numel elements (caller frees). */
-static weft_status_t read_latents(const char *path, int64_t numel, float **out)
+static weft_status_t read_latents(const char *path, int64_t numel, float **out,
+                                  struct weft_error *err)
 {
     struct weft_st_file *f;
-    weft_status_t st = weft_st_open(path, &f);
+    weft_status_t st = weft_st_open(path, &f, err);
     if (st != WEFT_OK)
         return st;
     const struct weft_st_tensor *t = weft_st_find(f, "latents");
     if (!t)
         t = weft_st_find(f, "latents_init");
-    if (!t || t->numel != numel) {
-        WEFT_LOG_ERROR("generate", "%s: needs a tensor \"latents\" or \"latents_init\" of %lld "
-                                   "elements (tokens x in_channels for this image size)", path,
-                       (long long)numel);
-        st = WEFT_ERR_FORMAT;
-    }
+    if (!t || t->numel != numel)
+        st = weft_error_refuse(err, WEFT_ERR_FORMAT,
+                               "%s: needs a tensor \"latents\" or \"latents_init\" of %lld "
+                               "elements (tokens x in_channels for this image size)", path,
+                               (long long)numel);
     float *p = st == WEFT_OK ? weft_malloc((size_t)numel * sizeof(float) + 4) : NULL;
     if (st == WEFT_OK && !p)
-        st = WEFT_ERR_NOMEM;
-    if (st == WEFT_OK && (st = weft_st_read(f, t, p, WEFT_DTYPE_F32)) == WEFT_OK)
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    if (st == WEFT_OK && (st = weft_st_read(f, t, p, WEFT_DTYPE_F32, err)) == WEFT_OK)
         *out = p;
     else
         weft_free(p);
@@ -213,7 +213,8 @@ static void prompt_name(const char *prompt_path, char *out, size_t len)
 
 /* The final latents as safetensors, with the image's metadata vocabulary (worker/png.h). */
 static weft_status_t write_latents(const struct gen_opts *o, const char *model,
-                                   const char *prompt, const struct weft_rt_result *r)
+                                   const char *prompt, const struct weft_rt_result *r,
+                                   struct weft_error *err)
 {
     const struct weft_png_meta meta = {
         .prompt = prompt, .model = model, .layout = "dp 1 x ring 1 x ulysses 1 x tp 1",
@@ -228,7 +229,7 @@ static weft_status_t write_latents(const struct gen_opts *o, const char *model,
         st_meta[i] = (struct weft_st_meta){text[i].key, text[i].value};
     int64_t shape[3] = {1, r->tokens, r->channels};
     struct weft_st_out out = {"latents", WEFT_DTYPE_F32, 3, shape, r->latents};
-    return weft_st_write(o->out, 1, &out, n, st_meta);
+    return weft_st_write(o->out, 1, &out, n, st_meta, err);
 }
 
 /* --vae-tiling / --vae-tile into t; NULL when decoding in one piece. */
@@ -265,9 +266,8 @@ static weft_status_t run(const struct gen_opts *o, const char *dir, const char *
     struct weft_prompt_embeds pe = {0};
     float *init = NULL;
     weft_status_t st = weft_model_prompt_read(m, prompt_path, &pe, err);
-    if (st == WEFT_OK && o->latents &&
-        (st = read_latents(o->latents, weft_job_latent_elems(m, o->height, o->width), &init)))
-        weft_error_from_log(err, st);
+    if (st == WEFT_OK && o->latents)
+        st = read_latents(o->latents, weft_job_latent_elems(m, o->height, o->width), &init, err);
     char name[256];
     prompt_name(prompt_path, name, sizeof(name));
     struct weft_vae_tiling tiling;
@@ -287,11 +287,9 @@ static weft_status_t run(const struct gen_opts *o, const char *dir, const char *
     }
     weft_free(init);
     weft_prompt_embeds_cleanup(&pe);
-    if (st == WEFT_OK) {
-        weft_log_clear_last_error();
-        st = weft_error_from_log(err, o->png ? weft_files_write(o->out, r.png, r.png_len)
-                                             : write_latents(o, dir, name, &r));
-    }
+    if (st == WEFT_OK)
+        st = o->png ? weft_files_save(o->out, r.png, r.png_len, err)
+                    : write_latents(o, dir, name, &r, err);
     if (st == WEFT_OK)
         WEFT_LOG_INFO("generate", "wrote %s (%lldx%lld, %lld steps; denoise %.2f s, decode "
                                   "%.2f s)", o->out, o->width, o->height, o->steps, r.denoise_s,
@@ -330,8 +328,8 @@ int weft_cmd_generate(struct weft_cli *cli)
         log_components(rt);
         st = run(&o, dir, prompt, rt, &err);
     }
-    if (st != WEFT_OK && err.status != WEFT_OK)
-        WEFT_LOG_ERROR("generate", "%s", weft_error_text(&err));
+    if (st != WEFT_OK)
+        weft_error_log(&err, "generate");
     weft_free(a);
     weft_runtime_destroy(rt);
     weft_kernels_cpu_destroy(kc);

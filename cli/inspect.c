@@ -79,7 +79,7 @@ static void add_tensors(cJSON *obj, size_t n, const struct tensor_src *src, bool
 static weft_status_t inspect_file(const char *path, bool with_table, cJSON *out)
 {
     struct weft_st_file *f;
-    weft_status_t st = weft_st_open(path, &f);
+    weft_status_t st = weft_st_open(path, &f, NULL);
     if (st != WEFT_OK)
         return st;
     size_t n = weft_st_count(f);
@@ -112,7 +112,7 @@ static weft_status_t check_config(const char *cls, const cJSON *config, const ch
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
     if (strcmp(cls, WEFT_FLUX_CLASS) == 0) {
         struct weft_flux_config fc;
-        return weft_flux_config_parse(config, origin, &fc);
+        return weft_flux_config_parse(config, origin, &fc, NULL);
     }
     return WEFT_OK;
 }
@@ -120,7 +120,7 @@ static weft_status_t check_config(const char *cls, const cJSON *config, const ch
 static weft_status_t inspect_model(const char *dir, bool with_table, cJSON *out)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = weft_ckpt_open(dir, &ck);
+    weft_status_t st = weft_ckpt_open(dir, &ck, NULL);
     if (st != WEFT_OK)
         return st;
     if ((st = check_config(weft_ckpt_class(ck), weft_ckpt_config(ck), dir)) != WEFT_OK)
@@ -155,7 +155,7 @@ out:
 static weft_status_t inspect_pipeline(const char *dir, bool with_table, cJSON *out)
 {
     struct weft_pipe *p;
-    weft_status_t st = weft_pipe_open(dir, &p);
+    weft_status_t st = weft_pipe_open(dir, &p, NULL);
     if (st != WEFT_OK)
         return st;
     cJSON_AddStringToObject(out, "kind", "pipeline");
@@ -185,7 +185,7 @@ static weft_status_t inspect_pipeline(const char *dir, bool with_table, cJSON *o
             snprintf(cfg, sizeof(cfg), "%s/scheduler_config.json", sub);
             cJSON *json;
             if (weft_path_kind(sub) == WEFT_PATH_NONE &&
-                weft_json_read_file(cfg, 1 << 20, &json) == WEFT_OK)
+                weft_json_read_file(cfg, 1 << 20, &json, NULL) == WEFT_OK)
                 cJSON_AddItemToObject(ce, "config", json);
         }
     }

@@ -72,9 +72,12 @@ static int plan_devmap(const char *dir, int strategy, long long devices, const c
     struct weft_devmap map;
     struct weft_devmap_unit *units;
     struct weft_devmap_component comps[2];
+    struct weft_error err = WEFT_ERROR_INIT;
     if (weft_devmap_plan_model(dir, (enum weft_devmap_strategy)strategy, (int)devices, NULL, &mm,
-                               &map, &units, comps) != WEFT_OK)
+                               &map, &units, comps, &err) != WEFT_OK) {
+        weft_error_log(&err, "plan");
         return 1;
+    }
     const char *name = strategy == WEFT_DEVMAP_AUTO ? "auto" : "balanced";
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -379,13 +382,14 @@ int weft_cmd_plan(struct weft_cli *cli)
     };
     if (weft_model_open(dir, &model, &err) != WEFT_OK ||
         weft_model_check_layout(model, &layout, &cli->conf.tp_plan, &err) != WEFT_OK) {
-        WEFT_LOG_ERROR("plan", "%s", weft_error_text(&err));
+        weft_error_log(&err, "plan");
         weft_model_close(model);
         return 1;
     }
     const char *tdir = model->transformer_dir;
     struct weft_ckpt *ck;
-    if (weft_ckpt_open(tdir, &ck) != WEFT_OK) {
+    if (weft_ckpt_open(tdir, &ck, &err) != WEFT_OK) {
+        weft_error_log(&err, "plan");
         weft_model_close(model);
         return 1;
     }
@@ -396,9 +400,11 @@ int weft_cmd_plan(struct weft_cli *cli)
     struct weft_tp_plan plan;
     const int tp = (int)a.tp;
     p.builtin = weft_tp_plan_builtin(p.info.class_name, &plan);
-    if (weft_tp_plan_apply_conf(&plan, &cli->conf.tp_plan) != WEFT_OK ||
-        weft_tp_resolve(&plan, ck, &p.info, tp, a.np ? (int)a.np : tp, &lay) != WEFT_OK)
+    if (weft_tp_plan_apply_conf(&plan, &cli->conf.tp_plan, &err) != WEFT_OK ||
+        weft_tp_resolve(&plan, ck, &p.info, tp, a.np ? (int)a.np : tp, &lay, &err) != WEFT_OK) {
+        weft_error_log(&err, "plan");
         goto out;
+    }
     /* this image on the layout: the check a job gets at submission */
     p.s_img = weft_job_image_tokens(model, a.height, a.width);
     const int64_t tokens = a.n_text;

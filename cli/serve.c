@@ -53,10 +53,9 @@ static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
     }
     if (strcmp(name, "cluster") == 0) {
         char secret[WEFT_CONF_STR];
-        weft_log_clear_last_error();
-        weft_status_t st = weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret));
+        weft_status_t st = weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret), err);
         if (st != WEFT_OK)
-            return weft_error_from_log(err, st);
+            return st;
         struct weft_cluster_runner_opts o = {.conf = &cli->conf, .model = weft_coord_model(coord),
                                              .model_dir = model, .secret = secret,
                                              .port_file = worker_port_file};
@@ -114,8 +113,7 @@ int weft_cmd_serve(struct weft_cli *cli)
     if ((st = weft_coord_create(&co, &coord, &err)) != WEFT_OK ||
         (st = runner_create(runner_name, cli, model, coord, worker_port_file, &runner, &err)) !=
             WEFT_OK) {
-        if (err.status != WEFT_OK)
-            WEFT_LOG_ERROR("serve", "%s", weft_error_text(&err));
+        weft_error_log(&err, "serve");
         goto out;
     }
     if ((st = weft_coord_listen(coord, port_file)) != WEFT_OK) {

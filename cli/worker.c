@@ -47,7 +47,7 @@ int weft_cmd_worker(struct weft_cli *cli)
     struct weft_agent_opts o = {.conf = &cli->conf};
     char secret[WEFT_CONF_STR], where[300];
     if (weft_launch_from_env(environ, &o.launch) != WEFT_OK ||
-        weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret)) != WEFT_OK)
+        weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret), NULL) != WEFT_OK)
         return 2;
     if (!coordinator) {
         const char *listen = cli->conf.cluster.listen, *colon = strrchr(listen, ':');

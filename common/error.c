@@ -11,6 +11,7 @@ void weft_error_clear(struct weft_error *err)
     if (err) {
         err->status = WEFT_OK;
         err->msg[0] = '\0';
+        err->logged = false;
     }
 }
 
@@ -19,6 +20,7 @@ static void record(struct weft_error *err, weft_status_t st, const char *fmt, va
     if (!err || err->status != WEFT_OK)
         return;
     err->status = st == WEFT_OK ? WEFT_ERR_INTERNAL : st;
+    err->logged = false;
     /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 }
@@ -35,6 +37,7 @@ weft_status_t weft_error_set(struct weft_error *err, weft_status_t st, const cha
     WEFT_LOG_ERROR(subsys, "%s", msg);
     if (err && err->status == WEFT_OK) {
         err->status = st == WEFT_OK ? WEFT_ERR_INTERNAL : st;
+        err->logged = true;
         snprintf(err->msg, sizeof(err->msg), "%s", msg);
     }
     return st;
@@ -49,6 +52,32 @@ weft_status_t weft_error_refuse(struct weft_error *err, weft_status_t st, const 
     if (err)
         WEFT_LOG_DEBUG("error", "%s", err->msg);
     return st;
+}
+
+weft_status_t weft_error_refuse_or_log(struct weft_error *err, weft_status_t st,
+                                       const char *subsys, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err) {
+        record(err, st, fmt, ap);
+        WEFT_LOG_DEBUG("error", "%s", err->msg);
+    } else if (WEFT_LOG_LEVEL_ERROR <= weft_log_level_current) {
+        char msg[1024]; /* as long as a line weft_log_write takes */
+        /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        weft_log_write(WEFT_LOG_LEVEL_ERROR, subsys, "%s", msg);
+    }
+    va_end(ap);
+    return st;
+}
+
+void weft_error_log(struct weft_error *err, const char *subsys)
+{
+    if (!err || err->status == WEFT_OK || err->logged)
+        return;
+    WEFT_LOG_ERROR(subsys, "%s", weft_error_text(err));
+    err->logged = true;
 }
 
 void weft_error_prefix(struct weft_error *err, const char *fmt, ...)
@@ -70,14 +99,4 @@ const char *weft_error_text(const struct weft_error *err)
     if (!err || err->status == WEFT_OK)
         return "";
     return err->msg[0] ? err->msg : weft_status_str(err->status);
-}
-
-weft_status_t weft_error_from_log(struct weft_error *err, weft_status_t st)
-{
-    if (st == WEFT_OK || !err || err->status != WEFT_OK)
-        return st;
-    const char *last = st == WEFT_ERR_NOMEM ? "out of memory" : weft_log_last_error();
-    err->status = st;
-    snprintf(err->msg, sizeof(err->msg), "%s", last[0] ? last : weft_status_str(st));
-    return st;
 }

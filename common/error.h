@@ -8,6 +8,7 @@
 #define WEFT_COMMON_ERROR_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/status.h"
@@ -17,9 +18,10 @@
 struct weft_error {
     weft_status_t status; /* WEFT_OK: nothing recorded */
     char msg[WEFT_ERROR_MSG];
+    bool logged; /* the cause is in the log already (weft_error_set, weft_error_log) */
 };
 
-#define WEFT_ERROR_INIT {WEFT_OK, ""}
+#define WEFT_ERROR_INIT {WEFT_OK, "", false}
 
 void weft_error_clear(struct weft_error *err);
 
@@ -31,13 +33,18 @@ weft_status_t weft_error_set(struct weft_error *err, weft_status_t st, const cha
  * caller decides how loud it is. */
 weft_status_t weft_error_refuse(struct weft_error *err, weft_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The input's fault (a user's file, a request, a config) where err may be NULL: recorded as
+ * weft_error_refuse does; with NULL nobody will report the cause, so it is logged at ERROR under
+ * subsys instead. */
+weft_status_t weft_error_refuse_or_log(struct weft_error *err, weft_status_t st,
+                                       const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Put "prefix: " before the recorded cause (nothing recorded: nothing happens). */
 void weft_error_prefix(struct weft_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* For callees that still log their cause instead of taking a struct weft_error: record st with
- * the last error this thread logged (or the status's text). Returns st; WEFT_OK records
- * nothing. */
-weft_status_t weft_error_from_log(struct weft_error *err, weft_status_t st);
+/* The one line a command or a report ends with: the recorded cause at ERROR under subsys,
+ * unless it is in the log already (then nothing: a failure is logged once). */
+void weft_error_log(struct weft_error *err, const char *subsys);
 /* The cause, or the status's own text when none was given; "" when err holds nothing. */
 const char *weft_error_text(const struct weft_error *err);
 

@@ -11,33 +11,30 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/error.h"
 #include "common/log.h"
 
-weft_status_t weft_files_mkdirs(const char *path)
+weft_status_t weft_files_mkdirs(const char *path, struct weft_error *err)
 {
     char buf[4096];
     size_t n = strlen(path);
-    if (n == 0 || n >= sizeof(buf)) {
-        WEFT_LOG_ERROR("files", "'%s': not a usable folder path", path);
-        return WEFT_ERR_INVALID;
-    }
+    if (n == 0 || n >= sizeof(buf))
+        return weft_error_set(err, WEFT_ERR_INVALID, "files", "'%s': not a usable folder path",
+                              path);
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] != '/' && buf[i] != '\0')
             continue;
         char c = buf[i];
         buf[i] = '\0';
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST) {
-            WEFT_LOG_ERROR("files", "%s: cannot create the folder: %s", buf, strerror(errno));
-            return WEFT_ERR_IO;
-        }
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return weft_error_set(err, WEFT_ERR_IO, "files", "%s: cannot create the folder: %s",
+                                  buf, strerror(errno));
         buf[i] = c;
     }
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        WEFT_LOG_ERROR("files", "%s: not a folder", path);
-        return WEFT_ERR_IO;
-    }
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return weft_error_set(err, WEFT_ERR_IO, "files", "%s: not a folder", path);
     return WEFT_OK;
 }
 
@@ -54,17 +51,23 @@ weft_status_t weft_files_sync_file(const char *path)
     return WEFT_OK;
 }
 
-weft_status_t weft_files_sync_dir(const char *path)
+static weft_status_t sync_dir(const char *path, struct weft_error *err)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0) {
-        WEFT_LOG_ERROR("files", "%s: cannot sync the folder: %s", path, strerror(errno));
+        weft_status_t st = weft_error_set(err, WEFT_ERR_IO, "files",
+                                          "%s: cannot sync the folder: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        return WEFT_ERR_IO;
+        return st;
     }
     close(fd);
     return WEFT_OK;
+}
+
+weft_status_t weft_files_sync_dir(const char *path)
+{
+    return sync_dir(path, NULL);
 }
 
 weft_status_t weft_files_remove_dir(const char *path)
@@ -142,45 +145,42 @@ out:
     return st;
 }
 
-static weft_status_t write_all(int fd, const char *path, const void *data, size_t len)
+static weft_status_t write_all(int fd, const char *path, const void *data, size_t len,
+                               struct weft_error *err)
 {
     const char *p = data;
     while (len) {
         ssize_t n = write(fd, p, len);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0) {
-            WEFT_LOG_ERROR("files", "%s: write failed: %s", path, strerror(errno));
-            return WEFT_ERR_IO;
-        }
+        if (n < 0)
+            return weft_error_set(err, WEFT_ERR_IO, "files", "%s: write failed: %s", path,
+                                  strerror(errno));
         p += n;
         len -= (size_t)n;
     }
     return WEFT_OK;
 }
 
-weft_status_t weft_files_write(const char *path, const void *data, size_t len)
+weft_status_t weft_files_save(const char *path, const void *data, size_t len,
+                              struct weft_error *err)
 {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        WEFT_LOG_ERROR("files", "%s: cannot create: %s", tmp, strerror(errno));
-        return WEFT_ERR_IO;
-    }
-    weft_status_t st = write_all(fd, tmp, data, len);
-    if (st == WEFT_OK && fsync(fd) != 0) {
-        WEFT_LOG_ERROR("files", "%s: fsync failed: %s", tmp, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
-    if (close(fd) != 0 && st == WEFT_OK) {
-        WEFT_LOG_ERROR("files", "%s: close failed: %s", tmp, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
-    if (st == WEFT_OK && rename(tmp, path) != 0) {
-        WEFT_LOG_ERROR("files", "%s: cannot rename into place: %s", path, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
+    if (fd < 0)
+        return weft_error_set(err, WEFT_ERR_IO, "files", "%s: cannot create: %s", tmp,
+                              strerror(errno));
+    weft_status_t st = write_all(fd, tmp, data, len, err);
+    if (st == WEFT_OK && fsync(fd) != 0)
+        st = weft_error_set(err, WEFT_ERR_IO, "files", "%s: fsync failed: %s", tmp,
+                            strerror(errno));
+    if (close(fd) != 0 && st == WEFT_OK)
+        st = weft_error_set(err, WEFT_ERR_IO, "files", "%s: close failed: %s", tmp,
+                            strerror(errno));
+    if (st == WEFT_OK && rename(tmp, path) != 0)
+        st = weft_error_set(err, WEFT_ERR_IO, "files", "%s: cannot rename into place: %s", path,
+                            strerror(errno));
     if (st != WEFT_OK) {
         (void)unlink(tmp);
         return st;
@@ -188,10 +188,15 @@ weft_status_t weft_files_write(const char *path, const void *data, size_t len)
     /* the new name must survive a crash as well as the bytes */
     char *slash = strrchr(tmp, '/');
     if (slash == tmp)
-        return weft_files_sync_dir("/");
+        return sync_dir("/", err);
     if (!slash)
-        return weft_files_sync_dir(".");
+        return sync_dir(".", err);
     *slash = '\0';
-    return weft_files_sync_dir(tmp);
+    return sync_dir(tmp, err);
+}
+
+weft_status_t weft_files_write(const char *path, const void *data, size_t len)
+{
+    return weft_files_save(path, data, len, NULL);
 }
 

@@ -1,14 +1,15 @@
 /* Small file-system helpers (the coordinator's journal and jobs, the runners' images): folders,
- * durable writes, whole-file reads. All log the exact cause (path and errno text) on failure. */
+ * durable writes, whole-file reads. All log the exact cause (path and errno text) on failure,
+ * once; those that take err record it there too. */
 #ifndef WEFT_COMMON_FILES_H
 #define WEFT_COMMON_FILES_H
 
 #include <stddef.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 /* mkdir -p with mode 0700 for the folders it creates. */
-weft_status_t weft_files_mkdirs(const char *path);
+weft_status_t weft_files_mkdirs(const char *path, struct weft_error *err);
 /* fsync a file (its bytes are on disk when this returns). */
 weft_status_t weft_files_sync_file(const char *path);
 /* fsync a folder, so that a rename or a new entry in it is durable. */
@@ -17,6 +18,10 @@ weft_status_t weft_files_sync_dir(const char *path);
 weft_status_t weft_files_remove_dir(const char *path);
 /* Write len bytes to path atomically and durably: a temporary file beside it, fsync, rename,
  * fsync of the folder. */
+weft_status_t weft_files_save(const char *path, const void *data, size_t len,
+                              struct weft_error *err);
+/* weft_files_save with no err (the cause is only logged), for callers that report nothing
+ * further. */
 weft_status_t weft_files_write(const char *path, const void *data, size_t len);
 /* Whole file into a new buffer (+ NUL; caller frees with weft_free); files over max_bytes are
  * refused with WEFT_ERR_RANGE. WEFT_ERR_NOT_FOUND (not logged) when it does not exist. */

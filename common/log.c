@@ -14,7 +14,6 @@ static int log_rank = -1;
 static weft_log_sink_cb log_sink;
 static void *log_sink_arg;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local char last_error[512];
 
 static const char *const level_names[WEFT_LOG_LEVEL_COUNT] = {"error", "warn", "info", "debug"};
 static const char level_letters[WEFT_LOG_LEVEL_COUNT] = {'E', 'W', 'I', 'D'};
@@ -45,8 +44,6 @@ void weft_log_write(enum weft_log_level level, const char *subsys, const char *f
     va_end(ap);
     if (n < 0)
         return;
-    if (level == WEFT_LOG_LEVEL_ERROR)
-        snprintf(last_error, sizeof(last_error), "%s", msg);
 
     pthread_mutex_lock(&log_lock);
     weft_log_sink_cb sink = log_sink;
@@ -101,16 +98,6 @@ void weft_log_set_sink(weft_log_sink_cb cb, void *arg)
     log_sink = cb;
     log_sink_arg = arg;
     pthread_mutex_unlock(&log_lock);
-}
-
-const char *weft_log_last_error(void)
-{
-    return last_error;
-}
-
-void weft_log_clear_last_error(void)
-{
-    last_error[0] = '\0';
 }
 
 int weft_log_level_parse(const char *name)

@@ -45,11 +45,8 @@ void weft_log_write(enum weft_log_level level, const char *subsys, const char *f
 void weft_log_set_level(enum weft_log_level level);
 void weft_log_set_style(enum weft_log_style style);
 void weft_log_set_rank(int rank);
-/* Replace stderr by a callback (NULL restores stderr). Errors are still recorded as last error. */
+/* Replace stderr by a callback (NULL restores stderr). */
 void weft_log_set_sink(weft_log_sink_cb cb, void *arg);
-/* The text of the last error logged by the calling thread ("" if none). */
-const char *weft_log_last_error(void);
-void weft_log_clear_last_error(void);
 /* Parse "error", "warn", "info", "debug"; returns -1 when unknown. */
 int weft_log_level_parse(const char *name);
 const char *weft_log_level_name(enum weft_log_level level);

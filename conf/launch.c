@@ -95,32 +95,31 @@ weft_status_t weft_launch_from_env(char *const *envp, struct weft_launch *out)
     return WEFT_OK;
 }
 
-weft_status_t weft_cluster_secret(const struct weft_conf_cluster *c, char *out, size_t len)
+weft_status_t weft_cluster_secret(const struct weft_conf_cluster *c, char *out, size_t len,
+                                  struct weft_error *err)
 {
     if (c->secret_file[0]) {
         FILE *f = fopen(c->secret_file, "r");
-        if (!f) {
-            WEFT_LOG_ERROR("conf", "[cluster] secret_file %s: %s", c->secret_file,
-                           strerror(errno));
-            return WEFT_ERR_CONFIG;
-        }
+        if (!f)
+            return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "conf",
+                                            "[cluster] secret_file %s: %s", c->secret_file,
+                                            strerror(errno));
         char line[1024] = "";
         char *got = fgets(line, sizeof(line), f);
         (void)fclose(f);
         line[strcspn(line, "\r\n")] = '\0';
-        if (!got || !line[0] || strlen(line) >= len) {
-            WEFT_LOG_ERROR("conf", "[cluster] secret_file %s: no secret on its first line (or "
-                                   "longer than %zu bytes)", c->secret_file, len - 1);
-            return WEFT_ERR_CONFIG;
-        }
+        if (!got || !line[0] || strlen(line) >= len)
+            return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "conf",
+                                            "[cluster] secret_file %s: no secret on its first "
+                                            "line (or longer than %zu bytes)", c->secret_file,
+                                            len - 1);
         snprintf(out, len, "%s", line);
         return WEFT_OK;
     }
-    if (!c->secret[0]) {
-        WEFT_LOG_ERROR("conf", "no cluster secret: set [cluster] secret or secret_file (or "
-                               "WEFT_CLUSTER_SECRET)");
-        return WEFT_ERR_CONFIG;
-    }
+    if (!c->secret[0])
+        return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "conf",
+                                        "no cluster secret: set [cluster] secret or secret_file "
+                                        "(or WEFT_CLUSTER_SECRET)");
     snprintf(out, len, "%s", c->secret);
     return WEFT_OK;
 }

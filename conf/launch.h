@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 struct weft_launch {
     const char *source; /* "slurm", "torchrun", "mpirun", "mpich" or "" */
@@ -22,8 +22,10 @@ weft_status_t weft_launch_from_env(char *const *envp, struct weft_launch *out);
 
 struct weft_conf_cluster;
 /* The cluster secret: the first line of [cluster] secret_file when set, else [cluster] secret.
- * An empty secret is an error naming both keys. */
-weft_status_t weft_cluster_secret(const struct weft_conf_cluster *c, char *out, size_t len);
+ * An empty secret is an error naming both keys (the configuration's: recorded in err, logged at
+ * ERROR with NULL err). */
+weft_status_t weft_cluster_secret(const struct weft_conf_cluster *c, char *out, size_t len,
+                                  struct weft_error *err);
 
 /* The first host of a Slurm node list: "node[01-04,07],gpu5" -> "node01". */
 weft_status_t weft_slurm_first_host(const char *nodelist, char *host, size_t len);

@@ -262,15 +262,16 @@ err:
     return NULL;
 }
 
-static weft_status_t journal_put(struct weft_coord *c, cJSON *rec, bool sync)
+static weft_status_t journal_put(struct weft_coord *c, cJSON *rec, bool sync,
+                                 struct weft_error *err)
 {
     if (!c->journal) {
         cJSON_Delete(rec);
         return WEFT_OK;
     }
     if (!rec)
-        return WEFT_ERR_NOMEM;
-    weft_status_t st = weft_journal_append(c->journal, rec, sync);
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_status_t st = weft_journal_append(c->journal, rec, sync, err);
     cJSON_Delete(rec);
     return st;
 }
@@ -326,7 +327,7 @@ static void retain(struct weft_coord *c)
     while (c->finished.n > (size_t)c->api.keep_jobs) {
         struct job *j = c->finished.head;
         list_remove(&c->finished, j);
-        if (journal_put(c, record_new("evict", j), false) != WEFT_OK)
+        if (journal_put(c, record_new("evict", j), false, NULL) != WEFT_OK)
             WEFT_LOG_WARN("coord", "job %s: cannot journal its eviction", j->id);
         job_folder_remove(c, j);
         table_remove(c, j);
@@ -347,7 +348,7 @@ static void job_finish(struct weft_coord *c, struct job *j, enum job_state state
     c->m.finished[state]++;
     if (state == JOB_DONE && j->started_at > 0)
         observe(c->m.job_bucket, &c->m.job_count, &c->m.job_sum, j->finished_at - j->started_at);
-    if (journal_put(c, record_final(j), true) != WEFT_OK)
+    if (journal_put(c, record_final(j), true, NULL) != WEFT_OK)
         WEFT_LOG_WARN("coord", "job %s: cannot journal that it is %s; after a restart it "
                                "runs again", j->id, weft_coord_state_name(state));
     list_push(&c->finished, j);
@@ -364,8 +365,7 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
 {
     char dir[2200];
     weft_coord_job_dir(c, j, dir, sizeof(dir));
-    weft_log_clear_last_error();
-    weft_status_t st = weft_error_from_log(err, weft_files_mkdirs(dir));
+    weft_status_t st = weft_files_mkdirs(dir, err);
     const int n = j->spec.n_prompts;
     char (*paths)[2400] = weft_calloc((size_t)n, sizeof(*paths));
     const char **ptrs = weft_calloc((size_t)n, sizeof(*ptrs));
@@ -390,7 +390,7 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
         st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     /* not synced: a lost start record only lets a job run once more than max_attempts */
     if (st == WEFT_OK)
-        st = weft_error_from_log(err, journal_put(c, rec, false));
+        st = journal_put(c, rec, false, err);
     else
         cJSON_Delete(rec);
     if (st == WEFT_OK) {
@@ -486,18 +486,18 @@ static void recheck_queue(struct weft_coord *c)
     }
 }
 
-static weft_status_t store_inline(struct weft_coord *c, struct job *j)
+static weft_status_t store_inline(struct weft_coord *c, struct job *j, struct weft_error *err)
 {
     char dir[2200];
     weft_coord_job_dir(c, j, dir, sizeof(dir));
-    weft_status_t st = weft_files_mkdirs(dir);
+    weft_status_t st = weft_files_mkdirs(dir, err);
     for (int i = 0; st == WEFT_OK && i < j->spec.n_prompts; i++) {
         struct weft_job_prompt *p = &j->spec.prompts[i];
         if (p->name[0])
             continue;
         char path[2400];
         snprintf(path, sizeof(path), "%s/prompt-%d.safetensors", dir, i);
-        st = weft_files_write(path, p->data, p->len);
+        st = weft_files_save(path, p->data, p->len, err);
         weft_free(p->data);
         p->data = NULL;
         p->len = 0;
@@ -548,15 +548,15 @@ weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *
         return WEFT_ERR_NOMEM;
     }
     j->submitted_at = unix_now();
-    weft_log_clear_last_error();
-    weft_status_t st = store_inline(c, j);
+    struct weft_error rec_err = WEFT_ERROR_INIT;
+    weft_status_t st = store_inline(c, j, &rec_err);
     if (st == WEFT_OK)
-        st = journal_put(c, record_submit(j, false), true);
+        st = journal_put(c, record_submit(j, false), true, &rec_err);
     if (st == WEFT_OK)
         st = table_insert(c, j);
     if (st != WEFT_OK) {
         snprintf(err, err_len, "cannot record the job: %s",
-                 weft_log_last_error()[0] ? weft_log_last_error() : weft_status_str(st));
+                 rec_err.status != WEFT_OK ? weft_error_text(&rec_err) : weft_status_str(st));
         job_folder_remove(c, j);
         job_free(j);
         return st;
@@ -952,7 +952,7 @@ weft_status_t weft_coord_create(const struct weft_coord_opts *opts, struct weft_
     c->sink_ready = true;
     if ((st = weft_job_model_load(opts->model_dir, &c->model, err)) != WEFT_OK)
         goto err;
-    if ((st = weft_files_mkdirs(c->api.output_dir)) != WEFT_OK)
+    if ((st = weft_files_mkdirs(c->api.output_dir, err)) != WEFT_OK)
         goto err;
     if (c->api.journal_dir[0]) {
         if ((st = weft_journal_open(c->api.journal_dir, replay_record, c, &c->journal)) ||

@@ -87,10 +87,9 @@ static weft_status_t scan_one(const struct weft_job_model *m, const char *path, 
                               struct weft_error *err)
 {
     struct weft_st_file *f;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_st_open(path, &f);
+    weft_status_t st = weft_st_open(path, &f, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     st = weft_model_check_prompt(m->desc, f, path, tokens_p, err);
     weft_st_close(f);
     return st;

@@ -52,16 +52,16 @@ uint32_t weft_crc32(const void *data, size_t len)
     return c ^ 0xFFFFFFFFu;
 }
 
-static weft_status_t write_all(int fd, const char *path, const char *p, size_t len)
+static weft_status_t write_all(int fd, const char *path, const char *p, size_t len,
+                               struct weft_error *err)
 {
     while (len) {
         ssize_t n = write(fd, p, len);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0) {
-            WEFT_LOG_ERROR("journal", "%s: write failed: %s", path, strerror(errno));
-            return WEFT_ERR_IO;
-        }
+        if (n < 0)
+            return weft_error_set(err, WEFT_ERR_IO, "journal", "%s: write failed: %s", path,
+                                  strerror(errno));
         p += n;
         len -= (size_t)n;
     }
@@ -69,23 +69,24 @@ static weft_status_t write_all(int fd, const char *path, const char *p, size_t l
 }
 
 /* "<crc> <json>\n" into b. */
-static weft_status_t format_record(const cJSON *record, struct weft_sbuf *b)
+static weft_status_t format_record(const cJSON *record, struct weft_sbuf *b,
+                                   struct weft_error *err)
 {
     char *json = cJSON_PrintUnformatted(record);
     if (!json)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     size_t n = strlen(json);
     if (n > WEFT_JOURNAL_MAX_RECORD) {
         cJSON_free(json);
-        WEFT_LOG_ERROR("journal", "record of %zu bytes is over the limit %u", n,
-                       WEFT_JOURNAL_MAX_RECORD);
-        return WEFT_ERR_RANGE;
+        return weft_error_set(err, WEFT_ERR_RANGE, "journal",
+                              "record of %zu bytes is over the limit %u", n,
+                              WEFT_JOURNAL_MAX_RECORD);
     }
     weft_sbuf_printf(b, "%08x ", weft_crc32(json, n));
     weft_sbuf_append(b, json, n);
     weft_sbuf_append(b, "\n", 1);
     cJSON_free(json);
-    return weft_sbuf_ok(b) ? WEFT_OK : WEFT_ERR_NOMEM;
+    return weft_sbuf_ok(b) ? WEFT_OK : weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
 }
 
 /* One line (without its '\n'): NULL when damaged. */
@@ -160,7 +161,7 @@ static weft_status_t replay(struct weft_journal *j, weft_journal_replay_cb cb, v
 weft_status_t weft_journal_open(const char *dir, weft_journal_replay_cb cb, void *arg,
                                 struct weft_journal **journal_p)
 {
-    weft_status_t st = weft_files_mkdirs(dir);
+    weft_status_t st = weft_files_mkdirs(dir, NULL);
     if (st != WEFT_OK)
         return st;
     struct weft_journal *j = weft_calloc(1, sizeof(*j));
@@ -191,17 +192,17 @@ void weft_journal_close(struct weft_journal *j)
     weft_free(j);
 }
 
-weft_status_t weft_journal_append(struct weft_journal *j, const cJSON *record, bool sync)
+weft_status_t weft_journal_append(struct weft_journal *j, const cJSON *record, bool sync,
+                                  struct weft_error *err)
 {
     struct weft_sbuf b;
     weft_sbuf_init(&b);
-    weft_status_t st = format_record(record, &b);
+    weft_status_t st = format_record(record, &b, err);
     if (st == WEFT_OK)
-        st = write_all(j->fd, j->path, b.data, b.len);
-    if (st == WEFT_OK && sync && fdatasync(j->fd) != 0) {
-        WEFT_LOG_ERROR("journal", "%s: fdatasync failed: %s", j->path, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
+        st = write_all(j->fd, j->path, b.data, b.len, err);
+    if (st == WEFT_OK && sync && fdatasync(j->fd) != 0)
+        st = weft_error_set(err, WEFT_ERR_IO, "journal", "%s: fdatasync failed: %s", j->path,
+                            strerror(errno));
     if (st == WEFT_OK)
         j->size += b.len;
     weft_sbuf_cleanup(&b);
@@ -212,9 +213,9 @@ weft_status_t weft_journal_compact_add(struct weft_journal_compaction *c, const 
 {
     struct weft_sbuf b;
     weft_sbuf_init(&b);
-    weft_status_t st = format_record(record, &b);
+    weft_status_t st = format_record(record, &b, NULL);
     if (st == WEFT_OK)
-        st = write_all(c->fd, c->path, b.data, b.len);
+        st = write_all(c->fd, c->path, b.data, b.len, NULL);
     if (st == WEFT_OK)
         c->size += b.len;
     weft_sbuf_cleanup(&b);

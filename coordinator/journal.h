@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 #define WEFT_JOURNAL_MAX_RECORD (1u << 20)
 
@@ -29,8 +29,10 @@ weft_status_t weft_journal_open(const char *dir, weft_journal_replay_cb cb, void
                                 struct weft_journal **journal_p);
 void weft_journal_close(struct weft_journal *j);
 
-/* Append one record; with sync, it is on disk (fdatasync) when this returns WEFT_OK. */
-weft_status_t weft_journal_append(struct weft_journal *j, const cJSON *record, bool sync);
+/* Append one record; with sync, it is on disk (fdatasync) when this returns WEFT_OK. A failure
+ * is logged once and recorded in err. */
+weft_status_t weft_journal_append(struct weft_journal *j, const cJSON *record, bool sync,
+                                  struct weft_error *err);
 
 /* Rewrite the journal with the records fill() adds through weft_journal_compact_add(). */
 struct weft_journal_compaction;

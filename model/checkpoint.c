@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
+#include "common/error.h"
 #include "common/utf8.h"
 
 #define CONFIG_MAX_BYTES ((size_t)4 << 20)
@@ -49,56 +49,57 @@ static char *path_join(const char *dir, const char *name)
     return p;
 }
 
-weft_status_t weft_json_read_file(const char *path, size_t max_bytes, cJSON **json_p)
+weft_status_t weft_json_read_file(const char *path, size_t max_bytes, cJSON **json_p,
+                                  struct weft_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        WEFT_LOG_ERROR("model", "%s: cannot open: %s", path, strerror(errno));
-        return errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO;
+        int e = errno;
+        return weft_error_refuse_or_log(err, e == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO,
+                                        "model", "%s: cannot open: %s", path, strerror(e));
     }
     weft_status_t st = WEFT_OK;
     char *buf = NULL;
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        WEFT_LOG_ERROR("model", "%s: not a regular file", path);
-        st = WEFT_ERR_IO;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_IO, "model", "%s: not a regular file", path);
         goto out_close;
     }
     if ((uint64_t)sb.st_size > max_bytes) {
-        WEFT_LOG_ERROR("model", "%s: %lld bytes, larger than the %zu-byte limit for this file",
-                       path, (long long)sb.st_size, max_bytes);
-        st = WEFT_ERR_FORMAT;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                      "%s: %lld bytes, larger than the %zu-byte limit for this "
+                                      "file", path, (long long)sb.st_size, max_bytes);
         goto out_close;
     }
     buf = weft_malloc((size_t)sb.st_size + 1);
     if (!buf) {
-        st = WEFT_ERR_NOMEM;
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out_close;
     }
     size_t n = fread(buf, 1, (size_t)sb.st_size + 1, f);
     if (ferror(f) || n > (size_t)sb.st_size) {
-        WEFT_LOG_ERROR("model", "%s: read failed (or the file changed while read)", path);
-        st = WEFT_ERR_IO;
+        st = weft_error_set(err, WEFT_ERR_IO, "model",
+                            "%s: read failed (or the file changed while read)", path);
         goto out_free;
     }
     size_t bad;
     if (!weft_utf8_valid(buf, n, &bad)) {
-        WEFT_LOG_ERROR("model", "%s: not valid UTF-8 (byte %zu)", path, bad);
-        st = WEFT_ERR_FORMAT;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                      "%s: not valid UTF-8 (byte %zu)", path, bad);
         goto out_free;
     }
     const char *end = NULL;
     cJSON *json = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
     if (!json) {
-        WEFT_LOG_ERROR("model", "%s: not valid JSON (near byte %zu)", path,
-                       end ? (size_t)(end - buf) : (size_t)0);
-        st = WEFT_ERR_FORMAT;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                      "%s: not valid JSON (near byte %zu)", path,
+                                      end ? (size_t)(end - buf) : (size_t)0);
         goto out_free;
     }
     if (!cJSON_IsObject(json)) {
-        WEFT_LOG_ERROR("model", "%s: not a JSON object", path);
         cJSON_Delete(json);
-        st = WEFT_ERR_FORMAT;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model", "%s: not a JSON object",
+                                      path);
         goto out_free;
     }
     *json_p = json;
@@ -140,19 +141,19 @@ static int tensor_by_name(const void *a, const void *b)
     return strcmp(x->info->name, y->info->name);
 }
 
-static weft_status_t add_file(struct weft_ckpt *ck, const char *name)
+static weft_status_t add_file(struct weft_ckpt *ck, const char *name, struct weft_error *err)
 {
     char *path = path_join(ck->dir, name);
     if (!path)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     struct weft_st_file **files =
         weft_realloc(ck->files, (ck->n_files + 1) * sizeof(struct weft_st_file *));
     if (!files) {
         weft_free(path);
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     ck->files = files;
-    weft_status_t st = weft_st_open(path, &ck->files[ck->n_files]);
+    weft_status_t st = weft_st_open(path, &ck->files[ck->n_files], err);
     weft_free(path);
     if (st == WEFT_OK)
         ck->n_files++;
@@ -171,38 +172,39 @@ static int str_cmp(const void *a, const void *b)
 }
 
 /* Opens every shard named by the index, then checks the index against the shards. */
-static weft_status_t open_sharded(struct weft_ckpt *ck, const char *index_path)
+static weft_status_t open_sharded(struct weft_ckpt *ck, const char *index_path,
+                                  struct weft_error *err)
 {
     cJSON *index = NULL;
-    weft_status_t st = weft_json_read_file(index_path, INDEX_MAX_BYTES, &index);
+    weft_status_t st = weft_json_read_file(index_path, INDEX_MAX_BYTES, &index, err);
     if (st != WEFT_OK)
         return st;
     const char **names = NULL;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
     if (!cJSON_IsObject(map)) {
-        WEFT_LOG_ERROR("model", "%s: no \"weight_map\" object", index_path);
-        st = WEFT_ERR_FORMAT;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                      "%s: no \"weight_map\" object", index_path);
         goto out;
     }
     size_t n_map = (size_t)cJSON_GetArraySize(map);
     names = weft_malloc((n_map + 1) * sizeof(*names));
     if (!names) {
-        st = WEFT_ERR_NOMEM;
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
     size_t i = 0;
     for (const cJSON *e = map->child; e; e = e->next, i++) {
         if (!cJSON_IsString(e)) {
-            WEFT_LOG_ERROR("model", "%s: weight_map entry '%s' is not a file name", index_path,
-                           e->string);
-            st = WEFT_ERR_FORMAT;
+            st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                          "%s: weight_map entry '%s' is not a file name",
+                                          index_path, e->string);
             goto out;
         }
         if (!shard_name_ok(e->valuestring)) {
-            WEFT_LOG_ERROR("model", "%s: weight_map entry '%s' names shard '%s', which is not a "
-                                    "plain file name in the folder", index_path, e->string,
-                           e->valuestring);
-            st = WEFT_ERR_FORMAT;
+            st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                          "%s: weight_map entry '%s' names shard '%s', which is "
+                                          "not a plain file name in the folder", index_path,
+                                          e->string, e->valuestring);
             goto out;
         }
         names[i] = e->valuestring;
@@ -211,7 +213,7 @@ static weft_status_t open_sharded(struct weft_ckpt *ck, const char *index_path)
     for (i = 0; i < n_map; i++) {
         if (i && strcmp(names[i], names[i - 1]) == 0)
             continue;
-        if ((st = add_file(ck, names[i])) != WEFT_OK)
+        if ((st = add_file(ck, names[i], err)) != WEFT_OK)
             goto out;
     }
     /* Both directions: mapped tensors exist in their shard; shard tensors are mapped there. */
@@ -221,9 +223,10 @@ static weft_status_t open_sharded(struct weft_ckpt *ck, const char *index_path)
             if (strcmp(fname, e->valuestring) != 0)
                 continue;
             if (!weft_st_find(ck->files[i], e->string)) {
-                WEFT_LOG_ERROR("model", "%s: maps '%s' to shard '%s', which does not contain it",
-                               index_path, e->string, e->valuestring);
-                st = WEFT_ERR_FORMAT;
+                st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                              "%s: maps '%s' to shard '%s', which does not "
+                                              "contain it", index_path, e->string,
+                                              e->valuestring);
                 goto out;
             }
         }
@@ -234,10 +237,10 @@ static weft_status_t open_sharded(struct weft_ckpt *ck, const char *index_path)
             const char *tname = weft_st_at(ck->files[i], k)->name;
             const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, tname);
             if (!e || strcmp(e->valuestring, fname) != 0) {
-                WEFT_LOG_ERROR("model", "%s: shard '%s' holds '%s', which the index %s",
-                               index_path, fname, tname,
-                               e ? "maps to another shard" : "does not list");
-                st = WEFT_ERR_FORMAT;
+                st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                              "%s: shard '%s' holds '%s', which the index %s",
+                                              index_path, fname, tname,
+                                              e ? "maps to another shard" : "does not list");
                 goto out;
             }
         }
@@ -249,14 +252,14 @@ out:
     return st;
 }
 
-static weft_status_t build_table(struct weft_ckpt *ck)
+static weft_status_t build_table(struct weft_ckpt *ck, struct weft_error *err)
 {
     size_t n = 0;
     for (size_t i = 0; i < ck->n_files; i++)
         n += weft_st_count(ck->files[i]);
     ck->tensors = weft_calloc(n, sizeof(*ck->tensors));
     if (!ck->tensors)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     size_t k = 0;
     for (size_t i = 0; i < ck->n_files; i++) {
         for (size_t j = 0; j < weft_st_count(ck->files[i]); j++) {
@@ -267,21 +270,20 @@ static weft_status_t build_table(struct weft_ckpt *ck)
     }
     qsort(ck->tensors, n, sizeof(*ck->tensors), tensor_by_name);
     for (size_t i = 1; i < n; i++) {
-        if (strcmp(ck->tensors[i].info->name, ck->tensors[i - 1].info->name) == 0) {
-            WEFT_LOG_ERROR("model", "%s: tensor '%s' appears in two shards", ck->dir,
-                           ck->tensors[i].info->name);
-            return WEFT_ERR_FORMAT;
-        }
+        if (strcmp(ck->tensors[i].info->name, ck->tensors[i - 1].info->name) == 0)
+            return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                            "%s: tensor '%s' appears in two shards", ck->dir,
+                                            ck->tensors[i].info->name);
     }
     ck->n_tensors = n;
     return WEFT_OK;
 }
 
-weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p)
+weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p, struct weft_error *err)
 {
     struct weft_ckpt *ck = weft_calloc(1, sizeof(*ck));
     if (!ck)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st = WEFT_ERR_NOMEM;
     char *config = NULL, *index = NULL, *single = NULL, *bin = NULL;
     ck->dir = weft_strdup(dir);
@@ -289,25 +291,27 @@ weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p)
     index = path_join(dir, INDEX_NAME);
     single = path_join(dir, WEIGHTS_NAME);
     bin = path_join(dir, "diffusion_pytorch_model.bin");
-    if (!ck->dir || !config || !index || !single || !bin)
+    if (!ck->dir || !config || !index || !single || !bin) {
+        weft_error_refuse(err, st, "out of memory");
         goto err;
-    if ((st = weft_json_read_file(config, CONFIG_MAX_BYTES, &ck->config)) != WEFT_OK)
-        goto err;
-    if (is_file(index)) {
-        st = open_sharded(ck, index);
-    } else if (is_file(single)) {
-        st = add_file(ck, WEIGHTS_NAME);
-    } else if (is_file(bin)) {
-        WEFT_LOG_ERROR("model", "%s: only non-safetensors weights (diffusion_pytorch_model.bin); "
-                                "weft reads safetensors only: convert the checkpoint", dir);
-        st = WEFT_ERR_UNSUPPORTED;
-    } else {
-        WEFT_LOG_ERROR("model", "%s: no weights (%s or %s)", dir, WEIGHTS_NAME, INDEX_NAME);
-        st = WEFT_ERR_NOT_FOUND;
     }
+    if ((st = weft_json_read_file(config, CONFIG_MAX_BYTES, &ck->config, err)) != WEFT_OK)
+        goto err;
+    if (is_file(index))
+        st = open_sharded(ck, index, err);
+    else if (is_file(single))
+        st = add_file(ck, WEIGHTS_NAME, err);
+    else if (is_file(bin))
+        st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                      "%s: only non-safetensors weights "
+                                      "(diffusion_pytorch_model.bin); weft reads safetensors "
+                                      "only: convert the checkpoint", dir);
+    else
+        st = weft_error_refuse_or_log(err, WEFT_ERR_NOT_FOUND, "model",
+                                      "%s: no weights (%s or %s)", dir, WEIGHTS_NAME, INDEX_NAME);
     if (st != WEFT_OK)
         goto err;
-    if ((st = build_table(ck)) != WEFT_OK)
+    if ((st = build_table(ck, err)) != WEFT_OK)
         goto err;
     weft_free(config), weft_free(index), weft_free(single), weft_free(bin);
     *ck_p = ck;
@@ -412,21 +416,23 @@ struct weft_pipe {
     struct weft_pipe_component *components;
 };
 
-weft_status_t weft_pipe_open(const char *dir, struct weft_pipe **pipe_p)
+weft_status_t weft_pipe_open(const char *dir, struct weft_pipe **pipe_p, struct weft_error *err)
 {
     struct weft_pipe *p = weft_calloc(1, sizeof(*p));
     char *path = path_join(dir, "model_index.json");
     weft_status_t st = WEFT_ERR_NOMEM;
-    if (!p || !path || !(p->dir = weft_strdup(dir)))
+    if (!p || !path || !(p->dir = weft_strdup(dir))) {
+        weft_error_refuse(err, st, "out of memory");
         goto err;
-    if ((st = weft_json_read_file(path, CONFIG_MAX_BYTES, &p->index)) != WEFT_OK)
+    }
+    if ((st = weft_json_read_file(path, CONFIG_MAX_BYTES, &p->index, err)) != WEFT_OK)
         goto err;
     size_t n = 0;
     for (const cJSON *e = p->index->child; e; e = e->next)
         n += e->string[0] != '_' && cJSON_IsArray(e);
     p->components = weft_calloc(n, sizeof(*p->components));
     if (!p->components) {
-        st = WEFT_ERR_NOMEM;
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto err;
     }
     for (const cJSON *e = p->index->child; e; e = e->next) {
@@ -436,15 +442,15 @@ weft_status_t weft_pipe_open(const char *dir, struct weft_pipe **pipe_p)
         bool null_entry = cJSON_IsNull(lib) && cJSON_IsNull(cls);
         if (cJSON_GetArraySize(e) != 2 ||
             !(null_entry || (cJSON_IsString(lib) && cJSON_IsString(cls)))) {
-            WEFT_LOG_ERROR("model", "%s: component '%s' is not [library, class] or [null, null]",
-                           path, e->string);
-            st = WEFT_ERR_FORMAT;
+            st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                          "%s: component '%s' is not [library, class] or [null, "
+                                          "null]", path, e->string);
             goto err;
         }
         if (!shard_name_ok(e->string)) {
-            WEFT_LOG_ERROR("model", "%s: component name '%s' is not a plain folder name", path,
-                           e->string);
-            st = WEFT_ERR_FORMAT;
+            st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                          "%s: component name '%s' is not a plain folder name",
+                                          path, e->string);
             goto err;
         }
         struct weft_pipe_component *c = &p->components[p->n++];

@@ -22,8 +22,9 @@ struct weft_ckpt_tensor {
 
 struct weft_ckpt;
 
-/* Open a model folder (config.json + weights). */
-weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p);
+/* Open a model folder (config.json + weights). Causes go to err as weft_st_open's do (a folder
+ * that is missing or malformed is recorded, or logged at ERROR with NULL err). */
+weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p, struct weft_error *err);
 void weft_ckpt_close(struct weft_ckpt *ck);
 
 const char *weft_ckpt_dir(const struct weft_ckpt *ck);
@@ -54,7 +55,7 @@ struct weft_pipe_component {
 struct weft_pipe;
 
 /* Open a pipeline folder (model_index.json). Components are not opened. */
-weft_status_t weft_pipe_open(const char *dir, struct weft_pipe **pipe_p);
+weft_status_t weft_pipe_open(const char *dir, struct weft_pipe **pipe_p, struct weft_error *err);
 void weft_pipe_close(struct weft_pipe *pipe);
 const char *weft_pipe_dir(const struct weft_pipe *pipe);
 const char *weft_pipe_class(const struct weft_pipe *pipe);
@@ -62,8 +63,9 @@ size_t weft_pipe_count(const struct weft_pipe *pipe);
 const struct weft_pipe_component *weft_pipe_at(const struct weft_pipe *pipe, size_t i);
 const struct weft_pipe_component *weft_pipe_find(const struct weft_pipe *pipe, const char *name);
 
-/* Read a small JSON file (at most max_bytes), check UTF-8, parse. Logs errors naming the file. */
-weft_status_t weft_json_read_file(const char *path, size_t max_bytes, cJSON **json_p);
+/* Read a small JSON file (at most max_bytes), check UTF-8, parse. err names the file. */
+weft_status_t weft_json_read_file(const char *path, size_t max_bytes, cJSON **json_p,
+                                  struct weft_error *err);
 
 /* Kind of a path: a safetensors file, a model folder (config.json), a pipeline folder
  * (model_index.json), or none of these. */

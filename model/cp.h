@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 enum weft_ring_rotation {
     WEFT_RING_ALLGATHER, /* gather every rank's K/V, attend once (Diffusers' only method) */
@@ -33,8 +33,10 @@ void weft_cp_chunk(int64_t s, int n, int i, int64_t *begin_p, int64_t *len_p);
 /* Checks before load: degrees >= 1 and ring * ulysses * tp * dp <= world; in plain modes the
  * text and image lengths divide by ring * ulysses and the heads left after tensor parallelism
  * divide by ulysses (the error names the length, the degree and the flag that would accept
- * it); the anything flags need the degree they relax. */
+ * it); the anything flags need the degree they relax. A layout that fails is the
+ * configuration's or the job's: err gets the reason (logged at ERROR with NULL err). */
 weft_status_t weft_cp_check(const struct weft_cp_layout *cp, bool ulysses_anything,
-                            bool ring_anything, int64_t s_txt, int64_t s_img, int64_t heads_tp);
+                            bool ring_anything, int64_t s_txt, int64_t s_img, int64_t heads_tp,
+                            struct weft_error *err);
 
 #endif

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
+#include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/flux.h"
 #include "model/vae.h"
@@ -53,33 +53,34 @@ static bool put(struct weft_devmap *m, int c, int u, int d)
     return true;
 }
 
-static weft_status_t nowhere(const struct weft_devmap *m, int c, int u)
+static weft_status_t nowhere(const struct weft_devmap *m, int c, int u, struct weft_error *err)
 {
     char need[32], left[32], cpu[32];
     uint64_t best = 0;
     for (int d = 0; d < m->n_devices; d++)
         best = room(m, d) > best ? room(m, d) : best;
-    WEFT_LOG_ERROR("devmap", "device_map %s: %s (%s) fits nowhere: the most any of the %d "
-                             "device(s) has left is %s, host memory %s (raise max_memory, add "
-                             "devices, or give cpu:SIZE to spill to host memory)",
-                   m->strategy == WEFT_DEVMAP_AUTO ? "auto" : "balanced",
-                   m->components[c].units[u].name, size_str(m->components[c].units[u].bytes,
-                                                             need, sizeof(need)),
-                   m->n_devices, size_str(best, left, sizeof(left)),
-                   m->cpu_budget ? size_str(m->cpu_budget - m->cpu_used, cpu, sizeof(cpu))
-                                 : "not allowed (no cpu entry in max_memory)");
-    return WEFT_ERR_INVALID;
+    return weft_error_refuse_or_log(
+        err, WEFT_ERR_INVALID, "devmap",
+        "device_map %s: %s (%s) fits nowhere: the most any of the %d device(s) has left is %s, "
+        "host memory %s (raise max_memory, add devices, or give cpu:SIZE to spill to host "
+        "memory)",
+        m->strategy == WEFT_DEVMAP_AUTO ? "auto" : "balanced", m->components[c].units[u].name,
+        size_str(m->components[c].units[u].bytes, need, sizeof(need)), m->n_devices,
+        size_str(best, left, sizeof(left)),
+        m->cpu_budget ? size_str(m->cpu_budget - m->cpu_used, cpu, sizeof(cpu))
+                      : "not allowed (no cpu entry in max_memory)");
 }
 
 /* auto: units in order fill device 0, then 1, .., then host memory. */
-static weft_status_t place_sequential(struct weft_devmap *m, int c, int *dev)
+static weft_status_t place_sequential(struct weft_devmap *m, int c, int *dev,
+                                      struct weft_error *err)
 {
     const struct weft_devmap_component *comp = &m->components[c];
     for (int u = 0; u < comp->n_units; u++) {
         while (*dev < m->n_devices && !put(m, c, u, *dev))
             (*dev)++;
         if (*dev == m->n_devices && !put(m, c, u, WEFT_DEVMAP_CPU))
-            return nowhere(m, c, u);
+            return nowhere(m, c, u, err);
     }
     return WEFT_OK;
 }
@@ -119,21 +120,20 @@ static bool place_split(struct weft_devmap *m, int c)
 weft_status_t weft_devmap_plan(enum weft_devmap_strategy strategy,
                                const struct weft_devmap_component *components, int n_components,
                                int n_devices, const uint64_t *device_room,
-                               const struct weft_max_memory *mm, struct weft_devmap *out)
+                               const struct weft_max_memory *mm, struct weft_devmap *out,
+                               struct weft_error *err)
 {
     memset(out, 0, sizeof(*out));
     if (strategy == WEFT_DEVMAP_NONE || n_devices < 1 || n_devices > WEFT_DEVMAP_MAX_DEVICES ||
-        n_components < 1 || n_components > WEFT_DEVMAP_MAX_COMPONENTS) {
-        WEFT_LOG_ERROR("devmap", "device_map: nothing to place or %d devices (1..%d)", n_devices,
-                       WEFT_DEVMAP_MAX_DEVICES);
-        return WEFT_ERR_INVALID;
-    }
-    if (mm && mm->n > n_devices) {
-        WEFT_LOG_ERROR("devmap", "device_map: max_memory names device %d but there are %d "
-                                 "device(s) (0..%d)",
-                       mm->n - 1, n_devices, n_devices - 1);
-        return WEFT_ERR_INVALID;
-    }
+        n_components < 1 || n_components > WEFT_DEVMAP_MAX_COMPONENTS)
+        return weft_error_refuse_or_log(err, WEFT_ERR_INVALID, "devmap",
+                                        "device_map: nothing to place or %d devices (1..%d)",
+                                        n_devices, WEFT_DEVMAP_MAX_DEVICES);
+    if (mm && mm->n > n_devices)
+        return weft_error_refuse_or_log(err, WEFT_ERR_INVALID, "devmap",
+                                        "device_map: max_memory names device %d but there are %d "
+                                        "device(s) (0..%d)",
+                                        mm->n - 1, n_devices, n_devices - 1);
     out->strategy = strategy;
     out->n_devices = n_devices;
     out->n_components = n_components;
@@ -150,14 +150,14 @@ weft_status_t weft_devmap_plan(enum weft_devmap_strategy strategy,
                                      sizeof(int));
         if (!out->device[c]) {
             weft_devmap_cleanup(out);
-            return WEFT_ERR_NOMEM;
+            return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         }
     }
     weft_status_t st = WEFT_OK;
     if (strategy == WEFT_DEVMAP_AUTO) {
         int dev = 0;
         for (int c = 0; c < n_components && st == WEFT_OK; c++)
-            st = place_sequential(out, c, &dev);
+            st = place_sequential(out, c, &dev, err);
     } else {
         /* largest first; ties keep pipeline order */
         int order[WEFT_DEVMAP_MAX_COMPONENTS];
@@ -191,7 +191,7 @@ weft_status_t weft_devmap_plan(enum weft_devmap_strategy strategy,
                     (void)put(out, c, u, whole);
             } else if (!place_split(out, c)) {
                 int dev = 0;
-                st = place_sequential(out, c, &dev);
+                st = place_sequential(out, c, &dev, err);
             }
         }
     }
@@ -235,7 +235,8 @@ weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
                                         const struct weft_vae_config *vae,
                                         const struct weft_ckpt *vae_ck,
                                         struct weft_devmap_unit **units_p,
-                                        struct weft_devmap_component comps[2], int *n_comps_p)
+                                        struct weft_devmap_component comps[2], int *n_comps_p,
+                                        struct weft_error *err)
 {
     const int n_tf = weft_flux_unit_count(flux);
     size_t n_params = weft_flux_params(flux, NULL);
@@ -243,7 +244,7 @@ weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
     struct weft_devmap_unit *units = weft_calloc((size_t)n_tf + 1, sizeof(*units));
     if (!params || !units) {
         weft_free(params), weft_free(units);
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     (void)weft_flux_params(flux, params);
     for (int u = 0; u < n_tf; u++) {
@@ -275,7 +276,7 @@ weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_str
                                      int n_devices, const uint64_t *device_room,
                                      const struct weft_max_memory *max_memory,
                                      struct weft_devmap *out, struct weft_devmap_unit **units_p,
-                                     struct weft_devmap_component comps[2])
+                                     struct weft_devmap_component comps[2], struct weft_error *err)
 {
     const bool pipeline = weft_path_kind(model_dir) == WEFT_PATH_PIPELINE;
     char dir[WEFT_CONF_PATH + 16];
@@ -283,24 +284,24 @@ weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_str
     struct weft_flux_config fc;
     struct weft_vae_config vc;
     struct weft_ckpt *ck, *vck = NULL;
-    weft_status_t st = weft_ckpt_open(dir, &ck);
+    weft_status_t st = weft_ckpt_open(dir, &ck, err);
     if (st != WEFT_OK)
         return st;
-    st = weft_flux_config_parse(weft_ckpt_config(ck), dir, &fc);
+    st = weft_flux_config_parse(weft_ckpt_config(ck), dir, &fc, err);
     if (st == WEFT_OK && pipeline) {
         snprintf(dir, sizeof(dir), "%s/vae", model_dir);
-        if ((st = weft_ckpt_open(dir, &vck)) == WEFT_OK)
-            st = weft_vae_config_parse(weft_ckpt_config(vck), dir, &vc);
+        if ((st = weft_ckpt_open(dir, &vck, err)) == WEFT_OK)
+            st = weft_vae_config_parse(weft_ckpt_config(vck), dir, &vc, err);
     }
     int n_comps = 0;
     if (st == WEFT_OK)
         st = weft_devmap_flux_pipeline(&fc, ck, pipeline ? &vc : NULL, vck, units_p, comps,
-                                       &n_comps);
+                                       &n_comps, err);
     weft_ckpt_close(ck);
     weft_ckpt_close(vck);
     if (st != WEFT_OK)
         return st;
-    st = weft_devmap_plan(strategy, comps, n_comps, n_devices, device_room, max_memory, out);
+    st = weft_devmap_plan(strategy, comps, n_comps, n_devices, device_room, max_memory, out, err);
     if (st != WEFT_OK) {
         weft_free(*units_p);
         *units_p = NULL;

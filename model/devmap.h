@@ -29,7 +29,7 @@
 
 #include <cJSON.h>
 
-#include "common/status.h"
+#include "common/error.h"
 #include "conf/conf.h"
 
 #define WEFT_DEVMAP_MAX_DEVICES WEFT_MAX_MEMORY_DEVICES
@@ -65,11 +65,13 @@ struct weft_devmap {
 
 /* Place the components on n_devices devices of the given room (device_room[d]: what device d
  * has, e.g. its memory; 0 for unknown, which counts as unlimited), bounded further by max_memory.
- * Fails with a one-line error naming the unit that fits nowhere, its size and the room left. */
+ * Fails with a one-line error naming the unit that fits nowhere, its size and the room left
+ * (the configuration's fault: in err, or logged at ERROR with NULL err). */
 weft_status_t weft_devmap_plan(enum weft_devmap_strategy strategy,
                                const struct weft_devmap_component *components, int n_components,
                                int n_devices, const uint64_t *device_room,
-                               const struct weft_max_memory *max_memory, struct weft_devmap *out);
+                               const struct weft_max_memory *max_memory, struct weft_devmap *out,
+                               struct weft_error *err);
 void weft_devmap_cleanup(struct weft_devmap *map);
 
 /* Where unit u of component c runs: its device, or for host memory the device that executes
@@ -92,7 +94,8 @@ weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
                                         const struct weft_vae_config *vae,
                                         const struct weft_ckpt *vae_ck,
                                         struct weft_devmap_unit **units_p,
-                                        struct weft_devmap_component comps[2], int *n_comps_p);
+                                        struct weft_devmap_component comps[2], int *n_comps_p,
+                                        struct weft_error *err);
 
 /* A FLUX.1 model folder's pipeline (a pipeline folder: transformer and VAE; a transformer
  * folder: the transformer alone), planned as weft_devmap_plan does. The map points into
@@ -102,7 +105,8 @@ weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_str
                                      int n_devices, const uint64_t *device_room,
                                      const struct weft_max_memory *max_memory,
                                      struct weft_devmap *out, struct weft_devmap_unit **units_p,
-                                     struct weft_devmap_component comps[2]);
+                                     struct weft_devmap_component comps[2],
+                                     struct weft_error *err);
 
 /* The map as hf_device_map has it: {"transformer.embedders": label, ...}, where the label is
  * device_names[d] (NULL: the index as a number) or "cpu". */

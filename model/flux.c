@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "model/checkpoint.h"
 #include "model/json_get.h"
@@ -14,57 +15,56 @@
 #define BIG 1048576 /* bound on any width: keeps products far from overflow */
 
 weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
-                                     struct weft_flux_config *out)
+                                     struct weft_flux_config *out, struct weft_error *err)
 {
     struct weft_flux_config c = {0};
     static const int64_t axes_def[] = {16, 56, 56};
     weft_status_t st;
-    if ((st = weft_json_get_int(cfg, "patch_size", 1, 1, 1, origin, &c.patch_size)) ||
-        (st = weft_json_get_int(cfg, "in_channels", 64, 1, BIG, origin, &c.in_channels)) ||
-        (st = weft_json_get_int(cfg, "out_channels", c.in_channels, 1, BIG, origin,
-                                &c.out_channels)) ||
-        (st = weft_json_get_int(cfg, "num_layers", 19, 0, 4096, origin, &c.num_layers)) ||
-        (st = weft_json_get_int(cfg, "num_single_layers", 38, 0, 4096, origin,
-                                &c.num_single_layers)) ||
+    if ((st = weft_json_get_int(cfg, "patch_size", 1, 1, 1, origin, &c.patch_size, err)) ||
+        (st = weft_json_get_int(cfg, "in_channels", 64, 1, BIG, origin, &c.in_channels, err)) ||
+        (st = weft_json_get_int(cfg, "out_channels", c.in_channels, 1, BIG, origin, &c.out_channels,
+                                err)) ||
+        (st = weft_json_get_int(cfg, "num_layers", 19, 0, 4096, origin, &c.num_layers, err)) ||
+        (st = weft_json_get_int(cfg, "num_single_layers", 38, 0, 4096, origin, &c.num_single_layers,
+                                err)) ||
         (st = weft_json_get_int(cfg, "attention_head_dim", 128, 2, 4096, origin,
-                                &c.attention_head_dim)) ||
+                                &c.attention_head_dim, err)) ||
         (st = weft_json_get_int(cfg, "num_attention_heads", 24, 1, 4096, origin,
-                                &c.num_attention_heads)) ||
+                                &c.num_attention_heads, err)) ||
         (st = weft_json_get_int(cfg, "joint_attention_dim", 4096, 1, BIG, origin,
-                                &c.joint_attention_dim)) ||
+                                &c.joint_attention_dim, err)) ||
         (st = weft_json_get_int(cfg, "pooled_projection_dim", 768, 1, BIG, origin,
-                                &c.pooled_projection_dim)) ||
-        (st = weft_json_get_bool(cfg, "guidance_embeds", false, origin, &c.guidance_embeds)) ||
+                                &c.pooled_projection_dim, err)) ||
+        (st = weft_json_get_bool(cfg, "guidance_embeds", false, origin, &c.guidance_embeds, err)) ||
         (st = weft_json_get_int_array(cfg, "axes_dims_rope", axes_def, 3, WEFT_FLUX_MAX_AXES, 0,
-                                      4096, origin, c.axes_dims_rope, &c.n_axes)))
+                                      4096, origin, c.axes_dims_rope, &c.n_axes, err)))
         return st;
     c.inner_dim = c.attention_head_dim * c.num_attention_heads;
-    if (c.inner_dim > BIG) {
-        WEFT_LOG_ERROR("model", "%s: %lld heads x %lld head_dim = %lld is too wide", origin,
-                       (long long)c.num_attention_heads, (long long)c.attention_head_dim,
-                       (long long)c.inner_dim);
-        return WEFT_ERR_FORMAT;
-    }
+    if (c.inner_dim > BIG)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: %lld heads x %lld head_dim = %lld is too wide", origin,
+                                        (long long)c.num_attention_heads,
+                                        (long long)c.attention_head_dim, (long long)c.inner_dim);
     c.mlp_hidden_dim = 4 * c.inner_dim;
     int64_t sum = 0;
     for (int i = 0; i < c.n_axes; i++) {
-        if (c.axes_dims_rope[i] % 2) {
-            WEFT_LOG_ERROR("model", "%s: axes_dims_rope[%d] = %lld is odd; RoPE rotates pairs",
-                           origin, i, (long long)c.axes_dims_rope[i]);
-            return WEFT_ERR_FORMAT;
-        }
+        if (c.axes_dims_rope[i] % 2)
+            return weft_error_refuse_or_log(
+                err, WEFT_ERR_FORMAT, "model",
+                "%s: axes_dims_rope[%d] = %lld is odd; RoPE rotates pairs", origin, i,
+                (long long)c.axes_dims_rope[i]);
         sum += c.axes_dims_rope[i];
     }
-    if (sum != c.attention_head_dim) {
-        WEFT_LOG_ERROR("model", "%s: axes_dims_rope sum to %lld but attention_head_dim is %lld",
-                       origin, (long long)sum, (long long)c.attention_head_dim);
-        return WEFT_ERR_FORMAT;
-    }
-    if (c.in_channels % 4 != 0) {
-        WEFT_LOG_ERROR("model", "%s: in_channels %lld is not 4 x latent channels (2x2 packing)",
-                       origin, (long long)c.in_channels);
-        return WEFT_ERR_FORMAT;
-    }
+    if (sum != c.attention_head_dim)
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_FORMAT, "model",
+            "%s: axes_dims_rope sum to %lld but attention_head_dim is %lld", origin, (long long)sum,
+            (long long)c.attention_head_dim);
+    if (c.in_channels % 4 != 0)
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_FORMAT, "model",
+            "%s: in_channels %lld is not 4 x latent channels (2x2 packing)", origin,
+            (long long)c.in_channels);
     *out = c;
     return WEFT_OK;
 }
@@ -260,7 +260,7 @@ static bool role_allows(enum weft_tp_role role, enum weft_tp_style style, int de
 }
 
 static weft_status_t check_linear(const struct weft_tp_layout *lay, const char *prefix,
-                                  const struct weft_flux_linear_desc *l)
+                                  const struct weft_flux_linear_desc *l, struct weft_error *err)
 {
     if (!l->present)
         return WEFT_OK;
@@ -270,23 +270,30 @@ static weft_status_t check_linear(const struct weft_tp_layout *lay, const char *
     enum weft_tp_style style = s ? s->style : WEFT_TP_REPLICATE;
     if (role_allows(l->role, style, lay->degree))
         return WEFT_OK;
-    WEFT_LOG_ERROR("plan", "%s%s: style %s does not fit %s's dataflow; it must be %s", prefix,
-                   l->name, weft_tp_style_name(style), WEFT_FLUX_CLASS, role_needs(l->role));
-    return WEFT_ERR_CONFIG;
+    return weft_error_refuse_or_log(
+        err, WEFT_ERR_CONFIG, "plan", "%s%s: style %s does not fit %s's dataflow; it must be %s",
+        prefix, l->name, weft_tp_style_name(style), WEFT_FLUX_CLASS, role_needs(l->role));
 }
+
+struct tp_check {
+    const struct weft_tp_layout *lay;
+    struct weft_error *err;
+};
 
 static weft_status_t check_visit(void *arg, enum weft_flux_part part, int64_t block, int index,
                                  const char *prefix, const struct weft_flux_linear_desc *desc)
 {
     (void)part, (void)block, (void)index;
-    return check_linear(arg, prefix, desc);
+    const struct tp_check *tc = arg;
+    return check_linear(tc->lay, prefix, desc, tc->err);
 }
 
-weft_status_t weft_flux_tp_check(const struct weft_flux_config *c,
-                                 const struct weft_tp_layout *lay)
+weft_status_t weft_flux_tp_check(const struct weft_flux_config *c, const struct weft_tp_layout *lay,
+                                 struct weft_error *err)
 {
     static const struct weft_flux_visitor v = {check_visit, NULL};
-    return weft_flux_walk(c, &v, (void *)lay);
+    struct tp_check tc = {lay, err};
+    return weft_flux_walk(c, &v, &tc);
 }
 
 int weft_flux_unit_count(const struct weft_flux_config *c)

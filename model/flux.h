@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 #define WEFT_FLUX_CLASS "FluxTransformer2DModel"
 #define WEFT_FLUX_MAX_AXES 4
@@ -31,9 +31,10 @@ struct weft_flux_config {
 };
 
 /* Parse config.json with Diffusers' class defaults for absent keys; origin names the file in
- * errors. Checks types, bounds and consistency (axes sum to head_dim, each axis even). */
+ * err (the file's fault: recorded, or logged at ERROR with NULL err). Checks types, bounds and
+ * consistency (axes sum to head_dim, each axis even). */
 weft_status_t weft_flux_config_parse(const cJSON *config, const char *origin,
-                                     struct weft_flux_config *out);
+                                     struct weft_flux_config *out, struct weft_error *err);
 
 /* The parameter inventory, as tables of Linear layers and norm weights named exactly like the
  * checkpoint keys. The worker binds its weights through these same tables, the planner and the
@@ -138,7 +139,7 @@ struct weft_tp_layout;
 /* The plan's styles against FLUX's dataflow (see enum weft_tp_role): an error names the first
  * module whose style cannot work, and what it must be. */
 weft_status_t weft_flux_tp_check(const struct weft_flux_config *c,
-                                 const struct weft_tp_layout *layout);
+                                 const struct weft_tp_layout *layout, struct weft_error *err);
 
 /* Every parameter: full checkpoint key and shape. */
 struct weft_param {

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
 #include "model/checkpoint.h"
 #include "model/plan.h"
 
@@ -22,10 +21,9 @@ static uint64_t file_bytes(const struct weft_ckpt *ck)
 static weft_status_t open_component(const char *dir, const char *want, struct weft_ckpt **ck_p,
                                     struct weft_error *err)
 {
-    weft_log_clear_last_error();
-    weft_status_t st = weft_ckpt_open(dir, ck_p);
+    weft_status_t st = weft_ckpt_open(dir, ck_p, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     if (strcmp(weft_ckpt_class(*ck_p), want) != 0) {
         weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                           "%s/config.json: _class_name is '%s'; %s expected", dir,
@@ -44,10 +42,8 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
         return st;
     char origin[WEFT_CONF_PATH + 32];
     snprintf(origin, sizeof(origin), "%s/config.json", m->transformer_dir);
-    weft_log_clear_last_error();
-    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux)) != WEFT_OK ||
-        (st = weft_model_info_get(ck, &m->info)) != WEFT_OK)
-        weft_error_from_log(err, st);
+    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux, err)) == WEFT_OK)
+        st = weft_model_info_get(ck, &m->info, err);
     m->transformer_file_bytes = file_bytes(ck);
     m->transformer_held_bytes = st == WEFT_OK ? weft_flux_held_bytes(&m->flux, ck) : 0;
     weft_ckpt_close(ck);
@@ -62,9 +58,7 @@ static weft_status_t open_vae(struct weft_model *m, struct weft_error *err)
         return st;
     char origin[WEFT_CONF_PATH + 32];
     snprintf(origin, sizeof(origin), "%s/config.json", m->vae_dir);
-    weft_log_clear_last_error();
-    if ((st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &m->vae)) != WEFT_OK)
-        weft_error_from_log(err, st);
+    st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &m->vae, err);
     m->vae_file_bytes = file_bytes(ck);
     m->vae_held_bytes = st == WEFT_OK ? weft_vae_held_bytes(&m->vae, ck, WEFT_VAE_DECODER) : 0;
     weft_ckpt_close(ck);
@@ -97,10 +91,9 @@ static weft_status_t index_entry(const struct weft_pipe *pipe, const char *name,
 static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
 {
     struct weft_pipe *pipe;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_pipe_open(m->dir, &pipe);
+    weft_status_t st = weft_pipe_open(m->dir, &pipe, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     snprintf(m->pipeline_class, sizeof(m->pipeline_class), "%s", weft_pipe_class(pipe));
     bool has_t = false, has_sched = false;
     if (strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
@@ -125,15 +118,14 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
         char path[WEFT_CONF_PATH + 48];
         snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", m->dir);
         cJSON *json;
-        weft_log_clear_last_error();
-        if ((st = weft_json_read_file(path, 1 << 20, &json)) != WEFT_OK)
-            return weft_error_from_log(err, st);
+        if ((st = weft_json_read_file(path, 1 << 20, &json, err)) != WEFT_OK)
+            return st;
         const cJSON *cls = cJSON_GetObjectItemCaseSensitive(json, "_class_name");
         if (!cJSON_IsString(cls) || strcmp(cls->valuestring, WEFT_SCHED_CLASS) != 0)
             st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s: _class_name is not %s", path,
                                    WEFT_SCHED_CLASS);
-        else if ((st = weft_sched_config_parse(json, path, &m->sched)) != WEFT_OK)
-            weft_error_from_log(err, st);
+        else
+            st = weft_sched_config_parse(json, path, &m->sched, err);
         cJSON_Delete(json);
     }
     return st;
@@ -279,22 +271,20 @@ static weft_status_t check_tp(const struct weft_model *model, int tp,
 {
     struct weft_tp_plan plan;
     weft_tp_plan_builtin(model->info.class_name, &plan);
-    weft_log_clear_last_error();
-    weft_status_t st = tp_plan ? weft_tp_plan_apply_conf(&plan, tp_plan) : WEFT_OK;
+    weft_status_t st = tp_plan ? weft_tp_plan_apply_conf(&plan, tp_plan, err) : WEFT_OK;
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     if (plan.n == 0)
         return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                                  "%s has no tensor-parallel plan; give one in [tp_plan]",
                                  model->info.class_name);
     struct weft_ckpt *ck;
-    if ((st = weft_ckpt_open(model->transformer_dir, &ck)) != WEFT_OK)
-        return weft_error_from_log(err, st);
+    if ((st = weft_ckpt_open(model->transformer_dir, &ck, err)) != WEFT_OK)
+        return st;
     struct weft_tp_layout *lay = NULL;
-    st = weft_tp_resolve(&plan, ck, &model->info, tp, tp, &lay);
+    st = weft_tp_resolve(&plan, ck, &model->info, tp, tp, &lay, err);
     if (st == WEFT_OK)
-        st = weft_flux_tp_check(&model->flux, lay);
-    weft_error_from_log(err, st);
+        st = weft_flux_tp_check(&model->flux, lay, err);
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
     return st;
@@ -373,11 +363,10 @@ static weft_status_t read_f32(struct weft_st_file *f, const char *name, float **
     float *p = weft_malloc((size_t)t->numel * sizeof(float) + sizeof(float));
     if (!p)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
-    weft_log_clear_last_error();
-    weft_status_t st = weft_st_read(f, t, p, WEFT_DTYPE_F32);
+    weft_status_t st = weft_st_read(f, t, p, WEFT_DTYPE_F32, err);
     if (st != WEFT_OK) {
         weft_free(p);
-        return weft_error_from_log(err, st);
+        return st;
     }
     *out = p;
     return WEFT_OK;
@@ -387,10 +376,9 @@ weft_status_t weft_model_prompt_read(const struct weft_model *model, const char 
                                      struct weft_prompt_embeds *out, struct weft_error *err)
 {
     struct weft_st_file *f;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_st_open(path, &f);
+    weft_status_t st = weft_st_open(path, &f, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     struct weft_prompt_embeds p = {0};
     st = weft_model_check_prompt(model, f, path, &p.tokens, err);
     if (st == WEFT_OK && (st = read_f32(f, "prompt_embeds", &p.embeds, err)) == WEFT_OK)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
+#include "common/error.h"
 
 static const char *const style_names[WEFT_TP_STYLE_COUNT] = {
     "replicate", "colwise", "rowwise", "rowwise_split_input", "packed_colwise",
@@ -101,7 +101,7 @@ bool weft_tp_plan_builtin(const char *class_name, struct weft_tp_plan *plan)
 
 /* "colwise", "packed_rowwise", "packed_colwise(1, 1)", "none" */
 static weft_status_t parse_style(const char *text, const char *origin, const char *key,
-                                 struct weft_tp_rule *r, bool *remove_p)
+                                 struct weft_tp_rule *r, bool *remove_p, struct weft_error *err)
 {
     char name[64];
     size_t n = strcspn(text, "( \t");
@@ -116,12 +116,13 @@ static weft_status_t parse_style(const char *text, const char *origin, const cha
     for (s = 1; s < WEFT_TP_STYLE_COUNT; s++)
         if (strcmp(name, style_names[s]) == 0)
             break;
-    if (s == WEFT_TP_STYLE_COUNT) {
-        WEFT_LOG_ERROR("plan", "%s: '%s' = '%s': unknown style (colwise, rowwise, "
-                               "rowwise_split_input, packed_colwise(...), packed_rowwise(...), "
-                               "none)", origin, key, text);
-        return WEFT_ERR_CONFIG;
-    }
+    if (s == WEFT_TP_STYLE_COUNT)
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_CONFIG, "plan",
+            "%s: '%s' = '%s': unknown style (colwise, rowwise, "
+            "rowwise_split_input, packed_colwise(...), packed_rowwise(...), "
+            "none)",
+            origin, key, text);
     r->style = (enum weft_tp_style)s;
     r->n_blocks = 0;
     const char *p = text + n;
@@ -130,20 +131,18 @@ static weft_status_t parse_style(const char *text, const char *origin, const cha
     if (*p == '\0')
         return WEFT_OK;
     bool packed = s == WEFT_TP_PACKED_COLWISE || s == WEFT_TP_PACKED_ROWWISE;
-    if (*p != '(' || !packed) {
-        WEFT_LOG_ERROR("plan", "%s: '%s' = '%s': only packed styles take (blocks)", origin, key,
-                       text);
-        return WEFT_ERR_CONFIG;
-    }
+    if (*p != '(' || !packed)
+        return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "plan",
+                                        "%s: '%s' = '%s': only packed styles take (blocks)", origin,
+                                        key, text);
     p++;
     while (r->n_blocks < WEFT_MAX_BLOCKS) {
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < 1) {
-            WEFT_LOG_ERROR("plan", "%s: '%s' = '%s': blocks must be positive integers", origin,
-                           key, text);
-            return WEFT_ERR_CONFIG;
-        }
+        if (end == p || v < 1)
+            return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "plan",
+                                            "%s: '%s' = '%s': blocks must be positive integers",
+                                            origin, key, text);
         r->blocks[r->n_blocks++] = v;
         p = end;
         while (isspace((unsigned char)*p))
@@ -156,18 +155,19 @@ static weft_status_t parse_style(const char *text, const char *origin, const cha
             return WEFT_OK;
         break;
     }
-    WEFT_LOG_ERROR("plan", "%s: '%s' = '%s': expected (a, b, ...) with at most %d blocks", origin,
-                   key, text, WEFT_MAX_BLOCKS);
-    return WEFT_ERR_CONFIG;
+    return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "plan",
+                                    "%s: '%s' = '%s': expected (a, b, ...) with at most %d blocks",
+                                    origin, key, text, WEFT_MAX_BLOCKS);
 }
 
-weft_status_t weft_tp_plan_apply_conf(struct weft_tp_plan *plan, const struct weft_conf_map *map)
+weft_status_t weft_tp_plan_apply_conf(struct weft_tp_plan *plan, const struct weft_conf_map *map,
+                                      struct weft_error *err)
 {
     for (int i = 0; i < map->n; i++) {
         const struct weft_conf_entry *e = &map->e[i];
         struct weft_tp_rule r = {0};
         bool remove;
-        weft_status_t st = parse_style(e->value, e->origin, e->key, &r, &remove);
+        weft_status_t st = parse_style(e->value, e->origin, e->key, &r, &remove, err);
         if (st != WEFT_OK)
             return st;
         snprintf(r.key, sizeof(r.key), "%s", e->key);
@@ -181,11 +181,10 @@ weft_status_t weft_tp_plan_apply_conf(struct weft_tp_plan *plan, const struct we
             continue;
         }
         if (k == plan->n) {
-            if (plan->n == WEFT_TP_MAX_RULES) {
-                WEFT_LOG_ERROR("plan", "%s: more than %d plan entries", e->origin,
-                               WEFT_TP_MAX_RULES);
-                return WEFT_ERR_CONFIG;
-            }
+            if (plan->n == WEFT_TP_MAX_RULES)
+                return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "plan",
+                                                "%s: more than %d plan entries", e->origin,
+                                                WEFT_TP_MAX_RULES);
             plan->n++;
         }
         plan->rules[k] = r;
@@ -204,6 +203,7 @@ struct resolver {
     struct weft_tp_layout *lay;
     size_t cap;
     const struct weft_tp_rule **owner; /* per checkpoint tensor: the rule that planned it */
+    struct weft_error *err;
 };
 
 /* Index of tensor name in the checkpoint (name order), or -1. */
@@ -230,12 +230,12 @@ static weft_status_t block_sizes(struct resolver *rs, const struct weft_tp_rule 
         int64_t sum = 0;
         for (int b = 0; b < r->n_blocks; b++)
             sum += r->blocks[b];
-        if (full % sum != 0) {
-            WEFT_LOG_ERROR("plan", "%s: %s: cannot split %lld into proportional blocks: their sum "
-                                   "%lld does not divide it", r->origin, module, (long long)full,
-                           (long long)sum);
-            return WEFT_ERR_CONFIG;
-        }
+        if (full % sum != 0)
+            return weft_error_refuse_or_log(
+                rs->err, WEFT_ERR_CONFIG, "plan",
+                "%s: %s: cannot split %lld into proportional blocks: their sum "
+                "%lld does not divide it",
+                r->origin, module, (long long)full, (long long)sum);
         for (int b = 0; b < r->n_blocks; b++)
             sizes[b] = r->blocks[b] * (full / sum);
         *n_p = r->n_blocks;
@@ -248,20 +248,21 @@ static weft_status_t block_sizes(struct resolver *rs, const struct weft_tp_rule 
         int64_t sum = 0;
         for (int b = 0; b < pb->n; b++)
             sum += sizes[b] = pb->sizes[b];
-        if (sum != full) {
-            WEFT_LOG_ERROR("plan", "%s: %s: the model's packed blocks sum to %lld but the tensor "
-                                   "has %lld along dim %d", r->origin, module, (long long)sum,
-                           (long long)full, dim);
-            return WEFT_ERR_FORMAT;
-        }
+        if (sum != full)
+            return weft_error_refuse_or_log(
+                rs->err, WEFT_ERR_FORMAT, "plan",
+                "%s: %s: the model's packed blocks sum to %lld but the tensor "
+                "has %lld along dim %d",
+                r->origin, module, (long long)sum, (long long)full, dim);
         *n_p = pb->n;
         return WEFT_OK;
     }
-    WEFT_LOG_ERROR("plan", "%s: %s: %s gives no blocks and %s records none for it; write "
-                           "%s(a, b, ...)", r->origin, module, style_names[r->style],
-                   rs->info->class_name[0] ? rs->info->class_name : "the model",
-                   style_names[r->style]);
-    return WEFT_ERR_CONFIG;
+    return weft_error_refuse_or_log(rs->err, WEFT_ERR_CONFIG, "plan",
+                                    "%s: %s: %s gives no blocks and %s records none for it; write "
+                                    "%s(a, b, ...)",
+                                    r->origin, module, style_names[r->style],
+                                    rs->info->class_name[0] ? rs->info->class_name : "the model",
+                                    style_names[r->style]);
 }
 
 static weft_status_t add_shard(struct resolver *rs, const struct weft_tp_rule *r,
@@ -273,7 +274,7 @@ static weft_status_t add_shard(struct resolver *rs, const struct weft_tp_rule *r
         size_t cap = rs->cap ? rs->cap * 2 : 64;
         struct weft_tp_shard *ns = weft_realloc(lay->shards, cap * sizeof(*ns));
         if (!ns)
-            return WEFT_ERR_NOMEM;
+            return weft_error_refuse(rs->err, WEFT_ERR_NOMEM, "out of memory");
         lay->shards = ns;
         rs->cap = cap;
     }
@@ -292,24 +293,23 @@ static weft_status_t add_shard(struct resolver *rs, const struct weft_tp_rule *r
         for (int b = 0; b < n_blocks; b++) {
             if (sizes[b] % rs->degree != 0) {
                 if (n_blocks > 1)
-                    WEFT_LOG_ERROR("plan", "%s: packed block %d of size %lld is not divisible by "
-                                           "tp_degree %d", t->info->name, b, (long long)sizes[b],
-                                   rs->degree);
-                else
-                    WEFT_LOG_ERROR("plan", "%s: cannot %s-shard %lld %s across tp_degree %d: "
-                                           "not divisible", t->info->name,
-                                   dim == 0 ? "colwise" : "rowwise", (long long)sizes[b],
-                                   dim == 0 ? "output rows" : "input columns", rs->degree);
-                return WEFT_ERR_CONFIG;
+                    return weft_error_refuse_or_log(
+                        rs->err, WEFT_ERR_CONFIG, "plan",
+                        "%s: packed block %d of size %lld is not divisible by tp_degree %d",
+                        t->info->name, b, (long long)sizes[b], rs->degree);
+                return weft_error_refuse_or_log(
+                    rs->err, WEFT_ERR_CONFIG, "plan",
+                    "%s: cannot %s-shard %lld %s across tp_degree %d: not divisible", t->info->name,
+                    dim == 0 ? "colwise" : "rowwise", (long long)sizes[b],
+                    dim == 0 ? "output rows" : "input columns", rs->degree);
             }
         }
     }
     long idx = ck_index(rs->ck, t->info->name);
-    if (rs->owner[idx]) {
-        WEFT_LOG_ERROR("plan", "%s: planned twice (by '%s' and '%s')", t->info->name,
-                       rs->owner[idx]->key, r->key);
-        return WEFT_ERR_CONFIG;
-    }
+    if (rs->owner[idx])
+        return weft_error_refuse_or_log(rs->err, WEFT_ERR_CONFIG, "plan",
+                                        "%s: planned twice (by '%s' and '%s')", t->info->name,
+                                        rs->owner[idx]->key, r->key);
     rs->owner[idx] = r;
     return WEFT_OK;
 }
@@ -321,21 +321,20 @@ static weft_status_t resolve_module(struct resolver *rs, const struct weft_tp_ru
     char name[256];
     snprintf(name, sizeof(name), "%s.weight", module);
     const struct weft_ckpt_tensor *w = weft_ckpt_find(rs->ck, name);
-    if (!w || w->info->ndim != 2) {
-        WEFT_LOG_ERROR("plan", "%s: '%s' names %s, not a Linear layer (no 2-d %s)", r->origin,
-                       r->key, module, name);
-        return WEFT_ERR_CONFIG;
-    }
+    if (!w || w->info->ndim != 2)
+        return weft_error_refuse_or_log(rs->err, WEFT_ERR_CONFIG, "plan",
+                                        "%s: '%s' names %s, not a Linear layer (no 2-d %s)",
+                                        r->origin, r->key, module, name);
     if (w->info->dtype != WEFT_DTYPE_F32 && w->info->dtype != WEFT_DTYPE_BF16 &&
-        w->info->dtype != WEFT_DTYPE_F16) {
-        WEFT_LOG_ERROR("plan", "%s: %s weights (%s) look quantized; tensor parallelism needs "
-                               "unquantized f32/bf16/f16 weights", module, name,
-                       w->info->dtype_name);
-        return WEFT_ERR_UNSUPPORTED;
-    }
+        w->info->dtype != WEFT_DTYPE_F16)
+        return weft_error_refuse_or_log(
+            rs->err, WEFT_ERR_UNSUPPORTED, "plan",
+            "%s: %s weights (%s) look quantized; tensor parallelism needs "
+            "unquantized f32/bf16/f16 weights",
+            module, name, w->info->dtype_name);
     bool col = r->style == WEFT_TP_COLWISE || r->style == WEFT_TP_PACKED_COLWISE;
     int dim = col ? 0 : 1;
-    int n_blocks;
+    int n_blocks = 0;
     int64_t sizes[WEFT_MAX_BLOCKS];
     weft_status_t st = block_sizes(rs, r, name, dim, w->info->shape[dim], &n_blocks, sizes);
     if (st == WEFT_OK)
@@ -348,11 +347,10 @@ static weft_status_t resolve_module(struct resolver *rs, const struct weft_tp_ru
     const struct weft_ckpt_tensor *b = weft_ckpt_find(rs->ck, name);
     if (!b)
         return WEFT_OK;
-    if (b->info->ndim != 1 || b->info->shape[0] != w->info->shape[0]) {
-        WEFT_LOG_ERROR("plan", "%s: shape does not match %s.weight's %lld rows", name, module,
-                       (long long)w->info->shape[0]);
-        return WEFT_ERR_FORMAT;
-    }
+    if (b->info->ndim != 1 || b->info->shape[0] != w->info->shape[0])
+        return weft_error_refuse_or_log(rs->err, WEFT_ERR_FORMAT, "plan",
+                                        "%s: shape does not match %s.weight's %lld rows", name,
+                                        module, (long long)w->info->shape[0]);
     /* colwise biases follow the rows; rowwise biases are replicated and added once */
     return add_shard(rs, r, b, col ? 0 : -1, n_blocks, sizes);
 }
@@ -360,19 +358,19 @@ static weft_status_t resolve_module(struct resolver *rs, const struct weft_tp_ru
 static weft_status_t resolve_rule(struct resolver *rs, const struct weft_tp_rule *r)
 {
     const char *star = strchr(r->key, '*');
-    if (star && strchr(star + 1, '*')) {
-        WEFT_LOG_ERROR("plan", "%s: '%s': '*' may appear once in a plan key", r->origin, r->key);
-        return WEFT_ERR_CONFIG;
-    }
+    if (star && strchr(star + 1, '*'))
+        return weft_error_refuse_or_log(rs->err, WEFT_ERR_CONFIG, "plan",
+                                        "%s: '%s': '*' may appear once in a plan key", r->origin,
+                                        r->key);
     if (!star)
         return resolve_module(rs, r, r->key);
     size_t plen = (size_t)(star - r->key);
     const char *suffix = star + 1;
-    if (plen == 0 || r->key[plen - 1] != '.' || *suffix != '.') {
-        WEFT_LOG_ERROR("plan", "%s: '%s': '*' must stand for a whole block index, as in "
-                               "'blocks.*.attn.to_q'", r->origin, r->key);
-        return WEFT_ERR_CONFIG;
-    }
+    if (plen == 0 || r->key[plen - 1] != '.' || *suffix != '.')
+        return weft_error_refuse_or_log(rs->err, WEFT_ERR_CONFIG, "plan",
+                                        "%s: '%s': '*' must stand for a whole block index, as in "
+                                        "'blocks.*.attn.to_q'",
+                                        r->origin, r->key);
     /* The prefix must name a list of numbered blocks: find every index it has. */
     long max_index = -1;
     for (size_t i = 0; i < weft_ckpt_count(rs->ck); i++) {
@@ -384,11 +382,12 @@ static weft_status_t resolve_rule(struct resolver *rs, const struct weft_tp_rule
         if (*end == '.' && idx > max_index)
             max_index = idx;
     }
-    if (max_index < 0) {
-        WEFT_LOG_ERROR("plan", "%s: '%s': '%.*s' does not name a list of numbered blocks in the "
-                               "checkpoint", r->origin, r->key, (int)plen, r->key);
-        return WEFT_ERR_CONFIG;
-    }
+    if (max_index < 0)
+        return weft_error_refuse_or_log(
+            rs->err, WEFT_ERR_CONFIG, "plan",
+            "%s: '%s': '%.*s' does not name a list of numbered blocks in the "
+            "checkpoint",
+            r->origin, r->key, (int)plen, r->key);
     for (long i = 0; i <= max_index; i++) {
         char module[256];
         snprintf(module, sizeof(module), "%.*s%ld%s", (int)plen, r->key, i, suffix);
@@ -400,33 +399,34 @@ static weft_status_t resolve_rule(struct resolver *rs, const struct weft_tp_rule
 }
 
 weft_status_t weft_tp_resolve(const struct weft_tp_plan *plan, const struct weft_ckpt *ck,
-                              const struct weft_model_info *info, int degree,
-                              int ranks_available, struct weft_tp_layout **layout_p)
+                              const struct weft_model_info *info, int degree, int ranks_available,
+                              struct weft_tp_layout **layout_p, struct weft_error *err)
 {
-    if (degree < 1) {
-        WEFT_LOG_ERROR("plan", "tp_degree %d: must be at least 1", degree);
-        return WEFT_ERR_CONFIG;
-    }
-    if (degree > ranks_available) {
-        WEFT_LOG_ERROR("plan", "tp_degree %d exceeds the %d ranks available", degree,
-                       ranks_available);
-        return WEFT_ERR_CONFIG;
-    }
-    if (degree > 1 && cJSON_GetObjectItemCaseSensitive(weft_ckpt_config(ck), "quantization_config")) {
-        WEFT_LOG_ERROR("plan", "%s/config.json has a quantization_config: quantized weights are "
-                               "packed in a layout tensor parallelism cannot shard; use the "
-                               "unquantized checkpoint", weft_ckpt_dir(ck));
-        return WEFT_ERR_UNSUPPORTED;
-    }
-    if (info->heads > 0 && info->heads % degree != 0) {
-        WEFT_LOG_ERROR("plan", "tp_degree %d does not divide num_attention_heads %lld of %s", degree,
-                       (long long)info->heads, weft_ckpt_dir(ck));
-        return WEFT_ERR_CONFIG;
-    }
+    if (degree < 1)
+        return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "plan",
+                                        "tp_degree %d: must be at least 1", degree);
+    if (degree > ranks_available)
+        return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "plan",
+                                        "tp_degree %d exceeds the %d ranks available", degree,
+                                        ranks_available);
+    if (degree > 1 && cJSON_GetObjectItemCaseSensitive(weft_ckpt_config(ck), "quantization_config"))
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_UNSUPPORTED, "plan",
+            "%s/config.json has a quantization_config: quantized weights are "
+            "packed in a layout tensor parallelism cannot shard; use the "
+            "unquantized checkpoint",
+            weft_ckpt_dir(ck));
+    if (info->heads > 0 && info->heads % degree != 0)
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_CONFIG, "plan",
+            "tp_degree %d does not divide num_attention_heads %lld of %s", degree,
+            (long long)info->heads, weft_ckpt_dir(ck));
     struct weft_tp_layout *lay = weft_calloc(1, sizeof(*lay));
-    struct resolver rs = {plan, ck, info, degree, lay, 0, NULL};
+    struct resolver rs = {plan, ck, info, degree, lay, 0, NULL, err};
     rs.owner = weft_calloc(weft_ckpt_count(ck) + 1, sizeof(const struct weft_tp_rule *));
     weft_status_t st = lay && rs.owner ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
     if (lay)
         lay->degree = degree;
     for (int i = 0; i < plan->n && st == WEFT_OK; i++)

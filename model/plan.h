@@ -58,8 +58,10 @@ struct weft_tp_plan {
 /* The model class's built-in plan (Diffusers' _tp_plan); false when the class has none. */
 bool weft_tp_plan_builtin(const char *class_name, struct weft_tp_plan *plan_p);
 /* Apply [tp_plan] entries on top of plan: same key replaces, new key adds, "none" removes.
- * Errors name the entry's origin (file:line or option). */
-weft_status_t weft_tp_plan_apply_conf(struct weft_tp_plan *plan, const struct weft_conf_map *map);
+ * Errors name the entry's origin (file:line or option); they are the configuration's, recorded
+ * in err (or logged at ERROR with NULL err), as are weft_tp_resolve's. */
+weft_status_t weft_tp_plan_apply_conf(struct weft_tp_plan *plan, const struct weft_conf_map *map,
+                                      struct weft_error *err);
 
 /* How one parameter is split. dim -1: replicated. */
 struct weft_tp_shard {
@@ -87,7 +89,8 @@ struct weft_tp_layout {
  * Every failure is one error naming the module, the size and the degree. */
 weft_status_t weft_tp_resolve(const struct weft_tp_plan *plan, const struct weft_ckpt *ck,
                               const struct weft_model_info *info, int degree,
-                              int ranks_available, struct weft_tp_layout **layout_p);
+                              int ranks_available, struct weft_tp_layout **layout_p,
+                              struct weft_error *err);
 void weft_tp_layout_destroy(struct weft_tp_layout *layout);
 const struct weft_tp_shard *weft_tp_find(const struct weft_tp_layout *layout, const char *name);
 

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 #include "model/checkpoint.h"
 
 #define WEFT_MAX_PACKED 4
@@ -30,6 +30,7 @@ struct weft_model_info {
 
 /* From the checkpoint's config.json; an unknown class gets heads = 0 (plans for it come from
  * the INI and can only be checked for divisibility). */
-weft_status_t weft_model_info_get(const struct weft_ckpt *ck, struct weft_model_info *info_p);
+weft_status_t weft_model_info_get(const struct weft_ckpt *ck, struct weft_model_info *info_p,
+                                  struct weft_error *err);
 
 #endif

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
 #include "common/tensor.h"
 #include "common/utf8.h"
 
@@ -63,6 +62,7 @@ struct parse {
 
 static void perr(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A header that breaks the format: the file's fault. */
 static void perr(struct parse *p, const char *fmt, ...)
 {
     char msg[WEFT_ERROR_MSG];
@@ -71,10 +71,7 @@ static void perr(struct parse *p, const char *fmt, ...)
     /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (p->err)
-        weft_error_refuse(p->err, WEFT_ERR_FORMAT, "%s", msg);
-    else
-        WEFT_LOG_ERROR("safetensors", "%s", msg);
+    weft_error_refuse_or_log(p->err, WEFT_ERR_FORMAT, "safetensors", "%s", msg);
 }
 
 static char *arena_put(struct parse *p, const char *s)
@@ -392,9 +389,8 @@ static weft_status_t open_common(struct weft_st_file *f, const char *name,
     if (f->mem) {
         memcpy(lenbuf, f->mem, 8);
     } else if (pread(f->fd, lenbuf, 8, 0) != 8) {
-        perr(&p, "%s: cannot read the header length: %s", name,
-                       strerror(errno));
-        return WEFT_ERR_IO;
+        return weft_error_set(err, WEFT_ERR_IO, "safetensors",
+                              "%s: cannot read the header length: %s", name, strerror(errno));
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
@@ -424,9 +420,9 @@ static weft_status_t open_common(struct weft_st_file *f, const char *name,
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0) {
-                perr(&p, "%s: cannot read the header: %s", name,
-                               r < 0 ? strerror(errno) : "unexpected end of file");
-                st = WEFT_ERR_IO;
+                st = weft_error_set(err, WEFT_ERR_IO, "safetensors",
+                                    "%s: cannot read the header: %s", name,
+                                    r < 0 ? strerror(errno) : "unexpected end of file");
                 goto out;
             }
             got += (size_t)r;
@@ -453,31 +449,35 @@ static struct weft_st_file *file_new(const char *name)
     return f;
 }
 
-weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p)
+weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p,
+                           struct weft_error *err)
 {
     struct weft_st_file *f = file_new(path);
     if (!f)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        WEFT_LOG_ERROR("safetensors", "%s: cannot open: %s", path, strerror(errno));
-        st = errno == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO;
+        int e = errno;
+        st = weft_error_refuse_or_log(err, e == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO,
+                                      "safetensors", "%s: cannot open: %s", path, strerror(e));
         goto err_close;
     }
     struct stat sb;
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        WEFT_LOG_ERROR("safetensors", "%s: not a regular file", path);
-        st = WEFT_ERR_IO;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_IO, "safetensors", "%s: not a regular file",
+                                      path);
         goto err_close;
     }
     f->size = (uint64_t)sb.st_size;
-    st = open_common(f, path, NULL);
+    st = open_common(f, path, err);
     if (st != WEFT_OK)
         goto err_close;
     *file_p = f;
     return WEFT_OK;
 err_close:
+    if (st == WEFT_ERR_NOMEM)
+        weft_error_refuse(err, st, "out of memory");
     weft_st_close(f);
     return st;
 }
@@ -487,11 +487,13 @@ weft_status_t weft_st_open_memory(const char *name, const void *data, size_t siz
 {
     struct weft_st_file *f = file_new(name);
     if (!f)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     f->mem = data;
     f->size = size;
     weft_status_t st = open_common(f, name, err);
     if (st != WEFT_OK) {
+        if (st == WEFT_ERR_NOMEM)
+            weft_error_refuse(err, st, "out of memory");
         weft_st_close(f);
         return st;
     }
@@ -570,7 +572,7 @@ uint64_t weft_st_bytes_read(const struct weft_st_file *f)
 
 /* len bytes at off for tensor t (named in the error). */
 static weft_status_t read_at(struct weft_st_file *f, const struct weft_st_tensor *t, uint64_t off,
-                             void *dst, size_t len)
+                             void *dst, size_t len, struct weft_error *err)
 {
     f->bytes_read += len;
     if (f->mem) {
@@ -582,12 +584,12 @@ static weft_status_t read_at(struct weft_st_file *f, const struct weft_st_tensor
         ssize_t r = pread(f->fd, d, len, (off_t)off);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': read of %zu bytes at offset %llu "
-                           "failed: %s", f->path, t->name, len, (unsigned long long)off,
-                           r < 0 ? strerror(errno) : "unexpected end of file (file truncated?)");
-            return WEFT_ERR_IO;
-        }
+        if (r <= 0)
+            return weft_error_set(err, WEFT_ERR_IO, "safetensors",
+                                  "%s: tensor '%s': read of %zu bytes at offset %llu failed: %s",
+                                  f->path, t->name, len, (unsigned long long)off,
+                                  r < 0 ? strerror(errno)
+                                        : "unexpected end of file (file truncated?)");
         d += r;
         off += (uint64_t)r;
         len -= (size_t)r;
@@ -598,24 +600,24 @@ static weft_status_t read_at(struct weft_st_file *f, const struct weft_st_tensor
 /* n elements of t's dtype at file offset off, into dst[index] of dst_dtype. */
 static weft_status_t read_run(struct weft_st_file *f, const struct weft_st_tensor *t,
                               uint64_t off, size_t n, void *dst, size_t index,
-                              enum weft_dtype dst_dtype)
+                              enum weft_dtype dst_dtype, struct weft_error *err)
 {
     size_t esz = t->bits / 8, dsz = weft_dtype_size(dst_dtype);
     char *d = (char *)dst + index * dsz;
     if ((int)dst_dtype == t->dtype)
-        return read_at(f, t, off, d, n * esz);
+        return read_at(f, t, off, d, n * esz, err);
     if (dsz >= esz) { /* widen in place: raw bytes land at the start of the slot */
-        weft_status_t st = read_at(f, t, off, d, n * esz);
+        weft_status_t st = read_at(f, t, off, d, n * esz, err);
         if (st == WEFT_OK)
             weft_dtype_convert(d, dst_dtype, d, (enum weft_dtype)t->dtype, n);
         return st;
     }
     if (!f->staging && !(f->staging = weft_big_alloc(STAGING_BYTES)))
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     size_t per = STAGING_BYTES / esz;
     while (n) {
         size_t k = n < per ? n : per;
-        weft_status_t st = read_at(f, t, off, f->staging, k * esz);
+        weft_status_t st = read_at(f, t, off, f->staging, k * esz, err);
         if (st != WEFT_OK)
             return st;
         weft_dtype_convert(d, dst_dtype, f->staging, (enum weft_dtype)t->dtype, k);
@@ -627,7 +629,7 @@ static weft_status_t read_run(struct weft_st_file *f, const struct weft_st_tenso
 }
 
 static weft_status_t check_readable(const struct weft_st_file *f, const struct weft_st_tensor *t,
-                                    enum weft_dtype dst_dtype)
+                                    enum weft_dtype dst_dtype, struct weft_error *err)
 {
     if ((int)dst_dtype == t->dtype)
         return WEFT_OK;
@@ -637,42 +639,39 @@ static weft_status_t check_readable(const struct weft_st_file *f, const struct w
                      dst_dtype == WEFT_DTYPE_F16;
     if (src_float && dst_float)
         return WEFT_OK;
-    WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': cannot read %s as %s", f->path, t->name,
-                   t->dtype_name, weft_dtype_name(dst_dtype));
-    return WEFT_ERR_UNSUPPORTED;
+    return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "safetensors",
+                                    "%s: tensor '%s': cannot read %s as %s", f->path, t->name,
+                                    t->dtype_name, weft_dtype_name(dst_dtype));
 }
 
 weft_status_t weft_st_read(struct weft_st_file *f, const struct weft_st_tensor *t, void *dst,
-                           enum weft_dtype dst_dtype)
+                           enum weft_dtype dst_dtype, struct weft_error *err)
 {
-    weft_status_t st = check_readable(f, t, dst_dtype);
+    weft_status_t st = check_readable(f, t, dst_dtype, err);
     if (st != WEFT_OK)
         return st;
-    return read_run(f, t, t->offset, (size_t)t->numel, dst, 0, dst_dtype);
+    return read_run(f, t, t->offset, (size_t)t->numel, dst, 0, dst_dtype, err);
 }
 
 weft_status_t weft_st_read_ranges(struct weft_st_file *f, const struct weft_st_tensor *t,
                                   int dim, size_t n_ranges, const struct weft_range *ranges,
-                                  void *dst, enum weft_dtype dst_dtype)
+                                  void *dst, enum weft_dtype dst_dtype, struct weft_error *err)
 {
-    weft_status_t st = check_readable(f, t, dst_dtype);
+    weft_status_t st = check_readable(f, t, dst_dtype, err);
     if (st != WEFT_OK)
         return st;
-    if (dim < 0 || dim > 1 || dim >= t->ndim) {
-        WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': cannot slice dim %d of a %d-d tensor",
-                       f->path, t->name, dim, t->ndim);
-        return WEFT_ERR_INVALID;
-    }
+    if (dim < 0 || dim > 1 || dim >= t->ndim)
+        return weft_error_set(err, WEFT_ERR_INVALID, "safetensors",
+                              "%s: tensor '%s': cannot slice dim %d of a %d-d tensor", f->path,
+                              t->name, dim, t->ndim);
     int64_t total = 0;
     for (size_t k = 0; k < n_ranges; k++) {
         if (ranges[k].begin < 0 || ranges[k].end < ranges[k].begin ||
-            ranges[k].end > t->shape[dim]) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': range [%lld, %lld) outside dim %d "
-                                          "of size %lld", f->path, t->name,
-                           (long long)ranges[k].begin, (long long)ranges[k].end, dim,
-                           (long long)t->shape[dim]);
-            return WEFT_ERR_RANGE;
-        }
+            ranges[k].end > t->shape[dim])
+            return weft_error_set(err, WEFT_ERR_RANGE, "safetensors",
+                                  "%s: tensor '%s': range [%lld, %lld) outside dim %d of size "
+                                  "%lld", f->path, t->name, (long long)ranges[k].begin,
+                                  (long long)ranges[k].end, dim, (long long)t->shape[dim]);
         total += ranges[k].end - ranges[k].begin;
     }
     size_t esz = t->bits / 8;
@@ -686,7 +685,7 @@ weft_status_t weft_st_read_ranges(struct weft_st_file *f, const struct weft_st_t
         for (size_t k = 0; k < n_ranges; k++) {
             size_t n = (size_t)((ranges[k].end - ranges[k].begin) * row);
             uint64_t off = t->offset + (uint64_t)(ranges[k].begin * row) * esz;
-            if ((st = read_run(f, t, off, n, dst, index, dst_dtype)) != WEFT_OK)
+            if ((st = read_run(f, t, off, n, dst, index, dst_dtype, err)) != WEFT_OK)
                 return st;
             index += n;
         }
@@ -710,13 +709,14 @@ weft_status_t weft_st_read_ranges(struct weft_st_file *f, const struct weft_st_t
                 run_n += n;
                 continue;
             }
-            if (run_n && (st = read_run(f, t, run_off, run_n, dst, run_index, dst_dtype)) != 0)
+            if (run_n &&
+                (st = read_run(f, t, run_off, run_n, dst, run_index, dst_dtype, err)) != 0)
                 return st;
             run_off = off, run_n = n, run_index = index;
         }
     }
     if (run_n)
-        st = read_run(f, t, run_off, run_n, dst, run_index, dst_dtype);
+        st = read_run(f, t, run_off, run_n, dst, run_index, dst_dtype, err);
     return st;
 }
 
@@ -731,17 +731,17 @@ static const char *st_name_of(enum weft_dtype d)
     return NULL;
 }
 
-static weft_status_t write_all(int fd, const void *p, size_t n, const char *path)
+static weft_status_t write_all(int fd, const void *p, size_t n, const char *path,
+                               struct weft_error *err)
 {
     const char *c = p;
     while (n) {
         ssize_t w = write(fd, c, n);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0) {
-            WEFT_LOG_ERROR("safetensors", "%s: write failed: %s", path, strerror(errno));
-            return WEFT_ERR_IO;
-        }
+        if (w <= 0)
+            return weft_error_set(err, WEFT_ERR_IO, "safetensors", "%s: write failed: %s", path,
+                                  strerror(errno));
         c += w;
         n -= (size_t)w;
     }
@@ -759,22 +759,23 @@ static weft_status_t fill_from_data(void *arg, size_t i, uint64_t offset, void *
 }
 
 weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out *t,
-                            size_t n_meta, const struct weft_st_meta *meta)
+                            size_t n_meta, const struct weft_st_meta *meta,
+                            struct weft_error *err)
 {
-    return weft_st_write_stream(path, n, t, n_meta, meta, fill_from_data, (void *)t);
+    return weft_st_write_stream(path, n, t, n_meta, meta, fill_from_data, (void *)t, err);
 }
 
-weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft_st_out *t,
-                                   size_t n_meta, const struct weft_st_meta *meta,
-                                   weft_st_fill_cb fill, void *fill_arg)
+/* The header JSON of the tensors laid out in order (NULL: out of memory, or a dtype that cannot
+ * be written, then recorded in err). */
+static char *header_json(const char *path, size_t n, const struct weft_st_out *t, size_t n_meta,
+                         const struct weft_st_meta *meta, weft_status_t *st_p,
+                         struct weft_error *err)
 {
     cJSON *root = cJSON_CreateObject();
+    char *json = NULL;
+    *st_p = WEFT_ERR_NOMEM;
     if (!root)
-        return WEFT_ERR_NOMEM;
-    weft_status_t st = WEFT_OK;
-    char *json = NULL, *tmp = NULL;
-    void *chunk = NULL;
-    int fd = -1;
+        goto out;
     if (n_meta) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
         for (size_t i = 0; i < n_meta; i++)
@@ -785,9 +786,9 @@ weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft
         const char *dn = st_name_of(t[i].dtype);
         int64_t numel = weft_shape_numel(t[i].ndim, t[i].shape);
         if (!dn || numel < 0) {
-            WEFT_LOG_ERROR("safetensors", "%s: tensor '%s': cannot write dtype %s", path,
-                           t[i].name, weft_dtype_name(t[i].dtype));
-            st = WEFT_ERR_INVALID;
+            *st_p = weft_error_set(err, WEFT_ERR_INVALID, "safetensors",
+                                   "%s: tensor '%s': cannot write dtype %s", path, t[i].name,
+                                   weft_dtype_name(t[i].dtype));
             goto out;
         }
         cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
@@ -802,17 +803,36 @@ weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft
         off += bytes;
     }
     json = cJSON_PrintUnformatted(root);
+    if (json)
+        *st_p = WEFT_OK;
+out:
+    if (*st_p == WEFT_ERR_NOMEM)
+        weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    cJSON_Delete(root);
+    return json;
+}
+
+weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft_st_out *t,
+                                   size_t n_meta, const struct weft_st_meta *meta,
+                                   weft_st_fill_cb fill, void *fill_arg, struct weft_error *err)
+{
+    weft_status_t st;
+    char *tmp = NULL;
+    void *chunk = NULL;
+    int fd = -1;
+    char *json = header_json(path, n, t, n_meta, meta, &st, err);
+    if (!json)
+        return st;
     size_t plen = strlen(path) + 16;
-    tmp = weft_malloc(plen);
-    if (!json || !tmp) {
-        st = WEFT_ERR_NOMEM;
+    if (!(tmp = weft_malloc(plen))) {
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
     snprintf(tmp, plen, "%s.tmp", path);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        WEFT_LOG_ERROR("safetensors", "%s: cannot create: %s", tmp, strerror(errno));
-        st = WEFT_ERR_IO;
+        st = weft_error_set(err, WEFT_ERR_IO, "safetensors", "%s: cannot create: %s", tmp,
+                            strerror(errno));
         goto out;
     }
     size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
@@ -820,11 +840,11 @@ weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft
     for (int i = 0; i < 8; i++)
         le[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     static const char spaces[8] = "        ";
-    if ((st = write_all(fd, le, 8, tmp)) || (st = write_all(fd, json, jlen, tmp)) ||
-        (st = write_all(fd, spaces, padded - jlen, tmp)))
+    if ((st = write_all(fd, le, 8, tmp, err)) || (st = write_all(fd, json, jlen, tmp, err)) ||
+        (st = write_all(fd, spaces, padded - jlen, tmp, err)))
         goto out;
     if (!(chunk = weft_big_alloc(FILL_CHUNK))) {
-        st = WEFT_ERR_NOMEM;
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n && st == WEFT_OK; i++) {
@@ -832,24 +852,24 @@ weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft
                          weft_dtype_size(t[i].dtype);
         for (uint64_t o = 0; o < bytes && st == WEFT_OK; o += FILL_CHUNK) {
             size_t k = bytes - o < FILL_CHUNK ? (size_t)(bytes - o) : FILL_CHUNK;
-            st = fill(fill_arg, i, o, chunk, k);
-            if (st == WEFT_OK)
-                st = write_all(fd, chunk, k, tmp);
+            /* the producer is the caller's: it reports its own failure */
+            if ((st = fill(fill_arg, i, o, chunk, k)) != WEFT_OK)
+                weft_error_refuse(err, st, "%s: tensor '%s': %s", path, t[i].name,
+                                  weft_status_str(st));
+            else
+                st = write_all(fd, chunk, k, tmp, err);
         }
     }
-    if (st == WEFT_OK && fsync(fd) != 0) {
-        WEFT_LOG_ERROR("safetensors", "%s: fsync failed: %s", tmp, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
-    if (close(fd) != 0 && st == WEFT_OK) {
-        WEFT_LOG_ERROR("safetensors", "%s: close failed: %s", tmp, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
+    if (st == WEFT_OK && fsync(fd) != 0)
+        st = weft_error_set(err, WEFT_ERR_IO, "safetensors", "%s: fsync failed: %s", tmp,
+                            strerror(errno));
+    if (close(fd) != 0 && st == WEFT_OK)
+        st = weft_error_set(err, WEFT_ERR_IO, "safetensors", "%s: close failed: %s", tmp,
+                            strerror(errno));
     fd = -1;
-    if (st == WEFT_OK && rename(tmp, path) != 0) {
-        WEFT_LOG_ERROR("safetensors", "%s: cannot rename into place: %s", path, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
+    if (st == WEFT_OK && rename(tmp, path) != 0)
+        st = weft_error_set(err, WEFT_ERR_IO, "safetensors", "%s: cannot rename into place: %s",
+                            path, strerror(errno));
 out:
     if (fd >= 0)
         close(fd);
@@ -858,6 +878,5 @@ out:
     weft_free(tmp);
     weft_big_free(chunk, FILL_CHUNK);
     cJSON_free(json);
-    cJSON_Delete(root);
     return st;
 }

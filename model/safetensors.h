@@ -44,8 +44,12 @@ struct weft_range {
 
 struct weft_st_file;
 
-/* Open and validate. Errors are logged once, naming the file, the tensor and the reason. */
-weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p);
+/* Open and validate. The cause (naming the file, the tensor and the reason) goes to err: a file
+ * that is missing or breaks the format is its owner's fault, recorded without logging above
+ * DEBUG; with NULL err it is logged at ERROR. Every function here that takes err does the same,
+ * and logs a read or write that fails on the system's side (an I/O error) at ERROR as well. */
+weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p,
+                           struct weft_error *err);
 /* Validate a whole file image held in memory (a request's inline embeddings, the fuzz target;
  * reads then copy from data). With err, the cause is recorded there and not logged above DEBUG
  * (the image is someone else's); with NULL it is logged as weft_st_open's. */
@@ -65,12 +69,12 @@ uint64_t weft_st_file_size(const struct weft_st_file *file);
 /* Whole tensor into dst (numel elements of dst_dtype). Converts between f32, bf16 and f16;
  * other file dtypes can only be read raw (dst_dtype equal to the file's). */
 weft_status_t weft_st_read(struct weft_st_file *file, const struct weft_st_tensor *t, void *dst,
-                           enum weft_dtype dst_dtype);
+                           enum weft_dtype dst_dtype, struct weft_error *err);
 /* The concatenation along dim (0 or 1) of the given index ranges of t, into dst, row-major:
  * the result has t's shape with dim replaced by the sum of the range lengths. */
 weft_status_t weft_st_read_ranges(struct weft_st_file *file, const struct weft_st_tensor *t,
                                   int dim, size_t n_ranges, const struct weft_range *ranges,
-                                  void *dst, enum weft_dtype dst_dtype);
+                                  void *dst, enum weft_dtype dst_dtype, struct weft_error *err);
 
 /* Writing: tensors laid out in the given order; the file is written beside the target and
  * renamed into place, so a reader never sees half a file. */
@@ -82,15 +86,17 @@ struct weft_st_out {
     const void *data;
 };
 weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out *tensors,
-                            size_t n_meta, const struct weft_st_meta *meta);
+                            size_t n_meta, const struct weft_st_meta *meta,
+                            struct weft_error *err);
 /* Streaming form for files larger than memory: tensors[i].data is ignored and fill(arg, i,
  * buf, bytes) produces each tensor's bytes in turn (buf holds up to chunk bytes; a tensor is
- * filled in consecutive calls, offset tells where in the tensor this piece starts). */
+ * filled in consecutive calls, offset tells where in the tensor this piece starts). fill logs
+ * its own failure; err then gets its status. */
 typedef weft_status_t (*weft_st_fill_cb)(void *arg, size_t i, uint64_t offset, void *buf,
                                          size_t bytes);
 weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft_st_out *tensors,
                                    size_t n_meta, const struct weft_st_meta *meta,
-                                   weft_st_fill_cb fill, void *arg);
+                                   weft_st_fill_cb fill, void *arg, struct weft_error *err);
 
 /* Bytes requested from the file by reads so far (the header excluded). */
 uint64_t weft_st_bytes_read(const struct weft_st_file *file);

@@ -26,69 +26,68 @@ void weft_sched_config_flux_default(struct weft_sched_config *out)
 }
 
 weft_status_t weft_sched_config_parse(const cJSON *cfg, const char *origin,
-                                      struct weft_sched_config *out)
+                                      struct weft_sched_config *out, struct weft_error *err)
 {
     struct weft_sched_config c;
     const char *cls, *shift_type;
     weft_status_t st;
-    if ((st = weft_json_get_string(cfg, "_class_name", WEFT_SCHED_CLASS, origin, &cls)))
+    if ((st = weft_json_get_string(cfg, "_class_name", WEFT_SCHED_CLASS, origin, &cls, err)))
         return st;
-    if (strcmp(cls, WEFT_SCHED_CLASS) != 0) {
-        WEFT_LOG_ERROR("model", "%s: scheduler class '%s' is not supported (only %s)", origin,
-                       cls, WEFT_SCHED_CLASS);
-        return WEFT_ERR_UNSUPPORTED;
-    }
+    if (strcmp(cls, WEFT_SCHED_CLASS) != 0)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: scheduler class '%s' is not supported (only %s)",
+                                        origin, cls, WEFT_SCHED_CLASS);
     /* Defaults are the class defaults, as Diffusers applies them to absent keys. */
     if ((st = weft_json_get_int(cfg, "num_train_timesteps", 1000, 1, 1000000, origin,
-                                &c.num_train_timesteps)) ||
-        (st = weft_json_get_double(cfg, "shift", 1.0, 1e-6, 1e6, origin, &c.shift)) ||
+                                &c.num_train_timesteps, err)) ||
+        (st = weft_json_get_double(cfg, "shift", 1.0, 1e-6, 1e6, origin, &c.shift, err)) ||
         (st = weft_json_get_bool(cfg, "use_dynamic_shifting", false, origin,
-                                 &c.use_dynamic_shifting)) ||
-        (st = weft_json_get_double(cfg, "base_shift", 0.5, -100, 100, origin, &c.base_shift)) ||
-        (st = weft_json_get_double(cfg, "max_shift", 1.15, -100, 100, origin, &c.max_shift)) ||
+                                 &c.use_dynamic_shifting, err)) ||
+        (st = weft_json_get_double(cfg, "base_shift", 0.5, -100, 100, origin, &c.base_shift,
+                                   err)) ||
+        (st = weft_json_get_double(cfg, "max_shift", 1.15, -100, 100, origin, &c.max_shift, err)) ||
         (st = weft_json_get_int(cfg, "base_image_seq_len", 256, 1, 1 << 30, origin,
-                                &c.base_image_seq_len)) ||
+                                &c.base_image_seq_len, err)) ||
         (st = weft_json_get_int(cfg, "max_image_seq_len", 4096, 1, 1 << 30, origin,
-                                &c.max_image_seq_len)) ||
-        (st = weft_json_get_string(cfg, "time_shift_type", "exponential", origin, &shift_type)))
+                                &c.max_image_seq_len, err)) ||
+        (st = weft_json_get_string(cfg, "time_shift_type", "exponential", origin, &shift_type,
+                                   err)))
         return st;
-    if (c.max_image_seq_len == c.base_image_seq_len) {
-        WEFT_LOG_ERROR("model", "%s: max_image_seq_len equals base_image_seq_len", origin);
-        return WEFT_ERR_FORMAT;
-    }
+    if (c.max_image_seq_len == c.base_image_seq_len)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: max_image_seq_len equals base_image_seq_len", origin);
     if (strcmp(shift_type, "exponential") == 0) {
         c.time_shift_type = WEFT_TIME_SHIFT_EXPONENTIAL;
     } else if (strcmp(shift_type, "linear") == 0) {
         c.time_shift_type = WEFT_TIME_SHIFT_LINEAR;
     } else {
-        WEFT_LOG_ERROR("model", "%s: time_shift_type '%s' is not exponential or linear", origin,
-                       shift_type);
-        return WEFT_ERR_FORMAT;
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: time_shift_type '%s' is not exponential or linear",
+                                        origin, shift_type);
     }
     static const char *const refused[] = {"use_karras_sigmas", "use_exponential_sigmas",
                                           "use_beta_sigmas", "stochastic_sampling",
                                           "invert_sigmas"};
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         bool on;
-        if ((st = weft_json_get_bool(cfg, refused[i], false, origin, &on)))
+        if ((st = weft_json_get_bool(cfg, refused[i], false, origin, &on, err)))
             return st;
-        if (on) {
-            WEFT_LOG_ERROR("model", "%s: %s is not supported", origin, refused[i]);
-            return WEFT_ERR_UNSUPPORTED;
-        }
+        if (on)
+            return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                            "%s: %s is not supported", origin, refused[i]);
     }
     double terminal;
-    if ((st = weft_json_get_double(cfg, "shift_terminal", 0.0, 0.0, 1.0, origin, &terminal)))
+    if ((st = weft_json_get_double(cfg, "shift_terminal", 0.0, 0.0, 1.0, origin, &terminal, err)))
         return st;
-    if (terminal != 0.0) {
-        WEFT_LOG_ERROR("model", "%s: shift_terminal is not supported", origin);
-        return WEFT_ERR_UNSUPPORTED;
-    }
+    if (terminal != 0.0)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: shift_terminal is not supported", origin);
     *out = c;
     return WEFT_OK;
 }
 
-weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched_config *out)
+weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched_config *out,
+                                     struct weft_error *err)
 {
     char path[2048];
     snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", pipeline_dir);
@@ -98,10 +97,10 @@ weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched
         return WEFT_OK;
     }
     cJSON *json;
-    weft_status_t st = weft_json_read_file(path, 1 << 20, &json);
+    weft_status_t st = weft_json_read_file(path, 1 << 20, &json, err);
     if (st != WEFT_OK)
         return st;
-    st = weft_sched_config_parse(json, path, out);
+    st = weft_sched_config_parse(json, path, out, err);
     cJSON_Delete(json);
     return st;
 }
@@ -114,13 +113,13 @@ double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len)
     return (double)image_seq_len * m + b;
 }
 
-weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps,
-                              int64_t image_seq_len, struct weft_schedule *out)
+weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps, int64_t image_seq_len,
+                              struct weft_schedule *out, struct weft_error *err)
 {
-    if (steps < 1 || steps > WEFT_SCHED_MAX_STEPS) {
-        WEFT_LOG_ERROR("model", "steps = %d is outside [1, %d]", steps, WEFT_SCHED_MAX_STEPS);
-        return WEFT_ERR_RANGE;
-    }
+    if (steps < 1 || steps > WEFT_SCHED_MAX_STEPS)
+        return weft_error_refuse_or_log(err, WEFT_ERR_RANGE, "model",
+                                        "steps = %d is outside [1, %d]", steps,
+                                        WEFT_SCHED_MAX_STEPS);
     out->steps = steps;
     out->mu = weft_sched_mu(c, image_seq_len);
     /* numpy linspace(1.0, 1/N, N): start + i * step, the last exactly the stop */

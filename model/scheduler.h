@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 #define WEFT_SCHED_CLASS "FlowMatchEulerDiscreteScheduler"
 #define WEFT_SCHED_MAX_STEPS 1000
@@ -34,11 +34,12 @@ void weft_sched_config_flux_default(struct weft_sched_config *out);
 /* Parse scheduler_config.json; options weft does not implement (karras/exponential/beta
  * sigmas, shift_terminal, stochastic sampling, invert_sigmas) are refused, never ignored. */
 weft_status_t weft_sched_config_parse(const cJSON *config, const char *origin,
-                                      struct weft_sched_config *out);
+                                      struct weft_sched_config *out, struct weft_error *err);
 
 /* The scheduler of a pipeline folder (scheduler/scheduler_config.json), or FLUX.1-dev's
  * settings when the folder has none (a transformer folder alone). */
-weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched_config *out);
+weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched_config *out,
+                                     struct weft_error *err);
 
 struct weft_schedule {
     int steps;
@@ -49,8 +50,10 @@ struct weft_schedule {
 
 /* FluxPipeline's calculate_shift: mu = m * image_seq_len + b. */
 double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len);
+/* steps outside [1, WEFT_SCHED_MAX_STEPS] are refused in err (or logged with NULL err). */
 weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps,
-                              int64_t image_seq_len, struct weft_schedule *out);
+                              int64_t image_seq_len, struct weft_schedule *out,
+                              struct weft_error *err);
 /* latents += (sigma[i+1] - sigma[i]) * model_output, in f32 (n elements). */
 void weft_sched_step(const struct weft_schedule *s, int i, float *latents,
                      const float *model_output, int64_t n);

@@ -5,111 +5,114 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "model/checkpoint.h"
 #include "model/json_get.h"
 
 /* Every listed block type must be `want` (the only kind weft implements). */
 static weft_status_t check_block_types(const cJSON *cfg, const char *key, const char *want,
-                                       int n_blocks, const char *origin)
+                                       int n_blocks, const char *origin, struct weft_error *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     if (!v || cJSON_IsNull(v))
         return WEFT_OK; /* Diffusers' default: one block of the supported kind per level */
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != n_blocks) {
-        WEFT_LOG_ERROR("model", "%s: \"%s\" must be an array of %d block types (one per "
-                                "block_out_channels entry)", origin, key, n_blocks);
-        return WEFT_ERR_FORMAT;
-    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != n_blocks)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: \"%s\" must be an array of %d block types (one per "
+                                        "block_out_channels entry)",
+                                        origin, key, n_blocks);
     const cJSON *e;
     cJSON_ArrayForEach(e, v)
     {
-        if (!cJSON_IsString(e) || strcmp(e->valuestring, want) != 0) {
-            WEFT_LOG_ERROR("model", "%s: \"%s\" has %s; weft implements only %s", origin, key,
-                           cJSON_IsString(e) ? e->valuestring : "a non-string entry", want);
-            return WEFT_ERR_UNSUPPORTED;
-        }
+        if (!cJSON_IsString(e) || strcmp(e->valuestring, want) != 0)
+            return weft_error_refuse_or_log(
+                err, WEFT_ERR_UNSUPPORTED, "model", "%s: \"%s\" has %s; weft implements only %s",
+                origin, key, cJSON_IsString(e) ? e->valuestring : "a non-string entry", want);
     }
     return WEFT_OK;
 }
 
 /* sample_size is an integer or, in some configs, [height, width]; Diffusers takes the first. */
-static weft_status_t get_sample_size(const cJSON *cfg, const char *origin, int64_t *out)
+static weft_status_t get_sample_size(const cJSON *cfg, const char *origin, int64_t *out,
+                                     struct weft_error *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "sample_size");
     if (!cJSON_IsArray(v))
-        return weft_json_get_int(cfg, "sample_size", 32, 8, 1 << 20, origin, out);
+        return weft_json_get_int(cfg, "sample_size", 32, 8, 1 << 20, origin, out, err);
     const cJSON *first = cJSON_GetArrayItem(v, 0);
     double d = first && cJSON_IsNumber(first) ? first->valuedouble : -1.0;
-    if (!(d >= 8.0 && d <= (double)(1 << 20)) || d != (double)(int64_t)d) {
-        WEFT_LOG_ERROR("model", "%s: \"sample_size\" is an array whose first entry is not an "
-                                "integer in [8, %d]", origin, 1 << 20);
-        return WEFT_ERR_FORMAT;
-    }
+    if (!(d >= 8.0 && d <= (double)(1 << 20)) || d != (double)(int64_t)d)
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_FORMAT, "model",
+            "%s: \"sample_size\" is an array whose first entry is not an "
+            "integer in [8, %d]",
+            origin, 1 << 20);
     *out = (int64_t)d;
     return WEFT_OK;
 }
 
-static weft_status_t parse_strings(const cJSON *cfg, const char *origin, int n_blocks)
+static weft_status_t parse_strings(const cJSON *cfg, const char *origin, int n_blocks,
+                                   struct weft_error *err)
 {
     const char *act, *norm;
     weft_status_t st;
-    if ((st = weft_json_get_string(cfg, "act_fn", "silu", origin, &act)) ||
-        (st = weft_json_get_string(cfg, "norm_type", "group", origin, &norm)))
+    if ((st = weft_json_get_string(cfg, "act_fn", "silu", origin, &act, err)) ||
+        (st = weft_json_get_string(cfg, "norm_type", "group", origin, &norm, err)))
         return st;
-    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0) {
-        WEFT_LOG_ERROR("model", "%s: act_fn \"%s\": weft implements only silu", origin, act);
-        return WEFT_ERR_UNSUPPORTED;
-    }
-    if (strcmp(norm, "group") != 0) {
-        WEFT_LOG_ERROR("model", "%s: norm_type \"%s\": weft implements only group", origin, norm);
-        return WEFT_ERR_UNSUPPORTED;
-    }
+    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: act_fn \"%s\": weft implements only silu", origin,
+                                        act);
+    if (strcmp(norm, "group") != 0)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: norm_type \"%s\": weft implements only group", origin,
+                                        norm);
     const cJSON *mean = cJSON_GetObjectItemCaseSensitive(cfg, "latents_mean");
     if (mean && !cJSON_IsNull(mean))
         WEFT_LOG_DEBUG("model", "%s: latents_mean/latents_std are a pipeline's business; the "
                                 "FLUX pipeline does not use them", origin);
-    if ((st = check_block_types(cfg, "up_block_types", "UpDecoderBlock2D", n_blocks, origin)))
+    if ((st = check_block_types(cfg, "up_block_types", "UpDecoderBlock2D", n_blocks, origin, err)))
         return st;
-    return check_block_types(cfg, "down_block_types", "DownEncoderBlock2D", n_blocks, origin);
+    return check_block_types(cfg, "down_block_types", "DownEncoderBlock2D", n_blocks, origin, err);
 }
 
 weft_status_t weft_vae_config_parse(const cJSON *cfg, const char *origin,
-                                    struct weft_vae_config *out)
+                                    struct weft_vae_config *out, struct weft_error *err)
 {
     struct weft_vae_config c = {0};
     static const int64_t bo_def[] = {64};
     weft_status_t st;
-    if ((st = weft_json_get_int(cfg, "in_channels", 3, 1, 64, origin, &c.in_channels)) ||
-        (st = weft_json_get_int(cfg, "out_channels", 3, 1, 64, origin, &c.out_channels)) ||
-        (st = weft_json_get_int(cfg, "latent_channels", 4, 1, 1024, origin,
-                                &c.latent_channels)) ||
-        (st = weft_json_get_int_array(cfg, "block_out_channels", bo_def, 1, WEFT_VAE_MAX_BLOCKS,
-                                      1, WEFT_VAE_MAX_CHANNELS, origin, c.block_out_channels,
-                                      &c.n_blocks)) ||
-        (st = weft_json_get_int(cfg, "layers_per_block", 1, 1, 64, origin,
-                                &c.layers_per_block)) ||
+    if ((st = weft_json_get_int(cfg, "in_channels", 3, 1, 64, origin, &c.in_channels, err)) ||
+        (st = weft_json_get_int(cfg, "out_channels", 3, 1, 64, origin, &c.out_channels, err)) ||
+        (st = weft_json_get_int(cfg, "latent_channels", 4, 1, 1024, origin, &c.latent_channels,
+                                err)) ||
+        (st = weft_json_get_int_array(cfg, "block_out_channels", bo_def, 1, WEFT_VAE_MAX_BLOCKS, 1,
+                                      WEFT_VAE_MAX_CHANNELS, origin, c.block_out_channels,
+                                      &c.n_blocks, err)) ||
+        (st = weft_json_get_int(cfg, "layers_per_block", 1, 1, 64, origin, &c.layers_per_block,
+                                err)) ||
         (st = weft_json_get_int(cfg, "norm_num_groups", 32, 1, WEFT_VAE_MAX_CHANNELS, origin,
-                                &c.norm_num_groups)) ||
-        (st = get_sample_size(cfg, origin, &c.sample_size)) ||
+                                &c.norm_num_groups, err)) ||
+        (st = get_sample_size(cfg, origin, &c.sample_size, err)) ||
         (st = weft_json_get_double(cfg, "scaling_factor", 0.18215, 1e-6, 1e6, origin,
-                                   &c.scaling_factor)) ||
-        (st = weft_json_get_double(cfg, "shift_factor", 0.0, -1e6, 1e6, origin,
-                                   &c.shift_factor)) ||
-        (st = weft_json_get_bool(cfg, "use_quant_conv", true, origin, &c.use_quant_conv)) ||
-        (st = weft_json_get_bool(cfg, "use_post_quant_conv", true, origin,
-                                 &c.use_post_quant_conv)) ||
+                                   &c.scaling_factor, err)) ||
+        (st = weft_json_get_double(cfg, "shift_factor", 0.0, -1e6, 1e6, origin, &c.shift_factor,
+                                   err)) ||
+        (st = weft_json_get_bool(cfg, "use_quant_conv", true, origin, &c.use_quant_conv, err)) ||
+        (st = weft_json_get_bool(cfg, "use_post_quant_conv", true, origin, &c.use_post_quant_conv,
+                                 err)) ||
         (st = weft_json_get_bool(cfg, "mid_block_add_attention", true, origin,
-                                 &c.mid_block_add_attention)) ||
-        (st = parse_strings(cfg, origin, c.n_blocks)))
+                                 &c.mid_block_add_attention, err)) ||
+        (st = parse_strings(cfg, origin, c.n_blocks, err)))
         return st;
     for (int i = 0; i < c.n_blocks; i++) {
-        if (c.block_out_channels[i] % c.norm_num_groups) {
-            WEFT_LOG_ERROR("model", "%s: block_out_channels[%d] = %lld is not a multiple of "
-                                    "norm_num_groups %lld", origin, i,
-                           (long long)c.block_out_channels[i], (long long)c.norm_num_groups);
-            return WEFT_ERR_FORMAT;
-        }
+        if (c.block_out_channels[i] % c.norm_num_groups)
+            return weft_error_refuse_or_log(
+                err, WEFT_ERR_FORMAT, "model",
+                "%s: block_out_channels[%d] = %lld is not a multiple of "
+                "norm_num_groups %lld",
+                origin, i, (long long)c.block_out_channels[i], (long long)c.norm_num_groups);
     }
     c.scale = (int64_t)1 << (c.n_blocks - 1);
     *out = c;

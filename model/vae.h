@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 #define WEFT_VAE_CLASS "AutoencoderKL"
 #define WEFT_VAE_MAX_BLOCKS 8
@@ -36,9 +36,10 @@ struct weft_vae_config {
     int64_t scale;            /* pixels per latent along an edge: 2^(n_blocks - 1) */
 };
 
-/* Parse config.json with Diffusers' class defaults for absent keys; origin names the file. */
+/* Parse config.json with Diffusers' class defaults for absent keys; origin names the file in
+ * err (recorded, or logged at ERROR with NULL err). */
 weft_status_t weft_vae_config_parse(const cJSON *config, const char *origin,
-                                    struct weft_vae_config *out);
+                                    struct weft_vae_config *out, struct weft_error *err);
 
 /* Which part of the model a parameter belongs to: a decoder-only runtime loads only
  * WEFT_VAE_DECODER (the decoder and post_quant_conv). */

@@ -18,7 +18,7 @@ static inline void golden_open(struct golden *g, const char *rel)
 {
     char path[2048];
     snprintf(path, sizeof(path), "%s/%s", getenv("WEFT_SOURCE_ROOT"), rel);
-    CHECK_OK(weft_st_open(path, &g->f));
+    CHECK_OK(weft_st_open(path, &g->f, TERR));
 }
 
 /* The tensor as a fresh f32 array (caller frees); its element count in *n_p when not NULL.
@@ -30,7 +30,7 @@ static inline float *golden_get(struct golden *g, const char *name, int64_t *n_p
         return NULL;
     float *p = malloc((size_t)t->numel * sizeof(float) + 4);
     CHECK(p);
-    CHECK_OK(weft_st_read(g->f, t, p, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read(g->f, t, p, WEFT_DTYPE_F32, TERR));
     if (n_p)
         *n_p = t->numel;
     return p;

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
-#include "common/status.h"
+#include "common/error.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,9 +65,10 @@ struct weft_transport_opts {
 
 /* ---- Rendezvous ------------------------------------------------------------------------- */
 
-/* Listen on host:port (port 0: ephemeral) for size ranks. */
+/* Listen on host:port (port 0: ephemeral) for size ranks. A failure is logged and recorded in
+ * err (its text reaches the coordinator's API). */
 weft_status_t weft_rdv_server_create(const char *host, uint16_t port, int size,
-                                     struct weft_rdv_server **srv_p);
+                                     struct weft_rdv_server **srv_p, struct weft_error *err);
 void weft_rdv_server_destroy(struct weft_rdv_server *srv);
 uint16_t weft_rdv_server_port(const struct weft_rdv_server *srv);
 /* The descriptor to watch for readability (an event loop calls progress when it is). */
@@ -80,9 +81,12 @@ weft_status_t weft_rdv_server_progress(struct weft_rdv_server *srv, int timeout_
 /* ---- Transport (one per process) --------------------------------------------------------- */
 
 /* Join the world as rank of size through the rendezvous at "host:port". Collective: every
- * rank must call it; returns when every endpoint is connected. */
+ * rank must call it; returns when every endpoint is connected. A failure is logged where it
+ * is met and err gets its cause (a worker reports it to the coordinator): the options' and
+ * the rendezvous' own text, the status of a later step. */
 weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int rank, int size,
-                                    const char *rendezvous, struct weft_transport **tp_p);
+                                    const char *rendezvous, struct weft_transport **tp_p,
+                                    struct weft_error *err);
 /* Destroys the groups left, flushes what this rank sent and tells the peers it leaves. */
 void weft_transport_destroy(struct weft_transport *tp);
 int weft_transport_rank(const struct weft_transport *tp);

@@ -234,10 +234,12 @@ struct weft_tp_table {
     struct weft_tp_peer_info *peers;
     void *blob;
 };
-weft_status_t weft_tp_rdv_connect(const char *where, int64_t deadline, int *fd_p);
+/* The client side of the rendezvous, for weft_transport_create: causes go to err (logged). */
+weft_status_t weft_tp_rdv_connect(const char *where, int64_t deadline, int *fd_p,
+                                  struct weft_error *err);
 weft_status_t weft_tp_rdv_exchange(int fd, int rank, int size, uint16_t sentinel_port,
                                    const void *addr, size_t addr_len, int64_t deadline,
-                                   struct weft_tp_table *table_p);
+                                   struct weft_tp_table *table_p, struct weft_error *err);
 void weft_tp_table_free(struct weft_tp_table *table);
 /* A non-blocking TCP connection, established before deadline (errno says why not). */
 weft_status_t weft_tp_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline,

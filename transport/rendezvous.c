@@ -81,24 +81,20 @@ static void conn_drop(struct weft_rdv_server *srv, struct rdv_conn *c)
 }
 
 weft_status_t weft_rdv_server_create(const char *host, uint16_t port, int size,
-                                     struct weft_rdv_server **srv_p)
+                                     struct weft_rdv_server **srv_p, struct weft_error *err)
 {
-    if (size < 1 || size > RDV_SIZE_MAX) {
-        WEFT_LOG_ERROR("transport", "rendezvous: %d ranks is out of range [1, %d]", size,
-                       RDV_SIZE_MAX);
-        return WEFT_ERR_RANGE;
-    }
+    if (size < 1 || size > RDV_SIZE_MAX)
+        return weft_error_set(err, WEFT_ERR_RANGE, "transport",
+                              "rendezvous: %d ranks is out of range [1, %d]", size, RDV_SIZE_MAX);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char ps[8];
     snprintf(ps, sizeof(ps), "%u", (unsigned)port);
     int rc = getaddrinfo(host, ps, &hints, &ai);
-    if (rc != 0) {
-        WEFT_LOG_ERROR("transport", "rendezvous: cannot resolve '%s': %s", host,
-                       gai_strerror(rc));
-        return WEFT_ERR_UNREACHABLE;
-    }
+    if (rc != 0)
+        return weft_error_set(err, WEFT_ERR_UNREACHABLE, "transport",
+                              "rendezvous: cannot resolve '%s': %s", host, gai_strerror(rc));
     struct weft_rdv_server *srv = weft_calloc(1, sizeof(*srv));
     if (!srv)
         goto err_ai;
@@ -130,8 +126,8 @@ weft_status_t weft_rdv_server_create(const char *host, uint16_t port, int size,
     return WEFT_OK;
 
 err_errno:
-    WEFT_LOG_ERROR("transport", "rendezvous: listen on %s:%u: %s", host, (unsigned)port,
-                   strerror(errno));
+    weft_error_set(err, WEFT_ERR_IO, "transport", "rendezvous: listen on %s:%u: %s", host,
+                   (unsigned)port, strerror(errno));
     if (srv->lfd >= 0)
         close(srv->lfd);
     weft_free(srv->conns);
@@ -147,7 +143,7 @@ err_srv:
     weft_free(srv);
 err_ai:
     freeaddrinfo(ai);
-    return WEFT_ERR_NOMEM;
+    return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
 }
 
 void weft_rdv_server_destroy(struct weft_rdv_server *srv)
@@ -384,24 +380,21 @@ static weft_status_t split_host_port(const char *where, char *host, size_t len, 
     return WEFT_OK;
 }
 
-weft_status_t weft_tp_rdv_connect(const char *where, int64_t deadline, int *fd_p)
+weft_status_t weft_tp_rdv_connect(const char *where, int64_t deadline, int *fd_p,
+                                  struct weft_error *err)
 {
     char host[256], *port;
-    if (!where || split_host_port(where, host, sizeof(host), &port) != WEFT_OK) {
-        WEFT_LOG_ERROR("transport", "rendezvous address '%s' is not host:port",
-                       where ? where : "(null)");
-        return WEFT_ERR_INVALID;
-    }
+    if (!where || split_host_port(where, host, sizeof(host), &port) != WEFT_OK)
+        return weft_error_set(err, WEFT_ERR_INVALID, "transport",
+                              "rendezvous address '%s' is not host:port", where ? where : "(null)");
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *ai = NULL;
     int rc = getaddrinfo(host, port, &hints, &ai);
-    if (rc != 0) {
-        WEFT_LOG_ERROR("transport", "rendezvous: cannot resolve '%s': %s", where,
-                       gai_strerror(rc));
-        return WEFT_ERR_UNREACHABLE;
-    }
+    if (rc != 0)
+        return weft_error_set(err, WEFT_ERR_UNREACHABLE, "transport",
+                              "rendezvous: cannot resolve '%s': %s", where, gai_strerror(rc));
     /* The server may not listen yet: retry until the deadline. */
-    int err;
+    int e;
     for (;;) {
         int fd;
         if (weft_tp_connect(ai->ai_addr, ai->ai_addrlen, deadline, &fd) == WEFT_OK) {
@@ -409,15 +402,15 @@ weft_status_t weft_tp_rdv_connect(const char *where, int64_t deadline, int *fd_p
             *fd_p = fd;
             return WEFT_OK;
         }
-        err = errno;
-        if (err != ECONNREFUSED || weft_tp_now_ns() > deadline)
+        e = errno;
+        if (e != ECONNREFUSED || weft_tp_now_ns() > deadline)
             break;
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
     freeaddrinfo(ai);
-    WEFT_LOG_ERROR("transport", "rendezvous: cannot connect to %s: %s", where, strerror(err));
-    return WEFT_ERR_UNREACHABLE;
+    return weft_error_set(err, WEFT_ERR_UNREACHABLE, "transport",
+                          "rendezvous: cannot connect to %s: %s", where, strerror(e));
 }
 
 void weft_tp_table_free(struct weft_tp_table *table)
@@ -462,13 +455,12 @@ static weft_status_t table_parse(struct weft_tp_table *t, const uint8_t *p, size
 
 weft_status_t weft_tp_rdv_exchange(int fd, int rank, int size, uint16_t sentinel_port,
                                    const void *addr, size_t addr_len, int64_t deadline,
-                                   struct weft_tp_table *table_p)
+                                   struct weft_tp_table *table_p, struct weft_error *err)
 {
-    if (addr_len == 0 || addr_len > RDV_ADDR_MAX || size < 1 || size > RDV_SIZE_MAX) {
-        WEFT_LOG_ERROR("transport", "rendezvous: address of %zu bytes or %d ranks out of range",
-                       addr_len, size);
-        return WEFT_ERR_RANGE;
-    }
+    if (addr_len == 0 || addr_len > RDV_ADDR_MAX || size < 1 || size > RDV_SIZE_MAX)
+        return weft_error_set(err, WEFT_ERR_RANGE, "transport",
+                              "rendezvous: address of %zu bytes or %d ranks out of range",
+                              addr_len, size);
     uint8_t hello[RDV_HELLO];
     weft_tp_put_u32(hello, RDV_MAGIC);
     weft_tp_put_u32(hello + 4, RDV_VERSION);
@@ -482,33 +474,31 @@ weft_status_t weft_tp_rdv_exchange(int fd, int rank, int size, uint16_t sentinel
     uint8_t hdr[RDV_TABLE_HDR];
     if (st == WEFT_OK)
         st = weft_tp_io_full(fd, hdr, sizeof(hdr), false, deadline);
-    if (st != WEFT_OK) {
-        WEFT_LOG_ERROR("transport", "rendezvous: %s", st == WEFT_ERR_TIMEOUT
-                       ? "no table before the deadline (are all ranks started?)"
-                       : "the server closed the connection (registration refused?)");
-        return st;
-    }
+    if (st != WEFT_OK)
+        return weft_error_set(err, st, "transport", "rendezvous: %s",
+                              st == WEFT_ERR_TIMEOUT
+                                  ? "no table before the deadline (are all ranks started?)"
+                                  : "the server closed the connection (registration refused?)");
     uint32_t plen = weft_tp_get_u32(hdr + 12);
     if (weft_tp_get_u32(hdr) != RDV_MAGIC || weft_tp_get_u32(hdr + 4) != RDV_VERSION ||
         weft_tp_get_u32(hdr + 8) != (uint32_t)size ||
-        plen > (uint64_t)size * (RDV_ENTRY + RDV_ADDR_MAX)) {
-        WEFT_LOG_ERROR("transport", "rendezvous: malformed table header");
-        return WEFT_ERR_FORMAT;
-    }
+        plen > (uint64_t)size * (RDV_ENTRY + RDV_ADDR_MAX))
+        return weft_error_set(err, WEFT_ERR_FORMAT, "transport",
+                              "rendezvous: malformed table header");
     struct weft_tp_table t = {.size = size};
     t.blob = weft_malloc(plen ? plen : 1);
     t.peers = weft_calloc((size_t)size, sizeof(*t.peers));
     if (!t.blob || !t.peers) {
         weft_tp_table_free(&t);
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     st = weft_tp_io_full(fd, t.blob, plen, false, deadline);
     if (st == WEFT_OK) {
         st = table_parse(&t, t.blob, plen);
         if (st != WEFT_OK)
-            WEFT_LOG_ERROR("transport", "rendezvous: malformed table");
+            weft_error_set(err, st, "transport", "rendezvous: malformed table");
     } else {
-        WEFT_LOG_ERROR("transport", "rendezvous: the table was cut short");
+        weft_error_set(err, st, "transport", "rendezvous: the table was cut short");
     }
     if (st != WEFT_OK) {
         weft_tp_table_free(&t);

@@ -121,11 +121,11 @@ static bool ucx_reqs_wait(struct weft_transport *tp, void **reqs, int n, int64_t
 }
 
 static weft_status_t eps_connect(struct weft_transport *tp, const struct weft_tp_table *table,
-                                 int64_t deadline)
+                                 int64_t deadline, struct weft_error *err)
 {
     void **flush = weft_calloc((size_t)tp->size, sizeof(void *));
     if (!flush)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st = WEFT_OK;
     for (int r = 0; r < tp->size && st == WEFT_OK; r++) {
         /* By worker address and with no UCX error handling: the only way UCX 1.13 uses shared
@@ -138,8 +138,8 @@ static weft_status_t eps_connect(struct weft_transport *tp, const struct weft_tp
         ucs_status_t s = ucp_ep_create(tp->worker, &ep, &tp->eps[r]);
         if (s != UCS_OK) {
             tp->eps[r] = NULL;
-            WEFT_LOG_ERROR("transport", "endpoint to rank %d: %s", r, ucs_status_string(s));
-            st = weft_tp_ucs_status(s);
+            st = weft_error_set(err, weft_tp_ucs_status(s), "transport", "endpoint to rank %d: %s",
+                                r, ucs_status_string(s));
             break;
         }
         /* Flush before the first send: a send right after creation can hit a shared-memory
@@ -147,17 +147,16 @@ static weft_status_t eps_connect(struct weft_transport *tp, const struct weft_tp
         ucp_request_param_t fp = {0};
         ucs_status_ptr_t f = ucp_ep_flush_nbx(tp->eps[r], &fp);
         if (UCS_PTR_IS_ERR(f)) {
-            WEFT_LOG_ERROR("transport", "endpoint to rank %d: flush: %s", r,
-                           ucs_status_string(UCS_PTR_STATUS(f)));
-            st = weft_tp_ucs_status(UCS_PTR_STATUS(f));
+            st = weft_error_set(err, weft_tp_ucs_status(UCS_PTR_STATUS(f)), "transport",
+                                "endpoint to rank %d: flush: %s", r,
+                                ucs_status_string(UCS_PTR_STATUS(f)));
             break;
         }
         flush[r] = f;
     }
-    if (st == WEFT_OK && !ucx_reqs_wait(tp, flush, tp->size, deadline)) {
-        WEFT_LOG_ERROR("transport", "endpoints: wire-up not finished before the deadline");
-        st = WEFT_ERR_TIMEOUT;
-    }
+    if (st == WEFT_OK && !ucx_reqs_wait(tp, flush, tp->size, deadline))
+        st = weft_error_set(err, WEFT_ERR_TIMEOUT, "transport",
+                            "endpoints: wire-up not finished before the deadline");
     for (int r = 0; r < tp->size; r++)
         if (flush[r])
             ucp_request_free(flush[r]);
@@ -192,27 +191,36 @@ static void spin_choose(struct weft_transport *tp, const struct weft_tp_table *t
                    cores, tp->opts.spin_us);
 }
 
+/* A step below that logged its own cause: err gets the step and the status. */
+static weft_status_t step_failed(struct weft_error *err, weft_status_t st, const char *what)
+{
+    return weft_error_refuse(err, st, "%s: %s", what, weft_status_str(st));
+}
+
 static weft_status_t bootstrap(struct weft_transport *tp, const char *rendezvous,
-                               int64_t deadline)
+                               int64_t deadline, struct weft_error *err)
 {
     int fd = -1, lfd = -1;
     uint16_t port;
     ucp_address_t *addr = NULL;
     size_t addr_len = 0;
     struct weft_tp_table table = {0};
-    weft_status_t st = weft_tp_rdv_connect(rendezvous, deadline, &fd);
+    weft_status_t st = weft_tp_rdv_connect(rendezvous, deadline, &fd, err);
     if (st != WEFT_OK)
         return st;
     st = weft_tp_sentinel_listen(fd, tp->size, &lfd, &port);
-    if (st != WEFT_OK)
-        goto out;
-    ucs_status_t s = ucp_worker_get_address(tp->worker, &addr, &addr_len);
-    if (s != UCS_OK) {
-        WEFT_LOG_ERROR("transport", "UCX worker address: %s", ucs_status_string(s));
-        st = weft_tp_ucs_status(s);
+    if (st != WEFT_OK) {
+        step_failed(err, st, "the liveness socket");
         goto out;
     }
-    st = weft_tp_rdv_exchange(fd, tp->rank, tp->size, port, addr, addr_len, deadline, &table);
+    ucs_status_t s = ucp_worker_get_address(tp->worker, &addr, &addr_len);
+    if (s != UCS_OK) {
+        st = weft_error_set(err, weft_tp_ucs_status(s), "transport", "UCX worker address: %s",
+                            ucs_status_string(s));
+        goto out;
+    }
+    st = weft_tp_rdv_exchange(fd, tp->rank, tp->size, port, addr, addr_len, deadline, &table,
+                              err);
     ucp_worker_release_address(tp->worker, addr);
     if (st != WEFT_OK)
         goto out;
@@ -221,8 +229,10 @@ static weft_status_t bootstrap(struct weft_transport *tp, const char *rendezvous
     close(fd);
     fd = -1;
     st = weft_tp_sentinel_mesh(tp, lfd, &table, deadline);
-    if (st == WEFT_OK)
-        st = eps_connect(tp, &table, deadline);
+    if (st != WEFT_OK)
+        step_failed(err, st, "the liveness mesh");
+    else
+        st = eps_connect(tp, &table, deadline, err);
 out:
     weft_tp_table_free(&table);
     if (lfd >= 0)
@@ -232,36 +242,36 @@ out:
     return st;
 }
 
-static weft_status_t opts_check(const struct weft_transport_opts *o, int rank, int size)
+static weft_status_t opts_check(const struct weft_transport_opts *o, int rank, int size,
+                                struct weft_error *err)
 {
-    if (!o || size < 1 || size > TAG_SRC_LIMIT || rank < 0 || rank >= size) {
-        WEFT_LOG_ERROR("transport", "rank %d of %d: out of range (at most %d ranks)", rank, size,
-                       TAG_SRC_LIMIT);
-        return WEFT_ERR_INVALID;
-    }
+    if (!o || size < 1 || size > TAG_SRC_LIMIT || rank < 0 || rank >= size)
+        return weft_error_set(err, WEFT_ERR_INVALID, "transport",
+                              "rank %d of %d: out of range (at most %d ranks)", rank, size,
+                              TAG_SRC_LIMIT);
     if (o->chunk_bytes < 4096 || o->pipeline_depth < 1 || o->pipeline_depth > 64 ||
         o->timeout_ms < 1 || o->spin_us < -1 || (unsigned)o->allreduce_algo >= WEFT_COMM_ALGO_COUNT ||
         (o->freeze_ms != 0 && o->freeze_ms < FREEZE_MIN_MS) ||
-        (o->tls && strlen(o->tls) >= 256)) {
-        WEFT_LOG_ERROR("transport", "transport options out of range (chunk_bytes %zu, "
-                       "pipeline_depth %d, timeout_ms %d, freeze_ms %d: 0 or at least %d)",
-                       o->chunk_bytes, o->pipeline_depth, o->timeout_ms, o->freeze_ms,
-                       FREEZE_MIN_MS);
-        return WEFT_ERR_INVALID;
-    }
+        (o->tls && strlen(o->tls) >= 256))
+        return weft_error_set(err, WEFT_ERR_INVALID, "transport",
+                              "transport options out of range (chunk_bytes %zu, pipeline_depth "
+                              "%d, timeout_ms %d, freeze_ms %d: 0 or at least %d)",
+                              o->chunk_bytes, o->pipeline_depth, o->timeout_ms, o->freeze_ms,
+                              FREEZE_MIN_MS);
     return WEFT_OK;
 }
 
 weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int rank, int size,
-                                    const char *rendezvous, struct weft_transport **tp_p)
+                                    const char *rendezvous, struct weft_transport **tp_p,
+                                    struct weft_error *err)
 {
-    weft_status_t st = opts_check(opts, rank, size);
+    weft_status_t st = opts_check(opts, rank, size, err);
     if (st != WEFT_OK)
         return st;
     int64_t deadline = weft_tp_now_ns() + (int64_t)opts->timeout_ms * 1000000;
     struct weft_transport *tp = weft_calloc(1, sizeof(*tp));
     if (!tp)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     tp->opts = *opts;
     if (opts->tls)
         strcpy(tp->tls, opts->tls);
@@ -283,14 +293,18 @@ weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int 
         tp->pfd[1 + r].fd = -1;
     }
     st = weft_tp_revoke_init(tp);
-    if (st != WEFT_OK)
+    if (st != WEFT_OK) {
+        step_failed(err, st, "the transport's revocation channel");
         goto err_tp;
+    }
     tp->npfd = size + 2;
     tp->pfd[1 + size] = (struct pollfd){.fd = tp->wake_fd, .events = POLLIN};
     st = ucx_open(tp);
-    if (st != WEFT_OK)
+    if (st != WEFT_OK) {
+        step_failed(err, st, "UCX");
         goto err_tp;
-    st = bootstrap(tp, rendezvous, deadline);
+    }
+    st = bootstrap(tp, rendezvous, deadline, err);
     if (st != WEFT_OK)
         goto err_tp;
     int *all = weft_malloc((size_t)size * sizeof(int));
@@ -304,14 +318,18 @@ weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int 
     weft_free(all);
     if (st == WEFT_OK)
         st = weft_tp_watch_start(tp);
-    if (st != WEFT_OK)
+    if (st != WEFT_OK) {
+        step_failed(err, st, "the world group");
         goto err_tp;
+    }
     WEFT_LOG_DEBUG("transport", "rank %d of %d connected (UCX moves CUDA memory: %s)", rank,
                    size, tp->has_cuda ? "yes" : "no");
     *tp_p = tp;
     return WEFT_OK;
 
 err_tp:
+    if (st == WEFT_ERR_NOMEM)
+        weft_error_refuse(err, st, "out of memory");
     weft_transport_destroy(tp);
     return st;
 }

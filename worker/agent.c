@@ -228,10 +228,10 @@ static weft_status_t do_assign(struct agent *a, const struct weft_msg_assign *m,
          * its world must not progress again (its peers may have freed what it would read) */
         to.freeze_ms = (int)(a->opts->conf->cluster.worker_timeout_ms / 2);
         struct weft_transport *w = NULL;
-        weft_log_clear_last_error();
-        weft_status_t st = weft_transport_create(&to, m->world_rank, m->world_size, m->rdv, &w);
+        weft_status_t st =
+            weft_transport_create(&to, m->world_rank, m->world_size, m->rdv, &w, err);
         if (st != WEFT_OK)
-            return weft_error_from_log(err, st);
+            return st;
         pthread_mutex_lock(&a->world_mu);
         a->world = w;
         a->world_epoch = m->epoch;

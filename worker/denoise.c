@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
+#include "common/error.h"
 
 void weft_flux_image_ids(int64_t grid_h, int64_t grid_w, int n_axes, float *ids)
 {
@@ -17,22 +17,20 @@ void weft_flux_image_ids(int64_t grid_h, int64_t grid_w, int n_axes, float *ids)
 }
 
 weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params *p,
-                           float *latents)
+                           float *latents, struct weft_error *err)
 {
     const struct weft_flux_config *c = weft_flux_get_config(m);
     const int64_t s_img = p->grid_h * p->grid_w, n = s_img * c->in_channels;
-    if (p->grid_h < 1 || p->grid_w < 1 || p->s_txt < 0 || !p->schedule) {
-        WEFT_LOG_ERROR("denoise", "empty image grid or no schedule");
-        return WEFT_ERR_INVALID;
-    }
-    weft_status_t st = weft_flux_reserve(m, 1, s_img, p->s_txt);
+    if (p->grid_h < 1 || p->grid_w < 1 || p->s_txt < 0 || !p->schedule)
+        return weft_error_set(err, WEFT_ERR_INVALID, "denoise", "empty image grid or no schedule");
+    weft_status_t st = weft_flux_reserve(m, 1, s_img, p->s_txt, err);
     if (st != WEFT_OK)
         return st;
     float *img_ids = weft_malloc((size_t)(s_img * c->n_axes) * sizeof(float));
     float *txt_ids = weft_calloc((size_t)(p->s_txt * c->n_axes) + 1, sizeof(float));
     float *pred = weft_big_alloc((size_t)n * sizeof(float));
     if (!img_ids || !txt_ids || !pred) {
-        st = WEFT_ERR_NOMEM;
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
     weft_flux_image_ids(p->grid_h, p->grid_w, c->n_axes, img_ids);
@@ -52,8 +50,12 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
     const struct weft_schedule *s = p->schedule;
     for (int i = 0; i < s->steps; i++) {
         t_in = s->timesteps[i] / 1000.0f; /* FluxPipeline passes timestep / 1000 */
-        if ((st = weft_flux_forward(m, &in, pred)) != WEFT_OK)
+        if ((st = weft_flux_forward(m, &in, pred)) != WEFT_OK) {
+            /* the kernels and collectives below logged the cause where they met it */
+            weft_error_refuse(err, st, "the transformer failed at step %d of %d: %s", i + 1,
+                              s->steps, weft_status_str(st));
             break;
+        }
         weft_sched_step(s, i, latents, pred, n);
         if (p->on_step && (st = p->on_step(p->cb_arg, i, s->steps, latents, n)) != WEFT_OK)
             break;

@@ -24,9 +24,10 @@ struct weft_denoise_params {
     void *cb_arg;
 };
 
-/* latents: [grid_h * grid_w, in_channels], the initial noise in, the final latents out. */
+/* latents: [grid_h * grid_w, in_channels], the initial noise in, the final latents out. err gets
+ * the cause of a failure, except one of on_step's own (the callback reports it). */
 weft_status_t weft_denoise(struct weft_flux *model, const struct weft_denoise_params *p,
-                           float *latents);
+                           float *latents, struct weft_error *err);
 
 /* FluxPipeline._prepare_latent_image_ids: [0, row, col] for each token, row-major
  * (n_axes columns; axes beyond the third are 0). */

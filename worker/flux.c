@@ -268,14 +268,15 @@ static void slice_copy(const char *full, size_t esz, const int64_t *shape, int n
 /* One binding, from the checkpoint: whole (replicated), or this rank's byte ranges only; or,
  * with a full copy of the model already in memory (full-then-shard), sliced from it. */
 static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor *t,
-                              const struct binding *b, const char *full, struct staging *sg)
+                              const struct binding *b, const char *full, struct staging *sg,
+                              struct weft_error *err)
 {
     const bool sharded = b->shard && b->shard->dim >= 0;
     const size_t esz = weft_dtype_size(b->dtype);
     const size_t local = (size_t)(b->local[0] * (b->ndim == 2 ? b->local[1] : 1));
     void *dst = b->dst;
     if (!m->K->host_visible && !(dst = staging_get(sg, local * esz)))
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st = WEFT_OK;
     struct weft_range r[WEFT_MAX_BLOCKS];
     int64_t len;
@@ -285,9 +286,10 @@ static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor
     else if (full)
         memcpy(dst, full, local * esz);
     else if (sharded)
-        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst, b->dtype);
+        st = weft_st_read_ranges(t->file, t->info, b->shard->dim, (size_t)n, r, dst, b->dtype,
+                                 err);
     else
-        st = weft_st_read(t->file, t->info, dst, b->dtype);
+        st = weft_st_read(t->file, t->info, dst, b->dtype, err);
     if (st == WEFT_OK && dst != b->dst)
         m->K->upload(m->kc, b->dst, dst, local * esz);
     return st;
@@ -296,7 +298,8 @@ static weft_status_t read_one(struct weft_flux *m, const struct weft_ckpt_tensor
 /* Full-then-shard (Diffusers' enable_parallelism path): every tensor whole into one host
  * arena first, the model as a single device would hold it; the caller then keeps its slices. */
 static weft_status_t read_full_model(struct weft_ckpt *ck, const struct binder *bd,
-                                     char **arena_p, size_t *bytes_p, size_t *offsets)
+                                     char **arena_p, size_t *bytes_p, size_t *offsets,
+                                     struct weft_error *err)
 {
     size_t total = 0;
     for (size_t i = 0; i < bd->n; i++) {
@@ -306,11 +309,11 @@ static weft_status_t read_full_model(struct weft_ckpt *ck, const struct binder *
     }
     char *arena = weft_big_alloc(total);
     if (!arena)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st = WEFT_OK;
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, bd->b[i].name);
-        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], bd->b[i].dtype)
+        st = t ? weft_st_read(t->file, t->info, arena + offsets[i], bd->b[i].dtype, err)
                : WEFT_OK; /* missing tensors are reported by the caller's pass */
     }
     if (st != WEFT_OK) {
@@ -323,7 +326,8 @@ static weft_status_t read_full_model(struct weft_ckpt *ck, const struct binder *
 }
 
 static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
-                                  const struct binder *bd, int full_then_shard)
+                                  const struct binder *bd, int full_then_shard,
+                                  struct weft_error *err)
 {
     struct staging sg = {0};
     char *full = NULL;
@@ -331,30 +335,31 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
     weft_status_t st = WEFT_OK;
     if (full_then_shard) {
         offsets = weft_malloc((bd->n + 1) * sizeof(*offsets));
-        st = offsets ? read_full_model(ck, bd, &full, &full_bytes, offsets) : WEFT_ERR_NOMEM;
+        st = offsets ? read_full_model(ck, bd, &full, &full_bytes, offsets, err)
+                     : weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct binding *b = &bd->b[i];
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, b->name);
         if (!t) {
-            WEFT_LOG_ERROR("flux", "%s: missing tensor '%s' (required by the config)",
-                           weft_ckpt_dir(ck), b->name);
-            st = WEFT_ERR_FORMAT;
+            st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "flux",
+                                          "%s: missing tensor '%s' (required by the config)",
+                                          weft_ckpt_dir(ck), b->name);
             break;
         }
         bool same = t->info->ndim == b->ndim && t->info->shape[0] == b->shape[0] &&
                     (b->ndim == 1 || t->info->shape[1] == b->shape[1]);
         if (!same) {
             char got[128], want[128];
-            WEFT_LOG_ERROR("flux", "%s: tensor '%s' has shape %s but the config implies %s",
-                           weft_ckpt_dir(ck), b->name,
-                           weft_shape_str(t->info->ndim, t->info->shape, got, sizeof(got)),
-                           weft_shape_str(b->ndim, b->shape, want, sizeof(want)));
-            st = WEFT_ERR_FORMAT;
+            st = weft_error_refuse_or_log(
+                err, WEFT_ERR_FORMAT, "flux",
+                "%s: tensor '%s' has shape %s but the config implies %s", weft_ckpt_dir(ck),
+                b->name, weft_shape_str(t->info->ndim, t->info->shape, got, sizeof(got)),
+                weft_shape_str(b->ndim, b->shape, want, sizeof(want)));
             break;
         }
         if (!b->skip)
-            st = read_one(m, t, b, full ? full + offsets[i] : NULL, &sg);
+            st = read_one(m, t, b, full ? full + offsets[i] : NULL, &sg, err);
     }
     weft_big_free(sg.p, sg.bytes);
     weft_big_free(full, full_bytes);
@@ -367,8 +372,10 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
             while (k < bd->n && strcmp(bd->b[k].name, name) != 0)
                 k++;
             if (k == bd->n) {
-                WEFT_LOG_ERROR("flux", "%s: unexpected tensor '%s': not a parameter of %s with "
-                                       "this config", weft_ckpt_dir(ck), name, WEFT_FLUX_CLASS);
+                weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "flux",
+                                         "%s: unexpected tensor '%s': not a parameter of %s with "
+                                         "this config",
+                                         weft_ckpt_dir(ck), name, WEFT_FLUX_CLASS);
                 break;
             }
         }
@@ -378,10 +385,10 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
 }
 
 weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
-                             struct weft_flux **model_p)
+                             struct weft_flux **model_p, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = weft_ckpt_open(dir, &ck);
+    weft_status_t st = weft_ckpt_open(dir, &ck, err);
     if (st != WEFT_OK)
         return st;
     struct binder bd = {0};
@@ -405,23 +412,25 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     m->cp_rank = m->ring_rank * m->cp.ulysses + m->ulysses_rank;
     if (m->tp_size > 1 && (!opts->tp_layout || !m->comm || opts->tp_layout->degree != m->tp_size ||
                            m->tp_rank < 0 || m->tp_rank >= m->tp_size)) {
-        WEFT_LOG_ERROR("flux", "tensor parallelism needs a layout resolved for degree %d, a "
-                               "rank below it and collectives", m->tp_size);
-        st = WEFT_ERR_INVALID;
+        st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
+                            "tensor parallelism needs a layout resolved for degree %d, a rank "
+                            "below it and collectives",
+                            m->tp_size);
         goto out;
     }
     if (m->cp_size > 1 && (!m->comm || m->ring_rank < 0 || m->ring_rank >= m->cp.ring ||
                            m->ulysses_rank < 0 || m->ulysses_rank >= m->cp.ulysses)) {
-        WEFT_LOG_ERROR("flux", "context parallelism (ring %d x ulysses %d) needs ranks within "
-                               "the degrees and collectives", m->cp.ring, m->cp.ulysses);
-        st = WEFT_ERR_INVALID;
+        st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
+                            "context parallelism (ring %d x ulysses %d) needs ranks within the "
+                            "degrees and collectives",
+                            m->cp.ring, m->cp.ulysses);
         goto out;
     }
     m->stage = opts->stage;
     if (m->stage.on && (m->tp_size > 1 || m->cp_size > 1 || !m->comm)) {
-        WEFT_LOG_ERROR("flux", "a pipeline stage (device_map) cannot be combined with tensor or "
-                               "context parallelism, and needs collectives");
-        st = WEFT_ERR_INVALID;
+        st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
+                            "a pipeline stage (device_map) cannot be combined with tensor or "
+                            "context parallelism, and needs collectives");
         goto out;
     }
     bd.layout = m->tp_size > 1 ? opts->tp_layout : NULL;
@@ -431,22 +440,22 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.stage = m->stage.on ? &m->stage : NULL;
     bd.ck = ck;
     if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0) {
-        WEFT_LOG_ERROR("flux", "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
-                       WEFT_FLUX_CLASS);
-        st = WEFT_ERR_UNSUPPORTED;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "flux", "%s: class '%s' is not %s",
+                                      dir, weft_ckpt_class(ck), WEFT_FLUX_CLASS);
         goto out;
     }
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
-    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->cfg)) != WEFT_OK)
+    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->cfg, err)) != WEFT_OK)
         goto out;
     if (m->cfg.attention_head_dim > 512) {
-        WEFT_LOG_ERROR("flux", "%s: attention_head_dim %lld is above this backend's limit of 512",
-                       origin, (long long)m->cfg.attention_head_dim);
-        st = WEFT_ERR_UNSUPPORTED;
+        st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "flux",
+                                      "%s: attention_head_dim %lld is above this backend's limit "
+                                      "of 512",
+                                      origin, (long long)m->cfg.attention_head_dim);
         goto out;
     }
-    if (bd.layout && (st = weft_flux_tp_check(&m->cfg, bd.layout)) != WEFT_OK)
+    if (bd.layout && (st = weft_flux_tp_check(&m->cfg, bd.layout, err)) != WEFT_OK)
         goto out;
     if (m->stage.on) {
         const struct weft_flux_stage *g = &m->stage;
@@ -456,10 +465,10 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
                                       (g->unit_last == n) == (g->next < 0));
         if (g->unit_first < 0 || g->unit_last > n || g->unit_first > g->unit_last ||
             g->root < 0 || !chained) {
-            WEFT_LOG_ERROR("flux", "pipeline stage: units [%d, %d) of %d with prev %d, next %d, "
-                                   "root %d do not chain",
-                           g->unit_first, g->unit_last, n, g->prev, g->next, g->root);
-            st = WEFT_ERR_INVALID;
+            st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
+                                "pipeline stage: units [%d, %d) of %d with prev %d, next %d, "
+                                "root %d do not chain",
+                                g->unit_first, g->unit_last, n, g->prev, g->next, g->root);
             goto out;
         }
     }
@@ -478,7 +487,8 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     m->weight_bytes = bd.param_bytes;
     if (m->arena_bytes &&
         (st = m->K->buf_alloc(m->kc, m->arena_bytes, &m->weights)) != WEFT_OK) {
-        WEFT_LOG_ERROR("flux", "%s: cannot allocate %zu bytes of weights", dir, m->arena_bytes);
+        weft_error_set(err, st, "flux", "%s: cannot allocate %zu bytes of weights", dir,
+                       m->arena_bytes);
         goto out;
     }
     bd.n = 0;
@@ -486,11 +496,13 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.next = m->weights;
     if ((st = bind_all(m, &bd)) != WEFT_OK) /* assign */
         goto out;
-    st = read_weights(m, ck, &bd, opts->tp_full_then_shard && !m->stage.on);
+    st = read_weights(m, ck, &bd, opts->tp_full_then_shard && !m->stage.on, err);
 out:
     weft_free(bd.b);
     weft_ckpt_close(ck);
     if (st != WEFT_OK) {
+        if (st == WEFT_ERR_NOMEM) /* the binder's tables (a cause given above stays) */
+            weft_error_refuse(err, st, "out of memory");
         weft_flux_destroy(m);
         return st;
     }
@@ -533,7 +545,8 @@ size_t weft_flux_weight_bytes(const struct weft_flux *m)
 /* Activations                                                                               */
 
 /* Context-parallel attention for this layout of chunk lengths. */
-static weft_status_t reserve_cp(struct weft_flux *m, int64_t s_img, int64_t s_txt)
+static weft_status_t reserve_cp(struct weft_flux *m, int64_t s_img, int64_t s_txt,
+                                struct weft_error *err)
 {
     struct acts *a = &m->a;
     const int W = m->cp_size;
@@ -541,7 +554,7 @@ static weft_status_t reserve_cp(struct weft_flux *m, int64_t s_img, int64_t s_tx
     a->gather_counts = weft_calloc((size_t)W, sizeof(size_t));
     if (!rows || !a->gather_counts) {
         weft_free(rows);
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     for (int c = 0; c < W; c++) {
         int64_t b, ni, nt;
@@ -553,11 +566,16 @@ static weft_status_t reserve_cp(struct weft_flux *m, int64_t s_img, int64_t s_tx
                                            m->ulysses_rank, m->heads_l,
                                            m->cfg.attention_head_dim, rows, &a->cpa);
     weft_free(rows);
+    if (st != WEFT_OK) /* logged where it failed */
+        weft_error_refuse(err, st,
+                          "context-parallel attention for %lld image and %lld text "
+                          "tokens: %s",
+                          (long long)s_img, (long long)s_txt, weft_status_str(st));
     return st;
 }
 
-weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_img,
-                                int64_t s_txt)
+weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_img, int64_t s_txt,
+                                struct weft_error *err)
 {
     struct acts *a = &m->a;
     if (a->base && batch <= a->batch && s_img == a->full_img && s_txt == a->full_txt)
@@ -565,9 +583,9 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     const struct weft_flux_config *c = &m->cfg;
     if (m->cp_size > 1) {
         /* the flags' own consistency is the planner's check; here: can the lengths split? */
-        weft_status_t st = weft_cp_check(&m->cp, m->cp.anything && m->cp.ulysses > 1,
-                                         m->cp.anything && m->cp.ring > 1, s_txt, s_img,
-                                         m->heads_l);
+        weft_status_t st =
+            weft_cp_check(&m->cp, m->cp.anything && m->cp.ulysses > 1,
+                          m->cp.anything && m->cp.ring > 1, s_txt, s_img, m->heads_l, err);
         if (st != WEFT_OK)
             return st;
     }
@@ -597,12 +615,12 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     acts_release(m);
     void *base;
     weft_status_t st = m->K->buf_alloc(m->kc, total * sizeof(float), &base);
-    if (st != WEFT_OK) {
-        WEFT_LOG_ERROR("flux", "cannot reserve %zu bytes of activations for batch %lld, %lld "
-                               "image and %lld text tokens", total * sizeof(float),
-                       (long long)batch, (long long)ni, (long long)nt);
-        return st;
-    }
+    if (st != WEFT_OK)
+        return weft_error_set(err, st, "flux",
+                              "cannot reserve %zu bytes of activations for batch %lld, %lld "
+                              "image and %lld text tokens",
+                              total * sizeof(float), (long long)batch, (long long)ni,
+                              (long long)nt);
     a->base = base;
     a->bytes = total * sizeof(float);
     float *p = base;
@@ -615,7 +633,7 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     a->full_img = s_img, a->full_txt = s_txt;
     if (m->cp_size == 1)
         a->out_local = a->out;
-    else if ((st = reserve_cp(m, s_img, s_txt)) != WEFT_OK)
+    else if ((st = reserve_cp(m, s_img, s_txt, err)) != WEFT_OK)
         acts_release(m);
     return st;
 }
@@ -889,7 +907,7 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
     weft_status_t st = check_inputs(m, in);
     if (st != WEFT_OK)
         return st;
-    if ((st = weft_flux_reserve(m, in->batch, in->s_img, in->s_txt)) != WEFT_OK)
+    if ((st = weft_flux_reserve(m, in->batch, in->s_img, in->s_txt, NULL)) != WEFT_OK)
         return st;
     struct acts *a = &m->a;
     const struct weft_flux_config *c = &m->cfg;

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 #include "kernels/kernels.h"
 #include "model/cp.h"
 #include "model/flux.h"
@@ -67,9 +67,11 @@ struct weft_flux_inputs {
 };
 
 /* Open the model folder (config.json + safetensors) and load every weight. The checkpoint must
- * hold exactly the parameters the config implies, with those shapes. */
+ * hold exactly the parameters the config implies, with those shapes. err gets the cause: a
+ * checkpoint's own fault is recorded (logged at ERROR with NULL err), a failure on this side
+ * (options that do not fit, memory, a read) logged once and recorded. */
 weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
-                             struct weft_flux **model_p);
+                             struct weft_flux **model_p, struct weft_error *err);
 void weft_flux_destroy(struct weft_flux *model);
 const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *model);
 /* Bytes of weights held (this stage's only, in a pipeline). */
@@ -79,7 +81,7 @@ size_t weft_flux_weight_bytes(const struct weft_flux *model);
  * s_txt are the full lengths; a context-parallel rank reserves for its chunk. Fails (before
  * anything is allocated) when the lengths cannot be split as the layout requires. */
 weft_status_t weft_flux_reserve(struct weft_flux *model, int64_t batch, int64_t s_img,
-                                int64_t s_txt);
+                                int64_t s_txt, struct weft_error *err);
 /* out: [B, S_img, out_channels], host memory. Reserves on first use of a larger shape. */
 weft_status_t weft_flux_forward(struct weft_flux *model, const struct weft_flux_inputs *in,
                                 float *out);

@@ -97,10 +97,10 @@ static void post_stage(struct local_runner *r, uint64_t key, const char *stage, 
 
 static weft_status_t load_model(struct local_runner *r, struct weft_error *err)
 {
-    weft_log_clear_last_error();
     weft_status_t st = weft_kernels_cpu_create(r->threads, &r->K, &r->kc);
-    if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+    if (st != WEFT_OK) /* the kernels logged any cause beyond the status */
+        return weft_error_refuse(err, st, "cannot start the CPU kernels: %s",
+                                 weft_status_str(st));
     const struct weft_rt_opts ro = {r->K, r->kc, false}; /* a server: everything resident */
     if ((st = weft_runtime_create(&ro, &r->rt)) != WEFT_OK)
         return weft_error_refuse(err, st, "out of memory");
@@ -165,8 +165,7 @@ static weft_status_t run_image(struct local_runner *r, const struct weft_runner_
     char path[WEFT_CONF_PATH + 64];
     snprintf(path, sizeof(path), "%s/%d.png", job->out_dir, image);
     double t0 = now_s();
-    weft_log_clear_last_error();
-    st = weft_error_from_log(err, weft_files_write(path, res.png, res.png_len));
+    st = weft_files_save(path, res.png, res.png_len, err);
     weft_rt_result_cleanup(&res);
     if (st != WEFT_OK)
         return st;

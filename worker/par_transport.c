@@ -148,23 +148,29 @@ void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
 }
 
 weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
-                                        int world_base, struct weft_par_transport **pt_p)
+                                        int world_base, struct weft_par_transport **pt_p,
+                                        struct weft_error *err)
 {
     int rank = weft_transport_rank(tp) - world_base, n = weft_mesh_size(mesh);
-    if (rank < 0 || rank >= n || world_base + n > weft_transport_size(tp)) {
-        WEFT_LOG_ERROR("worker", "world rank %d is not in the mesh of %d ranks at %d",
-                       weft_transport_rank(tp), n, world_base);
-        return WEFT_ERR_INVALID;
-    }
+    if (rank < 0 || rank >= n || world_base + n > weft_transport_size(tp))
+        return weft_error_set(err, WEFT_ERR_INVALID, "worker",
+                              "world rank %d is not in the mesh of %d ranks at %d",
+                              weft_transport_rank(tp), n, world_base);
     struct weft_par_transport *pt = weft_calloc(1, sizeof(*pt));
     int *ranks = weft_calloc((size_t)n, sizeof(int));
     weft_status_t st = pt && ranks ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
     for (int k = 0; k < WEFT_MESH_GROUP_COUNT && st == WEFT_OK; k++) {
         int index = 0;
         int size = weft_mesh_group(mesh, rank, (enum weft_mesh_group)k, ranks, &index);
         for (int i = 0; i < size; i++)
             ranks[i] += world_base;
         st = weft_comm_create(tp, size, ranks, (uint32_t)(k + 1), &pt->groups[k].comm);
+        if (st != WEFT_OK) /* the transport logged why */
+            weft_error_refuse(err, st, "the %s group of world rank %d: %s",
+                              weft_mesh_group_name((enum weft_mesh_group)k),
+                              weft_transport_rank(tp), weft_status_str(st));
     }
     weft_free(ranks);
     if (st != WEFT_OK) {

@@ -3,6 +3,7 @@
 #ifndef WEFT_WORKER_PAR_TRANSPORT_H
 #define WEFT_WORKER_PAR_TRANSPORT_H
 
+#include "common/error.h"
 #include "conf/conf.h"
 #include "model/mesh.h"
 #include "transport/comm.h"
@@ -15,9 +16,11 @@ void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
                                    struct weft_transport_opts *opts);
 
 /* Groups of rank `rank` of the mesh over tp's world (the world rank of mesh rank i is
- * world_base + i, so several meshes can share one world). Local: no messages. */
+ * world_base + i, so several meshes can share one world). Local: no messages. err gets the
+ * cause (a group the transport could not create: its status; the transport logged why). */
 weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct weft_mesh *mesh,
-                                        int world_base, struct weft_par_transport **pt_p);
+                                        int world_base, struct weft_par_transport **pt_p,
+                                        struct weft_error *err);
 void weft_par_transport_destroy(struct weft_par_transport *pt);
 const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt);
 

@@ -36,20 +36,20 @@ static bool valid_key(const char *k)
 }
 
 static weft_status_t set_texts(spng_ctx *ctx, const char *path, size_t n,
-                               const struct weft_png_text *text)
+                               const struct weft_png_text *text, struct weft_error *err)
 {
     if (n == 0)
         return WEFT_OK;
     struct spng_text *t = weft_calloc(n, sizeof(*t));
     if (!t)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     static char empty[1] = "";
     weft_status_t st = WEFT_OK;
     for (size_t i = 0; i < n && st == WEFT_OK; i++) {
         if (!valid_key(text[i].key)) {
-            WEFT_LOG_ERROR("png", "%s: text key '%s' is not 1-79 printable ASCII characters",
-                           path, text[i].key);
-            st = WEFT_ERR_INVALID;
+            st = weft_error_set(err, WEFT_ERR_INVALID, "png",
+                                "%s: text key '%s' is not 1-79 printable ASCII characters", path,
+                                text[i].key);
             break;
         }
         snprintf(t[i].keyword, sizeof(t[i].keyword), "%s", text[i].key);
@@ -60,10 +60,9 @@ static weft_status_t set_texts(spng_ctx *ctx, const char *path, size_t n,
         t[i].translated_keyword = empty;
     }
     int rc = st == WEFT_OK ? spng_set_text(ctx, t, (uint32_t)n) : 0;
-    if (rc) {
-        WEFT_LOG_ERROR("png", "%s: text chunks: %s", path, spng_strerror(rc));
-        st = WEFT_ERR_INVALID;
-    }
+    if (rc)
+        st = weft_error_set(err, WEFT_ERR_INVALID, "png", "%s: text chunks: %s", path,
+                            spng_strerror(rc));
     weft_free(t);
     return st;
 }
@@ -71,11 +70,11 @@ static weft_status_t set_texts(spng_ctx *ctx, const char *path, size_t n,
 /* Encode into a buffer (owned by spng's allocator: free()). */
 static weft_status_t encode(const char *path, const uint8_t *rgb, int64_t width, int64_t height,
                             size_t n_text, const struct weft_png_text *text, void **png_p,
-                            size_t *len_p)
+                            size_t *len_p, struct weft_error *err)
 {
     spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
     if (!ctx)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     struct spng_ihdr ihdr = {
         .width = (uint32_t)width,
         .height = (uint32_t)height,
@@ -86,7 +85,7 @@ static weft_status_t encode(const char *path, const uint8_t *rgb, int64_t width,
     int rc = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
     if (!rc)
         rc = spng_set_ihdr(ctx, &ihdr);
-    if (!rc && (st = set_texts(ctx, path, n_text, text)) == WEFT_OK)
+    if (!rc && (st = set_texts(ctx, path, n_text, text, err)) == WEFT_OK)
         rc = spng_encode_image(ctx, rgb, (size_t)(width * height * 3), SPNG_FMT_PNG,
                                SPNG_ENCODE_FINALIZE);
     if (!rc && st == WEFT_OK) {
@@ -94,45 +93,45 @@ static weft_status_t encode(const char *path, const uint8_t *rgb, int64_t width,
         if (!*png_p && !rc)
             rc = SPNG_EMEM;
     }
-    if (rc && st == WEFT_OK) {
-        WEFT_LOG_ERROR("png", "%s: encoding %lldx%lld RGB: %s", path, (long long)width,
-                       (long long)height, spng_strerror(rc));
-        st = rc == SPNG_EMEM ? WEFT_ERR_NOMEM : WEFT_ERR_INVALID;
-    }
+    if (rc && st == WEFT_OK)
+        st = weft_error_set(err, rc == SPNG_EMEM ? WEFT_ERR_NOMEM : WEFT_ERR_INVALID, "png",
+                            "%s: encoding %lldx%lld RGB: %s", path, (long long)width,
+                            (long long)height, spng_strerror(rc));
     spng_ctx_free(ctx);
     return st;
 }
 
-static weft_status_t write_atomic(const char *path, const void *data, size_t len)
+static weft_status_t write_atomic(const char *path, const void *data, size_t len,
+                                  struct weft_error *err)
 {
     size_t n = strlen(path);
     char *tmp = weft_malloc(n + 16);
     if (!tmp)
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        WEFT_LOG_ERROR("png", "%s: cannot create a file beside it: %s", path, strerror(errno));
         weft_free(tmp);
-        return WEFT_ERR_IO;
+        return weft_error_set(err, WEFT_ERR_IO, "png", "%s: cannot create a file beside it: %s",
+                              path, strerror(errno));
     }
     if (fchmod(fd, 0644) != 0) /* mkstemp makes 0600; an image is for sharing */
         WEFT_LOG_DEBUG("png", "%s: fchmod: %s", tmp, strerror(errno));
     FILE *f = fdopen(fd, "wb");
     bool ok = f && fwrite(data, 1, len, f) == len;
-    int err = errno;
+    int e = errno;
     if (f) {
         ok = fclose(f) == 0 && ok;
-        err = ok ? 0 : errno;
+        e = ok ? 0 : errno;
     } else {
         close(fd);
     }
     if (ok && rename(tmp, path) != 0) {
         ok = false;
-        err = errno;
+        e = errno;
     }
     if (!ok) {
-        WEFT_LOG_ERROR("png", "%s: write failed: %s", path, strerror(err));
+        weft_error_set(err, WEFT_ERR_IO, "png", "%s: write failed: %s", path, strerror(e));
         if (remove(tmp) != 0)
             WEFT_LOG_DEBUG("png", "%s: cannot remove: %s", tmp, strerror(errno));
     }
@@ -141,31 +140,31 @@ static weft_status_t write_atomic(const char *path, const void *data, size_t len
 }
 
 weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width,
-                             int64_t height, size_t n_text, const struct weft_png_text *text)
+                             int64_t height, size_t n_text, const struct weft_png_text *text,
+                             struct weft_error *err)
 {
-    if (width < 1 || height < 1 || width > WEFT_PNG_MAX_EDGE || height > WEFT_PNG_MAX_EDGE) {
-        WEFT_LOG_ERROR("png", "%s: %lldx%lld is not a PNG size (1 to %d pixels per edge)", path,
-                       (long long)width, (long long)height, WEFT_PNG_MAX_EDGE);
-        return WEFT_ERR_INVALID;
-    }
+    if (width < 1 || height < 1 || width > WEFT_PNG_MAX_EDGE || height > WEFT_PNG_MAX_EDGE)
+        return weft_error_set(err, WEFT_ERR_INVALID, "png",
+                              "%s: %lldx%lld is not a PNG size (1 to %d pixels per edge)", path,
+                              (long long)width, (long long)height, WEFT_PNG_MAX_EDGE);
     void *png = NULL;
     size_t len = 0;
-    weft_status_t st = encode(path, rgb, width, height, n_text, text, &png, &len);
+    weft_status_t st = encode(path, rgb, width, height, n_text, text, &png, &len, err);
     if (st == WEFT_OK)
-        st = write_atomic(path, png, len);
+        st = write_atomic(path, png, len, err);
     free(png);
     return st;
 }
 
 weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height, size_t n_text,
-                              const struct weft_png_text *text, void **png_p, size_t *len_p)
+                              const struct weft_png_text *text, void **png_p, size_t *len_p,
+                              struct weft_error *err)
 {
-    if (width < 1 || height < 1 || width > WEFT_PNG_MAX_EDGE || height > WEFT_PNG_MAX_EDGE) {
-        WEFT_LOG_ERROR("png", "%lldx%lld is not a PNG size (1 to %d pixels per edge)",
-                       (long long)width, (long long)height, WEFT_PNG_MAX_EDGE);
-        return WEFT_ERR_INVALID;
-    }
-    return encode("(memory)", rgb, width, height, n_text, text, png_p, len_p);
+    if (width < 1 || height < 1 || width > WEFT_PNG_MAX_EDGE || height > WEFT_PNG_MAX_EDGE)
+        return weft_error_set(err, WEFT_ERR_INVALID, "png",
+                              "%lldx%lld is not a PNG size (1 to %d pixels per edge)",
+                              (long long)width, (long long)height, WEFT_PNG_MAX_EDGE);
+    return encode("(memory)", rgb, width, height, n_text, text, png_p, len_p, err);
 }
 
 size_t weft_png_meta_text(const struct weft_png_meta *m, struct weft_png_meta_store *st,
@@ -235,7 +234,8 @@ static weft_status_t copy_texts(spng_ctx *ctx, struct weft_png_image *img)
     return st;
 }
 
-static weft_status_t decode(spng_ctx *ctx, const char *path, struct weft_png_image *img)
+static weft_status_t decode(spng_ctx *ctx, const char *path, struct weft_png_image *img,
+                            struct weft_error *err)
 {
     struct spng_ihdr ihdr;
     size_t size = 0;
@@ -244,47 +244,46 @@ static weft_status_t decode(spng_ctx *ctx, const char *path, struct weft_png_ima
         rc = SPNG_EWIDTH;
     if (!rc)
         rc = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size);
-    if (rc) {
-        WEFT_LOG_ERROR("png", "%s: %s", path, spng_strerror(rc));
-        return WEFT_ERR_FORMAT;
-    }
+    if (rc)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "png", "%s: %s", path,
+                                        spng_strerror(rc));
     if (!(img->rgb = weft_malloc(size)))
-        return WEFT_ERR_NOMEM;
-    if ((rc = spng_decode_image(ctx, img->rgb, size, SPNG_FMT_RGB8, SPNG_DECODE_TRNS))) {
-        WEFT_LOG_ERROR("png", "%s: %s", path, spng_strerror(rc));
-        return WEFT_ERR_FORMAT;
-    }
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    if ((rc = spng_decode_image(ctx, img->rgb, size, SPNG_FMT_RGB8, SPNG_DECODE_TRNS)))
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "png", "%s: %s", path,
+                                        spng_strerror(rc));
     img->width = ihdr.width;
     img->height = ihdr.height;
     weft_status_t st = copy_texts(ctx, img);
     if (st == WEFT_ERR_FORMAT)
-        WEFT_LOG_ERROR("png", "%s: unreadable text chunks", path);
+        weft_error_refuse_or_log(err, st, "png", "%s: unreadable text chunks", path);
+    else if (st == WEFT_ERR_NOMEM)
+        weft_error_refuse(err, st, "out of memory");
     return st;
 }
 
-weft_status_t weft_png_read(const char *path, struct weft_png_image *img)
+weft_status_t weft_png_read(const char *path, struct weft_png_image *img,
+                            struct weft_error *err)
 {
     struct weft_png_image out = {0};
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        WEFT_LOG_ERROR("png", "%s: %s", path, strerror(errno));
-        return WEFT_ERR_IO;
-    }
+    if (!f)
+        return weft_error_refuse_or_log(err, WEFT_ERR_IO, "png", "%s: %s", path,
+                                        strerror(errno));
     spng_ctx *ctx = spng_ctx_new(0);
     weft_status_t st = ctx ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
     if (st == WEFT_OK && (spng_set_image_limits(ctx, WEFT_PNG_MAX_EDGE, WEFT_PNG_MAX_EDGE) ||
                           spng_set_chunk_limits(ctx, (size_t)64 << 20, (size_t)64 << 20) ||
-                          spng_set_png_file(ctx, f))) {
-        WEFT_LOG_ERROR("png", "%s: cannot set up the decoder", path);
-        st = WEFT_ERR_INTERNAL;
-    }
+                          spng_set_png_file(ctx, f)))
+        st = weft_error_set(err, WEFT_ERR_INTERNAL, "png", "%s: cannot set up the decoder",
+                            path);
     if (st == WEFT_OK)
-        st = decode(ctx, path, &out);
+        st = decode(ctx, path, &out, err);
     spng_ctx_free(ctx);
-    if (fclose(f) != 0 && st == WEFT_OK) {
-        WEFT_LOG_ERROR("png", "%s: %s", path, strerror(errno));
-        st = WEFT_ERR_IO;
-    }
+    if (fclose(f) != 0 && st == WEFT_OK)
+        st = weft_error_set(err, WEFT_ERR_IO, "png", "%s: %s", path, strerror(errno));
     if (st != WEFT_OK) {
         weft_png_image_cleanup(&out);
         return st;

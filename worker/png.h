@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 
 #define WEFT_PNG_MAX_EDGE 65535 /* pixels per edge, either way */
 
@@ -17,14 +17,17 @@ struct weft_png_text {
     const char *value; /* ASCII goes in a tEXt chunk; anything else UTF-8 in an iTXt chunk */
 };
 
-/* rgb: height rows of width x 3 bytes. */
+/* rgb: height rows of width x 3 bytes. A size, a key or a write that fails is logged once and
+ * recorded in err. */
 weft_status_t weft_png_write(const char *path, const uint8_t *rgb, int64_t width,
-                             int64_t height, size_t n_text, const struct weft_png_text *text);
+                             int64_t height, size_t n_text, const struct weft_png_text *text,
+                             struct weft_error *err);
 
 /* The same PNG in memory (a worker sends it to the coordinator): *png_p is the caller's to
  * free() (libspng's allocator). */
 weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height, size_t n_text,
-                              const struct weft_png_text *text, void **png_p, size_t *len_p);
+                              const struct weft_png_text *text, void **png_p, size_t *len_p,
+                              struct weft_error *err);
 
 /* The generation parameters every weft image carries, one vocabulary for every path (weft
  * generate, the local runner, the workers) and for the latents' safetensors metadata:
@@ -62,8 +65,10 @@ struct weft_png_image {
     struct weft_png_text *text; /* keys and values owned by the image */
 };
 
-/* Read any PNG libspng decodes, converted to 8-bit RGB; tEXt/iTXt/zTXt chunks in text. */
-weft_status_t weft_png_read(const char *path, struct weft_png_image *img);
+/* Read any PNG libspng decodes, converted to 8-bit RGB; tEXt/iTXt/zTXt chunks in text. A file
+ * that cannot be opened or decoded is recorded in err (logged at ERROR with NULL err). */
+weft_status_t weft_png_read(const char *path, struct weft_png_image *img,
+                            struct weft_error *err);
 void weft_png_image_cleanup(struct weft_png_image *img);
 /* The value of a text key, NULL when absent. */
 const char *weft_png_image_text(const struct weft_png_image *img, const char *key);

@@ -85,17 +85,16 @@ const struct weft_model *weft_runtime_model(const struct weft_runtime *rt)
 static weft_status_t resolve_plan(struct weft_runtime *rt, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_ckpt_open(rt->model->transformer_dir, &ck);
+    weft_status_t st = weft_ckpt_open(rt->model->transformer_dir, &ck, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     struct weft_tp_plan plan;
     weft_tp_plan_builtin(rt->model->info.class_name, &plan);
     const int tp = rt->a.layout.mesh.tp;
-    if ((st = weft_tp_plan_apply_conf(&plan, &rt->a.tp_plan)) == WEFT_OK)
-        st = weft_tp_resolve(&plan, ck, &rt->model->info, tp, tp, &rt->layout);
+    if ((st = weft_tp_plan_apply_conf(&plan, &rt->a.tp_plan, err)) == WEFT_OK)
+        st = weft_tp_resolve(&plan, ck, &rt->model->info, tp, tp, &rt->layout, err);
     weft_ckpt_close(ck);
-    return weft_error_from_log(err, st);
+    return st;
 }
 
 static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error *err)
@@ -116,15 +115,13 @@ static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error
                   a->stage.next, a->stage.root},
         .comm = rt->comm,
     };
-    weft_log_clear_last_error();
-    return weft_error_from_log(err, weft_flux_load(rt->model->transformer_dir, &o, &rt->flux));
+    return weft_flux_load(rt->model->transformer_dir, &o, &rt->flux, err);
 }
 
 static weft_status_t load_vae(struct weft_runtime *rt, struct weft_error *err)
 {
     struct weft_vae_opts vo = {rt->opts.kernels, rt->opts.kctx};
-    weft_log_clear_last_error();
-    return weft_error_from_log(err, weft_vae_load(rt->model->vae_dir, &vo, &rt->vae));
+    return weft_vae_load(rt->model->vae_dir, &vo, &rt->vae, err);
 }
 
 weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_assign *a,
@@ -147,9 +144,7 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
         st = weft_error_set(err, WEFT_ERR_INVALID, "worker",
                             "a %d-rank mesh needs a data-plane world", size);
     if (st == WEFT_OK && size > 1) {
-        weft_log_clear_last_error();
-        st = weft_error_from_log(err, weft_par_transport_create(world, &a->layout.mesh,
-                                                                a->world_base, &rt->pt));
+        st = weft_par_transport_create(world, &a->layout.mesh, a->world_base, &rt->pt, err);
         rt->comm = st == WEFT_OK ? weft_par_transport_comm(rt->pt) : NULL;
     }
     if (st == WEFT_OK) {
@@ -227,10 +222,10 @@ static weft_status_t step_end(void *varg, int step, int steps, const float *lat,
     sc->last = now;
     float stop = rt->a.decode && sc->cancelled && sc->cancelled(sc->arg) ? 1.0f : 0.0f;
     if (rt->comm && step + 1 < steps) {
-        weft_log_clear_last_error();
         weft_status_t st = rt->comm->allreduce(rt->comm->replica, &stop, 1);
-        if (st != WEFT_OK)
-            return weft_error_from_log(sc->err, st);
+        if (st != WEFT_OK) /* the transport logged why */
+            return weft_error_refuse(sc->err, st, "the replica's agreement after step %d of %d: "
+                                     "%s", step + 1, steps, weft_status_str(st));
     }
     return stop > 0.0f && step + 1 < steps ? WEFT_ERR_CANCELLED : WEFT_OK;
 }
@@ -240,9 +235,10 @@ static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image
 {
     const int64_t unit = rt->model->side_unit;
     const int64_t gh = img->height / unit, gw = img->width / unit;
-    weft_status_t st = weft_sched_plan(&rt->model->sched, img->steps, gh * gw, &rt->sched);
+    weft_status_t st =
+        weft_sched_plan(&rt->model->sched, img->steps, gh * gw, &rt->sched, err);
     if (st != WEFT_OK)
-        return weft_error_from_log(err, st);
+        return st;
     if (!rt->flux && (st = load_transformer(rt, err)) != WEFT_OK)
         return st;
     struct weft_denoise_params p = {
@@ -256,10 +252,7 @@ static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image
         .on_step = step_end,
         .cb_arg = sc,
     };
-    weft_log_clear_last_error();
-    st = weft_denoise(rt->flux, &p, latents);
-    if (st != WEFT_OK && st != WEFT_ERR_CANCELLED)
-        weft_error_from_log(err, st);
+    st = weft_denoise(rt->flux, &p, latents, err);
     if (rt->opts.staged) {
         weft_flux_destroy(rt->flux); /* weights and activations */
         rt->flux = NULL;
@@ -288,9 +281,8 @@ static weft_status_t encode_png(struct weft_runtime *rt, const struct weft_rt_im
     struct weft_png_meta_store store;
     struct weft_png_text text[WEFT_PNG_META_MAX];
     size_t n = weft_png_meta_text(&meta, &store, text);
-    weft_log_clear_last_error();
-    return weft_error_from_log(err, weft_png_encode(rgb, img->width, img->height, n, text,
-                                                    &out->png, &out->png_len));
+    return weft_png_encode(rgb, img->width, img->height, n, text, &out->png, &out->png_len,
+                           err);
 }
 
 /* Latents to the PNG: FluxPipeline's unpack and unscale, the VAE, clamp to 8 bits. */
@@ -314,9 +306,7 @@ static weft_status_t decode(struct weft_runtime *rt, const struct weft_rt_image 
         st = load_vae(rt, err);
     if (st == WEFT_OK) {
         weft_vae_unpack_flux(vc, latents, lat_h, lat_w, unpacked);
-        weft_log_clear_last_error();
-        st = weft_error_from_log(err, weft_vae_decode(rt->vae, unpacked, lat_h, lat_w,
-                                                      img->tiling, image));
+        st = weft_vae_decode(rt->vae, unpacked, lat_h, lat_w, img->tiling, image, err);
     }
     if (st == WEFT_OK && !all_finite(image, npx))
         st = weft_error_set(err, WEFT_ERR_FORMAT, "worker",
@@ -360,7 +350,7 @@ static weft_status_t check_image(const struct weft_runtime *rt, const struct wef
         st = weft_error_refuse(err, WEFT_ERR_RANGE, "image index %lld out of bounds",
                                (long long)img->noise_index);
     if (st != WEFT_OK)
-        WEFT_LOG_ERROR("worker", "%s", weft_error_text(err));
+        weft_error_log(err, "worker");
     return st;
 }
 

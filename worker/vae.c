@@ -112,6 +112,7 @@ struct binder {
     char *next;         /* arena cursor (second pass) */
     size_t bytes;       /* arena bytes */
     size_t param_bytes; /* the same without alignment */
+    struct weft_error *err;
 };
 
 static const struct weft_vae_param *inv_find(const struct weft_vae_param *inv, size_t n,
@@ -139,10 +140,9 @@ static weft_status_t bind(struct binder *bd, const char *prefix, const char *nam
     char full[128];
     snprintf(full, sizeof(full), "%s%s%s", prefix, name, suffix);
     const struct weft_vae_param *p = inv_find(bd->inv, bd->n_inv, full);
-    if (!p || p->part != WEFT_VAE_DECODER) {
-        WEFT_LOG_ERROR("vae", "internal: decoder parameter '%s' is not in the inventory", full);
-        return WEFT_ERR_INTERNAL;
-    }
+    if (!p || p->part != WEFT_VAE_DECODER)
+        return weft_error_set(bd->err, WEFT_ERR_INTERNAL, "vae",
+                              "internal: decoder parameter '%s' is not in the inventory", full);
     if (bd->n == bd->cap) {
         size_t cap = bd->cap ? bd->cap * 2 : 256;
         struct binding *nb = weft_realloc(bd->b, cap * sizeof(*nb));
@@ -282,36 +282,36 @@ static bool same_shape(const struct weft_st_tensor *t, const struct weft_vae_par
 
 /* Every tensor of the checkpoint is a parameter of this config with its shape, and every
  * decoder parameter is there: the whole file is checked, only the decoder will be read. */
-static weft_status_t check_checkpoint(struct weft_ckpt *ck, const struct binder *bd)
+static weft_status_t check_checkpoint(struct weft_ckpt *ck, const struct binder *bd,
+                                      struct weft_error *err)
 {
     for (size_t i = 0; i < weft_ckpt_count(ck); i++) {
         const struct weft_st_tensor *t = weft_ckpt_at(ck, i)->info;
         const struct weft_vae_param *p = inv_find(bd->inv, bd->n_inv, t->name);
-        if (!p) {
-            WEFT_LOG_ERROR("vae", "%s: unexpected tensor '%s': not a parameter of %s with this "
-                                  "config", weft_ckpt_dir(ck), t->name, WEFT_VAE_CLASS);
-            return WEFT_ERR_FORMAT;
-        }
+        if (!p)
+            return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "vae",
+                                            "%s: unexpected tensor '%s': not a parameter of %s "
+                                            "with this config",
+                                            weft_ckpt_dir(ck), t->name, WEFT_VAE_CLASS);
         if (!same_shape(t, p)) {
             char got[128], want[128];
-            WEFT_LOG_ERROR("vae", "%s: tensor '%s' has shape %s but the config implies %s",
-                           weft_ckpt_dir(ck), t->name,
-                           weft_shape_str(t->ndim, t->shape, got, sizeof(got)),
-                           weft_shape_str(p->ndim, p->shape, want, sizeof(want)));
-            return WEFT_ERR_FORMAT;
+            return weft_error_refuse_or_log(
+                err, WEFT_ERR_FORMAT, "vae",
+                "%s: tensor '%s' has shape %s but the config implies %s", weft_ckpt_dir(ck),
+                t->name, weft_shape_str(t->ndim, t->shape, got, sizeof(got)),
+                weft_shape_str(p->ndim, p->shape, want, sizeof(want)));
         }
     }
     for (size_t i = 0; i < bd->n; i++)
-        if (!weft_ckpt_find(ck, bd->b[i].p->name)) {
-            WEFT_LOG_ERROR("vae", "%s: missing tensor '%s' (required by the config)",
-                           weft_ckpt_dir(ck), bd->b[i].p->name);
-            return WEFT_ERR_FORMAT;
-        }
+        if (!weft_ckpt_find(ck, bd->b[i].p->name))
+            return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "vae",
+                                            "%s: missing tensor '%s' (required by the config)",
+                                            weft_ckpt_dir(ck), bd->b[i].p->name);
     return WEFT_OK;
 }
 
-static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck,
-                                  const struct binder *bd)
+static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck, const struct binder *bd,
+                                  struct weft_error *err)
 {
     size_t max_n = 0;
     for (size_t i = 0; i < bd->n; i++) {
@@ -321,13 +321,17 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck,
     void *staging = weft_big_alloc(max_n * sizeof(float)); /* the widest held dtype */
     void *raw = NULL; /* device copy of a conv weight before packing (device backends) */
     weft_status_t st = staging ? WEFT_OK : WEFT_ERR_NOMEM;
-    if (st == WEFT_OK && !v->K->host_visible)
-        st = v->K->buf_alloc(v->kc, max_n * sizeof(float), &raw);
+    if (st != WEFT_OK)
+        weft_error_refuse(err, st, "out of memory");
+    if (st == WEFT_OK && !v->K->host_visible &&
+        (st = v->K->buf_alloc(v->kc, max_n * sizeof(float), &raw)) != WEFT_OK)
+        weft_error_refuse(err, st, "%s: no device memory to stage the weights: %s",
+                          weft_ckpt_dir(ck), weft_status_str(st)); /* the kernels logged it */
     for (size_t i = 0; i < bd->n && st == WEFT_OK; i++) {
         const struct binding *b = &bd->b[i];
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, b->p->name);
         const size_t bytes = (size_t)t->info->numel * weft_dtype_size(b->dt);
-        if ((st = weft_st_read(t->file, t->info, staging, b->dt)) != WEFT_OK)
+        if ((st = weft_st_read(t->file, t->info, staging, b->dt, err)) != WEFT_OK)
             break;
         if (!b->conv) {
             v->K->upload(v->kc, b->dst, staging, bytes);
@@ -344,41 +348,43 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck,
     if (raw)
         v->K->buf_free(v->kc, raw, max_n * sizeof(float));
     weft_big_free(staging, max_n * sizeof(float));
-    return st != WEFT_OK ? st : v->K->sync(v->kc);
+    if (st == WEFT_OK && (st = v->K->sync(v->kc)) != WEFT_OK)
+        weft_error_refuse(err, st, "%s: uploading the weights: %s", weft_ckpt_dir(ck),
+                          weft_status_str(st)); /* the kernels logged it */
+    return st;
 }
 
-static weft_status_t load_config(struct weft_vae *v, struct weft_ckpt *ck, const char *dir)
+static weft_status_t load_config(struct weft_vae *v, struct weft_ckpt *ck, const char *dir,
+                                 struct weft_error *err)
 {
-    if (strcmp(weft_ckpt_class(ck), WEFT_VAE_CLASS) != 0) {
-        WEFT_LOG_ERROR("vae", "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
-                       WEFT_VAE_CLASS);
-        return WEFT_ERR_UNSUPPORTED;
-    }
+    if (strcmp(weft_ckpt_class(ck), WEFT_VAE_CLASS) != 0)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "vae",
+                                        "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
+                                        WEFT_VAE_CLASS);
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
-    weft_status_t st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &v->cfg);
+    weft_status_t st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &v->cfg, err);
     if (st != WEFT_OK)
         return st;
     const int64_t deep = v->cfg.block_out_channels[v->cfg.n_blocks - 1];
-    if (v->cfg.mid_block_add_attention && deep > ATTN_D_MAX) {
-        WEFT_LOG_ERROR("vae", "%s: mid-block attention over %lld channels is above this "
-                              "backend's head_dim limit of %d", origin, (long long)deep,
-                       ATTN_D_MAX);
-        return WEFT_ERR_UNSUPPORTED;
-    }
+    if (v->cfg.mid_block_add_attention && deep > ATTN_D_MAX)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "vae",
+                                        "%s: mid-block attention over %lld channels is above "
+                                        "this backend's head_dim limit of %d",
+                                        origin, (long long)deep, ATTN_D_MAX);
     v->has_post_quant = v->cfg.use_post_quant_conv;
     v->has_attn = v->cfg.mid_block_add_attention;
     return WEFT_OK;
 }
 
 weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
-                            struct weft_vae **vae_p)
+                            struct weft_vae **vae_p, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = weft_ckpt_open(dir, &ck);
+    weft_status_t st = weft_ckpt_open(dir, &ck, err);
     if (st != WEFT_OK)
         return st;
-    struct binder bd = {0};
+    struct binder bd = {.err = err};
     struct weft_vae_param *inv = NULL;
     struct weft_vae *v = weft_calloc(1, sizeof(*v));
     if (!v) {
@@ -387,7 +393,7 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
     }
     v->K = opts->kernels;
     v->kc = opts->kctx;
-    if ((st = load_config(v, ck, dir)) != WEFT_OK)
+    if ((st = load_config(v, ck, dir, err)) != WEFT_OK)
         goto out;
     const struct weft_vae_config *c = &v->cfg;
     bd.n_inv = weft_vae_params(c, NULL);
@@ -401,12 +407,13 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
     weft_vae_params(c, inv);
     bd.inv = inv;
     bd.ck = ck;
-    if ((st = bind_all(v, &bd)) != WEFT_OK || (st = check_checkpoint(ck, &bd)) != WEFT_OK)
+    if ((st = bind_all(v, &bd)) != WEFT_OK || (st = check_checkpoint(ck, &bd, err)) != WEFT_OK)
         goto out;
     v->arena_bytes = bd.bytes;
     v->weight_bytes = bd.param_bytes;
     if ((st = v->K->buf_alloc(v->kc, v->arena_bytes, &v->weights)) != WEFT_OK) {
-        WEFT_LOG_ERROR("vae", "%s: cannot allocate %zu bytes of weights", dir, v->arena_bytes);
+        weft_error_set(err, st, "vae", "%s: cannot allocate %zu bytes of weights", dir,
+                       v->arena_bytes);
         goto out;
     }
     bd.n = 0;
@@ -414,12 +421,14 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
     bd.next = v->weights;
     if ((st = bind_all(v, &bd)) != WEFT_OK) /* assign */
         goto out;
-    st = read_weights(v, ck, &bd);
+    st = read_weights(v, ck, &bd, err);
 out:
     weft_free(bd.b);
     weft_free(inv);
     weft_ckpt_close(ck);
     if (st != WEFT_OK) {
+        if (st == WEFT_ERR_NOMEM) /* the binder's tables (a cause given above stays) */
+            weft_error_refuse(err, st, "out of memory");
         weft_vae_destroy(v);
         return st;
     }
@@ -510,16 +519,19 @@ struct tile_geom {
     int64_t keep;     /* row_limit: pixels of each tile kept */
 };
 
-static weft_status_t tile_geometry(const struct weft_vae_config *c,
-                                   const struct weft_vae_tiling *t, int64_t lat_h,
-                                   int64_t lat_w, struct tile_geom *g)
+static weft_status_t tile_geometry(const struct weft_vae_config *c, const struct weft_vae_tiling *t,
+                                   int64_t lat_h, int64_t lat_w, struct tile_geom *g,
+                                   struct weft_error *err)
 {
+    /* the tiling is the request's: refused with its numbers, the status returned as such (g is
+     * written only when the geometry works) */
     if (t->tile_latent < 1 || t->tile_sample != t->tile_latent * c->scale ||
         !(t->overlap >= 0.0 && t->overlap < 1.0)) {
-        WEFT_LOG_ERROR("vae", "tiling: tile of %lld latents / %lld pixels with overlap %g: "
-                              "need tile_sample = tile_latent x %lld and overlap in [0, 1)",
-                       (long long)t->tile_latent, (long long)t->tile_sample, t->overlap,
-                       (long long)c->scale);
+        weft_error_refuse_or_log(err, WEFT_ERR_INVALID, "vae",
+                                 "tiling: tile of %lld latents / %lld pixels with overlap %g: "
+                                 "need tile_sample = tile_latent x %lld and overlap in [0, 1)",
+                                 (long long)t->tile_latent, (long long)t->tile_sample, t->overlap,
+                                 (long long)c->scale);
         return WEFT_ERR_INVALID;
     }
     g->step = (int64_t)((double)t->tile_latent * (1.0 - t->overlap));
@@ -534,16 +546,18 @@ static weft_status_t tile_geometry(const struct weft_vae_config *c,
             extent += tile_px < g->keep ? tile_px : g->keep;
         }
         if (extent != dims[d] * c->scale) {
-            WEFT_LOG_ERROR("vae", "tiling: tiles of %lld latents with overlap %g crop to %lld "
-                                  "pixels, not %lld (use an overlap whose tile step is a whole "
-                                  "number of latents)", (long long)t->tile_latent, t->overlap,
-                           (long long)extent, (long long)(dims[d] * c->scale));
+            weft_error_refuse_or_log(err, WEFT_ERR_INVALID, "vae",
+                                     "tiling: tiles of %lld latents with overlap %g crop to %lld "
+                                     "pixels, not %lld (use an overlap whose tile step is a whole "
+                                     "number of latents)", (long long)t->tile_latent, t->overlap,
+                                     (long long)extent, (long long)dims[d] * c->scale);
             return WEFT_ERR_INVALID;
         }
     }
     if (g->step < 1) {
-        WEFT_LOG_ERROR("vae", "tiling: tile of %lld latents with overlap %g does not advance",
-                       (long long)t->tile_latent, t->overlap);
+        weft_error_refuse_or_log(err, WEFT_ERR_INVALID, "vae",
+                                 "tiling: tile of %lld latents with overlap %g does not advance",
+                                 (long long)t->tile_latent, t->overlap);
         return WEFT_ERR_INVALID;
     }
     return WEFT_OK;
@@ -555,19 +569,21 @@ static bool use_tiles(const struct weft_vae_tiling *t, int64_t lat_h, int64_t la
 }
 
 static weft_status_t plan_for(const struct weft_vae *v, int64_t lat_h, int64_t lat_w,
-                              const struct weft_vae_tiling *t, struct plan *p)
+                              const struct weft_vae_tiling *t, struct plan *p,
+                              struct weft_error *err)
 {
     if (lat_h < 1 || lat_w < 1 || lat_h > (1 << 16) || lat_w > (1 << 16)) {
-        WEFT_LOG_ERROR("vae", "decode: latent grid %lldx%lld is empty or too large",
-                       (long long)lat_h, (long long)lat_w);
-        return WEFT_ERR_INVALID;
+        weft_error_refuse_or_log(err, WEFT_ERR_INVALID, "vae",
+                                 "decode: latent grid %lldx%lld is empty or too large",
+                                 (long long)lat_h, (long long)lat_w);
+        return WEFT_ERR_INVALID; /* p untouched */
     }
     if (!use_tiles(t, lat_h, lat_w)) {
         plan_core(v, lat_h, lat_w, p);
         return WEFT_OK;
     }
     struct tile_geom g;
-    weft_status_t st = tile_geometry(&v->cfg, t, lat_h, lat_w, &g);
+    weft_status_t st = tile_geometry(&v->cfg, t, lat_h, lat_w, &g, err);
     if (st != WEFT_OK)
         return st;
     const int64_t th = lat_h < t->tile_latent ? lat_h : t->tile_latent;
@@ -589,7 +605,7 @@ size_t weft_vae_activation_bytes(const struct weft_vae *v, int64_t lat_h, int64_
                                  const struct weft_vae_tiling *t, size_t *host_p)
 {
     struct plan p;
-    if (plan_for(v, lat_h, lat_w, t, &p) != WEFT_OK)
+    if (plan_for(v, lat_h, lat_w, t, &p, NULL) != WEFT_OK)
         return 0;
     if (host_p)
         *host_p = (size_t)p.host_floats * sizeof(float);
@@ -597,10 +613,10 @@ size_t weft_vae_activation_bytes(const struct weft_vae *v, int64_t lat_h, int64_
 }
 
 weft_status_t weft_vae_reserve(struct weft_vae *v, int64_t lat_h, int64_t lat_w,
-                               const struct weft_vae_tiling *t)
+                               const struct weft_vae_tiling *t, struct weft_error *err)
 {
     struct plan p;
-    weft_status_t st = plan_for(v, lat_h, lat_w, t, &p);
+    weft_status_t st = plan_for(v, lat_h, lat_w, t, &p, err);
     if (st != WEFT_OK)
         return st;
     const struct plan *h = &v->have;
@@ -609,15 +625,15 @@ weft_status_t weft_vae_reserve(struct weft_vae *v, int64_t lat_h, int64_t lat_w,
         return WEFT_OK;
     weft_vae_release(v);
     const size_t bytes = plan_device_bytes(&p);
-    if ((st = v->K->buf_alloc(v->kc, bytes, &v->act)) != WEFT_OK) {
-        WEFT_LOG_ERROR("vae", "cannot reserve %zu bytes of activations for a %lldx%lld latent "
-                              "grid", bytes, (long long)lat_h, (long long)lat_w);
-        return st;
-    }
+    if ((st = v->K->buf_alloc(v->kc, bytes, &v->act)) != WEFT_OK)
+        return weft_error_set(err, st, "vae",
+                              "cannot reserve %zu bytes of activations for a %lldx%lld latent "
+                              "grid",
+                              bytes, (long long)lat_h, (long long)lat_w);
     v->act_bytes = bytes;
     if (p.host_floats && !(v->host = weft_malloc((size_t)p.host_floats * sizeof(float)))) {
         weft_vae_release(v);
-        return WEFT_ERR_NOMEM;
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     float *f = v->act;
     v->lat = f;
@@ -767,10 +783,11 @@ static void blend_h(const float *a, int64_t aw, float *b, int64_t bw, int64_t h,
  * already blended tile above and tile to the left, then cropped to keep x keep pixels. Only
  * the previous row of tiles is kept. */
 static weft_status_t decode_tiled(struct weft_vae *v, const float *latents, int64_t lat_h,
-                                  int64_t lat_w, const struct weft_vae_tiling *t, float *image)
+                                  int64_t lat_w, const struct weft_vae_tiling *t, float *image,
+                                  struct weft_error *err)
 {
     struct tile_geom g;
-    weft_status_t st = tile_geometry(&v->cfg, t, lat_h, lat_w, &g);
+    weft_status_t st = tile_geometry(&v->cfg, t, lat_h, lat_w, &g, err);
     if (st != WEFT_OK)
         return st;
     const int64_t s = v->cfg.scale, ch = v->cfg.out_channels, W = lat_w * s;
@@ -788,7 +805,11 @@ static weft_status_t decode_tiled(struct weft_vae *v, const float *latents, int6
             const int64_t tw = c0 + tl <= lat_w ? tl : lat_w - c0, wp = tw * s;
             float *tile = cur + ci * tile_floats;
             if ((st = decode_tile(v, latents, lat_w, r0, c0, th, tw, tile)) != WEFT_OK)
-                return st;
+                return weft_error_refuse(err, st,
+                                         "the VAE failed on the tile at latent (%lld, "
+                                         "%lld): %s",
+                                         (long long)r0, (long long)c0,
+                                         weft_status_str(st)); /* the kernels logged it */
             if (ri > 0)
                 blend_v(prev + ci * tile_floats, prev_h, tile, hp, wp, ch, g.blend);
             if (ci > 0)
@@ -807,20 +828,23 @@ static weft_status_t decode_tiled(struct weft_vae *v, const float *latents, int6
 }
 
 weft_status_t weft_vae_decode(struct weft_vae *v, const float *latents, int64_t lat_h,
-                              int64_t lat_w, const struct weft_vae_tiling *t, float *image)
+                              int64_t lat_w, const struct weft_vae_tiling *t, float *image,
+                              struct weft_error *err)
 {
-    weft_status_t st = weft_vae_reserve(v, lat_h, lat_w, t);
+    weft_status_t st = weft_vae_reserve(v, lat_h, lat_w, t, err);
     if (st != WEFT_OK)
         return st;
     if (use_tiles(t, lat_h, lat_w))
-        return decode_tiled(v, latents, lat_h, lat_w, t, image);
+        return decode_tiled(v, latents, lat_h, lat_w, t, image, err);
     const int64_t s = v->cfg.scale;
     v->K->upload(v->kc, v->lat, latents,
                  (size_t)(lat_h * lat_w * v->cfg.latent_channels) * sizeof(float));
     const float *img = decode_core(v, lat_h, lat_w);
     v->K->download(v->kc, image, img,
                    (size_t)(lat_h * s * lat_w * s * v->cfg.out_channels) * sizeof(float));
-    return v->K->sync(v->kc);
+    if ((st = v->K->sync(v->kc)) != WEFT_OK) /* the kernels logged it */
+        weft_error_refuse(err, st, "the VAE failed: %s", weft_status_str(st));
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */

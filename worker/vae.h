@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "common/error.h"
 #include "kernels/kernels.h"
 #include "model/vae.h"
 
@@ -43,9 +43,10 @@ void weft_vae_tiling_latent(const struct weft_vae_config *c, int64_t tile_latent
                             struct weft_vae_tiling *t);
 
 /* Open the VAE folder (config.json + safetensors, class AutoencoderKL) and load the decoder.
- * Every tensor must be a parameter of the config (encoder ones are checked, not read). */
+ * Every tensor must be a parameter of the config (encoder ones are checked, not read). err
+ * gets the cause as weft_flux_load's does. */
 weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
-                            struct weft_vae **vae_p);
+                            struct weft_vae **vae_p, struct weft_error *err);
 void weft_vae_destroy(struct weft_vae *vae);
 const struct weft_vae_config *weft_vae_get_config(const struct weft_vae *vae);
 /* Bytes of decoder weights held. */
@@ -55,16 +56,18 @@ size_t weft_vae_weight_bytes(const struct weft_vae *vae);
  * or not; host bytes of the tile rows kept for blending in *host_p (may be NULL). */
 size_t weft_vae_activation_bytes(const struct weft_vae *vae, int64_t lat_h, int64_t lat_w,
                                  const struct weft_vae_tiling *tiling, size_t *host_p);
-/* Reserve for this grid (a no-op when the current reservation fits). */
+/* Reserve for this grid (a no-op when the current reservation fits). A grid or tiling that
+ * cannot be decoded is the request's fault (recorded in err; logged at ERROR with NULL err). */
 weft_status_t weft_vae_reserve(struct weft_vae *vae, int64_t lat_h, int64_t lat_w,
-                               const struct weft_vae_tiling *tiling);
+                               const struct weft_vae_tiling *tiling, struct weft_error *err);
 /* Give the activations back (the weights stay). */
 void weft_vae_release(struct weft_vae *vae);
 
 /* latents: host [lat_h, lat_w, latent_channels], already unscaled (the decoder's input);
  * image: host [lat_h x scale, lat_w x scale, out_channels], not clamped. tiling may be NULL. */
 weft_status_t weft_vae_decode(struct weft_vae *vae, const float *latents, int64_t lat_h,
-                              int64_t lat_w, const struct weft_vae_tiling *tiling, float *image);
+                              int64_t lat_w, const struct weft_vae_tiling *tiling, float *image,
+                              struct weft_error *err);
 
 /* FluxPipeline's decode prologue: packed latents [lat_h/2 x lat_w/2, 4 x latent_channels]
  * (token (i, j), feature c*4 + dy*2 + dx) to latents [lat_h, lat_w, latent_channels], each

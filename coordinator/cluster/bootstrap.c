@@ -437,11 +437,10 @@ weft_status_t weft_cr_listen(struct cluster_runner *r, const char *listen, const
     if (port_file) {
         char text[300];
         int n = snprintf(text, sizeof(text), "%s:%d\n", r->listen_host, bport);
-        weft_log_clear_last_error();
-        weft_status_t st = weft_files_write(port_file, text, (size_t)n);
+        weft_status_t st = weft_files_save(port_file, text, (size_t)n, err);
         if (st != WEFT_OK) {
             server_close(r);
-            return weft_error_from_log(err, st);
+            return st;
         }
     }
     return WEFT_OK;

@@ -276,9 +276,9 @@ static void on_image(struct cluster_runner *r, struct worker *w, const struct we
     jr->last_progress = weft_cr_now();
     char path[WEFT_CONF_PATH + 96];
     snprintf(path, sizeof(path), "%s/%lld.png", jr->out_dir, (long long)m->image);
-    weft_log_clear_last_error();
-    if (weft_files_write(path, m->png, m->png_len) != WEFT_OK) {
-        weft_cr_job_fail(jr, WEFT_ERR_IO, weft_log_last_error());
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_files_save(path, m->png, m->png_len, &err) != WEFT_OK) {
+        weft_cr_job_fail(jr, WEFT_ERR_IO, weft_error_text(&err));
         return;
     }
     struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STAGE, .job = jr->key,

@@ -89,12 +89,12 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
         return WEFT_ERR_CONFIG;
     }
     weft_cr_devmap_drop(r);
-    weft_log_clear_last_error();
+    struct weft_error err = WEFT_ERROR_INIT;
     weft_status_t st = weft_devmap_plan_model(
         r->model_dir, (enum weft_devmap_strategy)r->conf->device_map.strategy, pp, room, &mm,
-        &r->map, &r->map_units, r->map_comps);
+        &r->map, &r->map_units, r->map_comps, &err);
     if (st != WEFT_OK)
-        snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_log_last_error());
+        snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_error_text(&err));
     return st;
 }
 
@@ -212,10 +212,10 @@ static weft_status_t open_rdv(struct cluster_runner *r, int n, char *rdv, size_t
     rdv[0] = '\0';
     if (n <= 1)
         return WEFT_OK;
-    weft_log_clear_last_error();
-    if (weft_rdv_server_create(r->listen_host, 0, n, &r->rdv) != WEFT_OK) {
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_rdv_server_create(r->listen_host, 0, n, &r->rdv, &err) != WEFT_OK) {
         snprintf(r->plan_error, sizeof(r->plan_error), "cannot open a rendezvous: %s",
-                 weft_log_last_error());
+                 weft_error_text(&err));
         return WEFT_ERR_IO;
     }
     snprintf(rdv, len, "%s:%u", r->listen_host, (unsigned)weft_rdv_server_port(r->rdv));

@@ -311,13 +311,12 @@ static weft_status_t check_start(const struct weft_cluster_runner_opts *opts,
     struct weft_devmap map;
     struct weft_devmap_unit *units = NULL;
     struct weft_devmap_component comps[2];
-    weft_log_clear_last_error();
     st = weft_devmap_plan_model(opts->model_dir, (enum weft_devmap_strategy)c->device_map.strategy,
-                                layout->mesh.pp, NULL, &mm, &map, &units, comps);
+                                layout->mesh.pp, NULL, &mm, &map, &units, comps, err);
     if (st == WEFT_OK)
         weft_devmap_cleanup(&map);
     weft_free(units);
-    return weft_error_from_log(err, st);
+    return st;
 }
 
 weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *opts,
@@ -347,12 +346,12 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
         r->w[i].rank = -1;
         r->replica_job[i] = -1;
     }
-    weft_log_clear_last_error();
     st = weft_link_host_create(opts->conf->transport.tls[0] ? opts->conf->transport.tls : NULL,
                                weft_cr_on_accept, r, &r->host);
-    if (st != WEFT_OK) {
+    if (st != WEFT_OK) { /* the transport logged why */
         weft_free(r);
-        return weft_error_from_log(err, st);
+        return weft_error_refuse(err, st, "cannot open the workers' control links: %s",
+                                 weft_status_str(st));
     }
     if ((st = weft_cr_listen(r, opts->conf->cluster.listen, opts->port_file, err)) != WEFT_OK) {
         weft_link_host_destroy(r->host);

@@ -31,7 +31,7 @@ static void append(struct weft_journal *j, int v)
     cJSON *r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "v", v);
     cJSON_AddStringToObject(r, "pad", "text with \"quotes\" and\nnewline");
-    CHECK_OK(weft_journal_append(j, r, v % 2 == 0));
+    CHECK_OK(weft_journal_append(j, r, v % 2 == 0, TERR));
     cJSON_Delete(r);
 }
 

@@ -11,8 +11,8 @@
 static inline int png_max_diff(const char *a, const char *b)
 {
     struct weft_png_image ia, ib;
-    CHECK_OK(weft_png_read(a, &ia));
-    CHECK_OK(weft_png_read(b, &ib));
+    CHECK_OK(weft_png_read(a, &ia, TERR));
+    CHECK_OK(weft_png_read(b, &ib, TERR));
     CHECK(ia.width == ib.width && ia.height == ib.height);
     int d = 0;
     for (size_t i = 0; i < (size_t)ia.width * ia.height * 3; i++) {

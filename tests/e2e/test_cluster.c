@@ -525,7 +525,7 @@ static int case_exact(void)
         CHECK_EQ(wait_pid(run_weft(run, NULL, NULL)), 0);
         int d = png_max_diff(ref, out);
         struct weft_png_image img;
-        CHECK_OK(weft_png_read(out, &img));
+        CHECK_OK(weft_png_read(out, &img, TERR));
         const char *seed = weft_png_image_text(&img, "weft.seed");
         printf("seed %s: tp 2 vs one device max difference %d, the PNG says seed %s\n", seeds[i],
                d, seed ? seed : "(none)");
@@ -668,7 +668,7 @@ static void poison(const char *dir, const char *tensor)
     snprintf(cmd, sizeof(cmd), "rm -f '%s' && cp '%s' '%s'", dst, src, dst);
     CHECK(system(cmd) == 0);
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(dst, &f));
+    CHECK_OK(weft_st_open(dst, &f, TERR));
     const struct weft_st_tensor *t = weft_st_find(f, tensor);
     CHECK(t && t->dtype == WEFT_DTYPE_BF16);
     const uint64_t at = t->offset;

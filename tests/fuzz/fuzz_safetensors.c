@@ -28,10 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         float *buf = malloc((size_t)t->numel * sizeof(float) + 1);
         if (!buf)
             break;
-        weft_st_read(f, t, buf, WEFT_DTYPE_F32);
+        weft_st_read(f, t, buf, WEFT_DTYPE_F32, NULL);
         if (t->ndim >= 2 && t->shape[1] > 0) {
             struct weft_range r = {t->shape[1] / 2, t->shape[1]};
-            weft_st_read_ranges(f, t, 1, 1, &r, buf, WEFT_DTYPE_BF16);
+            weft_st_read_ranges(f, t, 1, 1, &r, buf, WEFT_DTYPE_BF16, NULL);
         }
         free(buf);
     }

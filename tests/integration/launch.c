@@ -22,8 +22,8 @@ void launch_opts(struct weft_transport_opts *opts)
 {
     struct weft_conf conf;
     weft_conf_defaults(&conf);
-    if (weft_conf_apply_env(&conf, environ) != WEFT_OK) {
-        fprintf(stderr, "launch: bad WEFT_TRANSPORT_* variable: %s\n", weft_log_last_error());
+    if (weft_conf_apply_env(&conf, environ) != WEFT_OK) { /* conf logged which one */
+        fprintf(stderr, "launch: bad WEFT_TRANSPORT_* variable\n");
         exit(1);
     }
     snprintf(tls_buf, sizeof(tls_buf), "%s", conf.transport.tls);
@@ -45,8 +45,9 @@ int launch_start(struct launch *l, int np, launch_child_cb fn, void *arg)
         fprintf(stderr, "launch: %d ranks: at most %d\n", np, LAUNCH_MAX);
         return 1;
     }
-    if (weft_rdv_server_create("127.0.0.1", 0, np, &l->srv) != WEFT_OK) {
-        fprintf(stderr, "launch: rendezvous: %s\n", weft_log_last_error());
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_rdv_server_create("127.0.0.1", 0, np, &l->srv, &err) != WEFT_OK) {
+        fprintf(stderr, "launch: rendezvous: %s\n", weft_error_text(&err));
         return 1;
     }
     char where[64];
@@ -146,10 +147,11 @@ static int rank_main(int rank, int np, const char *where, void *arg)
 {
     const struct rank_args *ra = arg;
     struct weft_transport *tp;
-    weft_status_t st = weft_transport_create(ra->opts, rank, np, where, &tp);
+    struct weft_error err = WEFT_ERROR_INIT;
+    weft_status_t st = weft_transport_create(ra->opts, rank, np, where, &tp, &err);
     if (st != WEFT_OK) {
         fprintf(stderr, "rank %d: transport: %s: %s\n", rank, weft_status_str(st),
-                weft_log_last_error());
+                weft_error_text(&err));
         return 2;
     }
     int rc = ra->fn(tp, ra->arg);

@@ -195,7 +195,7 @@ static int run_case(struct weft_comm *comm, enum op op, enum weft_dtype dt, size
     }
     bufs_free(&B);
     if (st != WEFT_OK) {
-        fprintf(stderr, "%s: %s (%s)\n", what, weft_status_str(st), weft_log_last_error());
+        fprintf(stderr, "%s: %s\n", what, weft_status_str(st)); /* the transport logged why */
         return 1;
     }
     return bad;

@@ -109,7 +109,7 @@ static int freeze_child(int rank, int np, const char *where, void *arg)
     if (victim)
         weft_log_set_sink(victim_sink, NULL);
     struct weft_transport *tp;
-    CHECK_OK(weft_transport_create(&a->opts, rank, np, where, &tp));
+    CHECK_OK(weft_transport_create(&a->opts, rank, np, where, &tp, TERR));
     struct weft_comm *world = weft_transport_world(tp);
     struct revoker rv = {.tp = tp, .fd = a->cmd[rank][0]};
     pthread_t th;

@@ -332,11 +332,13 @@ static void pair_misuse(struct weft_link_host *h, struct weft_link *l)
 {
     test_quiet(); /* the refusals are logged as errors: expected here */
     char b = 0;
-    CHECK_FAILS(weft_link_send(l, T_DATA, &b, WEFT_LINK_MSG_MAX + 1), WEFT_ERR_RANGE, "at most");
-    CHECK_FAILS(weft_link_send(l, T_DATA, NULL, 1), WEFT_ERR_INVALID, "no data");
+    CHECK_FAILS_LOGGED(weft_link_send(l, T_DATA, &b, WEFT_LINK_MSG_MAX + 1), WEFT_ERR_RANGE,
+                       "at most");
+    CHECK_FAILS_LOGGED(weft_link_send(l, T_DATA, NULL, 1), WEFT_ERR_INVALID, "no data");
     struct weft_link *x;
-    CHECK_FAILS(weft_link_connect(h, NULL, 0, NULL, NULL, NULL, &x), WEFT_ERR_INVALID, "address");
-    CHECK_FAILS(weft_link_host_set_timeout(h, 5), WEFT_ERR_INVALID, "timeout");
+    CHECK_FAILS_LOGGED(weft_link_connect(h, NULL, 0, NULL, NULL, NULL, &x), WEFT_ERR_INVALID,
+                       "address");
+    CHECK_FAILS_LOGGED(weft_link_host_set_timeout(h, 5), WEFT_ERR_INVALID, "timeout");
     weft_log_set_sink(NULL, NULL);
 }
 

@@ -21,11 +21,11 @@ static inline float *golden_loop16(struct weft_flux *m, const char *golden_rel,
     struct weft_sched_config sc;
     weft_sched_config_flux_default(&sc);
     static struct weft_schedule sched;
-    CHECK_OK(weft_sched_plan(&sc, 4, 256, &sched));
+    CHECK_OK(weft_sched_plan(&sc, 4, 256, &sched, TERR));
     struct weft_denoise_params p = {.grid_h = 16, .grid_w = 16, .prompt_embeds = pe,
                                     .s_txt = npe / 32, .pooled = pooled, .guidance = 3.5f,
                                     .schedule = &sched};
-    CHECK_OK(weft_denoise(m, &p, lat));
+    CHECK_OK(weft_denoise(m, &p, lat, TERR));
     *vs_diffusers = rel_l2(lat, want, n);
     free(pe), free(pooled), free(want);
     golden_close(&g);

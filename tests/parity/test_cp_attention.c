@@ -27,7 +27,7 @@ static int run_case(struct weft_transport *tp, const int64_t *rows, const char *
     struct weft_mesh_coord me;
     weft_mesh_coord(&mesh, rank, &me);
     struct weft_par_transport *pt;
-    CHECK_OK(weft_par_transport_create(tp, &mesh, 0, &pt));
+    CHECK_OK(weft_par_transport_create(tp, &mesh, 0, &pt, TERR));
     const struct weft_kernels *K;
     struct weft_kctx *kc;
     CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));

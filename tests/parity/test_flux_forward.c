@@ -21,7 +21,7 @@ static double run_case_in(const char *model_dir, const char *golden_rel, const c
 {
     struct weft_flux_opts opts = {K, kc, dtype};
     struct weft_flux *m;
-    CHECK_OK(weft_flux_load(model_dir, &opts, &m));
+    CHECK_OK(weft_flux_load(model_dir, &opts, &m, TERR));
     const struct weft_flux_config *c = weft_flux_get_config(m);
     struct golden g;
     golden_open(&g, golden_rel);
@@ -77,7 +77,7 @@ static void corrupt_copy(const char *src, char *dst_dir, const char *tensor)
     char file[2048];
     snprintf(file, sizeof(file), "%s/diffusion_pytorch_model.safetensors", dst_dir);
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(file, &f));
+    CHECK_OK(weft_st_open(file, &f, TERR));
     const struct weft_st_tensor *t = weft_st_find(f, tensor);
     CHECK(t && t->dtype == WEFT_DTYPE_F32);
     uint64_t off = t->offset + 4 * 5; /* element 5 */

@@ -37,7 +37,7 @@ static void run_loop(const struct weft_kernels *K, struct weft_kctx *kc, const c
     snprintf(dir, sizeof(dir), "%s/tests/data/flux1/%s", getenv("WEFT_SOURCE_ROOT"), model);
     struct weft_flux_opts opts = {K, kc};
     struct weft_flux *m;
-    CHECK_OK(weft_flux_load(dir, &opts, &m));
+    CHECK_OK(weft_flux_load(dir, &opts, &m, TERR));
     const struct weft_flux_config *c = weft_flux_get_config(m);
     struct golden g;
     golden_open(&g, golden_rel);
@@ -55,7 +55,7 @@ static void run_loop(const struct weft_kernels *K, struct weft_kctx *kc, const c
     weft_sched_config_flux_default(&sc);
     int64_t gh = (int64_t)*height / 16, gw = (int64_t)*width / 16;
     static struct weft_schedule sched;
-    CHECK_OK(weft_sched_plan(&sc, (int)*steps, gh * gw, &sched));
+    CHECK_OK(weft_sched_plan(&sc, (int)*steps, gh * gw, &sched, TERR));
     CHECK(fabs(sched.mu - (double)*mu) <= 1e-7);
     for (int i = 0; i <= sched.steps; i++)
         if (sched.sigmas[i] != sigmas[i]) {
@@ -77,7 +77,7 @@ static void run_loop(const struct weft_kernels *K, struct weft_kctx *kc, const c
         .on_step = on_step,
         .cb_arg = &chk,
     };
-    CHECK_OK(weft_denoise(m, &p, latents));
+    CHECK_OK(weft_denoise(m, &p, latents, TERR));
     CHECK(chk.worst <= 1e-4);
     free(height), free(width), free(steps), free(gs), free(mu), free(sigmas), free(timesteps);
     free(latents), free(pe), free(pooled);

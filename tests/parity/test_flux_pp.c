@@ -49,7 +49,7 @@ static struct weft_flux *load(const struct weft_flux_stage *stage, const struct 
     if (stage)
         o.stage = *stage;
     struct weft_flux *m = NULL;
-    *st = weft_flux_load(model_dir, &o, &m);
+    *st = weft_flux_load(model_dir, &o, &m, TERR);
     return m;
 }
 
@@ -83,7 +83,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     const int rank = weft_comm_rank(comm);
     struct weft_mesh mesh = {1, 1, 1, 1, n_ranks};
     struct weft_par_transport *pt;
-    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt));
+    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt, TERR));
     comm_ops = weft_par_transport_comm(pt);
     const struct weft_kernels *K;
     struct weft_kctx *kc;
@@ -110,7 +110,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_devmap_unit *units;
     struct weft_devmap_component comps[2];
     int n_comps;
-    CHECK_OK(weft_devmap_flux_pipeline(&cfg, NULL, NULL, NULL, &units, comps, &n_comps));
+    CHECK_OK(weft_devmap_flux_pipeline(&cfg, NULL, NULL, NULL, &units, comps, &n_comps, TERR));
     uint64_t mine = 0, all = 0;
     for (int u = 0; u < comps[0].n_units; u++) {
         all += units[u].bytes;
@@ -140,9 +140,9 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_flux_stage bad = {.on = true, .unit_first = 0,
                                   .unit_last = weft_flux_unit_count(&cfg), .prev = -1, .next = 0,
                                   .root = 0};
-    weft_log_clear_last_error();
-    CHECK(load(&bad, K, kc, &st) == NULL && st == WEFT_ERR_INVALID);
-    CHECK(strstr(weft_log_last_error(), "do not chain"));
+    weft_error_clear(TERR);
+    CHECK(load(&bad, K, kc, &st) == NULL && st == WEFT_ERR_INVALID && test_err.status == st);
+    CHECK_TEXT_HAS("a stage that does not chain", weft_error_text(TERR), "do not chain");
 
     free(want), free(got), free(loop_one), free(loop_pp);
     golden_close(&g);

@@ -72,17 +72,17 @@ static weft_status_t load(struct weft_comm *comm, const struct weft_tp_plan *pla
     struct weft_flux_opts o = {.kernels = l->K, .kctx = l->kc};
     if (plan) {
         struct weft_model_info info;
-        CHECK_OK(weft_ckpt_open(model_dir, &l->ck));
-        CHECK_OK(weft_model_info_get(l->ck, &info));
+        CHECK_OK(weft_ckpt_open(model_dir, &l->ck, TERR));
+        CHECK_OK(weft_model_info_get(l->ck, &info, TERR));
         int T = weft_comm_size(comm);
-        CHECK_OK(weft_tp_resolve(plan, l->ck, &info, T, T, &l->lay));
+        CHECK_OK(weft_tp_resolve(plan, l->ck, &info, T, T, &l->lay, TERR));
         o.tp_rank = weft_comm_rank(comm);
         o.tp_size = T;
         o.tp_layout = l->lay;
         o.tp_full_then_shard = full_first;
         o.comm = comm_ops;
     }
-    return weft_flux_load(model_dir, &o, &l->m);
+    return weft_flux_load(model_dir, &o, &l->m, TERR);
 }
 
 static void unload(struct loaded *l)
@@ -125,7 +125,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_comm *comm = weft_transport_world(transport);
     struct weft_mesh mesh = {1, 1, 1, weft_comm_size(comm)};
     struct weft_par_transport *pt;
-    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt));
+    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt, TERR));
     comm_ops = weft_par_transport_comm(pt);
     int rank = weft_comm_rank(comm), T = weft_comm_size(comm);
     struct inputs x;
@@ -163,11 +163,11 @@ static int rank_main(struct weft_transport *transport, void *arg)
     for (int i = 0; i < swapped.n; i++)
         if (strcmp(swapped.rules[i].key, "transformer_blocks.*.attn.to_q") == 0)
             swapped.rules[i].style = WEFT_TP_ROWWISE;
-    weft_log_clear_last_error();
+    weft_error_clear(TERR);
     float *none = forward(comm, &swapped, 0, &x, &st);
-    CHECK(st == WEFT_ERR_CONFIG && none == NULL);
-    CHECK(strstr(weft_log_last_error(), "transformer_blocks.0.attn.to_q") &&
-          strstr(weft_log_last_error(), "colwise"));
+    CHECK(st == WEFT_ERR_CONFIG && none == NULL && test_err.status == st);
+    CHECK_TEXT_HAS("the swapped plan", weft_error_text(TERR), "transformer_blocks.0.attn.to_q",
+                   "colwise");
 
     float *l_single, *l_tp;
     double el_single = loop(comm, NULL, &l_single);

@@ -90,7 +90,7 @@ int main(void)
     n_px = u8t->numel;
     uint8_t *want_u8 = malloc((size_t)n_px);
     CHECK(want_u8);
-    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8));
+    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8, TERR));
     CHECK_EQ(n, staged.tokens * staged.channels);
     CHECK_EQ(n_px, 256 * 256 * 3);
     double err = rel_l2(staged.latents, want, n);

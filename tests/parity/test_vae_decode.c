@@ -33,7 +33,7 @@ static struct weft_vae *load_vae(void)
     snprintf(dir, sizeof(dir), "%s/models/flux-tiny/vae", getenv("WEFT_SOURCE_ROOT"));
     struct weft_vae_opts opts = {K, kc};
     struct weft_vae *v;
-    CHECK_OK(weft_vae_load(dir, &opts, &v));
+    CHECK_OK(weft_vae_load(dir, &opts, &v, TERR));
     return v;
 }
 
@@ -62,7 +62,7 @@ static void decode_case(struct weft_vae *v, const char *rel, int64_t lh, int64_t
     float *img = malloc((size_t)n_img * sizeof(float));
     uint8_t *u8 = malloc((size_t)n_img);
     CHECK(img && u8);
-    CHECK_OK(weft_vae_decode(v, lat, lh, lw, NULL, img));
+    CHECK_OK(weft_vae_decode(v, lat, lh, lw, NULL, img, TERR));
     float *want = to_nhwc(want_nchw, 3, H, W);
     double err = rel_l2(img, want, n_img);
     weft_vae_to_rgb8(img, n_img, u8);
@@ -104,9 +104,9 @@ static void tiled_case(struct weft_vae *v)
     size_t tiled_bytes = weft_vae_activation_bytes(v, lh, lw, &t, &host_bytes);
     size_t plain_bytes = weft_vae_activation_bytes(v, lh, lw, NULL, NULL);
     CHECK(tiled_bytes > 0 && tiled_bytes < plain_bytes);
-    CHECK_OK(weft_vae_decode(v, lat, lh, lw, &t, img));
+    CHECK_OK(weft_vae_decode(v, lat, lh, lw, &t, img, TERR));
     double err = rel_l2(img, want, n_img);
-    CHECK_OK(weft_vae_decode(v, lat, lh, lw, NULL, plain));
+    CHECK_OK(weft_vae_decode(v, lat, lh, lw, NULL, plain, TERR));
     double seam = rel_l2(plain, want, n_img);
     printf("decode_tiled_16x16: rel L2 %.3g (untiled vs tiled golden: %.3g); device bytes "
            "%zu tiled vs %zu untiled, host %zu\n", err, seam, tiled_bytes, plain_bytes,
@@ -118,7 +118,7 @@ static void tiled_case(struct weft_vae *v)
     struct weft_vae_tiling bad = t;
     bad.overlap = 0.3;
     test_quiet();
-    CHECK_FAILS(weft_vae_decode(v, lat, lh, lw, &bad, img), WEFT_ERR_INVALID, "tiling");
+    CHECK_FAILS(weft_vae_decode(v, lat, lh, lw, &bad, img, TERR), WEFT_ERR_INVALID, "tiling");
     weft_log_set_sink(NULL, NULL);
     free(lat_nchw), free(want_nchw), free(lat), free(want), free(img), free(plain);
     golden_close(&g);
@@ -139,13 +139,14 @@ static void refusals(void)
     struct weft_vae_opts opts = {K, kc};
     struct weft_vae *v = NULL;
     test_quiet();
-    CHECK_FAILS(weft_vae_load(dir, &opts, &v), WEFT_ERR_FORMAT, "has shape", "config implies");
+    CHECK_FAILS(weft_vae_load(dir, &opts, &v, TERR), WEFT_ERR_FORMAT, "has shape",
+                "config implies");
     snprintf(cmd, sizeof(cmd),
              "sed 's/UpDecoderBlock2D/AttnUpDecoderBlock2D/' "
              "'%s/models/flux-tiny/vae/config.json' > '%s/config.json'",
              getenv("WEFT_SOURCE_ROOT"), dir);
     CHECK(system(cmd) == 0);
-    CHECK_FAILS(weft_vae_load(dir, &opts, &v), WEFT_ERR_UNSUPPORTED, "up_block_types",
+    CHECK_FAILS(weft_vae_load(dir, &opts, &v, TERR), WEFT_ERR_UNSUPPORTED, "up_block_types",
                 "AttnUpDecoderBlock2D");
     weft_log_set_sink(NULL, NULL);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -166,7 +167,7 @@ int main(void)
     snprintf(path, sizeof(path), "%s/models/flux-tiny/vae/diffusion_pytorch_model.safetensors",
              getenv("WEFT_SOURCE_ROOT"));
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(path, &f));
+    CHECK_OK(weft_st_open(path, &f, TERR));
     CHECK_EQ(weft_st_count(f), weft_vae_params(c, NULL));
     int64_t file_numel = 0;
     for (size_t i = 0; i < weft_st_count(f); i++)

@@ -64,7 +64,7 @@ static void test_sharded(void)
     make_shards("good");
     write_index("good", GOOD_MAP);
     struct weft_ckpt *ck;
-    CHECK_OK(weft_ckpt_open(p("good"), &ck));
+    CHECK_OK(weft_ckpt_open(p("good"), &ck, TERR));
     CHECK(weft_ckpt_sharded(ck));
     CHECK_EQ(weft_ckpt_file_count(ck), 2);
     CHECK_EQ(weft_ckpt_count(ck), 3);
@@ -73,14 +73,14 @@ static void test_sharded(void)
     const struct weft_ckpt_tensor *b = weft_ckpt_find(ck, "b.weight");
     CHECK(b && b->info->numel == 4);
     float got[4];
-    CHECK_OK(weft_st_read(b->file, b->info, got, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read(b->file, b->info, got, WEFT_DTYPE_F32, TERR));
     CHECK(memcmp(got, data, 16) == 0);
     CHECK(!weft_ckpt_find(ck, "c"));
     weft_ckpt_close(ck);
 
     make_shards("escape");
     write_index("escape", "{\"a.weight\": \"../good/m-00001-of-00002.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("escape"), &ck), WEFT_ERR_FORMAT, "a.weight",
+    CHECK_FAILS(weft_ckpt_open(p("escape"), &ck, TERR), WEFT_ERR_FORMAT, "a.weight",
                 "not a plain file name");
 
     make_shards("missing");
@@ -88,26 +88,26 @@ static void test_sharded(void)
                            "\"m-00001-of-00002.safetensors\", \"b.weight\": "
                            "\"m-00002-of-00002.safetensors\", \"c\": "
                            "\"m-00002-of-00002.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("missing"), &ck), WEFT_ERR_FORMAT, "'c'",
+    CHECK_FAILS(weft_ckpt_open(p("missing"), &ck, TERR), WEFT_ERR_FORMAT, "'c'",
                 "does not contain it");
 
     make_shards("unlisted");
     write_index("unlisted", "{\"a.weight\": \"m-00001-of-00002.safetensors\", \"b.weight\": "
                             "\"m-00002-of-00002.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("unlisted"), &ck), WEFT_ERR_FORMAT, "'a.bias'",
+    CHECK_FAILS(weft_ckpt_open(p("unlisted"), &ck, TERR), WEFT_ERR_FORMAT, "'a.bias'",
                 "does not list");
 
     make_shards("noshard");
     write_index("noshard", "{\"a.weight\": \"m-00009-of-00009.safetensors\"}");
-    CHECK_FAILS(weft_ckpt_open(p("noshard"), &ck), WEFT_ERR_NOT_FOUND,
+    CHECK_FAILS(weft_ckpt_open(p("noshard"), &ck, TERR), WEFT_ERR_NOT_FOUND,
                 "m-00009-of-00009.safetensors", "cannot open");
 
     make_shards("badjson");
     write_text(p("badjson/diffusion_pytorch_model.safetensors.index.json"), "{\"weight_map\": ");
-    CHECK_FAILS(weft_ckpt_open(p("badjson"), &ck), WEFT_ERR_FORMAT, "index.json",
+    CHECK_FAILS(weft_ckpt_open(p("badjson"), &ck, TERR), WEFT_ERR_FORMAT, "index.json",
                 "not valid JSON");
     write_text(p("badjson/diffusion_pytorch_model.safetensors.index.json"), "{\"x\": {}}");
-    CHECK_FAILS(weft_ckpt_open(p("badjson"), &ck), WEFT_ERR_FORMAT, "no \"weight_map\"");
+    CHECK_FAILS(weft_ckpt_open(p("badjson"), &ck, TERR), WEFT_ERR_FORMAT, "no \"weight_map\"");
 }
 
 static void test_folders(void)
@@ -116,16 +116,16 @@ static void test_folders(void)
     mkdir(p("bin"), 0755);
     write_text(p("bin/config.json"), "{}");
     write_text(p("bin/diffusion_pytorch_model.bin"), "x");
-    CHECK_FAILS(weft_ckpt_open(p("bin"), &ck), WEFT_ERR_UNSUPPORTED, "non-safetensors");
+    CHECK_FAILS(weft_ckpt_open(p("bin"), &ck, TERR), WEFT_ERR_UNSUPPORTED, "non-safetensors");
     mkdir(p("empty"), 0755);
     write_text(p("empty/config.json"), "{}");
-    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_NOT_FOUND, "no weights");
+    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck, TERR), WEFT_ERR_NOT_FOUND, "no weights");
     mkdir(p("noconfig"), 0755);
-    CHECK_FAILS(weft_ckpt_open(p("noconfig"), &ck), WEFT_ERR_NOT_FOUND, "config.json");
+    CHECK_FAILS(weft_ckpt_open(p("noconfig"), &ck, TERR), WEFT_ERR_NOT_FOUND, "config.json");
     write_text(p("empty/config.json"), "[1]");
-    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_FORMAT, "not a JSON object");
+    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck, TERR), WEFT_ERR_FORMAT, "not a JSON object");
     write_text(p("empty/config.json"), "{\"a\": \"\xff\"}");
-    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck), WEFT_ERR_FORMAT, "UTF-8");
+    CHECK_FAILS(weft_ckpt_open(p("empty"), &ck, TERR), WEFT_ERR_FORMAT, "UTF-8");
     CHECK_EQ(weft_path_kind(p("good")), WEFT_PATH_MODEL);
     CHECK_EQ(weft_path_kind(p("good/m-00002-of-00002.safetensors")), WEFT_PATH_SAFETENSORS);
     CHECK_EQ(weft_path_kind(p("noconfig")), WEFT_PATH_NONE);
@@ -138,23 +138,24 @@ static void test_folders(void)
                "\"FluxTransformer2DModel\"]}");
     CHECK_EQ(weft_path_kind(p("pipe")), WEFT_PATH_PIPELINE);
     struct weft_pipe *pipe;
-    CHECK_OK(weft_pipe_open(p("pipe"), &pipe));
+    CHECK_OK(weft_pipe_open(p("pipe"), &pipe, TERR));
     CHECK_EQ(weft_pipe_count(pipe), 3);
     CHECK(strcmp(weft_pipe_class(pipe), "FluxPipeline") == 0);
     CHECK(weft_pipe_find(pipe, "text_encoder")->class_name == NULL);
     CHECK(strcmp(weft_pipe_find(pipe, "transformer")->class_name, "FluxTransformer2DModel") == 0);
     weft_pipe_close(pipe);
     write_text(p("pipe/model_index.json"), "{\"../x\": [\"diffusers\", \"X\"]}");
-    CHECK_FAILS(weft_pipe_open(p("pipe"), &pipe), WEFT_ERR_FORMAT, "not a plain folder name");
+    CHECK_FAILS(weft_pipe_open(p("pipe"), &pipe, TERR), WEFT_ERR_FORMAT, "not a plain folder name");
     write_text(p("pipe/model_index.json"), "{\"vae\": [\"diffusers\"]}");
-    CHECK_FAILS(weft_pipe_open(p("pipe"), &pipe), WEFT_ERR_FORMAT, "'vae'", "[library, class]");
+    CHECK_FAILS(weft_pipe_open(p("pipe"), &pipe, TERR), WEFT_ERR_FORMAT, "'vae'",
+                "[library, class]");
 }
 
 static void test_flux_config(void)
 {
     struct weft_flux_config c;
     cJSON *j = cJSON_Parse("{\"_class_name\": \"FluxTransformer2DModel\"}");
-    CHECK_OK(weft_flux_config_parse(j, "cfg", &c));
+    CHECK_OK(weft_flux_config_parse(j, "cfg", &c, TERR));
     CHECK_EQ(c.num_layers, 19); /* Diffusers' class defaults */
     CHECK_EQ(c.num_single_layers, 38);
     CHECK_EQ(c.inner_dim, 3072);
@@ -179,7 +180,7 @@ static void test_flux_config(void)
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         j = cJSON_Parse(bad[k].json);
         CHECK(j);
-        CHECK_FAILS(weft_flux_config_parse(j, "cfg.json", &c), WEFT_ERR_FORMAT, "cfg.json",
+        CHECK_FAILS(weft_flux_config_parse(j, "cfg.json", &c, TERR), WEFT_ERR_FORMAT, "cfg.json",
                     bad[k].reason);
         cJSON_Delete(j);
     }
@@ -191,12 +192,12 @@ static void test_real_sharded(void)
     char path[1024];
     snprintf(path, sizeof(path), "%s/tests/data/flux1/tiny-nog", getenv("WEFT_SOURCE_ROOT"));
     struct weft_ckpt *ck;
-    CHECK_OK(weft_ckpt_open(path, &ck));
+    CHECK_OK(weft_ckpt_open(path, &ck, TERR));
     CHECK(weft_ckpt_sharded(ck));
     CHECK(weft_ckpt_file_count(ck) >= 3);
     CHECK(strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) == 0);
     struct weft_flux_config c;
-    CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), path, &c));
+    CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), path, &c, TERR));
     CHECK(!c.guidance_embeds);
     CHECK(weft_ckpt_find(ck, "transformer_blocks.0.attn.to_q.weight"));
     CHECK(weft_ckpt_find(ck, "single_transformer_blocks.0.proj_out.weight"));

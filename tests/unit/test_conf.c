@@ -36,32 +36,32 @@ static void test_values(void)
 
 static void test_errors(void)
 {
-    CHECK_FAILS(apply("[log]\nlevel = info\n[nosuch]\nx = 1\n"), WEFT_ERR_CONFIG, "t.ini:3",
-                "unknown section [nosuch]");
-    CHECK_FAILS(apply("[log]\n\nlevle = info\n"), WEFT_ERR_CONFIG, "t.ini:3",
-                "unknown key 'levle'", "[log]");
-    CHECK_FAILS(apply("[parallel]\ntp_degree = four\n"), WEFT_ERR_CONFIG, "t.ini:2",
-                "'four'", "not an integer");
-    CHECK_FAILS(apply("[parallel]\ntp_degree = 12x\n"), WEFT_ERR_CONFIG, "t.ini:2", "'12x'");
-    CHECK_FAILS(apply("[parallel]\ntp_degree = 0\n"), WEFT_ERR_CONFIG, "t.ini:2",
-                "out of range [1, 1024]");
-    CHECK_FAILS(apply("[parallel]\ntp_degree = 99999999999999999999\n"), WEFT_ERR_CONFIG,
-                "t.ini:2", "not an integer");
-    CHECK_FAILS(apply("[parallel]\ntp_degree = 2\n\ntp_degree = 3\n"), WEFT_ERR_CONFIG,
-                "t.ini:4", "duplicate key 'tp_degree'", "line 2");
-    CHECK_FAILS(apply("[parallel]\nring_anything = maybe\n"), WEFT_ERR_CONFIG, "t.ini:2",
-                "'maybe'", "true or false");
-    CHECK_FAILS(apply("[log]\nlevel = loud\n"), WEFT_ERR_CONFIG, "t.ini:2", "'loud'",
-                "error, warn, info, debug");
-    CHECK_FAILS(apply("[log]\nlevel info\n"), WEFT_ERR_CONFIG, "t.ini:2", "syntax error",
-                "key = value");
-    CHECK_FAILS(apply("[log\nlevel = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "syntax error");
-    CHECK_FAILS(apply("level = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "outside any section");
+    CHECK_FAILS_LOGGED(apply("[log]\nlevel = info\n[nosuch]\nx = 1\n"), WEFT_ERR_CONFIG, "t.ini:3",
+                       "unknown section [nosuch]");
+    CHECK_FAILS_LOGGED(apply("[log]\n\nlevle = info\n"), WEFT_ERR_CONFIG, "t.ini:3",
+                       "unknown key 'levle'", "[log]");
+    CHECK_FAILS_LOGGED(apply("[parallel]\ntp_degree = four\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                       "'four'", "not an integer");
+    CHECK_FAILS_LOGGED(apply("[parallel]\ntp_degree = 12x\n"), WEFT_ERR_CONFIG, "t.ini:2", "'12x'");
+    CHECK_FAILS_LOGGED(apply("[parallel]\ntp_degree = 0\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                       "out of range [1, 1024]");
+    CHECK_FAILS_LOGGED(apply("[parallel]\ntp_degree = 99999999999999999999\n"), WEFT_ERR_CONFIG,
+                       "t.ini:2", "not an integer");
+    CHECK_FAILS_LOGGED(apply("[parallel]\ntp_degree = 2\n\ntp_degree = 3\n"), WEFT_ERR_CONFIG,
+                       "t.ini:4", "duplicate key 'tp_degree'", "line 2");
+    CHECK_FAILS_LOGGED(apply("[parallel]\nring_anything = maybe\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                       "'maybe'", "true or false");
+    CHECK_FAILS_LOGGED(apply("[log]\nlevel = loud\n"), WEFT_ERR_CONFIG, "t.ini:2", "'loud'",
+                       "error, warn, info, debug");
+    CHECK_FAILS_LOGGED(apply("[log]\nlevel info\n"), WEFT_ERR_CONFIG, "t.ini:2", "syntax error",
+                       "key = value");
+    CHECK_FAILS_LOGGED(apply("[log\nlevel = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "syntax error");
+    CHECK_FAILS_LOGGED(apply("level = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "outside any section");
     char longline[6000];
     memset(longline, 'x', sizeof(longline));
     memcpy(longline, "[model]\npath = ", 15);
     strcpy(longline + 5990, "\n");
-    CHECK_FAILS(apply(longline), WEFT_ERR_CONFIG, "t.ini:2", "longer than 4096");
+    CHECK_FAILS_LOGGED(apply(longline), WEFT_ERR_CONFIG, "t.ini:2", "longer than 4096");
     /* a long value inih alone could not hold (its line limit is 199 bytes) still works */
     char path_line[700];
     memset(path_line, 'q', sizeof(path_line));
@@ -75,7 +75,7 @@ static void test_errors(void)
     strcpy(big, "[model]\npath = ");
     memset(big + 15, 'p', 1100);
     strcpy(big + 1115, "\n");
-    CHECK_FAILS(apply(big), WEFT_ERR_CONFIG, "t.ini:2", "longer than the limit 1023");
+    CHECK_FAILS_LOGGED(apply(big), WEFT_ERR_CONFIG, "t.ini:2", "longer than the limit 1023");
     free(big);
     /* conf is not modified by a failed load */
     weft_conf_defaults(&conf);
@@ -95,10 +95,11 @@ static void test_file_errors(void)
     weft_conf_defaults(&conf);
     char want[64];
     snprintf(want, sizeof(want), "%s:4", path);
-    CHECK_FAILS(weft_conf_apply_file(&conf, path), WEFT_ERR_CONFIG, want, "unknown key 'bogus'");
+    CHECK_FAILS_LOGGED(weft_conf_apply_file(&conf, path), WEFT_ERR_CONFIG, want,
+                       "unknown key 'bogus'");
     unlink(path);
-    CHECK_FAILS(weft_conf_apply_file(&conf, "/nonexistent/weft.ini"), WEFT_ERR_IO,
-                "/nonexistent/weft.ini", "cannot open");
+    CHECK_FAILS_LOGGED(weft_conf_apply_file(&conf, "/nonexistent/weft.ini"), WEFT_ERR_IO,
+                       "/nonexistent/weft.ini", "cannot open");
 }
 
 static void test_precedence(void)
@@ -121,17 +122,17 @@ static void test_precedence(void)
     CHECK_EQ(conf.parallel.dp_degree, 1);      /* default */
 
     char *bad_env[] = {"WEFT_PARALLEL_TP_DEGREEE=3", NULL};
-    CHECK_FAILS(weft_conf_load(&conf, NULL, bad_env, 0, NULL), WEFT_ERR_CONFIG,
-                "WEFT_PARALLEL_TP_DEGREEE", "no key");
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, NULL, bad_env, 0, NULL), WEFT_ERR_CONFIG,
+                       "WEFT_PARALLEL_TP_DEGREEE", "no key");
     char *bad_val[] = {"WEFT_PARALLEL_TP_DEGREE=abc", NULL};
-    CHECK_FAILS(weft_conf_load(&conf, NULL, bad_val, 0, NULL), WEFT_ERR_CONFIG,
-                "environment WEFT_PARALLEL_TP_DEGREE", "'abc'");
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, NULL, bad_val, 0, NULL), WEFT_ERR_CONFIG,
+                       "environment WEFT_PARALLEL_TP_DEGREE", "'abc'");
     const char *bad_over[] = {"parallel.tp=2"};
-    CHECK_FAILS(weft_conf_load(&conf, NULL, NULL, 1, bad_over), WEFT_ERR_CONFIG,
-                "--parallel.tp=2", "unknown key 'tp'");
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, NULL, NULL, 1, bad_over), WEFT_ERR_CONFIG,
+                       "--parallel.tp=2", "unknown key 'tp'");
     const char *bad_sec[] = {"paralel.tp_degree=2"};
-    CHECK_FAILS(weft_conf_load(&conf, NULL, NULL, 1, bad_sec), WEFT_ERR_CONFIG,
-                "unknown section [paralel]");
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, NULL, NULL, 1, bad_sec), WEFT_ERR_CONFIG,
+                       "unknown section [paralel]");
     unlink(path);
 }
 

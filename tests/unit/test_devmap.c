@@ -43,7 +43,7 @@ static void expect(enum weft_devmap_strategy s, int n, const char *max_memory, c
 {
     struct weft_max_memory m = mm(max_memory);
     struct weft_devmap map;
-    CHECK_OK(weft_devmap_plan(s, comps, 2, n, NULL, &m, &map));
+    CHECK_OK(weft_devmap_plan(s, comps, 2, n, NULL, &m, &map, TERR));
     printf("%-8s %d devices, max_memory '%s':", s == WEFT_DEVMAP_AUTO ? "auto" : "balanced", n,
            max_memory);
     for (int u = 0; u < 6; u++)
@@ -67,10 +67,8 @@ static void expect_error(enum weft_devmap_strategy s, int n, const char *max_mem
 {
     struct weft_max_memory m = mm(max_memory);
     struct weft_devmap map;
-    weft_log_clear_last_error();
-    CHECK(weft_devmap_plan(s, comps, 2, n, NULL, &m, &map) == WEFT_ERR_INVALID);
-    printf("refused: %s\n", weft_log_last_error());
-    CHECK(strstr(weft_log_last_error(), names));
+    CHECK_FAILS(weft_devmap_plan(s, comps, 2, n, NULL, &m, &map, TERR), WEFT_ERR_INVALID, names);
+    printf("refused: %s\n", weft_error_text(TERR));
 }
 
 static void test_plans(void)
@@ -101,12 +99,12 @@ static void test_plans(void)
     /* max_memory naming a device that is not there */
     struct weft_max_memory m = mm("0:1GB, 2:1GB");
     struct weft_devmap map;
-    CHECK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map) == WEFT_ERR_INVALID);
-    CHECK(strstr(weft_log_last_error(), "names device 2 but there are 2"));
+    CHECK_FAILS(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map, TERR),
+                WEFT_ERR_INVALID, "names device 2 but there are 2");
     /* reported memory bounds a device without a max_memory entry */
     const uint64_t room[2] = {10 * MB, 0};
     m = mm("");
-    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, room, &m, &map));
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, room, &m, &map, TERR));
     CHECK_EQ(map.device[0][3], 1);
     weft_devmap_cleanup(&map);
 }
@@ -115,7 +113,7 @@ static void test_ranges(void)
 {
     struct weft_max_memory m = mm("0:10MB, 1:10MB, cpu:100MB");
     struct weft_devmap map;
-    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map));
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map, TERR));
     int f, l;
     CHECK(weft_devmap_range(&map, 0, 0, &f, &l) && f == 0 && l == 3);
     CHECK(weft_devmap_range(&map, 0, 1, &f, &l) && f == 3 && l == 6);
@@ -123,7 +121,7 @@ static void test_ranges(void)
     weft_devmap_cleanup(&map);
     /* host-memory blocks run on the device before them */
     m = mm("0:6MB, 1:5MB, cpu:100MB");
-    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map));
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, comps, 2, 2, NULL, &m, &map, TERR));
     CHECK_EQ(map.device[0][3], WEFT_DEVMAP_CPU);
     CHECK(weft_devmap_range(&map, 0, 1, &f, &l) && f == 2 && l == 6);
     CHECK(weft_devmap_range(&map, 0, 0, &f, &l) && f == 0 && l == 2);
@@ -167,11 +165,8 @@ static void test_max_memory(void)
     CHECK_EQ(conf.device_map.strategy, WEFT_DEVMAP_AUTO);
     CHECK_OK(weft_conf_apply_override(&conf, "device_map.max_memory=0:1GiB,cpu:2GiB"));
     CHECK(strcmp(conf.device_map.max_memory, "0:1GiB,cpu:2GiB") == 0);
-    weft_log_clear_last_error();
-    CHECK(weft_conf_apply_override(&conf, "device_map.max_memory=0:1GiB,x:2") ==
-          WEFT_ERR_CONFIG);
-    CHECK(strstr(weft_log_last_error(), "--device_map.max_memory") &&
-          strstr(weft_log_last_error(), "'x'"));
+    CHECK_FAILS_LOGGED(weft_conf_apply_override(&conf, "device_map.max_memory=0:1GiB,x:2"),
+                       WEFT_ERR_CONFIG, "--device_map.max_memory", "'x'");
     CHECK(weft_conf_apply_override(&conf, "device_map.strategy=sideways") == WEFT_ERR_CONFIG);
 }
 

@@ -61,13 +61,13 @@ static void check_model(const char *rel)
     char cfgpath[1100];
     snprintf(cfgpath, sizeof(cfgpath), "%s/config.json", dir);
     cJSON *cfg;
-    CHECK_OK(weft_json_read_file(cfgpath, 1 << 20, &cfg));
+    CHECK_OK(weft_json_read_file(cfgpath, 1 << 20, &cfg, TERR));
     CHECK(cJSON_Compare(cfg, cJSON_GetObjectItem(j, "config"), 1));
     cJSON_Delete(cfg);
 
     /* the table matches the checkpoint, and the totals match the table */
     struct weft_ckpt *ck;
-    CHECK_OK(weft_ckpt_open(dir, &ck));
+    CHECK_OK(weft_ckpt_open(dir, &ck, TERR));
     cJSON *tensors = cJSON_GetObjectItem(j, "tensors");
     CHECK_EQ(cJSON_GetArraySize(tensors), weft_ckpt_count(ck));
     double params = 0, bytes = 0;

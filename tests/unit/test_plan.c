@@ -16,7 +16,7 @@ static struct weft_ckpt *open_ck(const char *rel)
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/%s", getenv("WEFT_SOURCE_ROOT"), rel);
     struct weft_ckpt *ck;
-    CHECK_OK(weft_ckpt_open(dir, &ck));
+    CHECK_OK(weft_ckpt_open(dir, &ck, TERR));
     return ck;
 }
 
@@ -24,8 +24,8 @@ static weft_status_t resolve(struct weft_ckpt *ck, const struct weft_tp_plan *pl
                              int ranks, struct weft_tp_layout **lay)
 {
     struct weft_model_info info;
-    CHECK_OK(weft_model_info_get(ck, &info));
-    return weft_tp_resolve(plan, ck, &info, degree, ranks, lay);
+    CHECK_OK(weft_model_info_get(ck, &info, TERR));
+    return weft_tp_resolve(plan, ck, &info, degree, ranks, lay, TERR);
 }
 
 static void test_flux1(void)
@@ -47,8 +47,8 @@ static void test_flux1(void)
         CHECK(weft_tp_find(lay, "transformer_blocks.1.attn.to_q.bias")->dim == 0);
         CHECK(!weft_tp_find(lay, "norm_out.linear.weight")); /* replicated */
         struct weft_flux_config c;
-        CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), "cfg", &c));
-        CHECK_OK(weft_flux_tp_check(&c, lay));
+        CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), "cfg", &c, TERR));
+        CHECK_OK(weft_flux_tp_check(&c, lay, TERR));
         weft_tp_layout_destroy(lay);
     }
     /* rank 1 of 4 on the packed proj_out: its slice of each block, concatenated */
@@ -79,7 +79,7 @@ static void test_flux1(void)
                                     "packed_colwise(1, 2)\n",
                                     "p.ini"));
     struct weft_tp_plan p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_FAILS(resolve(ck, &p2, 3, 4, &lay), WEFT_ERR_CONFIG,
                 "transformer_blocks.0.attn.to_q.weight", "packed block 0 of size 32",
                 "tp_degree 3");
@@ -87,42 +87,42 @@ static void test_flux1(void)
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nsingle_transformer_blocks.*.proj_out = "
                                            "packed_rowwise(7, 11)\n", "p.ini"));
     p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "p.ini:2",
                 "single_transformer_blocks.0.proj_out.weight", "480", "sum 18");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nblocks.*.attn.to_q = colwise\n", "p.ini"));
     p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "p.ini:2",
                 "'blocks.' does not name a list of numbered blocks");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nnorm_out = colwise\n", "p.ini"));
     p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "norm_out", "not a Linear layer");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\ntransformer_blocks.*.*.to_q = colwise\n",
                                     "p.ini"));
     p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG, "'*' may appear once");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\ntransformer_blocks.0.attn.to_q = rowwise\n",
                                     "p.ini"));
     p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_FAILS(resolve(ck, &p2, 2, 4, &lay), WEFT_ERR_CONFIG,
                 "transformer_blocks.0.attn.to_q.weight", "planned twice");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nx.*.y = sideways\n", "p.ini"));
     p2 = plan;
-    CHECK_FAILS(weft_tp_plan_apply_conf(&p2, &conf.tp_plan), WEFT_ERR_CONFIG, "p.ini:2",
+    CHECK_FAILS(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR), WEFT_ERR_CONFIG, "p.ini:2",
                 "'sideways': unknown style");
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_string(&conf, "[tp_plan]\nx = colwise(1, 2)\n", "p.ini"));
     p2 = plan;
-    CHECK_FAILS(weft_tp_plan_apply_conf(&p2, &conf.tp_plan), WEFT_ERR_CONFIG, "p.ini:2",
+    CHECK_FAILS(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR), WEFT_ERR_CONFIG, "p.ini:2",
                 "only packed styles take (blocks)");
 
     /* "none" removes an entry; the module becomes replicated, which breaks FLUX's dataflow */
@@ -130,13 +130,13 @@ static void test_flux1(void)
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_override(&conf, opt));
     p2 = plan;
-    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&p2, &conf.tp_plan, TERR));
     CHECK_EQ(p2.n, plan.n - 1);
     CHECK_OK(resolve(ck, &p2, 2, 4, &lay));
     struct weft_flux_config c;
-    CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), "cfg", &c));
-    CHECK_FAILS(weft_flux_tp_check(&c, lay), WEFT_ERR_CONFIG, "transformer_blocks.0.attn.to_out.0",
-                "replicate", "rowwise or packed_rowwise");
+    CHECK_OK(weft_flux_config_parse(weft_ckpt_config(ck), "cfg", &c, TERR));
+    CHECK_FAILS(weft_flux_tp_check(&c, lay, TERR), WEFT_ERR_CONFIG,
+                "transformer_blocks.0.attn.to_out.0", "replicate", "rowwise or packed_rowwise");
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
 }
@@ -188,13 +188,13 @@ static void test_refusals(void)
     snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
     CHECK(st_write(path, t, 1, NULL) == 0);
     struct weft_ckpt *ck;
-    CHECK_OK(weft_ckpt_open(dir, &ck));
+    CHECK_OK(weft_ckpt_open(dir, &ck, TERR));
     struct weft_tp_plan plan;
     CHECK(!weft_tp_plan_builtin("MyModel", &plan));
     struct weft_conf conf;
     weft_conf_defaults(&conf);
     CHECK_OK(weft_conf_apply_override(&conf, "tp_plan.layer=colwise"));
-    CHECK_OK(weft_tp_plan_apply_conf(&plan, &conf.tp_plan));
+    CHECK_OK(weft_tp_plan_apply_conf(&plan, &conf.tp_plan, TERR));
     struct weft_tp_layout *lay;
     CHECK_FAILS(resolve(ck, &plan, 2, 2, &lay), WEFT_ERR_UNSUPPORTED, "layer.weight",
                 "F8_E4M3", "quantized");
@@ -203,7 +203,7 @@ static void test_refusals(void)
     f = fopen(path, "w");
     CHECK(f && fputs("{\"_class_name\": \"MyModel\", \"quantization_config\": {}}", f) >= 0 &&
           fclose(f) == 0);
-    CHECK_OK(weft_ckpt_open(dir, &ck));
+    CHECK_OK(weft_ckpt_open(dir, &ck, TERR));
     CHECK_FAILS(resolve(ck, &plan, 2, 2, &lay), WEFT_ERR_UNSUPPORTED, "quantization_config");
     weft_ckpt_close(ck);
     snprintf(path, sizeof(path), "rm -rf '%s'", dir);

@@ -40,7 +40,7 @@ static void roundtrip(int64_t w, int64_t h)
         {"weft.seed", "18446744073709551615"},
         {"weft.model", "/tmp/mod\xc3\xa8les/flux \xe2\x80\x94 tiny"}, /* UTF-8: iTXt */
     };
-    CHECK_OK(weft_png_write(path, rgb, w, h, 4, text));
+    CHECK_OK(weft_png_write(path, rgb, w, h, 4, text, TERR));
     FILE *f = fopen(path, "rb");
     CHECK(f);
     uint8_t sig[8];
@@ -48,7 +48,7 @@ static void roundtrip(int64_t w, int64_t h)
     CHECK(fclose(f) == 0);
     CHECK(memcmp(sig, "\x89PNG\r\n\x1a\n", 8) == 0);
     struct weft_png_image img;
-    CHECK_OK(weft_png_read(path, &img));
+    CHECK_OK(weft_png_read(path, &img, TERR));
     CHECK_EQ(img.width, w);
     CHECK_EQ(img.height, h);
     CHECK(memcmp(img.rgb, rgb, (size_t)(w * h * 3)) == 0);
@@ -71,19 +71,19 @@ static void errors(void)
                                      "k123456789k123456789k123456789", "v"};
     struct weft_png_text bad_key = {" lead", "v"};
     test_quiet();
-    CHECK_FAILS(weft_png_write(path, px, 2, 2, 1, &long_key), WEFT_ERR_INVALID, "text key");
-    CHECK_FAILS(weft_png_write(path, px, 2, 2, 1, &bad_key), WEFT_ERR_INVALID, "text key");
-    CHECK_FAILS(weft_png_write(path, px, 0, 2, 0, NULL), WEFT_ERR_INVALID, "not a PNG size");
-    CHECK_FAILS(weft_png_write(path, px, 70000, 1, 0, NULL), WEFT_ERR_INVALID, "PNG size");
+    CHECK_FAILS(weft_png_write(path, px, 2, 2, 1, &long_key, TERR), WEFT_ERR_INVALID, "text key");
+    CHECK_FAILS(weft_png_write(path, px, 2, 2, 1, &bad_key, TERR), WEFT_ERR_INVALID, "text key");
+    CHECK_FAILS(weft_png_write(path, px, 0, 2, 0, NULL, TERR), WEFT_ERR_INVALID, "not a PNG size");
+    CHECK_FAILS(weft_png_write(path, px, 70000, 1, 0, NULL, TERR), WEFT_ERR_INVALID, "PNG size");
     CHECK(access(path, F_OK) != 0); /* nothing half-written left behind */
     path_in(bad, sizeof(bad), "no/such/dir/x.png");
-    CHECK_FAILS(weft_png_write(bad, px, 2, 2, 0, NULL), WEFT_ERR_IO, "no/such/dir");
+    CHECK_FAILS(weft_png_write(bad, px, 2, 2, 0, NULL, TERR), WEFT_ERR_IO, "no/such/dir");
     struct weft_png_image img;
-    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_IO, "no/such/dir");
+    CHECK_FAILS(weft_png_read(bad, &img, TERR), WEFT_ERR_IO, "no/such/dir");
 
     /* a valid file, then truncated, then with a flipped byte in the image data */
     uint8_t *big = pattern(64, 48);
-    CHECK_OK(weft_png_write(path, big, 64, 48, 0, NULL));
+    CHECK_OK(weft_png_write(path, big, 64, 48, 0, NULL, TERR));
     FILE *f = fopen(path, "rb");
     CHECK(f);
     uint8_t buf[65536];
@@ -92,14 +92,14 @@ static void errors(void)
     path_in(bad, sizeof(bad), "bad.png");
     f = fopen(bad, "wb");
     CHECK(f && fwrite(buf, 1, n / 2, f) == n / 2 && fclose(f) == 0);
-    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_FORMAT, "bad.png");
+    CHECK_FAILS(weft_png_read(bad, &img, TERR), WEFT_ERR_FORMAT, "bad.png");
     buf[n / 2] ^= 0x55; /* inside IDAT: the CRC no longer matches */
     f = fopen(bad, "wb");
     CHECK(f && fwrite(buf, 1, n, f) == n && fclose(f) == 0);
-    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_FORMAT, "bad.png");
+    CHECK_FAILS(weft_png_read(bad, &img, TERR), WEFT_ERR_FORMAT, "bad.png");
     f = fopen(bad, "wb");
     CHECK(f && fwrite("not a png at all", 1, 16, f) == 16 && fclose(f) == 0);
-    CHECK_FAILS(weft_png_read(bad, &img), WEFT_ERR_FORMAT, "bad.png");
+    CHECK_FAILS(weft_png_read(bad, &img, TERR), WEFT_ERR_FORMAT, "bad.png");
     weft_log_set_sink(NULL, NULL);
     free(big);
     CHECK(remove(bad) == 0 && remove(path) == 0);

@@ -63,7 +63,7 @@ static void test_reads(void)
     make_valid(file);
     save_seed("valid", file);
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(file, &f));
+    CHECK_OK(weft_st_open(file, &f, TERR));
     CHECK_EQ(weft_st_count(f), 6);
     CHECK_EQ(weft_st_meta_count(f), 2);
     CHECK(strcmp(weft_st_meta_at(f, 1)->value, "caf\xc3\xa9") == 0);
@@ -77,40 +77,40 @@ static void test_reads(void)
     CHECK_EQ(b->dtype, WEFT_DTYPE_BF16);
 
     float full[64];
-    CHECK_OK(weft_st_read(f, a, full, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read(f, a, full, WEFT_DTYPE_F32, TERR));
     CHECK(memcmp(full, a_data, sizeof(a_data)) == 0);
     float sv;
-    CHECK_OK(weft_st_read(f, s, &sv, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read(f, s, &sv, WEFT_DTYPE_F32, TERR));
     CHECK(sv == 42.5f);
     int64_t iv[3];
-    CHECK_OK(weft_st_read(f, i, iv, WEFT_DTYPE_I64));
+    CHECK_OK(weft_st_read(f, i, iv, WEFT_DTYPE_I64, TERR));
     CHECK(iv[2] == 1ll << 40);
-    CHECK_FAILS(weft_st_read(f, i, full, WEFT_DTYPE_F32), WEFT_ERR_UNSUPPORTED, "'i'", "I64");
+    CHECK_FAILS(weft_st_read(f, i, full, WEFT_DTYPE_F32, TERR), WEFT_ERR_UNSUPPORTED, "'i'", "I64");
 
     /* bf16 -> f32 and f32 -> bf16 (narrowing goes through the staging buffer) */
     float bf[60];
-    CHECK_OK(weft_st_read(f, b, bf, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read(f, b, bf, WEFT_DTYPE_F32, TERR));
     for (int k = 0; k < 60; k++)
         CHECK(bf[k] == weft_bf16_to_f32(b_data[k]));
     uint16_t ab[35];
-    CHECK_OK(weft_st_read(f, a, ab, WEFT_DTYPE_BF16));
+    CHECK_OK(weft_st_read(f, a, ab, WEFT_DTYPE_BF16, TERR));
     for (int k = 0; k < 35; k++)
         CHECK_EQ(ab[k], weft_f32_to_bf16(a_data[k]));
     float cf[24];
-    CHECK_OK(weft_st_read(f, c, cf, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read(f, c, cf, WEFT_DTYPE_F32, TERR));
     for (int k = 0; k < 24; k++)
         CHECK(cf[k] == (float)k - 10.0f);
 
     /* dim 0: rows [1,3) and [4,5) of a */
     struct weft_range rows[] = {{1, 3}, {4, 5}};
     float got[64];
-    CHECK_OK(weft_st_read_ranges(f, a, 0, 2, rows, got, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read_ranges(f, a, 0, 2, rows, got, WEFT_DTYPE_F32, TERR));
     CHECK(memcmp(got, a_data + 7, 14 * 4) == 0);
     CHECK(memcmp(got + 14, a_data + 28, 7 * 4) == 0);
 
     /* dim 1: columns [2,5), [0,1), [6,7) of a, concatenated per row */
     struct weft_range cols[] = {{2, 5}, {0, 1}, {6, 7}};
-    CHECK_OK(weft_st_read_ranges(f, a, 1, 3, cols, got, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read_ranges(f, a, 1, 3, cols, got, WEFT_DTYPE_F32, TERR));
     for (int r = 0; r < 5; r++) {
         int o = 0;
         for (int k = 0; k < 3; k++)
@@ -121,7 +121,7 @@ static void test_reads(void)
     /* packed blocks [4, 6] of b at T=2, both dims, converted to f32 */
     for (int rank = 0; rank < 2; rank++) {
         struct weft_range pk[] = {{rank * 2, rank * 2 + 2}, {4 + rank * 3, 4 + rank * 3 + 3}};
-        CHECK_OK(weft_st_read_ranges(f, b, 1, 2, pk, got, WEFT_DTYPE_F32));
+        CHECK_OK(weft_st_read_ranges(f, b, 1, 2, pk, got, WEFT_DTYPE_F32, TERR));
         for (int r = 0; r < 6; r++) {
             int o = 0;
             for (int k = 0; k < 2; k++)
@@ -129,14 +129,14 @@ static void test_reads(void)
                     CHECK(got[r * 5 + o++] == bf[r * 10 + col]);
         }
         struct weft_range pr[] = {{rank * 2, rank * 2 + 2}, {4 + rank, 5 + rank}};
-        CHECK_OK(weft_st_read_ranges(f, b, 0, 2, pr, got, WEFT_DTYPE_F32));
+        CHECK_OK(weft_st_read_ranges(f, b, 0, 2, pr, got, WEFT_DTYPE_F32, TERR));
         CHECK(memcmp(got, bf + rank * 20, 20 * 4) == 0);
         CHECK(memcmp(got + 20, bf + (4 + rank) * 10, 10 * 4) == 0);
     }
 
     /* dim 1 of a 3-d tensor keeps the trailing dims together */
     struct weft_range c1[] = {{1, 3}};
-    CHECK_OK(weft_st_read_ranges(f, c, 1, 1, c1, got, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read_ranges(f, c, 1, 1, c1, got, WEFT_DTYPE_F32, TERR));
     for (int r = 0; r < 4; r++)
         for (int k = 0; k < 4; k++)
             CHECK(got[r * 4 + k] == cf[r * 6 + 2 + k]);
@@ -144,14 +144,14 @@ static void test_reads(void)
     /* the whole range along dim 1 is one contiguous read */
     struct weft_range all[] = {{0, 7}};
     uint64_t before = weft_st_bytes_read(f);
-    CHECK_OK(weft_st_read_ranges(f, a, 1, 1, all, got, WEFT_DTYPE_F32));
+    CHECK_OK(weft_st_read_ranges(f, a, 1, 1, all, got, WEFT_DTYPE_F32, TERR));
     CHECK(memcmp(got, a_data, sizeof(a_data)) == 0);
     CHECK_EQ(weft_st_bytes_read(f) - before, sizeof(a_data));
 
     struct weft_range bad[] = {{3, 8}};
-    CHECK_FAILS(weft_st_read_ranges(f, a, 1, 1, bad, got, WEFT_DTYPE_F32), WEFT_ERR_RANGE,
+    CHECK_FAILS(weft_st_read_ranges(f, a, 1, 1, bad, got, WEFT_DTYPE_F32, TERR), WEFT_ERR_RANGE,
                 "'a'", "[3, 8)");
-    CHECK_FAILS(weft_st_read_ranges(f, a, 2, 1, rows, got, WEFT_DTYPE_F32), WEFT_ERR_INVALID,
+    CHECK_FAILS(weft_st_read_ranges(f, a, 2, 1, rows, got, WEFT_DTYPE_F32, TERR), WEFT_ERR_INVALID,
                 "dim 2");
     weft_st_close(f);
 }
@@ -167,13 +167,13 @@ static void test_bytes_read(void)
     const char *file = tmp("big.safetensors");
     CHECK(st_write(file, t, 1, NULL) == 0);
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(file, &f));
+    CHECK_OK(weft_st_open(file, &f, TERR));
     const struct weft_st_tensor *wt = weft_st_find(f, "w");
     float *part = malloc((size_t)(n * n));
     for (int rank = 0; rank < 4; rank++) {
         struct weft_range r = {rank * n / 4, (rank + 1) * n / 4};
         uint64_t before = weft_st_bytes_read(f);
-        CHECK_OK(weft_st_read_ranges(f, wt, 1, 1, &r, part, WEFT_DTYPE_F32));
+        CHECK_OK(weft_st_read_ranges(f, wt, 1, 1, &r, part, WEFT_DTYPE_F32, TERR));
         uint64_t got = weft_st_bytes_read(f) - before;
         printf("tp=4 rank %d column slice: %llu of %llu bytes requested\n", rank,
                (unsigned long long)got, (unsigned long long)(n * n * 4));
@@ -181,7 +181,7 @@ static void test_bytes_read(void)
         for (int64_t row = 0; row < n; row += 511)
             CHECK(part[row * (n / 4) + 7] == w[row * n + r.begin + 7]);
         before = weft_st_bytes_read(f);
-        CHECK_OK(weft_st_read_ranges(f, wt, 0, 1, &r, part, WEFT_DTYPE_F32));
+        CHECK_OK(weft_st_read_ranges(f, wt, 0, 1, &r, part, WEFT_DTYPE_F32, TERR));
         CHECK(weft_st_bytes_read(f) - before == (uint64_t)(n * n));
         CHECK(memcmp(part, w + r.begin * n, (size_t)(n * n)) == 0);
     }
@@ -268,12 +268,12 @@ static const struct broken corpus[] = {
 static void check_broken(const char *name, const char *file, const char *reason)
 {
     struct weft_st_file *f = NULL;
-    weft_log_clear_last_error();
-    weft_status_t st = weft_st_open(file, &f);
-    if (st == WEFT_OK || !strstr(weft_log_last_error(), reason) ||
-        !strstr(weft_log_last_error(), file)) {
-        fprintf(stderr, "broken case %s: status %d, error \"%s\", wanted \"%s\"\n", name, st,
-                weft_log_last_error(), reason);
+    struct weft_error err = WEFT_ERROR_INIT;
+    weft_status_t st = weft_st_open(file, &f, &err);
+    const char *text = weft_error_text(&err);
+    if (st == WEFT_OK || err.status != st || !strstr(text, reason) || !strstr(text, file)) {
+        fprintf(stderr, "broken case %s: status %d, error \"%s\", wanted \"%s\"\n", name, st, text,
+                reason);
         exit(1);
     }
     CHECK(f == NULL);
@@ -307,18 +307,18 @@ static void test_corpus(void)
                       "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
     CHECK(st_write_raw(tmp("reversed"), rev, 0, zeros, 8) == 0);
     struct weft_st_file *f;
-    CHECK_OK(weft_st_open(tmp("reversed"), &f));
+    CHECK_OK(weft_st_open(tmp("reversed"), &f, TERR));
     CHECK(strcmp(weft_st_at(f, 0)->name, "a") == 0);
     weft_st_close(f);
     /* a file truncated after it was opened: the read fails cleanly */
     make_valid(tmp("trunc"));
-    CHECK_OK(weft_st_open(tmp("trunc"), &f));
+    CHECK_OK(weft_st_open(tmp("trunc"), &f, TERR));
     CHECK(truncate(tmp("trunc"), 100) == 0);
     float buf[64];
-    CHECK_FAILS(weft_st_read(f, weft_st_find(f, "s"), buf, WEFT_DTYPE_F32), WEFT_ERR_IO,
+    CHECK_FAILS(weft_st_read(f, weft_st_find(f, "s"), buf, WEFT_DTYPE_F32, TERR), WEFT_ERR_IO,
                 "unexpected end of file");
     weft_st_close(f);
-    CHECK_FAILS(weft_st_open(tmp("missing"), &f), WEFT_ERR_NOT_FOUND, "cannot open");
+    CHECK_FAILS(weft_st_open(tmp("missing"), &f, TERR), WEFT_ERR_NOT_FOUND, "cannot open");
 }
 
 int main(void)
