@@ -48,8 +48,11 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
         .txt_ids = txt_ids,
     };
     const struct weft_schedule *s = p->schedule;
+    const enum weft_dtype dt = weft_flux_dtype(m);
+    weft_dtype_round_n(dt, latents, (size_t)n); /* prepare_latents draws in the model's dtype */
     for (int i = 0; i < s->steps; i++) {
-        t_in = s->timesteps[i] / 1000.0f; /* FluxPipeline passes timestep / 1000 */
+        /* FluxPipeline passes t.to(dtype) / 1000, computed in dtype */
+        t_in = weft_dtype_round(dt, weft_dtype_round(dt, s->timesteps[i]) / 1000.0f);
         if ((st = weft_flux_forward(m, &in, pred)) != WEFT_OK) {
             /* the kernels and collectives below logged the cause where they met it */
             weft_error_refuse(err, st, "the transformer failed at step %d of %d: %s", i + 1,
@@ -57,6 +60,7 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
             break;
         }
         weft_sched_step(s, i, latents, pred, n);
+        weft_dtype_round_n(dt, latents, (size_t)n); /* prev_sample.to(model_output.dtype) */
         if (p->on_step && (st = p->on_step(p->cb_arg, i, s->steps, latents, n)) != WEFT_OK)
             break;
     }

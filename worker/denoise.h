@@ -25,7 +25,10 @@ struct weft_denoise_params {
 };
 
 /* latents: [grid_h * grid_w, in_channels], the initial noise in, the final latents out. err gets
- * the cause of a failure, except one of on_step's own (the callback reports it). */
+ * the cause of a failure, except one of on_step's own (the callback reports it). A model in
+ * bf16 (f16) runs FluxPipeline's loop in that dtype: the latents held in it (rounded on entry
+ * and after each scheduler step, which computes in f32), the timestep cast to it before the
+ * division by 1000. */
 weft_status_t weft_denoise(struct weft_flux *model, const struct weft_denoise_params *p,
                            float *latents, struct weft_error *err);
 

@@ -536,6 +536,11 @@ const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *m)
     return &m->cfg;
 }
 
+enum weft_dtype weft_flux_dtype(const struct weft_flux *m)
+{
+    return m->dtype;
+}
+
 size_t weft_flux_weight_bytes(const struct weft_flux *m)
 {
     return m->weight_bytes;

@@ -76,6 +76,8 @@ void weft_flux_destroy(struct weft_flux *model);
 const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *model);
 /* Bytes of weights held (this stage's only, in a pipeline). */
 size_t weft_flux_weight_bytes(const struct weft_flux *model);
+/* The dtype it runs in (weft_flux_opts.dtype). */
+enum weft_dtype weft_flux_dtype(const struct weft_flux *model);
 
 /* Reserve activations for this shape (a no-op when the current reservation fits). s_img and
  * s_txt are the full lengths; a context-parallel rank reserves for its chunk. Fails (before

@@ -103,6 +103,7 @@ static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error
     struct weft_flux_opts o = {
         .kernels = rt->opts.kernels,
         .kctx = rt->opts.kctx,
+        .dtype = a->compute,
         .tp_rank = rt->me.tp,
         .tp_size = a->layout.mesh.tp,
         .tp_layout = rt->layout,

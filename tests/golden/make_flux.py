@@ -18,7 +18,8 @@ What it writes (it first deletes tests/data/flux1/ entirely and rebuilds it):
                                 diffusion_pytorch_model-0000i-of-0000N.safetensors + ...index.json)
   tests/data/flux1/tiny-bf16/   1 double + 1 single block, guidance_embeds=True, bf16 weights
   tests/data/flux1/golden/fwd_<model>_<rows>x<cols>_t<T>.safetensors    single forward passes
-  tests/data/flux1/golden/loop_<model>_<rows>x<cols>_t<T>.safetensors   FluxPipeline.__call__, 4 steps
+  tests/data/flux1/golden/loop_<model>_<rows>x<cols>_t<T>[_bf16].safetensors   FluxPipeline.__call__, 4 steps
+                                (_bf16: the pipeline in bf16, tiny-bf16 loaded with torch_dtype=bfloat16)
   tests/data/flux1/golden/README.md                                     every file / tensor described
 
 Common config: patch_size 1, in_channels 64, 12 heads x head_dim 8 (inner 96), joint_attention_dim 32,
@@ -238,10 +239,12 @@ def tiny_pipeline_vae():
     )
 
 
-def loop_case(model_name, rows, cols, T, seed, steps=4, guidance_scale=GUIDANCE):
+def loop_case(model_name, rows, cols, T, seed, steps=4, guidance_scale=GUIDANCE, dtype=None):
+    """dtype=torch.bfloat16: the pipeline in bf16 (transformer loaded with torch_dtype=bfloat16; the
+    pipeline casts latents and prompt embeds to it, keeps the latents in it between steps)."""
     S = rows * cols
     height, width = 16 * rows, 16 * cols
-    transformer = load(model_name)
+    transformer = load(model_name, dtype)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHED_CFG)
     pipe = FluxPipeline(
         scheduler=scheduler,
@@ -278,6 +281,9 @@ def loop_case(model_name, rows, cols, T, seed, steps=4, guidance_scale=GUIDANCE)
     latents_init = gc.randn((1, S, 64), seed + 1)
     prompt_embeds = gc.randn((1, T, 32), seed + 2)
     pooled = gc.randn((1, 32), seed + 3)
+    if dtype is not None:
+        # a bf16 text encoder's outputs: encode_prompt does not cast given embeddings
+        prompt_embeds, pooled = prompt_embeds.to(dtype), pooled.to(dtype)
 
     with torch.no_grad():
         res = pipe(
@@ -314,7 +320,7 @@ def loop_case(model_name, rows, cols, T, seed, steps=4, guidance_scale=GUIDANCE)
     }
     for i, l in enumerate(step_latents):
         t[f"latents_step_{i}"] = l
-    fn = f"loop_{model_name}_{rows}x{cols}_t{T}.safetensors"
+    fn = f"loop_{model_name}_{rows}x{cols}_t{T}{'_bf16' if dtype == torch.bfloat16 else ''}.safetensors"
     gc.save_tensors(os.path.join(GOLD, fn), t, keep_dtype=("mu_f64",))
     gc.log(
         f"{fn}: mu={mu!r} sigmas={scheduler.sigmas.tolist()} timesteps={scheduler.timesteps.tolist()}\n"
@@ -340,8 +346,11 @@ def loop_case(model_name, rows, cols, T, seed, steps=4, guidance_scale=GUIDANCE)
         meanings[f"latents_step_{i}"] = f"packed latents after scheduler step {i} (callback_on_step_end)"
     rows_desc = describe(t, meanings)
     rows_desc = [(k, s, "F64" if k == "mu_f64" else d, m) for (k, s, d, m) in rows_desc]
+    in_dtype = (" The pipeline in bf16 (torch_dtype=bfloat16: latents, prompt embeds and every latent "
+                "after a step held in bf16; stored here as float32)." if dtype == torch.bfloat16 else "")
     README.append((fn, f"FluxPipeline.__call__ with {model_name}, {height}x{width} px (grid {rows}x{cols}, "
-                   f"S_img={S}), T={T}, {steps} steps, guidance_scale {guidance_scale}, output_type='latent'.",
+                   f"S_img={S}), T={T}, {steps} steps, guidance_scale {guidance_scale}, output_type='latent'."
+                   + in_dtype,
                    rows_desc))
 
 
@@ -426,6 +435,7 @@ def main():
     loop_case("tiny-g", 16, 16, 8, seed=2000)
     loop_case("tiny-g", 15, 13, 7, seed=2100)
     loop_case("tiny-nog", 16, 16, 8, seed=2200)
+    loop_case("tiny-bf16", 15, 13, 7, seed=2300, dtype=torch.bfloat16)
 
     write_readme()
     gc.list_written(OUT)
