@@ -205,6 +205,20 @@ static const struct conf_key api_keys[] = {
     KEY_INT(weft_conf_api, shutdown_grace_ms, "10000", 0, 86400000,
             "On SIGINT/SIGTERM, how long running jobs may finish before they are stopped "
             "(they stay in the journal and run again after a restart)."),
+    KEY_STR(weft_conf_api, cors_origins, "",
+            "Origins a browser page may call the API from (CORS), comma-separated, e.g. "
+            "'https://a.example, http://localhost:3000', or '*' for any. Empty: none (the page "
+            "weft serves itself is same-origin and needs nothing). OPTIONS is answered either "
+            "way."),
+    KEY_INT(weft_conf_api, image_quality, "90", 1, 100,
+            "Quality of JPEG and WebP images made from the PNGs (output_format, ?format=); "
+            "a request's output_compression wins."),
+    KEY_INT(weft_conf_api, events_keepalive_ms, "15000", 100, 3600000,
+            "An event stream (GET /v1/jobs/{id}/events) with nothing to say for this long gets "
+            "a comment line, so that proxies and clients do not time it out."),
+    KEY_INT(weft_conf_api, sync_timeout_ms, "3600000", 1000, 86400000,
+            "How long POST /v1/images/generations waits for its job before it answers 504 "
+            "(the job goes on, and stays in /v1/jobs)."),
 };
 
 static const char *const devmap_strategies[] = {"none", "balanced", "auto", NULL};

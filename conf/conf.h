@@ -107,6 +107,10 @@ struct weft_conf_api {
     int64_t keep_jobs;
     int64_t max_attempts;
     int64_t shutdown_grace_ms;
+    char cors_origins[WEFT_CONF_STR];
+    int64_t image_quality;
+    int64_t events_keepalive_ms;
+    int64_t sync_timeout_ms;
 };
 
 /* [tp_plan]: a free-form map of module globs to tensor-parallel styles, validated by the plan
