@@ -42,6 +42,8 @@ int weft_bench_vae_run(struct weft_cli *cli);
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
 bool weft_cli_is_help(const char *arg);
+/* --out DIR of submit and run: created if missing, a writable folder; else -1 (logged). */
+int weft_cli_out_dir_ready(const char *cmd, const char *dir);
 /* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
                        long long *out);
