@@ -428,10 +428,16 @@ static weft_status_t exchange(struct weft_client *c, const char *method, const c
         if (body)
             snprintf(length, sizeof(length),
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
+        char host[300]; /* RFC 9110 7.2: the port too; an IPv6 address in brackets */
+        if (c->is_unix)
+            snprintf(host, sizeof(host), "localhost");
+        else
+            snprintf(host, sizeof(host), "%s%s%s:%s", strchr(c->host, ':') ? "[" : "", c->host,
+                     strchr(c->host, ':') ? "]" : "", c->port);
         int hn = snprintf(head, sizeof(head),
-                          "%s %s HTTP/1.1\r\nHost: %s\r\n%sAccept: application/json, image/png\r\n"
-                          "%s\r\n",
-                          method, path, c->is_unix ? "localhost" : c->host, c->auth, length);
+                          "%s %s HTTP/1.1\r\nHost: %s\r\n%sAccept: application/json, image/png, "
+                          "text/event-stream\r\n%s\r\n",
+                          method, path, host, c->auth, length);
         if (hn < 0 || (size_t)hn >= sizeof(head)) {
             set_error(c, "request line too long");
             return WEFT_ERR_INVALID;

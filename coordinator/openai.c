@@ -96,6 +96,7 @@ struct oa_request {
 struct oa_fail {
     int code;
     char msg[480];
+    char param_buf[72]; /* a copy: the request's JSON is gone when the answer is made */
     const char *param, *err_code;
 };
 
@@ -110,7 +111,11 @@ static bool fail(struct oa_fail *f, int code, const char *param, const char *fmt
     vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
     va_end(ap);
     f->code = code;
-    f->param = param;
+    f->param = NULL;
+    if (param) {
+        snprintf(f->param_buf, sizeof(f->param_buf), "%s", param);
+        f->param = f->param_buf;
+    }
     return false;
 }
 

@@ -317,7 +317,7 @@ static void on_headers(struct conn *c, const struct weft_http_request *req)
 {
     struct weft_api_response r = {0};
     if (!weft_api_precheck(c->coord, req, &r)) {
-        r.close = r.close || req->has_body; /* its body is not read */
+        r.close = r.close || req->has_body || !req->keep_alive; /* its body is not read */
         c->skip_message = true;
         c->req = req;
         respond(c, &r, req->method == WEFT_HTTP_HEAD);
