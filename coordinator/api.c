@@ -277,8 +277,8 @@ static bool draining(const struct weft_coord *c, const struct weft_api_route *ro
     return c->stopping && route->kind != WEFT_ROUTE_HEALTH && route->kind != WEFT_ROUTE_READY;
 }
 
-bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
-                       struct weft_api_response *resp)
+static bool precheck(struct weft_coord *c, const struct weft_http_request *req,
+                     struct weft_api_response *resp)
 {
     if (!public_route(req) && !weft_api_auth_ok(c->api.token, req->authorization)) {
         weft_api_error(resp, 401, req->authorization ? "wrong bearer token"
@@ -310,6 +310,17 @@ bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req
         return false;
     }
     return true;
+}
+
+bool weft_api_precheck(struct weft_coord *c, const struct weft_http_request *req,
+                       struct weft_api_response *resp)
+{
+    if (precheck(c, req, resp))
+        return true;
+    struct weft_api_route route;
+    if (weft_api_match(req->target, &route) && route.kind == WEFT_ROUTE_OPENAI)
+        weft_api_openai_reshape(resp); /* OpenAI clients read their own error shape */
+    return false;
 }
 
 /* ---------------------------------------------------------------------------------------- */

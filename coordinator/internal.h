@@ -293,6 +293,8 @@ int weft_api_image_bytes(struct weft_coord *c, const struct job *j, int i,
 void weft_api_openai_generate(struct weft_coord *c, const struct weft_http_request *req,
                               struct weft_api_response *resp);
 void weft_api_models(struct weft_coord *c, struct weft_api_response *resp);
+/* A refusal {"error": "..."} rewritten in OpenAI's shape (for POST /v1/images/generations). */
+void weft_api_openai_reshape(struct weft_api_response *resp);
 /* events.c */
 void weft_api_events(struct weft_coord *c, const struct weft_http_request *req, struct job *j,
                      struct weft_api_response *resp);

@@ -63,6 +63,17 @@ static void oa_error(struct weft_api_response *resp, int code, const char *msg, 
     weft_api_respond_json(resp, code, o);
 }
 
+void weft_api_openai_reshape(struct weft_api_response *resp)
+{
+    char msg[480] = "refused";
+    cJSON *e = resp->body ? cJSON_ParseWithLength(resp->body, resp->len) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "error");
+    if (cJSON_IsString(m))
+        snprintf(msg, sizeof(msg), "%s", m->valuestring);
+    cJSON_Delete(e);
+    oa_error(resp, resp->code, msg, NULL, NULL);
+}
+
 void weft_api_models(struct weft_coord *c, struct weft_api_response *resp)
 {
     char id[256];
@@ -445,13 +456,8 @@ void weft_api_openai_generate(struct weft_coord *c, const struct weft_http_reque
     struct job *j = NULL;
     int idem = weft_api_idempotent(c, req, "/v1/images/generations", hash, &j, resp);
     struct oa_fail f = {0};
-    if (idem < 0) { /* in OpenAI's shape */
-        char msg[480];
-        cJSON *e = cJSON_ParseWithLength(resp->body, resp->len);
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "error");
-        snprintf(msg, sizeof(msg), "%s", cJSON_IsString(m) ? m->valuestring : "refused");
-        cJSON_Delete(e);
-        oa_error(resp, resp->code, msg, NULL, "idempotency_key");
+    if (idem < 0) {
+        weft_api_openai_reshape(resp);
         return;
     }
     cJSON *root = NULL;
