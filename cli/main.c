@@ -46,12 +46,14 @@ static void usage(FILE *out, const char *prog)
     fprintf(out,
             "\n"
             "common options (before or after the command):\n"
-            "  --config=FILE          INI configuration (default: $WEFT_CONFIG, else none)\n"
+            "  --config=FILE, -c FILE INI configuration (default: $WEFT_CONFIG, else\n"
+            "                         $XDG_CONFIG_HOME/weft/weft.ini, else /etc/weft/weft.ini,\n"
+            "                         the first that exists; none is fine)\n"
             "  --SECTION.KEY=VALUE    override one configuration key\n"
             "  --dump-config          print the effective configuration and exit\n"
             "  --dump-config --defaults   print the default configuration (the example file)\n"
             "  --help, -h             this help; `%s <command> --help` for a command\n"
-            "  --version              print the version\n"
+            "  --version, -V          print the version\n"
             "\n"
             "Configuration precedence: default < INI < WEFT_<SECTION>_<KEY> < --section.key=value.\n",
             prog);
@@ -165,7 +167,8 @@ int main(int argc, char **argv)
         const char *v;
         if (!argv[i])
             break;
-        if ((v = weft_cli_opt_value(argc, argv, &i, "--config")))
+        if ((v = weft_cli_opt_value(argc, argv, &i, "--config")) ||
+            (v = weft_cli_opt_value(argc, argv, &i, "-c")))
             config = v;
         else if (is_override(argv[i]))
             overrides[n_over++] = argv[i] + 2;
@@ -188,6 +191,7 @@ int main(int argc, char **argv)
     if (weft_conf_load(&cli.conf, config, environ, n_over, overrides) != WEFT_OK)
         goto out; /* the error is logged with its file:line */
     weft_log_set_level((enum weft_log_level)cli.conf.log.level);
+    weft_log_set_format((enum weft_log_format)cli.conf.log.format);
     if (dump) {
         weft_conf_dump(&cli.conf, stdout);
         rc = 0;
@@ -202,7 +206,7 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     }
-    if (strcmp(rest[0], "--version") == 0) {
+    if (strcmp(rest[0], "--version") == 0 || strcmp(rest[0], "-V") == 0) {
         printf("weft %s\n", WEFT_VERSION);
         rc = 0;
         goto out;

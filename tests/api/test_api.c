@@ -835,8 +835,11 @@ static int case_restart(void)
     char *text;
     CHECK_EQ(get(c, "GET", "/v1/jobs", NULL, &text), 200);
     CHECK_EQ(count(text, "\"id\""), N);
-    for (int i = 0; i < N; i++)
-        CHECK_EQ(count(text, ids[i]), 1);
+    for (int i = 0; i < N; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "\"id\":\"%s\"", ids[i]);
+        CHECK_EQ(count(text, key), 1);
+    }
     weft_client_free(text);
     CHECK_EQ(get(c, "GET", "/metrics", NULL, &text), 200);
     CHECK(strstr(text, "weft_jobs{state=\"done\"} 6"));
@@ -1575,7 +1578,7 @@ static int case_keepalive(void)
     struct weft_client *c = client(&s, NULL);
     const char *fox[] = {"red-fox"};
     char busy[WEFT_CLIENT_ID_MAX], id[WEFT_CLIENT_ID_MAX];
-    submit(c, fox, 1, 1024, 40, 1, 1, busy); /* holds the local runner */
+    submit(c, fox, 1, 512, 100, 1, 1, busy); /* holds the local runner */
     submit(c, fox, 1, 64, 2, 1, 1, id);      /* waits behind it */
     int fd = raw_connect(&s);
     char req[300];
@@ -1794,7 +1797,7 @@ static int case_ready(void)
     weft_client_free(text);
     const char *fox[] = {"red-fox"};
     char id[WEFT_CLIENT_ID_MAX];
-    submit(c, fox, 1, 1024, 30, 1, 1, id);
+    submit(c, fox, 1, 512, 100, 1, 1, id);
     struct weft_job_status st = {0};
     wait_running(c, id, &st);
     CHECK(kill(s.pid, SIGTERM) == 0);
@@ -1858,6 +1861,67 @@ static int case_promtool(void)
     return 0;
 }
 
+static bool rfc3339_ok(const char *ts)
+{
+    int y, mo, d, h, mi, sec, ms;
+    char z;
+    return strlen(ts) == 24 && sscanf(ts, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi,
+                                      &sec, &ms, &z) == 8 && z == 'Z' && y >= 2024;
+}
+
+/* Logs: wall-clock RFC 3339 times, one JSON object a line with --log.format=json, an access
+ * line per request (method, path, status, bytes, ms, job). */
+static int case_logs(void)
+{
+    struct server s;
+    const char *extra[] = {"--log.format=json", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    submit(c, fox, 1, 64, 2, 1, 1, id);
+    wait_done(c, id, &st);
+    CHECK_EQ(get(c, "GET", "/v1/jobs/ffffffffffffffff", NULL, NULL), 404);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    char path[400], line[4096];
+    snprintf(path, sizeof(path), "%s/serve.log", tmpdir);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    int lines = 0, access_post = 0, access_404 = 0;
+    while (fgets(line, sizeof(line), f)) {
+        cJSON *o = cJSON_Parse(line);
+        if (!o)
+            fprintf(stderr, "not a JSON line: %s", line);
+        CHECK(o);
+        CHECK(rfc3339_ok(jstr(o, "ts")));
+        const char *msg = jstr(o, "msg"), *sub = jstr(o, "subsys");
+        CHECK(jstr(o, "level") && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "pid")));
+        char want[100];
+        snprintf(want, sizeof(want), "POST /v1/jobs 202 ");
+        if (strcmp(sub, "access") == 0 && strncmp(msg, want, strlen(want)) == 0 &&
+            strstr(msg, id) && strstr(msg, "ms job="))
+            access_post++;
+        if (strcmp(sub, "access") == 0 && strstr(msg, "GET /v1/jobs/ffffffffffffffff 404 "))
+            access_404++;
+        cJSON_Delete(o);
+        lines++;
+    }
+    (void)fclose(f);
+    CHECK(lines > 3 && access_post == 1 && access_404 == 1);
+    /* the text format: "2026-..Z r- host:pid I subsys: message" */
+    CHECK(unlink(path) == 0);
+    server_start(&s, NULL, NULL);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    CHECK((f = fopen(path, "r")) && fgets(line, sizeof(line), f));
+    (void)fclose(f);
+    char ts[64];
+    CHECK(sscanf(line, "%63s ", ts) == 1 && rfc3339_ok(ts));
+    weft_job_status_cleanup(&st);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1882,7 +1946,7 @@ int main(int argc, char **argv)
         {"utf8", case_utf8},       {"drain", case_drain},
         {"openai", case_openai},   {"events", case_events},     {"keepalive", case_keepalive},
         {"idempotency", case_idempotency}, {"pages", case_pages}, {"cors", case_cors},
-        {"ready", case_ready},     {"promtool", case_promtool},
+        {"ready", case_ready},     {"promtool", case_promtool}, {"logs", case_logs},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
