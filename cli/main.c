@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "common/alloc.h"
@@ -57,6 +58,13 @@ static void usage(FILE *out, const char *prog)
             "\n"
             "Configuration precedence: default < INI < WEFT_<SECTION>_<KEY> < --section.key=value.\n",
             prog);
+}
+
+const char *weft_cli_default_model(void)
+{
+    struct stat sb;
+    return stat(WEFT_SOURCE_MODEL "/model_index.json", &sb) == 0 ? WEFT_SOURCE_MODEL
+                                                                 : WEFT_INSTALLED_MODEL;
 }
 
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name)
