@@ -1125,6 +1125,12 @@ static void on_signal(uv_signal_t *s, int signum)
     WEFT_LOG_INFO("coord", "%s: shutting down (no new jobs; new requests answered 503)",
                   strsignal(signum));
     c->stopping = true; /* the server answers 503 from here on; the listener stays open */
+    /* answers waiting on jobs that will not run in this process are given now (503 for an
+     * OpenAI request, the end of an event stream): the jobs stay journaled */
+    for (struct job *j = c->queue.head, *next; j; j = next) {
+        next = j->next;
+        weft_api_job_changed(c, j, -1);
+    }
     if (c->running == 0) {
         finish_shutdown(c);
         return;

@@ -581,7 +581,10 @@ void weft_server_close_conns(struct weft_coord *co, bool idle_only)
     while (c) {
         struct conn *next = c->next;
         bool idle = !c->request_t0 && c->out_bytes == 0 && !c->watch;
-        if (!idle_only || idle)
+        if (!idle_only && c->out_bytes > 0 && c->close_after && !c->watch && !c->closing)
+            ; /* a last answer on its way (a 503 at shutdown): it closes once written, within
+               * request_timeout_ms */
+        else if (!idle_only || idle)
             conn_close(c);
         else
             c->close_after = true; /* after the answer in progress */

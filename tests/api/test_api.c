@@ -1922,6 +1922,41 @@ static int case_logs(void)
     return 0;
 }
 
+/* SIGTERM while an OpenAI request waits for a job that has not started: answered 503 at once
+ * (the job stays journaled), not left hanging until the connection closes. */
+static int case_shutdown_wait(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.shutdown_grace_ms=20000", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    submit(c, fox, 1, 512, 100, 1, 1, id);
+    wait_running(c, id, &st);
+    int fd = raw_connect(&s);
+    const char gen[] = "{\"prompt\": \"red-fox\", \"size\": \"64x64\", \"steps\": 2}";
+    char req[400];
+    int n = snprintf(req, sizeof(req), "POST /v1/images/generations HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(gen), gen);
+    raw_send(fd, req, (size_t)n);
+    sleep_ms(200); /* it waits behind the running job */
+    CHECK(kill(s.pid, SIGTERM) == 0);
+    static char buf[8192];
+    bool closed;
+    raw_read_until(fd, buf, sizeof(buf), "}}", 5000, &closed);
+    CHECK_EQ(raw_status(buf), 503);
+    CHECK(strstr(buf, "stays queued") && strstr(buf, "\"shutting_down\""));
+    close(fd);
+    weft_client_close(c);
+    kill(s.pid, SIGTERM);
+    CHECK_EQ(server_wait(&s, false), 0);
+    weft_job_status_cleanup(&st);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1947,6 +1982,7 @@ int main(int argc, char **argv)
         {"openai", case_openai},   {"events", case_events},     {"keepalive", case_keepalive},
         {"idempotency", case_idempotency}, {"pages", case_pages}, {"cors", case_cors},
         {"ready", case_ready},     {"promtool", case_promtool}, {"logs", case_logs},
+        {"shutdown_wait", case_shutdown_wait},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
