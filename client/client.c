@@ -360,7 +360,11 @@ static weft_status_t read_answer(struct weft_client *c, struct answer *a, int64_
                                  bool *got_any_p)
 {
     char buf[65536];
-    int64_t idle = a->sink ? now_ms() + c->timeout_ms : deadline; /* a stream: since last byte */
+    /* a stream has no end to wait for within one timeout: what bounds it is silence (the
+     * server's keep-alives come well within timeout_ms) and its caller's own deadline */
+    int64_t idle = a->sink ? now_ms() + c->timeout_ms : deadline;
+    if (a->sink)
+        deadline = INT64_MAX;
     while (!a->complete) {
         ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

@@ -1570,6 +1570,12 @@ static int case_events(void)
     return 0;
 }
 
+static int stop_after_2s(void *arg, const struct weft_job_status *st)
+{
+    (void)st;
+    return now_s() - *(double *)arg >= 2.0;
+}
+
 static int case_keepalive(void)
 {
     struct server s;
@@ -1594,6 +1600,18 @@ static int case_keepalive(void)
     raw_read_until(fd, buf, sizeof(buf), "event: end", 5000, &closed);
     CHECK(strstr(buf, "event: end") && strstr(buf, "\"cancelled\""));
     close(fd);
+    /* a stream outlasts the client's per-request timeout (600 ms here) as long as something
+     * comes: the client's follow runs 2 s on the busy job, then its callback stops it */
+    struct weft_client_opts o = {.address = s.addr, .timeout_ms = 600};
+    struct weft_client *c2;
+    CHECK_OK(weft_client_connect(&o, &c2));
+    struct weft_job_status st = {0};
+    double t0 = now_s();
+    weft_status_t fs = weft_client_follow(c2, busy, 60000, stop_after_2s, &t0, &st);
+    CHECK_EQ(fs, WEFT_ERR_CANCELLED);
+    CHECK(now_s() - t0 >= 2.0);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c2);
     CHECK_C(c, weft_client_cancel(c, busy));
     weft_client_close(c);
     CHECK_EQ(server_stop(&s, SIGTERM), 0);

@@ -40,8 +40,11 @@ awk '/<!-- c-example -->/ {on = 1; next} on && /^```c/ {grab = 1; next}
 prefix=$(sed -n 's/^prefix=//p' "$pc")
 flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" \
         pkg-config --define-variable=prefix="$dest$prefix" --cflags --libs weft)
+# a sanitizer build's library needs its runtime in the program too
+san=
+ldd "$libdir/libweft.so" | grep -q libasan && san="-fsanitize=address,undefined"
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Wextra -Werror -o "$tmp/example" "$tmp/example.c" $flags
+cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/example" "$tmp/example.c" $flags
 
 "$weft" serve --listen 127.0.0.1:0 --port-file "$tmp/port" --api.state_dir="$tmp/state" \
     --kernels.threads=1 >"$tmp/serve.log" 2>&1 &

@@ -86,7 +86,12 @@ def main():
             e.clear()
             e.send_keys(value)
         drv.find_element(By.ID, "submit").click()
-        card = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#jobs .job"))
+        def long_card(d):  # this job's card (the last one's may still be there, done)
+            for c in d.find_elements(By.CSS_SELECTOR, "#jobs .job"):
+                if "red-fox 512x512" in c.find_element(By.CSS_SELECTOR, ".name").text:
+                    return c
+            return False
+        card = wait.until(long_card)
         wait.until(lambda d: float(card.find_element(By.TAG_NAME, "progress")
                                    .get_attribute("value") or 0) > 0)
         assert "step" in card.find_element(By.CSS_SELECTOR, ".detail").text
