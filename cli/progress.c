@@ -61,8 +61,8 @@ void weft_progress_update_eta(struct weft_progress *p, int done, int total, doub
         clock_text(eta, et, sizeof(et));
     if (p->mode == WEFT_PROGRESS_PLAIN) {
         /* one line every few seconds, and the last step */
-        if (done == p->last_done || (done < total && now - p->last_line < WEFT_PROGRESS_PLAIN_EVERY &&
-                                     p->last_done >= 0))
+        bool soon = now - p->last_line < WEFT_PROGRESS_PLAIN_EVERY;
+        if (done == p->last_done || (done < total && soon && p->last_done >= 0))
             return;
         fprintf(stderr, "%s: step %d/%d (%d%%), %s elapsed, ETA %s\n", p->label, done, total,
                 done * 100 / total, el, et);

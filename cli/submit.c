@@ -242,9 +242,8 @@ static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
     struct wait_ui ui = {.last_state = -1, .last_queue = -1};
     weft_progress_begin_mode(&ui.bar, id, (enum weft_progress_mode)o->progress);
     struct weft_job_status st = {0};
-    weft_status_t s = weft_client_follow(c, id, (int)(o->timeout_s > 2000000 ? 2000000000
-                                                                              : o->timeout_s * 1000),
-                                         on_progress, &ui, &st);
+    int timeout_ms = (int)(o->timeout_s > 2000000 ? 2000000000 : o->timeout_s * 1000);
+    weft_status_t s = weft_client_follow(c, id, timeout_ms, on_progress, &ui, &st);
     weft_progress_end(&ui.bar);
     int rc = 1;
     if (s != WEFT_OK)

@@ -25,13 +25,13 @@ enum conf_type {
 struct conf_key {
     const char *name;
     enum conf_type type;
+    bool secret; /* --dump-config shows <redacted> */
     size_t offset; /* within the section struct */
     size_t size;   /* of the field (bounds strings) */
     const char *def;
     int64_t min, max; /* INT and SIZE */
     const char *const *choices; /* ENUM, NULL-terminated; the field holds the index */
     const char *doc;
-    bool secret; /* --dump-config shows <redacted> */
 };
 
 struct conf_section {
@@ -43,14 +43,24 @@ struct conf_section {
 };
 
 /* s is a struct tag, which cannot be parenthesised */
-#define FIELD(s, f) offsetof(struct s, f), sizeof(((struct s *)0)->f) /* NOLINT */
-#define KEY_BOOL(s, f, def, doc) {#f, CONF_BOOL, FIELD(s, f), def, 0, 0, NULL, doc}
-#define KEY_INT(s, f, def, lo, hi, doc) {#f, CONF_INT, FIELD(s, f), def, lo, hi, NULL, doc}
-#define KEY_SIZE(s, f, def, lo, hi, doc) {#f, CONF_SIZE, FIELD(s, f), def, lo, hi, NULL, doc}
-#define KEY_STR(s, f, def, doc) {#f, CONF_STRING, FIELD(s, f), def, 0, 0, NULL, doc}
-#define KEY_SECRET(s, f, def, doc) {#f, CONF_STRING, FIELD(s, f), def, 0, 0, NULL, doc, true}
-#define KEY_MAXMEM(s, f, def, doc) {#f, CONF_MAXMEM, FIELD(s, f), def, 0, 0, NULL, doc}
-#define KEY_ENUM(s, f, def, ch, doc) {#f, CONF_ENUM, FIELD(s, f), def, 0, 0, ch, doc}
+#define FIELD(s, f) /* NOLINT(bugprone-macro-parentheses) */                                   \
+    .offset = offsetof(struct s, f), .size = sizeof(((struct s *)0)->f)
+#define KEY_BOOL(s, f, d, doc_)                                                              \
+    {.name = #f, .type = CONF_BOOL, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_INT(s, f, d, lo, hi, doc_)                                                       \
+    {.name = #f, .type = CONF_INT, FIELD(s, f), .def = (d), .min = (lo), .max = (hi),          \
+     .doc = (doc_)}
+#define KEY_SIZE(s, f, d, lo, hi, doc_)                                                      \
+    {.name = #f, .type = CONF_SIZE, FIELD(s, f), .def = (d), .min = (lo), .max = (hi),         \
+     .doc = (doc_)}
+#define KEY_STR(s, f, d, doc_)                                                               \
+    {.name = #f, .type = CONF_STRING, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_SECRET(s, f, d, doc_)                                                            \
+    {.name = #f, .type = CONF_STRING, .secret = true, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_MAXMEM(s, f, d, doc_)                                                            \
+    {.name = #f, .type = CONF_MAXMEM, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_ENUM(s, f, d, ch, doc_)                                                          \
+    {.name = #f, .type = CONF_ENUM, FIELD(s, f), .def = (d), .choices = (ch), .doc = (doc_)}
 #define SECTION(name, keys, doc) {#name, offsetof(struct weft_conf, name), (keys), \
                                   sizeof(keys) / sizeof((keys)[0]), (doc)}
 

@@ -906,8 +906,9 @@ void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
         /* the page fetches from this server only, and nothing can frame it */
         snprintf(resp->headers, sizeof(resp->headers),
                  "Content-Security-Policy: default-src 'none'; connect-src 'self'; "
-                 "img-src 'self' blob: data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-                 "frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\n");
+                 "img-src 'self' blob: data:; style-src 'unsafe-inline'; "
+                 "script-src 'unsafe-inline'; frame-ancestors 'none'\r\n"
+                 "X-Content-Type-Options: nosniff\r\n");
         return;
     case WEFT_ROUTE_OPENAPI:
         handle_asset(resp, "application/json", weft_asset_openapi, weft_asset_openapi_len);

@@ -89,7 +89,8 @@ static cJSON *image_json(const struct job *j, int i)
     char url[96];
     snprintf(url, sizeof(url), "/v1/jobs/%s/images/%d", j->id, i);
     cJSON_AddNumberToObject(o, "index", i);
-    cJSON_AddNumberToObject(o, "prompt", (double)(i / j->spec.count));
+    int64_t prompt = i / j->spec.count; /* image i belongs to prompt i / count */
+    cJSON_AddNumberToObject(o, "prompt", (double)prompt);
     cJSON_AddNumberToObject(o, "width", j->images[i].width);
     cJSON_AddNumberToObject(o, "height", j->images[i].height);
     cJSON_AddStringToObject(o, "url", url);

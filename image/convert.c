@@ -183,7 +183,7 @@ weft_status_t weft_image_convert(const void *png, size_t png_len, enum weft_imag
     }
     if (fmt != WEFT_IMAGE_JPEG && fmt != WEFT_IMAGE_WEBP)
         return weft_error_refuse(err, WEFT_ERR_INVALID, "unknown image format %d", (int)fmt);
-    struct rgb img;
+    struct rgb img = {0};
     weft_status_t st = decode_png(png, png_len, &img, err);
     if (st != WEFT_OK)
         return st;

@@ -1721,9 +1721,10 @@ static int case_pages(void)
     expect_error(c, "GET", "/v1/jobs?limit=5000", NULL, 400, "limit");
     expect_error(c, "GET", "/v1/jobs?after=xyz", NULL, 400, "after");
     /* seeds: absent and -1 are drawn and recorded (and differ); 0 is 0 */
-    const char *bodies[] = {"{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64}",
-                            "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -1}",
-                            "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": 0}"};
+    const char *bodies[] = {
+        "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64}",
+        "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -1}",
+        "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": 0}"};
     char seeds[3][32];
     for (int i = 0; i < 3; i++) {
         char id[WEFT_CLIENT_ID_MAX];
