@@ -293,6 +293,11 @@ int weft_api_image_bytes(struct weft_coord *c, const struct job *j, int i,
 void weft_api_openai_generate(struct weft_coord *c, const struct weft_http_request *req,
                               struct weft_api_response *resp);
 void weft_api_models(struct weft_coord *c, struct weft_api_response *resp);
+/* The body of POST /v1/images/generations as a job (pure: the fuzz target drives it): 200 with
+ * spec filled (weft_job_spec_cleanup), or the HTTP status of the refusal with err. */
+int weft_api_openai_parse(const struct weft_job_model *m, const struct weft_conf_api *api,
+                          const char *body, size_t len, struct weft_job_spec *spec, char *err,
+                          size_t err_len);
 /* A refusal {"error": "..."} rewritten in OpenAI's shape (for POST /v1/images/generations). */
 void weft_api_openai_reshape(struct weft_api_response *resp);
 /* events.c */

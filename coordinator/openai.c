@@ -30,9 +30,9 @@ void weft_api_openai_finish(struct weft_coord *c, struct weft_watch *w, struct j
 void weft_api_openai_timeout(struct weft_coord *c, struct weft_watch *w, struct job *j);
 
 /* The id /v1/models lists: the model folder's name. */
-static void model_id(const struct weft_coord *c, char *out, size_t len)
+static void model_id(const struct weft_job_model *m, char *out, size_t len)
 {
-    const char *dir = c->model->dir;
+    const char *dir = m->dir;
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;
@@ -77,7 +77,7 @@ void weft_api_openai_reshape(struct weft_api_response *resp)
 void weft_api_models(struct weft_coord *c, struct weft_api_response *resp)
 {
     char id[256];
-    model_id(c, id, sizeof(id));
+    model_id(c->model, id, sizeof(id));
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
@@ -197,10 +197,10 @@ static bool parse_size(const char *size, struct weft_job_spec *s, struct oa_fail
 }
 
 /* Steps, guidance and seed, under weft's names or the Diffusers' ones the other servers use. */
-static bool parse_weft_fields(const cJSON *root, const struct weft_coord *c,
+static bool parse_weft_fields(const cJSON *root, const struct weft_conf_api *api,
                               struct weft_job_spec *s, struct oa_fail *f)
 {
-    const int64_t max_steps = c->api.max_steps;
+    const int64_t max_steps = api->max_steps;
     if (cJSON_HasObjectItem(root, "steps") && cJSON_HasObjectItem(root, "num_inference_steps"))
         return fail(f, 400, "steps", "give one of 'steps' or 'num_inference_steps'");
     if (!get_int(root, "steps", 1, max_steps, &s->steps, f) ||
@@ -236,8 +236,8 @@ static bool parse_weft_fields(const cJSON *root, const struct weft_coord *c,
 }
 
 /* The OpenAI fields that choose the answer: format, encoding, compression. */
-static bool parse_output(const cJSON *root, const struct weft_coord *c, struct oa_request *r,
-                         struct oa_fail *f)
+static bool parse_output(const cJSON *root, const struct weft_conf_api *api,
+                         struct oa_request *r, struct oa_fail *f)
 {
     const char *rf = "b64_json", *of = "png", *bg = "auto";
     static const char *const rfs[] = {"b64_json", "url", NULL};
@@ -263,7 +263,7 @@ static bool parse_output(const cJSON *root, const struct weft_coord *c, struct o
     r->opts.b64 = strcmp(rf, "b64_json") == 0;
     r->opts.format = (enum weft_image_format)fmt;
     /* OpenAI's compression 0..100 is how much to compress: quality is the rest */
-    r->opts.quality = compression >= 0 ? (int)(100 - compression) : (int)c->api.image_quality;
+    r->opts.quality = compression >= 0 ? (int)(100 - compression) : (int)api->image_quality;
     if (r->opts.quality < 1)
         r->opts.quality = 1;
     static const char *const strs[] = {"quality", "style", "moderation", "user", NULL};
@@ -275,8 +275,8 @@ static bool parse_output(const cJSON *root, const struct weft_coord *c, struct o
     return true;
 }
 
-static bool parse_request(const struct weft_coord *c, const cJSON *root, struct oa_request *r,
-                          struct oa_fail *f)
+static bool parse_request(const struct weft_job_model *m, const struct weft_conf_api *api,
+                          const cJSON *root, struct oa_request *r, struct oa_fail *f)
 {
     if (!cJSON_IsObject(root))
         return fail(f, 400, NULL, "the request body must be a JSON object");
@@ -286,7 +286,7 @@ static bool parse_request(const struct weft_coord *c, const cJSON *root, struct 
     if (!get_str(root, "model", &model, f) || !get_str(root, "prompt", &prompt, f))
         return false;
     char id[256];
-    model_id(c, id, sizeof(id));
+    model_id(m, id, sizeof(id));
     if (model && model[0] && strcmp(model, id) != 0) {
         f->err_code = "model_not_found";
         return fail(f, 404, "model", "the model '%.100s' is not served here (GET /v1/models: "
@@ -297,13 +297,13 @@ static bool parse_request(const struct weft_coord *c, const cJSON *root, struct 
     r->spec = (struct weft_job_spec){.height = 1024, .width = 1024, .steps = 28, .count = 1,
                                      .guidance = 3.5};
     const char *size = "auto";
-    if (!get_int(root, "n", 1, c->api.max_images, &r->spec.count, f) ||
+    if (!get_int(root, "n", 1, api->max_images, &r->spec.count, f) ||
         !get_str(root, "size", &size, f) || !parse_size(size, &r->spec, f) ||
-        !parse_weft_fields(root, c, &r->spec, f) || !parse_output(root, c, r, f))
+        !parse_weft_fields(root, api, &r->spec, f) || !parse_output(root, api, r, f))
         return false;
     struct weft_job_prompt p;
     char err[480];
-    if (weft_prompt_resolve(c->model, prompt, "prompt", &p, err, sizeof(err)) != WEFT_OK)
+    if (weft_prompt_resolve(m, prompt, "prompt", &p, err, sizeof(err)) != WEFT_OK)
         return fail(f, 400, "prompt", "%s", err);
     r->spec.prompts = weft_calloc(1, sizeof(*r->spec.prompts));
     if (!r->spec.prompts)
@@ -311,6 +311,42 @@ static bool parse_request(const struct weft_coord *c, const cJSON *root, struct 
     r->spec.prompts[0] = p;
     r->spec.n_prompts = 1;
     return true;
+}
+
+/* The request body into r, or f filled. */
+static void parse_body(const struct weft_job_model *m, const struct weft_conf_api *api,
+                       const char *body, size_t len, struct oa_request *r, struct oa_fail *f)
+{
+    cJSON *root = NULL;
+    size_t bad;
+    if (!body || !len)
+        fail(f, 400, NULL, "empty request body: a JSON object expected");
+    else if (!weft_utf8_valid(body, len, &bad))
+        fail(f, 400, NULL, "request body is not UTF-8 (byte %zu)", bad);
+    else if (weft_json_has_nul_escape(body, len))
+        fail(f, 400, NULL, "the request body holds a \\u0000 escape");
+    else if (!(root = cJSON_ParseWithLength(body, len)))
+        fail(f, 400, NULL, "malformed JSON");
+    else
+        (void)parse_request(m, api, root, r, f);
+    cJSON_Delete(root);
+    if (f->code)
+        weft_job_spec_cleanup(&r->spec);
+}
+
+int weft_api_openai_parse(const struct weft_job_model *m, const struct weft_conf_api *api,
+                          const char *body, size_t len, struct weft_job_spec *spec, char *err,
+                          size_t err_len)
+{
+    struct oa_request r = {0};
+    struct oa_fail f = {0};
+    parse_body(m, api, body, len, &r, &f);
+    if (f.code) {
+        snprintf(err, err_len, "%s", f.msg);
+        return f.code;
+    }
+    *spec = r.spec;
+    return 200;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -460,19 +496,9 @@ void weft_api_openai_generate(struct weft_coord *c, const struct weft_http_reque
         weft_api_openai_reshape(resp);
         return;
     }
-    cJSON *root = NULL;
-    size_t bad;
-    if (!req->body || !req->body_len)
-        fail(&f, 400, NULL, "empty request body: a JSON object expected");
-    else if (!weft_utf8_valid(req->body, req->body_len, &bad))
-        fail(&f, 400, NULL, "request body is not UTF-8 (byte %zu)", bad);
-    else if (weft_json_has_nul_escape(req->body, req->body_len))
-        fail(&f, 400, NULL, "the request body holds a \\u0000 escape");
-    else if (!(root = cJSON_ParseWithLength(req->body, req->body_len)))
-        fail(&f, 400, NULL, "malformed JSON");
-    else if (parse_request(c, root, &r, &f) && idem > 0)
+    parse_body(c->model, &c->api, req->body, req->body_len, &r, &f);
+    if (idem > 0)
         weft_job_spec_cleanup(&r.spec); /* a replay: the first job answers */
-    cJSON_Delete(root);
     if (f.code) {
         weft_job_spec_cleanup(&r.spec);
         c->m.refused++;
