@@ -805,6 +805,13 @@ static void handle_cluster(struct weft_coord *c, struct weft_api_response *resp)
     cJSON_AddNumberToObject(co, "running", c->running);
     cJSON_AddNumberToObject(co, "queued", (double)c->queue.n);
     cJSON_AddBoolToObject(co, "stopping", c->stopping);
+    uint64_t by_state[JOB_STATE_COUNT] = {0};
+    for (size_t i = 0; i < c->n_jobs; i++)
+        by_state[c->jobs[i]->state]++;
+    cJSON *counts = cJSON_AddObjectToObject(co, "jobs"); /* all of them, not a page */
+    for (int s = 0; s < JOB_STATE_COUNT; s++)
+        cJSON_AddNumberToObject(counts, weft_coord_state_name((enum job_state)s),
+                                (double)by_state[s]);
     cJSON *names = cJSON_AddArrayToObject(co, "prompts");
     for (size_t i = 0; names && i < c->model->n_names; i++)
         cJSON_AddItemToArray(names, cJSON_CreateString(c->model->names[i]));
