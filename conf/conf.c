@@ -240,6 +240,9 @@ static const struct conf_key api_keys[] = {
     KEY_INT(weft_conf_api, sync_timeout_ms, "3600000", 1000, 86400000,
             "How long POST /v1/images/generations waits for its job before it answers 504 "
             "(the job goes on, and stays in /v1/jobs)."),
+    KEY_BOOL(weft_conf_api, access_log, "true",
+             "One INFO line per request (subsystem access): method, path, status, bytes, "
+             "milliseconds and the job it names."),
 };
 
 static const char *const devmap_strategies[] = {"none", "balanced", "auto", NULL};

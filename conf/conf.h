@@ -113,6 +113,7 @@ struct weft_conf_api {
     int64_t image_quality;
     int64_t events_keepalive_ms;
     int64_t sync_timeout_ms;
+    bool access_log;
 };
 
 /* [tp_plan]: a free-form map of module globs to tensor-parallel styles, validated by the plan

@@ -768,8 +768,7 @@ void weft_api_decorate(struct weft_coord *c, const struct weft_http_request *req
 void weft_api_access_log(struct weft_coord *c, const struct weft_http_request *req,
                          const struct weft_api_response *resp, size_t bytes, double seconds)
 {
-    (void)c;
-    if (WEFT_LOG_LEVEL_INFO > weft_log_level_current)
+    if (!c->api.access_log || WEFT_LOG_LEVEL_INFO > weft_log_level_current)
         return;
     char path[ERROR_TEXT_MAX + 4];
     weft_api_error_text(req->target, path); /* bounded, valid UTF-8 */

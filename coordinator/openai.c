@@ -436,8 +436,9 @@ void weft_api_openai_finish(struct weft_coord *c, struct weft_watch *w, struct j
 {
     struct weft_api_response resp = {0};
     answer(c, &w->oa, j, &resp);
-    WEFT_LOG_INFO("access", "POST /v1/images/generations %d %zu job=%s (answered)", resp.code,
-                  resp.len, j->id);
+    if (c->api.access_log)
+        WEFT_LOG_INFO("access", "POST /v1/images/generations %d %zu job=%s (answered)",
+                      resp.code, resp.len, j->id);
     struct conn *conn = w->conn;
     weft_server_conn_respond(conn, &resp);
     weft_api_watch_drop(c, w);

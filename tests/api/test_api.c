@@ -1929,6 +1929,15 @@ static int case_logs(void)
     }
     (void)fclose(f);
     CHECK(lines > 3 && access_post == 1 && access_404 == 1);
+    /* [api] access_log = false: none */
+    CHECK(unlink(path) == 0);
+    const char *quiet[] = {"--api.access_log=false", NULL};
+    server_start(&s, NULL, quiet);
+    c = client(&s, NULL);
+    check_serving(c);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    CHECK(!log_contains("access: "));
     /* the text format: "2026-..Z r- host:pid I subsys: message" */
     CHECK(unlink(path) == 0);
     server_start(&s, NULL, NULL);
