@@ -402,7 +402,7 @@ static int spawn(struct procs *p)
     char port[128], wport[128], jd[128], od[128], log[128], workers[64], degree[64];
     snprintf(port, sizeof(port), "%s/port", p->dir);
     snprintf(wport, sizeof(wport), "%s/worker-port", p->dir);
-    snprintf(jd, sizeof(jd), "--api.journal_dir=%s", p->journal ? p->dir : "");
+    snprintf(jd, sizeof(jd), "--api.journal_dir=%s", p->journal ? p->dir : "none");
     snprintf(od, sizeof(od), "--api.output_dir=%s/jobs", p->dir);
     snprintf(log, sizeof(log), "%s/serve.log", p->dir);
     snprintf(workers, sizeof(workers), "--cluster.workers=%d", p->cluster);

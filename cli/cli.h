@@ -39,9 +39,16 @@ int weft_bench_comm(struct weft_cli *cli);
 int weft_bench_vae(struct weft_cli *cli);
 int weft_bench_vae_run(struct weft_cli *cli);
 
+/* The embedded default model: the source tree's models/flux-tiny while it is there (a build
+ * folder), else the installed copy (share/weft/models/flux-tiny). */
+const char *weft_cli_default_model(void);
+#define WEFT_DEFAULT_MODEL weft_cli_default_model()
+
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
 bool weft_cli_is_help(const char *arg);
+/* --out DIR of submit and run: created if missing, a writable folder; else -1 (logged). */
+int weft_cli_out_dir_ready(const char *cmd, const char *dir);
 /* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
                        long long *out);

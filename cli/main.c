@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "common/alloc.h"
@@ -47,15 +48,24 @@ static void usage(FILE *out, const char *prog)
     fprintf(out,
             "\n"
             "common options (before or after the command):\n"
-            "  --config=FILE          INI configuration (default: $WEFT_CONFIG, else none)\n"
+            "  --config=FILE, -c FILE INI configuration (default: $WEFT_CONFIG, else\n"
+            "                         $XDG_CONFIG_HOME/weft/weft.ini, else /etc/weft/weft.ini,\n"
+            "                         the first that exists; none is fine)\n"
             "  --SECTION.KEY=VALUE    override one configuration key\n"
             "  --dump-config          print the effective configuration and exit\n"
             "  --dump-config --defaults   print the default configuration (the example file)\n"
             "  --help, -h             this help; `%s <command> --help` for a command\n"
-            "  --version              print the version\n"
+            "  --version, -V          print the version\n"
             "\n"
             "Configuration precedence: default < INI < WEFT_<SECTION>_<KEY> < --section.key=value.\n",
             prog);
+}
+
+const char *weft_cli_default_model(void)
+{
+    struct stat sb;
+    return stat(WEFT_SOURCE_MODEL "/model_index.json", &sb) == 0 ? WEFT_SOURCE_MODEL
+                                                                 : WEFT_INSTALLED_MODEL;
 }
 
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name)
@@ -166,7 +176,8 @@ int main(int argc, char **argv)
         const char *v;
         if (!argv[i])
             break;
-        if ((v = weft_cli_opt_value(argc, argv, &i, "--config")))
+        if ((v = weft_cli_opt_value(argc, argv, &i, "--config")) ||
+            (v = weft_cli_opt_value(argc, argv, &i, "-c")))
             config = v;
         else if (is_override(argv[i]))
             overrides[n_over++] = argv[i] + 2;
@@ -189,6 +200,7 @@ int main(int argc, char **argv)
     if (weft_conf_load(&cli.conf, config, environ, n_over, overrides) != WEFT_OK)
         goto out; /* the error is logged with its file:line */
     weft_log_set_level((enum weft_log_level)cli.conf.log.level);
+    weft_log_set_format((enum weft_log_format)cli.conf.log.format);
     if (dump) {
         weft_conf_dump(&cli.conf, stdout);
         rc = 0;
@@ -203,7 +215,7 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     }
-    if (strcmp(rest[0], "--version") == 0) {
+    if (strcmp(rest[0], "--version") == 0 || strcmp(rest[0], "-V") == 0) {
         printf("weft %s\n", WEFT_VERSION);
         /* what the CPU backend runs here with this configuration */
         const struct weft_kernels *K;

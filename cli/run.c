@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,7 +31,8 @@ static void help(FILE *out)
     fprintf(out,
         "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
         "                [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
-        "                [--guidance G] [--seed S] [--count N] [--out FILE.png|DIR] [-v]\n"
+        "                [--guidance G] [--seed S] [-n|--count N] [-o|--out FILE.png|DIR] [-v]\n"
+        "                [--progress auto|bar|plain|none]\n"
         "                [--device-map balanced|auto --np N [--max-memory 0:SIZE,1:SIZE,cpu:SIZE]]\n"
         "\n"
         "Start a coordinator and N local `weft worker` processes (one per device; CPU devices\n"
@@ -47,8 +49,15 @@ static void help(FILE *out)
         "  --tp/--ulysses/--ring/--dp N  parallel degrees\n"
         "  --prompt NAME|FILE  a name in the model's prompts/ folder or a safetensors file;\n"
         "                      repeat for a batch (split across the dp replicas)\n"
-        "  --out PATH          one image: PATH (default weft.png); several: PATH-<i>.png\n"
+        "  -o, --out PATH      PATH ending in .png: that file (several images: PATH-<i>.png);\n"
+        "                      any other PATH is a folder: PATH/<i>.png (created, and checked\n"
+        "                      writable, before anything starts). Default weft.png\n"
+        "  -n, --count N       images per prompt (default 1)\n"
+        "  --progress MODE     auto (a bar on a terminal, else a line every few seconds), bar,\n"
+        "                      plain or none\n"
         "  -v, --verbose       show the coordinator's and workers' logs (default: warnings)\n"
+        "  SIGINT or SIGTERM stops the coordinator and the workers (they also stop if weft run\n"
+        "  dies) and removes the temporary folder ($TMPDIR, else /tmp); exit status 130/143\n"
         "  other options as `weft submit`; --config and --section.key=value reach every\n"
         "  process started\n");
 }
@@ -61,6 +70,7 @@ struct run_opts {
     double guidance;
     unsigned long long seed;
     bool verbose;
+    int progress; /* enum weft_progress_mode */
     const char *device_map, *max_memory;
 };
 
@@ -92,13 +102,22 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
             continue;
         if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
             o->verbose = true;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "-n"))) {
+            if (weft_cli_parse_int("-n", v, 1, WEFT_JOB_MAX_IMAGES, &o->count))
+                return -1;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--progress"))) {
+            if ((o->progress = weft_progress_mode_parse(v)) < 0) {
+                WEFT_LOG_ERROR("run", "--progress '%s': expected auto, bar, plain or none", v);
+                return -1;
+            }
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-map"))) {
             o->device_map = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-memory"))) {
             o->max_memory = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
             o->model = v;
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out")) ||
+                   (v = weft_cli_opt_value(cli->argc, argv, &i, "-o"))) {
             o->out = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt")) ||
                    (v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt-embeds"))) {
@@ -176,8 +195,18 @@ static pid_t spawn(const struct weft_cli *cli, bool verbose, char *const argv[],
     }
     all[n] = NULL;
     pid_t pid = -1;
-    if (!err)
-        err = posix_spawn(&pid, argv[0], NULL, NULL, all, env);
+    pid_t parent = getpid();
+    if (!err && (pid = fork()) < 0)
+        err = errno;
+    if (!err && pid == 0) {
+        /* the child goes when weft run goes, however it goes (SIGKILL included) */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+            _exit(127);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        execve(argv[0], all, env);
+        _exit(127);
+    }
     for (int i = 0; i < n_over; i++)
         weft_free(over[i]);
     if (err) {
@@ -189,10 +218,12 @@ static pid_t spawn(const struct weft_cli *cli, bool verbose, char *const argv[],
 
 /* Read "host:port" from a file another process writes; wait for it up to timeout_s. When the
  * process exits first it is reaped here and *pid_p becomes -1 (nothing left to stop). */
+static volatile sig_atomic_t run_signal;
+
 static int wait_file(const char *path, pid_t *pid_p, double timeout_s, char *out, size_t len)
 {
     const pid_t pid = *pid_p;
-    for (int tick = 0; tick < (int)(timeout_s * 20); tick++) { /* 50 ms each */
+    for (int tick = 0; tick < (int)(timeout_s * 20) && !run_signal; tick++) { /* 50 ms each */
         FILE *f = fopen(path, "r");
         if (f) {
             char *got = fgets(out, (int)len, f);
@@ -213,6 +244,26 @@ static int wait_file(const char *path, pid_t *pid_p, double timeout_s, char *out
     }
     WEFT_LOG_ERROR("run", "the coordinator did not listen within %.0f s", timeout_s);
     return -1;
+}
+
+/* What a signal to weft run stops: its children (async-signal-safe: kill only). */
+static pid_t run_children[MAX_RANKS + 1];
+static volatile sig_atomic_t run_n_children;
+
+static void on_run_signal(int sig)
+{
+    run_signal = sig;
+    for (int i = 0; i < run_n_children; i++)
+        if (run_children[i] > 0)
+            kill(run_children[i], SIGTERM);
+}
+
+static void track_child(pid_t pid)
+{
+    if (pid > 0 && run_n_children < MAX_RANKS + 1) {
+        run_children[run_n_children] = pid;
+        run_n_children = run_n_children + 1;
+    }
 }
 
 /* SIGTERM, wait up to grace_s, then SIGKILL. */
@@ -238,8 +289,27 @@ struct bar {
 static int on_progress(void *arg, const struct weft_job_status *st)
 {
     struct bar *b = arg;
-    weft_progress_update(&b->p, (int)(st->fraction * 1000), 1000);
+    if (run_signal)
+        return 1;
+    if (st->state == WEFT_JOB_RUNNING && st->images_total > 0 && st->steps > 0) {
+        int total = st->images_total * st->steps;
+        weft_progress_update_eta(&b->p, (int)(st->fraction * total + 0.5), total, st->elapsed,
+                                 st->eta);
+    }
     return 0;
+}
+
+/* Where image i of n goes: --out FILE.png (FILE-<i>.png for several), else --out DIR/<i>.png. */
+static void out_path(const char *out, size_t n, int i, char *path, size_t len)
+{
+    const char *dot = strrchr(out, '.');
+    bool file = dot && strcmp(dot, ".png") == 0;
+    if (!file)
+        snprintf(path, len, "%s/%d.png", out, i);
+    else if (n == 1)
+        snprintf(path, len, "%s", out);
+    else
+        snprintf(path, len, "%.*s-%d.png", (int)(dot - out), out, i);
 }
 
 static int submit_and_fetch(const struct run_opts *o, const char *api)
@@ -287,10 +357,14 @@ static int submit_and_fetch(const struct run_opts *o, const char *api)
         goto out;
     }
     struct bar b;
-    weft_progress_begin(&b.p, "generate");
+    weft_progress_begin_mode(&b.p, "generate", (enum weft_progress_mode)o->progress);
     struct weft_job_status st = {0};
-    weft_status_t ws = weft_client_wait(c, id, 86400 * 1000, on_progress, &b, &st);
+    weft_status_t ws = weft_client_follow(c, id, 86400 * 1000, on_progress, &b, &st);
     weft_progress_end(&b.p);
+    if (run_signal) {
+        weft_job_status_cleanup(&st);
+        goto out;
+    }
     if (ws != WEFT_OK || st.state != WEFT_JOB_DONE) {
         WEFT_LOG_ERROR("run", "job %s %s: %s", id, weft_client_state_name(st.state),
                        st.error[0] ? st.error : weft_client_error(c));
@@ -300,14 +374,7 @@ static int submit_and_fetch(const struct run_opts *o, const char *api)
     rc = 0;
     for (size_t i = 0; i < st.n_images && rc == 0; i++) {
         char path[2048];
-        const char *dot = strrchr(o->out, '.');
-        if (st.n_images == 1)
-            snprintf(path, sizeof(path), "%s", o->out);
-        else if (dot && strcmp(dot, ".png") == 0)
-            snprintf(path, sizeof(path), "%.*s-%d.png", (int)(dot - o->out), o->out,
-                     st.images[i].index);
-        else
-            snprintf(path, sizeof(path), "%s-%d.png", o->out, st.images[i].index);
+        out_path(o->out, st.n_images, st.images[i].index, path, sizeof(path));
         if (weft_client_image_save(c, id, st.images[i].index, path) != WEFT_OK) {
             WEFT_LOG_ERROR("run", "%s: %s", path, weft_client_error(c));
             rc = 1;
@@ -333,10 +400,19 @@ int weft_cmd_run(struct weft_cli *cli)
     char self[4096], secret[65], secret_var[100];
     if (weft_self_path(self, sizeof(self)) != 0 || weft_boot_new_challenge(secret) != WEFT_OK)
         return 1;
+    const char *dot = strrchr(o.out, '.');
+    if (!(dot && strcmp(dot, ".png") == 0) && weft_cli_out_dir_ready("run", o.out) != 0)
+        return 1;
     snprintf(secret_var, sizeof(secret_var), "WEFT_CLUSTER_SECRET=%s", secret);
     /* the children's environment: ours with this run's secret (never on a command line) */
     char **env = weft_env_edit("WEFT_CLUSTER_SECRET=", secret_var);
-    char dir[] = "/tmp/weft_run_XXXXXX";
+    const char *tmp = getenv("TMPDIR");
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/weft_run_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    struct sigaction sa = {.sa_handler = on_run_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     if (!env || !mkdtemp(dir)) {
         WEFT_LOG_ERROR("run", "cannot create a temporary folder: %s", strerror(errno));
         weft_free(env);
@@ -372,6 +448,7 @@ int weft_cmd_run(struct weft_cli *cli)
                      w_port, "--cluster.listen=127.0.0.1:0", journal, outdir, tp, uly, ring, dp,
                      workers, dm, mm, NULL};
     pid_t coord = spawn(cli, o.verbose, cargv, env), pids[MAX_RANKS] = {0};
+    track_child(coord);
     int rc = 1;
     char api[300], wport[300];
     if (coord < 0 || wait_file(a_port, &coord, 60, api, sizeof(api)) ||
@@ -380,8 +457,9 @@ int weft_cmd_run(struct weft_cli *cli)
     for (long long i = 0; i < o.np; i++) {
         char *wargv[] = {self, "worker", "--coordinator", wport,
                          cli->conf.kernels.threads ? threads : NULL, NULL};
-        if ((pids[i] = spawn(cli, o.verbose, wargv, env)) < 0)
+        if (run_signal || (pids[i] = spawn(cli, o.verbose, wargv, env)) < 0)
             goto out;
+        track_child(pids[i]);
     }
     if (o.device_map || cli->conf.device_map.strategy)
         WEFT_LOG_INFO("run", "%lld worker(s): dp %lld replicas of %lld device_map devices, %s",
@@ -389,12 +467,19 @@ int weft_cmd_run(struct weft_cli *cli)
     else
         WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x ring %lld x ulysses %lld x tp %lld, %s",
                       o.np, o.dp, o.ring, o.uly, o.tp, model);
-    rc = submit_and_fetch(&o, api);
+    rc = run_signal ? 1 : submit_and_fetch(&o, api);
 out:
     stop_child(coord, 30); /* it tells its workers to exit */
     for (long long i = 0; i < o.np; i++)
         stop_child(pids[i], 10);
     weft_remove_tree(dir);
     weft_free(env);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (run_signal) {
+        WEFT_LOG_ERROR("run", "%s: stopped the coordinator and its workers",
+                       strsignal(run_signal));
+        return 128 + run_signal;
+    }
     return rc;
 }

@@ -33,8 +33,16 @@ static void help(FILE *out)
         "  --worker-port-file FILE  (cluster) write the worker port actually bound to FILE\n"
         "  --port-file FILE   write the address actually bound to FILE once listening\n"
         "\n"
-        "API: POST /v1/jobs, GET /v1/jobs[/ID[/images/I]], DELETE /v1/jobs/ID, GET /v1/cluster,\n"
-        "GET /metrics (README.md, \"Job API\").\n");
+        "Endpoints (docs/openapi.json, also served at /openapi.json):\n"
+        "  /                         the web page: prompt, progress, gallery, cluster\n"
+        "  POST /v1/images/generations   the OpenAI images API (waits for the job)\n"
+        "  GET  /v1/models           the model served, as OpenAI lists models\n"
+        "  POST /v1/jobs, GET /v1/jobs[?limit&after&state&order], GET|DELETE /v1/jobs/ID,\n"
+        "  GET  /v1/jobs/ID/events   progress pushed (Server-Sent Events)\n"
+        "  GET  /v1/jobs/ID/images/I[?format=png|jpeg|webp]\n"
+        "  GET  /v1/cluster, /metrics (Prometheus), /healthz (liveness), /readyz (readiness)\n"
+        "Journal and images go under the state folder ([api] state_dir: $STATE_DIRECTORY,\n"
+        "$XDG_STATE_HOME/weft or /var/lib/weft), never the current folder.\n");
 }
 
 /* The runner behind the API: "local" runs jobs in this process with the worker's pipeline,

@@ -138,8 +138,15 @@ static void show_cluster(const cJSON *o, const cJSON *jobs)
     }
     int counts[5] = {0};
     static const char *const names[] = {"queued", "running", "done", "failed", "cancelled"};
+    /* the coordinator counts every job; the list is one page of them (older servers) */
+    const cJSON *by_state = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(o, "coordinator"), "jobs");
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(jobs, "jobs");
-    for (const cJSON *j = list ? list->child : NULL; j; j = j->next) {
+    for (int i = 0; i < 5 && by_state; i++) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(by_state, names[i]);
+        counts[i] = cJSON_IsNumber(n) ? (int)n->valuedouble : 0;
+    }
+    for (const cJSON *j = list && !by_state ? list->child : NULL; j; j = j->next) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "state");
         for (int i = 0; i < 5 && cJSON_IsString(s); i++)
             counts[i] += strcmp(s->valuestring, names[i]) == 0;

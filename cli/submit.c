@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "model/job.h"
@@ -19,13 +20,16 @@ static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft submit [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
-        "                   [--guidance G] [--seed S] [--count N] [--out DIR] [--no-wait]\n"
-        "                   [--timeout SECONDS] [--server ADDR] [--token TOKEN]\n"
+        "                   [--guidance G] [--seed S] [-n|--count N] [-o|--out DIR] [--no-wait]\n"
+        "                   [--progress auto|bar|plain|none] [--timeout SECONDS]\n"
+        "                   [--server ADDR] [--token TOKEN]\n"
         "\n"
-        "Submit one job to a `weft serve` (one prompt, or a batch with several --prompt), show\n"
-        "its progress (a bar on a terminal), and save its PNGs as DIR/<job id>-<i>.png, image i\n"
-        "belonging to prompt i / count. Exit status: 0 when the job is done, 1 when it failed,\n"
-        "was cancelled or could not be submitted, 2 on bad usage.\n"
+        "Submit one job to a `weft serve` (one prompt, or a batch with several --prompt), follow\n"
+        "its progress as the server pushes it (GET /v1/jobs/{id}/events), and save its PNGs:\n"
+        "with --out DIR as DIR/<i>.png, else as ./<job id>-<i>.png; image i belongs to prompt\n"
+        "i / count. DIR is created (and checked writable) before the job is submitted. Exit\n"
+        "status: 0 when the job is done, 1 when it failed, was cancelled or could not be\n"
+        "submitted, 2 on bad usage.\n"
         "\n"
         "  --prompt NAME|FILE  a name of the served model's prompts/ folder, or a local\n"
         "                      safetensors file (prompt_embeds, pooled_prompt_embeds) sent\n"
@@ -33,10 +37,13 @@ static void help(FILE *out)
         "  --height, --width N image size in pixels, multiples of 16 (server default 1024)\n"
         "  --steps N           denoising steps (server default 28)\n"
         "  --guidance G        embedded guidance scale (server default 3.5)\n"
-        "  --seed S            noise seed (default 0); image i uses the seed's noise at i\n"
-        "  --count N           images per prompt (default 1)\n"
-        "  --out DIR           where the PNGs go (default .; created if missing)\n"
+        "  --seed S            noise seed; -1 or none: the server draws one (printed); image i\n"
+        "                      uses the seed's noise at i\n"
+        "  -n, --count N       images per prompt (default 1)\n"
+        "  -o, --out DIR       where the PNGs go, as DIR/<i>.png (created if missing)\n"
         "  --no-wait           print the job id and exit once the job is accepted\n"
+        "  --progress MODE     auto (a bar on a terminal, else a line every few seconds), bar,\n"
+        "                      plain or none\n"
         "  --timeout SECONDS   give up waiting after this long (default 86400); the job goes on\n"
         "  --server ADDR       host:port or unix:/path (default [api] listen)\n"
         "  --token TOKEN       bearer token (default [api] token, or WEFT_API_TOKEN)\n");
@@ -49,14 +56,16 @@ struct submit_opts {
     long long height, width, steps, count, timeout_s;
     double guidance;
     unsigned long long seed;
+    bool seed_random;
     bool no_wait;
+    int progress; /* enum weft_progress_mode */
 };
 
 /* 1: help shown, 0: ok, -1: usage error (logged). */
 static int parse_args(struct weft_cli *cli, struct submit_opts *o)
 {
     *o = (struct submit_opts){.server = cli->conf.api.listen, .token = cli->conf.api.token,
-                              .out = ".", .timeout_s = 86400};
+                              .out = NULL, .timeout_s = 86400, .seed_random = true};
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
         char **argv = cli->argv;
@@ -77,15 +86,24 @@ static int parse_args(struct weft_cli *cli, struct submit_opts *o)
             bad = weft_cli_parse_int("--width", v, 1, WEFT_JOB_MAX_SIDE, &o->width);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--steps"))) {
             bad = weft_cli_parse_int("--steps", v, 1, WEFT_JOB_MAX_STEPS, &o->steps);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--count"))) {
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--count")) ||
+                   (v = weft_cli_opt_value(cli->argc, argv, &i, "-n"))) {
             bad = weft_cli_parse_int("--count", v, 1, WEFT_JOB_MAX_IMAGES, &o->count);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--timeout"))) {
             bad = weft_cli_parse_int("--timeout", v, 1, 10000000, &o->timeout_s);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
-            bad = weft_cli_parse_seed("--seed", v, &o->seed);
+            o->seed_random = strcmp(v, "-1") == 0;
+            bad = o->seed_random ? 0 : weft_cli_parse_seed("--seed", v, &o->seed);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--progress"))) {
+            o->progress = weft_progress_mode_parse(v);
+            if (o->progress < 0) {
+                WEFT_LOG_ERROR("submit", "--progress '%s': expected auto, bar, plain or none", v);
+                return -1;
+            }
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
             bad = weft_cli_parse_guidance("--guidance", v, &o->guidance);
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out"))) {
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out")) ||
+                   (v = weft_cli_opt_value(cli->argc, argv, &i, "-o"))) {
             o->out = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--server"))) {
             o->server = v;
@@ -135,33 +153,65 @@ static int read_file(const char *path, void **data_p, size_t *len_p)
 
 struct wait_ui {
     struct weft_progress bar;
-    bool queued_shown;
+    int last_state, last_queue;
 };
 
 static int on_progress(void *arg, const struct weft_job_status *st)
 {
     struct wait_ui *ui = arg;
-    if (st->state == WEFT_JOB_QUEUED && ui->bar.tty && !ui->queued_shown) {
-        fprintf(stderr, "\rqueued (%d ahead)", st->queue_position);
-        ui->queued_shown = true;
+    if (st->state == WEFT_JOB_QUEUED && (ui->last_state != (int)st->state ||
+                                         ui->last_queue != st->queue_position)) {
+        char note[64];
+        snprintf(note, sizeof(note), "queued (%d ahead)", st->queue_position);
+        weft_progress_note(&ui->bar, note);
     }
+    ui->last_state = (int)st->state;
+    ui->last_queue = st->queue_position;
     if (st->state == WEFT_JOB_RUNNING && st->images_total > 0 && st->steps > 0) {
         int total = st->images_total * st->steps;
-        weft_progress_update(&ui->bar, (int)(st->fraction * total + 0.5), total);
+        weft_progress_update_eta(&ui->bar, (int)(st->fraction * total + 0.5), total, st->elapsed,
+                                 st->eta);
+    }
+    return 0;
+}
+
+/* The folder the images go to exists (created) and takes files: checked before any work. */
+int weft_cli_out_dir_ready(const char *cmd, const char *dir)
+{
+    struct stat sb;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1; *p; p++) { /* mkdir -p */
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (stat(path, &sb) != 0 && mkdir(path, 0777) != 0 && errno != EEXIST)
+            break;
+        *p = '/';
+    }
+    if (stat(dir, &sb) != 0 && mkdir(dir, 0777) != 0) {
+        WEFT_LOG_ERROR(cmd, "--out %s: cannot create the folder: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        WEFT_LOG_ERROR(cmd, "--out %s: not a folder", dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        WEFT_LOG_ERROR(cmd, "--out %s: cannot write there: %s", dir, strerror(errno));
+        return -1;
     }
     return 0;
 }
 
 static int download(struct weft_client *c, const struct weft_job_status *st, const char *dir)
 {
-    struct stat sb;
-    if (stat(dir, &sb) != 0 && mkdir(dir, 0777) != 0) {
-        WEFT_LOG_ERROR("submit", "%s: cannot create the folder: %s", dir, strerror(errno));
-        return -1;
-    }
     for (size_t i = 0; i < st->n_images; i++) {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/%s-%d.png", dir, st->id, st->images[i].index);
+        if (dir)
+            snprintf(path, sizeof(path), "%s/%d.png", dir, st->images[i].index);
+        else
+            snprintf(path, sizeof(path), "%s-%d.png", st->id, st->images[i].index);
         if (weft_client_image_save(c, st->id, st->images[i].index, path) != WEFT_OK) {
             WEFT_LOG_ERROR("submit", "%s", weft_client_error(c));
             return -1;
@@ -178,6 +228,7 @@ static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
     struct weft_job_request req = {
         .prompts = prompts, .n_prompts = (size_t)n, .height = o->height, .width = o->width,
         .steps = o->steps, .count = o->count, .guidance = o->guidance, .seed = o->seed,
+        .seed_random = o->seed_random,
     };
     char id[WEFT_CLIENT_ID_MAX];
     if (weft_client_submit(c, &req, id) != WEFT_OK) {
@@ -188,12 +239,11 @@ static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
     (void)fflush(stdout);
     if (o->no_wait)
         return 0;
-    struct wait_ui ui = {0};
-    weft_progress_begin(&ui.bar, id);
+    struct wait_ui ui = {.last_state = -1, .last_queue = -1};
+    weft_progress_begin_mode(&ui.bar, id, (enum weft_progress_mode)o->progress);
     struct weft_job_status st = {0};
-    weft_status_t s = weft_client_wait(c, id, (int)(o->timeout_s > 2000000 ? 2000000000
-                                                                            : o->timeout_s * 1000),
-                                       on_progress, &ui, &st);
+    int timeout_ms = (int)(o->timeout_s > 2000000 ? 2000000000 : o->timeout_s * 1000);
+    weft_status_t s = weft_client_follow(c, id, timeout_ms, on_progress, &ui, &st);
     weft_progress_end(&ui.bar);
     int rc = 1;
     if (s != WEFT_OK)
@@ -204,6 +254,8 @@ static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
         WEFT_LOG_ERROR("submit", "job %s was cancelled", id);
     else
         rc = download(c, &st, o->out) == 0 ? 0 : 1;
+    if (rc == 0 && o->seed_random)
+        WEFT_LOG_INFO("submit", "seed %s (drawn by the server)", st.seed);
     weft_job_status_cleanup(&st);
     return rc;
 }
@@ -214,6 +266,8 @@ int weft_cmd_submit(struct weft_cli *cli)
     int rc = parse_args(cli, &o);
     if (rc)
         return rc > 0 ? 0 : 2;
+    if (o.out && !o.no_wait && weft_cli_out_dir_ready("submit", o.out) != 0)
+        return 1;
     struct weft_client_opts co = {.address = o.server, .token = o.token, .timeout_ms = 60000};
     struct weft_client *c;
     if (weft_client_connect(&co, &c) != WEFT_OK)

@@ -50,6 +50,11 @@ struct answer {
     char *body;
     size_t len, cap;
     bool too_big;
+    /* a streamed answer: a 200's body goes to sink as it arrives instead of into body; sink
+     * returns non-zero to stop reading */
+    int (*sink)(void *arg, const char *data, size_t n);
+    void *sink_arg;
+    bool stopped;
 };
 
 static void set_error(struct weft_client *c, const char *fmt, ...)
@@ -271,6 +276,13 @@ static int on_status(llhttp_t *ll, const char *at, size_t n)
 static int on_body(llhttp_t *ll, const char *at, size_t n)
 {
     struct answer *a = ll->data;
+    if (a->sink && a->status == 200) {
+        if (a->sink(a->sink_arg, at, n) != 0) {
+            a->stopped = true;
+            return HPE_USER;
+        }
+        return 0;
+    }
     if (n > MAX_ANSWER - a->len) {
         a->too_big = true;
         return HPE_USER;
@@ -298,7 +310,8 @@ static int on_headers_complete(llhttp_t *ll)
     if (a->status == 100) /* an interim answer: the real one follows */
         return 0;
     /* a body of known length: reserve it once */
-    if ((ll->flags & F_CONTENT_LENGTH) && ll->content_length < MAX_ANSWER && !a->body) {
+    if ((ll->flags & F_CONTENT_LENGTH) && ll->content_length < MAX_ANSWER && !a->body &&
+        !(a->sink && a->status == 200)) {
         a->body = weft_malloc((size_t)ll->content_length + 1);
         if (a->body) {
             a->cap = (size_t)ll->content_length + 1;
@@ -347,10 +360,15 @@ static weft_status_t read_answer(struct weft_client *c, struct answer *a, int64_
                                  bool *got_any_p)
 {
     char buf[65536];
+    /* a stream has no end to wait for within one timeout: what bounds it is silence (the
+     * server's keep-alives come well within timeout_ms) and its caller's own deadline */
+    int64_t idle = a->sink ? now_ms() + c->timeout_ms : deadline;
+    if (a->sink)
+        deadline = INT64_MAX;
     while (!a->complete) {
         ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            weft_status_t st = wait_fd(c, POLLIN, deadline, "answer");
+            weft_status_t st = wait_fd(c, POLLIN, idle < deadline ? idle : deadline, "answer");
             if (st != WEFT_OK)
                 return st;
             continue;
@@ -369,9 +387,15 @@ static weft_status_t read_answer(struct weft_client *c, struct answer *a, int64_
             return WEFT_ERR_PEER_LOST;
         }
         *got_any_p = true;
+        if (a->sink)
+            idle = now_ms() + c->timeout_ms;
         llhttp_errno_t err = llhttp_execute(&a->ll, buf, (size_t)n);
         if (err == HPE_PAUSED)
             break; /* complete; anything after it would be an answer nobody asked for */
+        if (err == HPE_USER && a->stopped) {
+            set_error(c, "stopped by its caller");
+            return WEFT_ERR_CANCELLED;
+        }
         if (err != HPE_OK) {
             set_error(c, "malformed answer from %s: %s", c->address,
                       a->too_big ? "body too large" : llhttp_errno_name(err));
@@ -391,6 +415,8 @@ static bool connection_stale(struct weft_client *c)
 static weft_status_t exchange(struct weft_client *c, const char *method, const char *path,
                               const char *body, size_t body_len, struct answer *a)
 {
+    int (*sink)(void *, const char *, size_t) = a->sink;
+    void *sink_arg = a->sink_arg;
     bool idempotent = strcmp(method, "POST") != 0;
     weft_status_t st = WEFT_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -406,15 +432,21 @@ static weft_status_t exchange(struct weft_client *c, const char *method, const c
         if (body)
             snprintf(length, sizeof(length),
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
+        char host[300]; /* RFC 9110 7.2: the port too; an IPv6 address in brackets */
+        if (c->is_unix)
+            snprintf(host, sizeof(host), "localhost");
+        else
+            snprintf(host, sizeof(host), "%s%s%s:%s", strchr(c->host, ':') ? "[" : "", c->host,
+                     strchr(c->host, ':') ? "]" : "", c->port);
         int hn = snprintf(head, sizeof(head),
-                          "%s %s HTTP/1.1\r\nHost: %s\r\n%sAccept: application/json, image/png\r\n"
-                          "%s\r\n",
-                          method, path, c->is_unix ? "localhost" : c->host, c->auth, length);
+                          "%s %s HTTP/1.1\r\nHost: %s\r\n%sAccept: application/json, image/png, "
+                          "text/event-stream\r\n%s\r\n",
+                          method, path, host, c->auth, length);
         if (hn < 0 || (size_t)hn >= sizeof(head)) {
             set_error(c, "request line too long");
             return WEFT_ERR_INVALID;
         }
-        *a = (struct answer){0};
+        *a = (struct answer){.sink = sink, .sink_arg = sink_arg};
         llhttp_settings_init(&a->settings);
         a->settings.on_status = on_status;
         a->settings.on_headers_complete = on_headers_complete;
@@ -451,7 +483,7 @@ weft_status_t weft_client_request(struct weft_client *c, const char *method, con
 {
     c->error[0] = '\0';
     c->http_status = 0;
-    struct answer a;
+    struct answer a = {0};
     weft_status_t st = exchange(c, method, path, body, body_len, &a);
     if (st != WEFT_OK)
         return st;
@@ -610,6 +642,8 @@ static cJSON *request_json(const struct weft_job_request *req)
     }
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)req->seed);
+    if (req->seed_random)
+        snprintf(seed, sizeof(seed), "-1");
     if ((req->height && !cJSON_AddNumberToObject(o, "height", (double)req->height)) ||
         (req->width && !cJSON_AddNumberToObject(o, "width", (double)req->width)) ||
         (req->steps && !cJSON_AddNumberToObject(o, "steps", (double)req->steps)) ||
@@ -676,6 +710,14 @@ static weft_status_t parse_status(struct weft_client *c, const cJSON *o,
     st->images_total = json_int(p, "images");
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(p, "fraction");
     st->fraction = cJSON_IsNumber(f) ? f->valuedouble : 0;
+    const cJSON *el = cJSON_GetObjectItemCaseSensitive(p, "elapsed");
+    const cJSON *eta = cJSON_GetObjectItemCaseSensitive(p, "eta");
+    st->elapsed = cJSON_IsNumber(el) ? el->valuedouble : -1;
+    st->eta = cJSON_IsNumber(eta) ? eta->valuedouble : -1;
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(o, "request");
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(req, "seed");
+    if (cJSON_IsString(seed))
+        snprintf(st->seed, sizeof(st->seed), "%s", seed->valuestring);
     const cJSON *imgs = cJSON_GetObjectItemCaseSensitive(o, "images");
     int n = cJSON_IsArray(imgs) ? cJSON_GetArraySize(imgs) : 0;
     if (n > 0) {
@@ -757,6 +799,160 @@ weft_status_t weft_client_wait(struct weft_client *c, const char *id, int timeou
         struct timespec ts = {nap / 1000, (long)(nap % 1000) * 1000000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Following a job's event stream                                                           */
+
+#define SSE_MAX_EVENT (4u << 20)
+
+struct follow {
+    struct weft_client *c;
+    struct weft_job_status *st;
+    weft_client_progress_cb cb;
+    void *arg;
+    char *buf; /* the event being read: lines up to a blank one */
+    size_t len, cap;
+    bool ended, failed, stopped;
+    int64_t deadline;
+};
+
+/* "progress": the numbers of a running job, without the rest of its description. */
+static void apply_progress(struct weft_job_status *st, const cJSON *p)
+{
+    st->step = json_int(p, "step");
+    st->steps = json_int(p, "steps");
+    st->images_done = json_int(p, "images_done");
+    st->images_total = json_int(p, "images");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(p, "fraction");
+    const cJSON *el = cJSON_GetObjectItemCaseSensitive(p, "elapsed");
+    const cJSON *eta = cJSON_GetObjectItemCaseSensitive(p, "eta");
+    st->fraction = cJSON_IsNumber(f) ? f->valuedouble : st->fraction;
+    st->elapsed = cJSON_IsNumber(el) ? el->valuedouble : -1;
+    st->eta = cJSON_IsNumber(eta) ? eta->valuedouble : -1;
+    st->state = WEFT_JOB_RUNNING;
+}
+
+/* One event: "event: NAME" and "data: ..." lines (others ignored). */
+static void follow_event(struct follow *f, char *ev)
+{
+    char name[32] = "message";
+    const char *data = NULL;
+    for (char *line = ev, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        if (strncmp(line, "event:", 6) == 0)
+            snprintf(name, sizeof(name), "%s", line + 6 + (line[6] == ' '));
+        else if (strncmp(line, "data:", 5) == 0)
+            data = line + 5 + (line[5] == ' ');
+    }
+    if (!data)
+        return; /* a comment (keep-alive) or "retry:" */
+    cJSON *o = cJSON_Parse(data);
+    if (!o)
+        return;
+    bool changed = true;
+    if (strcmp(name, "progress") == 0) {
+        apply_progress(f->st, o);
+    } else if (strcmp(name, "state") == 0 || strcmp(name, "end") == 0) {
+        weft_job_status_cleanup(f->st);
+        if (parse_status(f->c, o, f->st) != WEFT_OK)
+            f->failed = true;
+        f->ended = strcmp(name, "end") == 0;
+    } else {
+        changed = false; /* "image": the end lists them all */
+    }
+    cJSON_Delete(o);
+    if (changed && f->cb && !f->failed && f->cb(f->arg, f->st) != 0)
+        f->stopped = true;
+}
+
+static int follow_sink(void *arg, const char *data, size_t n)
+{
+    struct follow *f = arg;
+    for (size_t i = 0; i < n; i++) {
+        if (f->len + 2 > f->cap) {
+            size_t cap = f->cap ? f->cap * 2 : 4096;
+            char *b = cap <= SSE_MAX_EVENT ? weft_realloc(f->buf, cap) : NULL;
+            if (!b) {
+                f->failed = true;
+                return 1;
+            }
+            f->buf = b;
+            f->cap = cap;
+        }
+        char ch = data[i];
+        if (ch == '\r')
+            continue;
+        f->buf[f->len++] = ch;
+        if (ch == '\n' && f->len >= 2 && f->buf[f->len - 2] == '\n') { /* a blank line */
+            f->buf[f->len] = '\0';
+            follow_event(f, f->buf);
+            f->len = 0;
+            if (f->failed || f->stopped)
+                return 1; /* after the end, the stream's own end follows: read it */
+        }
+    }
+    return now_ms() > f->deadline;
+}
+
+weft_status_t weft_client_follow(struct weft_client *c, const char *id, int timeout_ms,
+                                 weft_client_progress_cb cb, void *arg,
+                                 struct weft_job_status *st)
+{
+    weft_job_status_cleanup(st);
+    if (!id_ok(id)) {
+        set_error(c, "'%s' is not a job id", id);
+        return WEFT_ERR_INVALID;
+    }
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/jobs/%s/events", id);
+    struct follow f = {.c = c, .st = st, .cb = cb, .arg = arg,
+                       .deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0)};
+    c->error[0] = '\0';
+    struct answer a = {.sink = follow_sink, .sink_arg = &f};
+    weft_status_t s = exchange(c, "GET", path, NULL, 0, &a);
+    int code = a.status;
+    if (s == WEFT_OK && code != 200 && code != 0 && !f.ended) {
+        cJSON *e = a.body ? cJSON_ParseWithLength(a.body, a.len) : NULL;
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "error");
+        bool no_job = cJSON_IsString(msg) && strncmp(msg->valuestring, "no job", 6) == 0;
+        set_error(c, "GET %s: %d %s", path, code,
+                  cJSON_IsString(msg) ? msg->valuestring : "(no error text)");
+        cJSON_Delete(e);
+        weft_free(a.body);
+        weft_free(f.buf);
+        if (code == 404 && !no_job) /* a server without event streams: poll it */
+            return weft_client_wait(c, id, timeout_ms, cb, arg, st);
+        return status_of(code);
+    }
+    weft_free(a.body);
+    weft_free(f.buf);
+    if (f.stopped) { /* the answer was cut short: this connection cannot carry another */
+        disconnect(c);
+        set_error(c, "wait for job %s stopped by its caller", id);
+        return WEFT_ERR_CANCELLED;
+    }
+    if (f.failed) {
+        disconnect(c);
+        if (!c->error[0])
+            set_error(c, "GET %s: an event the client cannot read", path);
+        return WEFT_ERR_PROTOCOL;
+    }
+    if (f.ended)
+        return WEFT_OK;
+    disconnect(c);
+    if (s == WEFT_OK || s == WEFT_ERR_CANCELLED) { /* ended without an end, or the deadline */
+        if (now_ms() >= f.deadline) {
+            set_error(c, "job %s is still %s after %d ms", id, weft_client_state_name(st->state),
+                      timeout_ms);
+            return WEFT_ERR_TIMEOUT;
+        }
+        set_error(c, "the event stream of job %s ended before the job did", id);
+        return WEFT_ERR_PEER_LOST;
+    }
+    return s;
 }
 
 weft_status_t weft_client_image(struct weft_client *c, const char *id, int i, void **png_p,

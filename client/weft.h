@@ -65,6 +65,7 @@ struct weft_job_request {
     int64_t count;         /* images per prompt; 0: 1 */
     double guidance;       /* 0: 3.5 (for exactly 0, use weft_client_submit_json) */
     uint64_t seed;
+    int seed_random;       /* non-zero: the server draws the seed (seed -1); seed is ignored */
 };
 
 /* Submit; id gets the job's id. */
@@ -96,6 +97,9 @@ struct weft_job_status {
     int step, steps;    /* the latest step of the image being denoised */
     int images_done, images_total;
     double fraction;    /* 0..1 over every step of every image */
+    double elapsed;     /* running: seconds since it started (-1: unknown) */
+    double eta;         /* running: seconds the server expects it still needs (-1: unknown) */
+    char seed[24];      /* the seed it runs with (drawn by the server for seed -1) */
     char error[512];    /* failed: the reason */
     size_t n_images;
     struct weft_job_image *images; /* images ready, in index order */
@@ -118,6 +122,13 @@ typedef int (*weft_client_progress_cb)(void *arg, const struct weft_job_status *
 weft_status_t weft_client_wait(struct weft_client *c, const char *id, int timeout_ms,
                                weft_client_progress_cb cb, void *arg,
                                struct weft_job_status *st);
+
+/* The same as weft_client_wait, but the server pushes the progress (GET /v1/jobs/{id}/events,
+ * Server-Sent Events) instead of being polled: cb runs at every step, image and change of state
+ * as it happens. Falls back to polling when the server has no event stream. */
+weft_status_t weft_client_follow(struct weft_client *c, const char *id, int timeout_ms,
+                                 weft_client_progress_cb cb, void *arg,
+                                 struct weft_job_status *st);
 
 /* Image i of a job as PNG bytes (free with weft_client_free). */
 weft_status_t weft_client_image(struct weft_client *c, const char *id, int i, void **png_p,

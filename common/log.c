@@ -2,6 +2,7 @@
 #include "common/log.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 int weft_log_level_current = WEFT_LOG_LEVEL_INFO;
 
 static enum weft_log_style log_style = WEFT_LOG_STYLE_FULL;
+static enum weft_log_format log_format = WEFT_LOG_FORMAT_TEXT;
 static int log_rank = -1;
 static weft_log_sink_cb log_sink;
 static void *log_sink_arg;
@@ -18,21 +20,51 @@ static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const level_names[WEFT_LOG_LEVEL_COUNT] = {"error", "warn", "info", "debug"};
 static const char level_letters[WEFT_LOG_LEVEL_COUNT] = {'E', 'W', 'I', 'D'};
 
-static double start_ms(void)
+/* "2026-01-31T12:00:00.123Z": RFC 3339, UTC, milliseconds. */
+static void rfc3339(char *out, size_t len)
 {
-    static double t0 = -1.0;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-    if (t0 < 0.0)
-        t0 = now;
-    return now - t0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(out, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
-/* Take the clock once at load so times count from process start, not from the first line. */
-__attribute__((constructor)) static void log_clock_init(void)
+/* s as the inside of a JSON string: quotes, backslashes and control bytes escaped; bytes that
+ * are not UTF-8 are replaced by '?', so that the line stays JSON. */
+static size_t json_escape(const char *s, char *out, size_t cap)
 {
-    (void)start_ms();
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 8 < cap; p++) {
+        unsigned c = *p;
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+        } else if (c < 0x20) {
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        } else if (c < 0x80) {
+            out[o++] = (char)c;
+        } else {
+            /* a whole UTF-8 sequence, or '?' */
+            int n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+            bool ok = n > 0;
+            for (int k = 1; ok && k < n; k++)
+                ok = (p[k] & 0xc0) == 0x80;
+            if (!ok) {
+                out[o++] = '?';
+                continue;
+            }
+            for (int k = 0; k < n; k++)
+                out[o++] = (char)p[k];
+            p += n - 1;
+        }
+    }
+    out[o] = '\0';
+    return o;
 }
 
 void weft_log_write(enum weft_log_level level, const char *subsys, const char *fmt, ...)
@@ -54,20 +86,40 @@ void weft_log_write(enum weft_log_level level, const char *subsys, const char *f
         return;
     }
 
-    char line[1280];
+    char line[3072];
     int len;
     if (log_style == WEFT_LOG_STYLE_SHORT) {
         len = snprintf(line, sizeof(line), "weft: %s%s%s\n",
                        level == WEFT_LOG_LEVEL_INFO ? "" : level_names[level],
                        level == WEFT_LOG_LEVEL_INFO ? "" : ": ", msg);
     } else {
-        char host[64] = "?";
+        char host[64] = "?", ts[40];
         gethostname(host, sizeof(host) - 1);
-        char rank[16] = "r-";
-        if (log_rank >= 0)
-            snprintf(rank, sizeof(rank), "r%d", log_rank);
-        len = snprintf(line, sizeof(line), "[%10.3f] %s %s:%d %c %s: %s\n", start_ms() / 1e3, rank,
-                       host, (int)getpid(), level_letters[level], subsys, msg);
+        rfc3339(ts, sizeof(ts));
+        if (log_format == WEFT_LOG_FORMAT_JSON) {
+            char esc[2400], hesc[140];
+            json_escape(msg, esc, sizeof(esc));
+            json_escape(host, hesc, sizeof(hesc));
+            char rank[16] = "null";
+            if (log_rank >= 0)
+                snprintf(rank, sizeof(rank), "%d", log_rank);
+            len = snprintf(line, sizeof(line),
+                           "{\"ts\":\"%s\",\"level\":\"%s\",\"subsys\":\"%s\",\"rank\":%s,"
+                           "\"host\":\"%s\",\"pid\":%d,\"msg\":\"%s\"}\n",
+                           ts, level_names[level], subsys, rank, hesc, (int)getpid(), esc);
+            if (len > (int)sizeof(line) - 1) { /* cut: keep it one JSON object */
+                json_escape("(message too long for one line)", esc, sizeof(esc));
+                len = snprintf(line, sizeof(line),
+                               "{\"ts\":\"%s\",\"level\":\"%s\",\"subsys\":\"%s\","
+                               "\"msg\":\"%s\"}\n", ts, level_names[level], subsys, esc);
+            }
+        } else {
+            char rank[16] = "r-";
+            if (log_rank >= 0)
+                snprintf(rank, sizeof(rank), "r%d", log_rank);
+            len = snprintf(line, sizeof(line), "%s %s %s:%d %c %s: %s\n", ts, rank, host,
+                           (int)getpid(), level_letters[level], subsys, msg);
+        }
     }
     if (len > (int)sizeof(line) - 1)
         len = (int)sizeof(line) - 1;
@@ -85,6 +137,11 @@ void weft_log_set_level(enum weft_log_level level)
 void weft_log_set_style(enum weft_log_style style)
 {
     log_style = style;
+}
+
+void weft_log_set_format(enum weft_log_format format)
+{
+    log_format = format;
 }
 
 void weft_log_set_rank(int rank)

@@ -1,7 +1,7 @@
 /* Logging: leveled, prefixed lines on stderr (or a sink set by tests and servers).
  *
- * The level is checked before any formatting. Lines are prefixed with the rank, host:pid and
- * milliseconds since start in the full style; the short style (for one-shot CLI commands) prints
+ * The level is checked before any formatting. Lines are prefixed with the wall-clock time (RFC
+ * 3339, UTC, milliseconds), the rank and host:pid in the full style (or are JSON objects); the short style (for one-shot CLI commands) prints
  * "weft: error: ...". Library code never printf()s; it logs. */
 #ifndef WEFT_COMMON_LOG_H
 #define WEFT_COMMON_LOG_H
@@ -21,8 +21,15 @@ enum weft_log_level {
 };
 
 enum weft_log_style {
-    WEFT_LOG_STYLE_FULL,  /* "[   12.345] r0 host:123 E subsys: message" */
+    WEFT_LOG_STYLE_FULL,  /* "2026-01-31T12:00:00.123Z r0 host:123 E subsys: message" */
     WEFT_LOG_STYLE_SHORT, /* "weft: error: message" */
+};
+
+/* How full-style lines are written (a server's, a worker's): text, or one JSON object a line
+ * ({"ts", "level", "subsys", "rank", "host", "pid", "msg"}) for log collectors. */
+enum weft_log_format {
+    WEFT_LOG_FORMAT_TEXT,
+    WEFT_LOG_FORMAT_JSON,
 };
 
 typedef void (*weft_log_sink_cb)(enum weft_log_level level, const char *subsys, const char *msg,
@@ -44,6 +51,7 @@ void weft_log_write(enum weft_log_level level, const char *subsys, const char *f
     __attribute__((format(printf, 3, 4)));
 void weft_log_set_level(enum weft_log_level level);
 void weft_log_set_style(enum weft_log_style style);
+void weft_log_set_format(enum weft_log_format format);
 void weft_log_set_rank(int rank);
 /* Replace stderr by a callback (NULL restores stderr). */
 void weft_log_set_sink(weft_log_sink_cb cb, void *arg);

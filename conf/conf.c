@@ -25,6 +25,7 @@ enum conf_type {
 struct conf_key {
     const char *name;
     enum conf_type type;
+    bool secret; /* --dump-config shows <redacted> */
     size_t offset; /* within the section struct */
     size_t size;   /* of the field (bounds strings) */
     const char *def;
@@ -42,23 +43,39 @@ struct conf_section {
 };
 
 /* s is a struct tag, which cannot be parenthesised */
-#define FIELD(s, f) offsetof(struct s, f), sizeof(((struct s *)0)->f) /* NOLINT */
-#define KEY_BOOL(s, f, def, doc) {#f, CONF_BOOL, FIELD(s, f), def, 0, 0, NULL, doc}
-#define KEY_INT(s, f, def, lo, hi, doc) {#f, CONF_INT, FIELD(s, f), def, lo, hi, NULL, doc}
-#define KEY_SIZE(s, f, def, lo, hi, doc) {#f, CONF_SIZE, FIELD(s, f), def, lo, hi, NULL, doc}
-#define KEY_STR(s, f, def, doc) {#f, CONF_STRING, FIELD(s, f), def, 0, 0, NULL, doc}
-#define KEY_MAXMEM(s, f, def, doc) {#f, CONF_MAXMEM, FIELD(s, f), def, 0, 0, NULL, doc}
-#define KEY_ENUM(s, f, def, ch, doc) {#f, CONF_ENUM, FIELD(s, f), def, 0, 0, ch, doc}
+#define FIELD(s, f) /* NOLINT(bugprone-macro-parentheses) */                                   \
+    .offset = offsetof(struct s, f), .size = sizeof(((struct s *)0)->f)
+#define KEY_BOOL(s, f, d, doc_)                                                              \
+    {.name = #f, .type = CONF_BOOL, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_INT(s, f, d, lo, hi, doc_)                                                       \
+    {.name = #f, .type = CONF_INT, FIELD(s, f), .def = (d), .min = (lo), .max = (hi),          \
+     .doc = (doc_)}
+#define KEY_SIZE(s, f, d, lo, hi, doc_)                                                      \
+    {.name = #f, .type = CONF_SIZE, FIELD(s, f), .def = (d), .min = (lo), .max = (hi),         \
+     .doc = (doc_)}
+#define KEY_STR(s, f, d, doc_)                                                               \
+    {.name = #f, .type = CONF_STRING, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_SECRET(s, f, d, doc_)                                                            \
+    {.name = #f, .type = CONF_STRING, .secret = true, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_MAXMEM(s, f, d, doc_)                                                            \
+    {.name = #f, .type = CONF_MAXMEM, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_ENUM(s, f, d, ch, doc_)                                                          \
+    {.name = #f, .type = CONF_ENUM, FIELD(s, f), .def = (d), .choices = (ch), .doc = (doc_)}
 #define SECTION(name, keys, doc) {#name, offsetof(struct weft_conf, name), (keys), \
                                   sizeof(keys) / sizeof((keys)[0]), (doc)}
 
 /* Orders match enum weft_log_level and enum weft_dtype. */
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const log_formats[] = {"text", "json", NULL}; /* enum weft_log_format */
 static const char *const compute_dtypes[] = {"f32", "bf16", "f16", NULL};
 
 static const struct conf_key log_keys[] = {
     KEY_ENUM(weft_conf_log, level, "info", log_levels,
              "Lowest level that is printed."),
+    KEY_ENUM(weft_conf_log, format, "text", log_formats,
+             "Log lines of servers and workers: text ('2026-01-31T12:00:00.123Z r0 host:pid I "
+             "subsys: message', wall-clock time in RFC 3339, UTC) or json (one JSON object a "
+             "line: ts, level, subsys, rank, host, pid, msg; for log collectors)."),
 };
 
 static const struct conf_key model_keys[] = {
@@ -135,7 +152,7 @@ static const struct conf_key cluster_keys[] = {
             "The coordinator's port for workers, host:port: weft serve --runner cluster listens there, "
             "weft worker connects there (torchrun's MASTER_ADDR/MASTER_PORT and Slurm's first "
             "node override the host when set)."),
-    KEY_STR(weft_conf_cluster, secret, "",
+    KEY_SECRET(weft_conf_cluster, secret, "",
             "Cluster secret: workers and the coordinator prove they know it (HMAC-SHA256 "
             "challenge-response); it never crosses the wire. Required unless secret_file is "
             "set."),
@@ -160,7 +177,7 @@ static const struct conf_key api_keys[] = {
             "Where weft serve listens and where weft submit/status connect: host:port (TCP) or "
             "unix:/path (a unix socket, mode 0600). Port 0 picks a free port. An address "
             "other than loopback exposes the API to the network: set a token."),
-    KEY_STR(weft_conf_api, token, "",
+    KEY_SECRET(weft_conf_api, token, "",
             "Bearer token: when set, every request needs 'Authorization: Bearer <token>' "
             "(clients send it from here). Empty: no authentication (loopback use)."),
     KEY_SIZE(weft_conf_api, max_body, "64MiB", 1024, 1ll << 32,
@@ -189,13 +206,17 @@ static const struct conf_key api_keys[] = {
     KEY_INT(weft_conf_api, request_timeout_ms, "60000", 10, 86400000,
             "A request must arrive whole (and its response be taken) within this long of its "
             "first byte, else 408 and the connection is closed (slow clients)."),
-    KEY_STR(weft_conf_api, journal_dir, "weft-serve/journal",
+    KEY_STR(weft_conf_api, state_dir, "",
+            "The state folder: the journal and the jobs' images go under it. Empty: "
+            "$STATE_DIRECTORY (systemd's StateDirectory=), else $XDG_STATE_HOME/weft (default "
+            "~/.local/state/weft), else /var/lib/weft; never the current folder."),
+    KEY_STR(weft_conf_api, journal_dir, "",
             "Folder of the job journal: accepted jobs are written there (and synced) before "
-            "the 202, so a restart of the coordinator loses none. Empty: no journal, jobs "
-            "live in memory only."),
-    KEY_STR(weft_conf_api, output_dir, "weft-serve/jobs",
+            "the 202, so a restart of the coordinator loses none. Empty: state_dir/journal. "
+            "none: no journal, jobs live in memory only."),
+    KEY_STR(weft_conf_api, output_dir, "",
             "Folder of job results: one folder per job with its PNGs (and its inline prompt "
-            "embeddings)."),
+            "embeddings). Empty: state_dir/jobs."),
     KEY_SIZE(weft_conf_api, journal_compact, "16MiB", 4096, 1ll << 40,
              "Journal size that triggers its compaction (rewritten with the live jobs only)."),
     KEY_INT(weft_conf_api, keep_jobs, "10000", 1, 10000000,
@@ -207,6 +228,23 @@ static const struct conf_key api_keys[] = {
     KEY_INT(weft_conf_api, shutdown_grace_ms, "10000", 0, 86400000,
             "On SIGINT/SIGTERM, how long running jobs may finish before they are stopped "
             "(they stay in the journal and run again after a restart)."),
+    KEY_STR(weft_conf_api, cors_origins, "",
+            "Origins a browser page may call the API from (CORS), comma-separated, e.g. "
+            "'https://a.example, http://localhost:3000', or '*' for any. Empty: none (the page "
+            "weft serves itself is same-origin and needs nothing). OPTIONS is answered either "
+            "way."),
+    KEY_INT(weft_conf_api, image_quality, "90", 1, 100,
+            "Quality of JPEG and WebP images made from the PNGs (output_format, ?format=); "
+            "a request's output_compression wins."),
+    KEY_INT(weft_conf_api, events_keepalive_ms, "15000", 100, 3600000,
+            "An event stream (GET /v1/jobs/{id}/events) with nothing to say for this long gets "
+            "a comment line, so that proxies and clients do not time it out."),
+    KEY_INT(weft_conf_api, sync_timeout_ms, "3600000", 1000, 86400000,
+            "How long POST /v1/images/generations waits for its job before it answers 504 "
+            "(the job goes on, and stays in /v1/jobs)."),
+    KEY_BOOL(weft_conf_api, access_log, "true",
+             "One INFO line per request (subsystem access): method, path, status, bytes, "
+             "milliseconds and the job it names."),
 };
 
 static const char *const devmap_strategies[] = {"none", "balanced", "auto", NULL};
@@ -922,23 +960,94 @@ weft_status_t weft_conf_apply_override(struct weft_conf *conf, const char *assig
     return key_set(sec, key, (char *)conf + sec->offset, eq + 1, &o);
 }
 
+#ifndef WEFT_SYSCONFDIR
+#define WEFT_SYSCONFDIR "/etc"
+#endif
+
+static const char *env_get(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=' && (*e)[n + 1])
+            return *e + n + 1;
+    return NULL;
+}
+
+/* The first INI file that applies (see conf.h), into path; false when none. */
+static bool discover_file(const char *given, char *const *envp, char *path, size_t len)
+{
+    const char *explicit = given ? given : env_get(envp, "WEFT_CONFIG");
+    if (explicit) {
+        snprintf(path, len, "%s", explicit);
+        return true;
+    }
+    const char *xdg = env_get(envp, "XDG_CONFIG_HOME"), *home = env_get(envp, "HOME");
+    if (xdg && xdg[0] == '/')
+        snprintf(path, len, "%s/weft/weft.ini", xdg);
+    else if (home)
+        snprintf(path, len, "%s/.config/weft/weft.ini", home);
+    else
+        path[0] = '\0';
+    FILE *f = path[0] ? fopen(path, "r") : NULL;
+    if (f) {
+        (void)fclose(f);
+        return true;
+    }
+    snprintf(path, len, "%s/weft/weft.ini", WEFT_SYSCONFDIR);
+    if ((f = fopen(path, "r"))) {
+        (void)fclose(f);
+        return true;
+    }
+    return false;
+}
+
+/* [api] state_dir, journal_dir and output_dir when left empty (see conf.h). */
+static weft_status_t resolve_state(struct weft_conf_api *api, char *const *envp)
+{
+    if (!api->state_dir[0]) {
+        const char *sd = env_get(envp, "STATE_DIRECTORY"); /* systemd: may be a:b:c */
+        const char *xdg = env_get(envp, "XDG_STATE_HOME"), *home = env_get(envp, "HOME");
+        if (sd)
+            snprintf(api->state_dir, sizeof(api->state_dir), "%.*s", (int)strcspn(sd, ":"), sd);
+        else if (xdg && xdg[0] == '/')
+            snprintf(api->state_dir, sizeof(api->state_dir), "%s/weft", xdg);
+        else if (home && home[0] == '/')
+            snprintf(api->state_dir, sizeof(api->state_dir), "%s/.local/state/weft", home);
+        else
+            snprintf(api->state_dir, sizeof(api->state_dir), "/var/lib/weft");
+    }
+    int a = 0, b = 0;
+    if (!api->journal_dir[0])
+        a = snprintf(api->journal_dir, sizeof(api->journal_dir), "%s/journal", api->state_dir);
+    else if (strcmp(api->journal_dir, "none") == 0)
+        api->journal_dir[0] = '\0';
+    if (!api->output_dir[0])
+        b = snprintf(api->output_dir, sizeof(api->output_dir), "%s/jobs", api->state_dir);
+    if (a >= (int)sizeof(api->journal_dir) || b >= (int)sizeof(api->output_dir)) {
+        WEFT_LOG_ERROR("conf", "[api] state_dir = '%s': too long for the folders under it",
+                       api->state_dir);
+        return WEFT_ERR_CONFIG;
+    }
+    return WEFT_OK;
+}
+
 weft_status_t weft_conf_load(struct weft_conf *conf, const char *ini_path, char *const *envp,
                              int n_overrides, const char *const *overrides)
 {
     struct weft_conf work;
     weft_conf_defaults(&work);
-    if (!ini_path && envp) {
-        for (char *const *e = envp; *e; e++)
-            if (strncmp(*e, "WEFT_CONFIG=", 12) == 0 && (*e)[12])
-                ini_path = *e + 12;
-    }
+    char path[WEFT_CONF_PATH];
     weft_status_t st = WEFT_OK;
-    if (ini_path)
-        st = weft_conf_apply_file(&work, ini_path);
+    if (discover_file(ini_path, envp, path, sizeof(path))) {
+        st = weft_conf_apply_file(&work, path);
+        snprintf(work.source, sizeof(work.source), "%s", path);
+    }
     if (st == WEFT_OK)
         st = weft_conf_apply_env(&work, envp);
     for (int i = 0; st == WEFT_OK && i < n_overrides; i++)
         st = weft_conf_apply_override(&work, overrides[i]);
+    if (st == WEFT_OK)
+        st = resolve_state(&work.api, envp);
     if (st == WEFT_OK)
         *conf = work;
     return st;
@@ -979,6 +1088,8 @@ static void dump_map(const struct weft_conf_map *map, FILE *out)
 
 void weft_conf_dump(const struct weft_conf *conf, FILE *out)
 {
+    if (conf->source[0])
+        fprintf(out, "# read from %s\n\n", conf->source);
     for (size_t s = 0; s < N_SECTIONS; s++) {
         const struct conf_section *sec = &sections[s];
         fprintf(out, "%s[%s]\n# %s\n", s ? "\n" : "", sec->name, sec->doc);
@@ -986,6 +1097,8 @@ void weft_conf_dump(const struct weft_conf *conf, FILE *out)
             const struct conf_key *key = &sec->keys[k];
             char value[WEFT_CONF_PATH + 1], env[128];
             key_format(key, (const char *)conf + sec->offset, value, sizeof(value));
+            if (key->secret && value[0])
+                snprintf(value, sizeof(value), "<redacted>");
             env_name(sec, key, env, sizeof(env));
             fprintf(out, "\n");
             key_doc(key, out);

@@ -18,7 +18,8 @@
 #define WEFT_CONF_PATH 1024
 
 struct weft_conf_log {
-    int level; /* enum weft_log_level */
+    int level;  /* enum weft_log_level */
+    int format; /* enum weft_log_format: text, json */
 };
 
 struct weft_conf_model {
@@ -101,12 +102,18 @@ struct weft_conf_api {
     int64_t idle_timeout_ms;
     int64_t header_timeout_ms;
     int64_t request_timeout_ms;
-    char journal_dir[WEFT_CONF_PATH];
-    char output_dir[WEFT_CONF_PATH];
+    char state_dir[WEFT_CONF_PATH];   /* resolved by weft_conf_load when empty */
+    char journal_dir[WEFT_CONF_PATH]; /* resolved: state_dir/journal; "none": no journal */
+    char output_dir[WEFT_CONF_PATH];  /* resolved: state_dir/jobs */
     uint64_t journal_compact;
     int64_t keep_jobs;
     int64_t max_attempts;
     int64_t shutdown_grace_ms;
+    char cors_origins[WEFT_CONF_STR];
+    int64_t image_quality;
+    int64_t events_keepalive_ms;
+    int64_t sync_timeout_ms;
+    bool access_log;
 };
 
 /* [tp_plan]: a free-form map of module globs to tensor-parallel styles, validated by the plan
@@ -132,14 +139,23 @@ struct weft_conf {
     struct weft_conf_cluster cluster;
     struct weft_conf_device_map device_map;
     struct weft_conf_map tp_plan;
+    char source[WEFT_CONF_PATH]; /* the INI file read ("" none), for --dump-config */
 };
 
 /* Fill every key with its default. */
 void weft_conf_defaults(struct weft_conf *conf);
 
-/* Defaults, then the INI file (ini_path, or $WEFT_CONFIG from envp when ini_path is NULL; no
- * file at all is fine), then WEFT_<SECTION>_<KEY> variables from envp (may be NULL), then the
- * overrides "section.key=value" in order. conf is written only on success. */
+/* Defaults, then the INI file, then WEFT_<SECTION>_<KEY> variables from envp (may be NULL), then
+ * the overrides "section.key=value" in order. conf is written only on success.
+ *
+ * The INI file is the first of: ini_path (--config; must exist), $WEFT_CONFIG (must exist),
+ * $XDG_CONFIG_HOME/weft/weft.ini (default $HOME/.config), WEFT_SYSCONFDIR/weft/weft.ini
+ * (/etc/weft/weft.ini); the last two only when they exist, and no file at all is fine.
+ *
+ * Then the state folder: [api] state_dir, when empty, is $STATE_DIRECTORY (systemd's
+ * StateDirectory=), else $XDG_STATE_HOME/weft (default $HOME/.local/state/weft), else
+ * /var/lib/weft; an empty journal_dir or output_dir is state_dir/journal or state_dir/jobs (never
+ * the current folder). */
 weft_status_t weft_conf_load(struct weft_conf *conf, const char *ini_path, char *const *envp,
                              int n_overrides, const char *const *overrides);
 
@@ -149,7 +165,8 @@ weft_status_t weft_conf_apply_string(struct weft_conf *conf, const char *text, c
 weft_status_t weft_conf_apply_env(struct weft_conf *conf, char *const *envp);
 weft_status_t weft_conf_apply_override(struct weft_conf *conf, const char *assignment);
 
-/* Write conf as an INI file with every key documented. */
+/* Write conf as an INI file with every key documented; secrets (the cluster secret, the API
+ * token) are shown as <redacted> when set. */
 void weft_conf_dump(const struct weft_conf *conf, FILE *out);
 /* The example file: the dump of the defaults, with a header. */
 void weft_conf_write_example(FILE *out);

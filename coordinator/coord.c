@@ -216,6 +216,16 @@ static cJSON *record_submit(const struct job *j, bool with_attempts)
         cJSON_Delete(r);
         return NULL;
     }
+    if (j->idem_key[0]) {
+        char hex[2 * sizeof(j->idem_hash) + 1];
+        for (size_t i = 0; i < sizeof(j->idem_hash); i++)
+            snprintf(hex + 2 * i, 3, "%02x", j->idem_hash[i]);
+        if (!cJSON_AddStringToObject(r, "idem", j->idem_key) ||
+            !cJSON_AddStringToObject(r, "idem_hash", hex)) {
+            cJSON_Delete(r);
+            return NULL;
+        }
+    }
     return r;
 }
 
@@ -354,6 +364,7 @@ static void job_finish(struct weft_coord *c, struct job *j, enum job_state state
     list_push(&c->finished, j);
     WEFT_LOG_INFO("coord", "job %s %s%s%s", j->id, weft_coord_state_name(state),
                   reason ? ": " : "", reason ? reason : "");
+    weft_api_job_changed(c, j, -1);
     retain(c);
     maybe_compact(c);
 }
@@ -447,6 +458,7 @@ static void dispatch(struct weft_coord *c)
         j->cancel_requested = false;
         c->running++;
         WEFT_LOG_INFO("coord", "job %s started (attempt %d)", j->id, j->attempts);
+        weft_api_job_changed(c, j, -1);
     }
 }
 
@@ -505,7 +517,29 @@ static weft_status_t store_inline(struct weft_coord *c, struct job *j, struct we
     return st;
 }
 
+uint64_t weft_coord_random_seed(void)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = (uint64_t)(unix_now() * 1e9) ^ ((uint64_t)getpid() << 32);
+    return r & ((1ull << 53) - 1); /* exact in every JSON reader, as a number too */
+}
+
+struct job *weft_coord_job_by_key(struct weft_coord *c, uint64_t key)
+{
+    return find_key(c, key);
+}
+
+struct job *weft_coord_job_by_idem(struct weft_coord *c, const char *key)
+{
+    for (size_t i = c->n_jobs; i-- > 0;)
+        if (c->jobs[i]->idem_key[0] && strcmp(c->jobs[i]->idem_key, key) == 0)
+            return c->jobs[i];
+    return NULL;
+}
+
 weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *spec,
+                                    const char *idem_key, const uint8_t *idem_hash,
                                     struct job **job_p, int *http_p, char *err, size_t err_len)
 {
     if (c->stopping) {
@@ -541,6 +575,10 @@ weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *
     }
     char id[WEFT_JOB_ID_LEN + 1];
     make_id(c->next_key, id);
+    if (spec->seed_random) { /* drawn once, then recorded like a given one */
+        spec->seed = weft_coord_random_seed();
+        spec->seed_random = false;
+    }
     struct job *j = job_new(c->next_key, id, spec);
     *http_p = 500;
     if (!j) {
@@ -548,6 +586,10 @@ weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *
         return WEFT_ERR_NOMEM;
     }
     j->submitted_at = unix_now();
+    if (idem_key && idem_key[0]) {
+        snprintf(j->idem_key, sizeof(j->idem_key), "%s", idem_key);
+        memcpy(j->idem_hash, idem_hash, sizeof(j->idem_hash));
+    }
     struct weft_error rec_err = WEFT_ERROR_INIT;
     weft_status_t st = store_inline(c, j, &rec_err);
     if (st == WEFT_OK)
@@ -631,6 +673,7 @@ static void on_finished(struct weft_coord *c, struct job *j, const struct weft_r
         j->interrupted = true;
         WEFT_LOG_INFO("coord", "job %s interrupted by the shutdown; it runs again after a "
                                "restart", j->id);
+        weft_api_job_changed(c, j, -1);
         return;
     }
     if (WEFT_STATUS_IS_PEER_LOST(ev->status) && !j->cancel_requested && !c->stopping &&
@@ -643,6 +686,7 @@ static void on_finished(struct weft_coord *c, struct job *j, const struct weft_r
         WEFT_LOG_WARN("coord", "job %s: %s; it runs again (attempt %d of at most %lld)", j->id,
                       ev->reason[0] ? ev->reason : weft_status_str(ev->status), j->attempts + 1,
                       (long long)c->api.max_attempts);
+        weft_api_job_changed(c, j, -1);
         return;
     }
     if (ev->status == WEFT_ERR_CANCELLED && j->cancel_requested) {
@@ -681,12 +725,14 @@ static void apply_event(struct weft_coord *c, const struct weft_runner_event *ev
         for (int i = ev->image; i >= 0 && i < ev->image + ev->n_images && i < j->n_images; i++)
             j->image_steps[i] = ev->step;
         observe(c->m.step_bucket, &c->m.step_count, &c->m.step_sum, ev->seconds);
+        weft_api_job_changed(c, j, -1);
         break;
     case WEFT_RUNNER_EV_IMAGE:
         if (ev->image >= 0 && ev->image < j->n_images && !j->images[ev->image].done) {
             j->images[ev->image] = (struct job_image){true, ev->width, ev->height};
             j->image_steps[ev->image] = j->steps;
             j->images_done++;
+            weft_api_job_changed(c, j, ev->image);
         }
         break;
     case WEFT_RUNNER_EV_FINISHED:
@@ -800,6 +846,17 @@ static void replay_submit(struct weft_coord *c, const cJSON *rec, const char *id
     }
     j->submitted_at = cJSON_IsNumber(at) ? at->valuedouble : 0;
     j->attempts = cJSON_IsNumber(attempts) ? (int)attempts->valuedouble : 0;
+    const cJSON *idem = cJSON_GetObjectItemCaseSensitive(rec, "idem");
+    const cJSON *hash = cJSON_GetObjectItemCaseSensitive(rec, "idem_hash");
+    if (cJSON_IsString(idem) && strlen(idem->valuestring) <= WEFT_IDEM_KEY_MAX &&
+        cJSON_IsString(hash) && strlen(hash->valuestring) == 2 * sizeof(j->idem_hash)) {
+        snprintf(j->idem_key, sizeof(j->idem_key), "%s", idem->valuestring);
+        for (size_t i = 0; i < sizeof(j->idem_hash); i++) {
+            unsigned v = 0;
+            (void)sscanf(hash->valuestring + 2 * i, "%2x", &v);
+            j->idem_hash[i] = (uint8_t)v;
+        }
+    }
 }
 
 static void replay_final(struct job *j, const cJSON *rec, enum job_state state)
@@ -1026,6 +1083,7 @@ static void finish_shutdown(struct weft_coord *c)
     weft_server_close_listener(c);
     uv_close((uv_handle_t *)&c->sink.async, on_handle_closed);
     uv_close((uv_handle_t *)&c->grace, on_handle_closed);
+    uv_close((uv_handle_t *)&c->watch_timer, on_handle_closed);
     uv_close((uv_handle_t *)&c->sigint, on_handle_closed);
     uv_close((uv_handle_t *)&c->sigterm, on_handle_closed);
     /* closing the handles restored the default action: a second signal during the rest of
@@ -1045,6 +1103,13 @@ static void stop_runner(struct weft_coord *c)
     c->runner->ops->stop(c->runner);
 }
 
+static void on_watch_tick(uv_timer_t *t)
+{
+    struct weft_coord *c = t->data;
+    if (c->watches)
+        weft_api_watch_tick(c);
+}
+
 static void on_grace(uv_timer_t *t)
 {
     stop_runner(t->data);
@@ -1060,6 +1125,12 @@ static void on_signal(uv_signal_t *s, int signum)
     WEFT_LOG_INFO("coord", "%s: shutting down (no new jobs; new requests answered 503)",
                   strsignal(signum));
     c->stopping = true; /* the server answers 503 from here on; the listener stays open */
+    /* answers waiting on jobs that will not run in this process are given now (503 for an
+     * OpenAI request, the end of an event stream): the jobs stay journaled */
+    for (struct job *j = c->queue.head, *next; j; j = next) {
+        next = j->next;
+        weft_api_job_changed(c, j, -1);
+    }
     if (c->running == 0) {
         finish_shutdown(c);
         return;
@@ -1076,6 +1147,7 @@ weft_status_t weft_coord_run_take(struct weft_coord *c, struct weft_runner *runn
     recheck_queue(c);
     int rc;
     if ((rc = uv_timer_init(&c->loop, &c->grace)) != 0 ||
+        (rc = uv_timer_init(&c->loop, &c->watch_timer)) != 0 ||
         (rc = uv_signal_init(&c->loop, &c->sigint)) != 0 ||
         (rc = uv_signal_init(&c->loop, &c->sigterm)) != 0 ||
         (rc = uv_signal_start(&c->sigint, on_signal, SIGINT)) != 0 ||
@@ -1085,8 +1157,13 @@ weft_status_t weft_coord_run_take(struct weft_coord *c, struct weft_runner *runn
         weft_runner_destroy(runner);
         return WEFT_ERR_INTERNAL;
     }
-    c->grace.data = c->sigint.data = c->sigterm.data = c;
+    c->grace.data = c->sigint.data = c->sigterm.data = c->watch_timer.data = c;
     c->signals_ready = true;
+    c->watch_timer_ready = true;
+    c->started_at = unix_now();
+    uint64_t tick = c->api.events_keepalive_ms < 1000 ? (uint64_t)c->api.events_keepalive_ms
+                                                       : 1000;
+    uv_timer_start(&c->watch_timer, on_watch_tick, tick, tick);
     dispatch(c);
     rc = uv_run(&c->loop, UV_RUN_DEFAULT);
     c->runner = NULL;

@@ -21,6 +21,9 @@ enum hdr {
     HDR_AUTHORIZATION,
     HDR_CONTENT_TYPE,
     HDR_EXPECT,
+    HDR_ORIGIN,
+    HDR_IDEMPOTENCY_KEY,
+    HDR_HOST,
 };
 
 struct weft_http_parser {
@@ -140,9 +143,16 @@ static int on_header_field_complete(llhttp_t *ll)
             p->cur = HDR_CONTENT_TYPE;
         } else if (strcasecmp(p->name, "expect") == 0) {
             p->cur = HDR_EXPECT;
+        } else if (strcasecmp(p->name, "origin") == 0) {
+            p->cur = HDR_ORIGIN;
+        } else if (strcasecmp(p->name, "idempotency-key") == 0) {
+            if (p->req.idempotency_key)
+                return fail(p, 400, "more than one Idempotency-Key header");
+            p->cur = HDR_IDEMPOTENCY_KEY;
         } else if (strcasecmp(p->name, "host") == 0) {
             if (++p->n_host > 1)
                 return fail(p, 400, "more than one Host header");
+            p->cur = HDR_HOST;
         }
     }
     p->name_len = 0;
@@ -176,6 +186,15 @@ static int on_header_value_complete(llhttp_t *ll)
             return fail(p, 417, "unsupported Expect header (only 100-continue)");
         p->req.expect_continue = true;
         break;
+    case HDR_ORIGIN:
+        p->req.origin = v;
+        break;
+    case HDR_IDEMPOTENCY_KEY:
+        p->req.idempotency_key = v;
+        break;
+    case HDR_HOST:
+        p->req.host = v;
+        break;
     case HDR_NONE:
         break;
     }
@@ -196,6 +215,8 @@ static enum weft_http_method method_of(uint8_t m)
         return WEFT_HTTP_PUT;
     case HTTP_DELETE:
         return WEFT_HTTP_DELETE;
+    case HTTP_OPTIONS:
+        return WEFT_HTTP_OPTIONS;
     default:
         return WEFT_HTTP_OTHER;
     }
@@ -433,6 +454,8 @@ const char *weft_http_reason(int code)
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 409: return "Conflict";
+    case 422: return "Unprocessable Content";
+    case 504: return "Gateway Timeout";
     case 411: return "Length Required";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";

@@ -23,6 +23,7 @@ enum weft_http_method {
     WEFT_HTTP_POST,
     WEFT_HTTP_PUT,
     WEFT_HTTP_DELETE,
+    WEFT_HTTP_OPTIONS,
     WEFT_HTTP_OTHER,
 };
 
@@ -39,6 +40,9 @@ struct weft_http_request {
     const char *target;        /* "/v1/jobs/abc?x=1" as sent */
     const char *authorization; /* NULL when absent */
     const char *content_type;  /* NULL when absent */
+    const char *origin;        /* Origin (CORS), NULL when absent */
+    const char *host;          /* Host, NULL when absent */
+    const char *idempotency_key; /* Idempotency-Key, NULL when absent */
     bool expect_continue;      /* "Expect: 100-continue" */
     bool keep_alive;           /* the connection may carry another request after this one */
     int http_minor;            /* 1.x (HTTP/1.0 or HTTP/1.1) */

@@ -16,9 +16,11 @@
 #include "coordinator/http.h"
 #include "coordinator/job.h"
 #include "coordinator/journal.h"
+#include "image/convert.h"
 
 #define WEFT_JOB_ID_LEN 16
 #define JOB_MAX_STAGES 8
+#define WEFT_IDEM_KEY_MAX 128 /* bytes of an Idempotency-Key */
 
 enum job_state {
     JOB_QUEUED,
@@ -55,6 +57,10 @@ struct job {
     int n_stages;
     struct job_stage stages[JOB_MAX_STAGES];
     char reason[256];
+    /* Idempotency-Key of the submission ("" none) and the hash of what it asked (route and
+     * body): a retry with the same key and request gets this job, another request a 422 */
+    char idem_key[WEFT_IDEM_KEY_MAX + 1];
+    uint8_t idem_hash[32];
     struct job *prev, *next;  /* the queue while queued, the finished list once finished */
 };
 
@@ -96,6 +102,34 @@ struct coord_sink {
 
 struct conn;
 
+/* A connection waiting on a job: an event stream (GET /v1/jobs/{id}/events, answered as the job
+ * moves) or a synchronous OpenAI request (POST /v1/images/generations, answered when the job
+ * ends). The coordinator tells api.c about every change of a job (weft_api_job_changed); the
+ * watch dies with its connection. */
+enum weft_watch_kind {
+    WEFT_WATCH_EVENTS,
+    WEFT_WATCH_OPENAI,
+};
+
+struct weft_openai_opts {
+    bool b64;                      /* response_format b64_json (else url) */
+    enum weft_image_format format; /* output_format */
+    int quality;                   /* 1..100 for jpeg and webp */
+    char base_url[300];            /* "http://host:port" the client used, for url answers */
+};
+
+struct weft_watch {
+    enum weft_watch_kind kind;
+    uint64_t key;          /* the job */
+    struct weft_openai_opts oa;
+    struct conn *conn;     /* set by the server when it takes the watch */
+    uint64_t event_id;     /* the last event's id */
+    int last_step, last_images, last_state; /* what the stream last said */
+    uint64_t deadline_ms;  /* loop time the OpenAI wait gives up */
+    uint64_t last_ms;      /* loop time of the stream's last write */
+    struct weft_watch *prev, *next;
+};
+
 struct weft_coord {
     struct weft_conf_api api;
     uv_loop_t loop;
@@ -134,6 +168,10 @@ struct weft_coord {
     char unix_path[1024];
     struct conn *conns;
     int n_conns;
+    struct weft_watch *watches;
+    uv_timer_t watch_timer; /* keep-alives of event streams, deadlines of OpenAI waits */
+    bool watch_timer_ready;
+    double started_at;      /* unix seconds the process started serving */
     char read_buf[65536];
     /* signals and shutdown */
     uv_signal_t sigint, sigterm;
@@ -147,6 +185,7 @@ struct job *weft_coord_job_find(struct weft_coord *c, const char *id);
 /* Validated spec taken over (spec is emptied); on success id_p points into the new job. On
  * failure err names the cause and the HTTP status to answer is in *http_p. */
 weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *spec,
+                                    const char *idem_key, const uint8_t *idem_hash,
                                     struct job **job_p, int *http_p, char *err, size_t err_len);
 /* 200 (removed from the queue), 202 (the runner was asked to stop it), 409 (finished). */
 int weft_coord_job_cancel(struct weft_coord *c, struct job *job);
@@ -172,14 +211,35 @@ void weft_server_close_conns(struct weft_coord *c, bool idle_only);
 struct weft_api_response {
     int code;
     const char *content_type;
-    char headers[256]; /* extra header lines, each ending in \r\n */
+    char headers[512]; /* extra header lines, each ending in \r\n */
     char *body;
     size_t len;
     bool close; /* close the connection after it */
+    /* The answer waits on a job (owned; the server takes it): with stream, the head and body
+     * go now (chunked) and weft_server_conn_chunk() follows; without, nothing goes now and
+     * weft_server_conn_respond() answers later. */
+    struct weft_watch *watch;
+    bool stream;
 };
+
+/* server.c: answering a connection that waits (a watch's). Both forget the watch first (the
+ * caller frees it after the call); the connection may close meanwhile. */
+void weft_server_conn_respond(struct conn *conn, struct weft_api_response *resp);
+/* One chunk of a streamed answer (copied); with end, the stream's end after it. Without end the
+ * connection may close (a client that does not read): its watch is dropped then, so the caller
+ * must not touch the watch after this call. */
+void weft_server_conn_chunk(struct conn *conn, const char *data, size_t len, bool end);
+/* Loop time in ms (for watch deadlines). */
+uint64_t weft_server_now(const struct weft_coord *c);
 
 /* api.c */
 enum weft_api_route_kind {
+    WEFT_ROUTE_PAGE,      /* / : the web page */
+    WEFT_ROUTE_OPENAPI,   /* /openapi.json */
+    WEFT_ROUTE_READY,     /* /readyz */
+    WEFT_ROUTE_MODELS,    /* /v1/models */
+    WEFT_ROUTE_OPENAI,    /* /v1/images/generations */
+    WEFT_ROUTE_JOB_EVENTS, /* /v1/jobs/{id}/events */
     WEFT_ROUTE_JOBS,      /* /v1/jobs */
     WEFT_ROUTE_JOB,       /* /v1/jobs/{id} */
     WEFT_ROUTE_JOB_IMAGE, /* /v1/jobs/{id}/images/{i} */
@@ -210,5 +270,68 @@ void weft_api_handle(struct weft_coord *c, const struct weft_http_request *req,
 void weft_api_error(struct weft_api_response *resp, int code, const char *msg);
 /* Prometheus text of everything the coordinator and the runner measure. */
 void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *out);
+
+/* api.c: helpers the handlers of openai.c and events.c share */
+#define WEFT_API_ERROR_TEXT 484
+void weft_api_respond_json(struct weft_api_response *resp, int code, cJSON *json);
+cJSON *weft_api_job_json(struct weft_coord *c, const struct job *job);
+/* msg as bounded UTF-8 (bytes that are not as \xNN) into out[WEFT_API_ERROR_TEXT]. */
+void weft_api_error_text(const char *msg, char *out);
+/* The value of a query parameter of target, false when absent. */
+bool weft_api_query(const char *target, const char *name, char *out, size_t len);
+/* See api.c: 1 a replay (*job_p), 0 go on (hash filled), -1 refused (resp filled). */
+int weft_api_idempotent(struct weft_coord *c, const struct weft_http_request *req,
+                        const char *route, uint8_t hash[32], struct job **job_p,
+                        struct weft_api_response *resp);
+/* Image i of job j in fmt (converted from the PNG once, then cached beside it): 200 with
+ * *data_p (weft_free), or the HTTP status of the refusal with msg. */
+int weft_api_image_bytes(struct weft_coord *c, const struct job *j, int i,
+                         enum weft_image_format fmt, int quality, char **data_p, size_t *len_p,
+                         char *msg, size_t msg_len);
+
+/* openai.c */
+void weft_api_openai_generate(struct weft_coord *c, const struct weft_http_request *req,
+                              struct weft_api_response *resp);
+void weft_api_models(struct weft_coord *c, struct weft_api_response *resp);
+/* The body of POST /v1/images/generations as a job (pure: the fuzz target drives it): 200 with
+ * spec filled (weft_job_spec_cleanup), or the HTTP status of the refusal with err. */
+int weft_api_openai_parse(const struct weft_job_model *m, const struct weft_conf_api *api,
+                          const char *body, size_t len, struct weft_job_spec *spec, char *err,
+                          size_t err_len);
+/* A refusal {"error": "..."} rewritten in OpenAI's shape (for POST /v1/images/generations). */
+void weft_api_openai_reshape(struct weft_api_response *resp);
+/* events.c */
+void weft_api_events(struct weft_coord *c, const struct weft_http_request *req, struct job *j,
+                     struct weft_api_response *resp);
+
+/* assets.c (generated at build time from docs/openapi.json and coordinator/page/index.html) */
+extern const char weft_asset_openapi[];
+extern const size_t weft_asset_openapi_len;
+extern const char weft_asset_page[];
+extern const size_t weft_asset_page_len;
+
+/* api.c: watches. A job changed (a step, its state; image >= 0: that image was written):
+ * streams hear of it, OpenAI waits for a job that ended are answered. Called by coord.c on the
+ * loop thread. */
+void weft_api_job_changed(struct weft_coord *c, struct job *job, int image);
+/* The server took w for conn: link it. */
+void weft_api_watch_take(struct weft_coord *c, struct weft_watch *w, struct conn *conn);
+/* The connection of w closed: unlink and free it. */
+void weft_api_watch_drop(struct weft_coord *c, struct weft_watch *w);
+/* Headers every answer to req gets (CORS), appended to resp->headers. */
+void weft_api_decorate(struct weft_coord *c, const struct weft_http_request *req,
+                       struct weft_api_response *resp);
+/* One access log line per request: method, path, status, bytes, milliseconds, job id. */
+void weft_api_access_log(struct weft_coord *c, const struct weft_http_request *req,
+                         const struct weft_api_response *resp, size_t bytes, double seconds);
+/* Keep-alives and deadlines (the watch timer). */
+void weft_api_watch_tick(struct weft_coord *c);
+
+/* coord.c: the job an Idempotency-Key names, or NULL. */
+struct job *weft_coord_job_by_idem(struct weft_coord *c, const char *key);
+/* A job by its key (submission order), or NULL. */
+struct job *weft_coord_job_by_key(struct weft_coord *c, uint64_t key);
+/* Draw a random seed (getrandom). */
+uint64_t weft_coord_random_seed(void);
 
 #endif

@@ -21,6 +21,8 @@
 
 #define MAX_SAFE_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact doubles */
 
+static int64_t model_tokens(const struct weft_job_model *m, const char *name);
+
 static weft_status_t errf(char *err, size_t len, weft_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -186,6 +188,11 @@ void weft_job_model_destroy(struct weft_job_model *model)
     weft_free(model);
 }
 
+int64_t weft_job_model_prompt_tokens(const struct weft_job_model *m, const char *name)
+{
+    return model_tokens(m, name);
+}
+
 /* The tokens of a prompts/ name, -1 when there is no such name. */
 static int64_t model_tokens(const struct weft_job_model *m, const char *name)
 {
@@ -234,11 +241,17 @@ static weft_status_t get_int(const cJSON *obj, const char *key, int64_t def, int
     return WEFT_OK;
 }
 
-static weft_status_t get_seed(const cJSON *obj, uint64_t *out, char *err, size_t len)
+/* A seed: an integer 0..2^53, a decimal string up to 2^64 - 1, or -1 (either way) or absent for
+ * one drawn at submission (*random_p). */
+static weft_status_t get_seed(const cJSON *obj, uint64_t *out, bool *random_p, char *err,
+                              size_t len)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "seed");
-    if (!v) {
+    *random_p = false;
+    if (!v || cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == -1.0) ||
+        (cJSON_IsString(v) && strcmp(v->valuestring, "-1") == 0)) {
         *out = 0;
+        *random_p = true;
         return WEFT_OK;
     }
     if (cJSON_IsNumber(v)) {
@@ -246,7 +259,7 @@ static weft_status_t get_seed(const cJSON *obj, uint64_t *out, char *err, size_t
         if (!isfinite(d) || d != floor(d) || d < 0 || d > MAX_SAFE_INT)
             return errf(err, len, WEFT_ERR_INVALID,
                         "\"seed\" must be an integer in 0..2^53 (larger ones as a decimal "
-                        "string)");
+                        "string), or -1 for a random one");
         *out = (uint64_t)d;
         return WEFT_OK;
     }
@@ -379,7 +392,7 @@ static weft_status_t parse_numbers(const cJSON *root, const struct weft_job_limi
                       len)) ||
         (st = get_int(root, "count", 1, 1, max_images, " ([api] max_images)", &s->count, err,
                       len)) ||
-        (st = get_seed(root, &s->seed, err, len)))
+        (st = get_seed(root, &s->seed, &s->seed_random, err, len)))
         return st;
     s->guidance = 3.5;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "guidance");

@@ -9,13 +9,15 @@
  *                                             a safetensors file with prompt_embeds [1, T, joint]
  *                                             and pooled_prompt_embeds [1, pooled]>"}
  *   "height", "width": pixels (1024)          "steps": denoising steps (28)
- *   "guidance": embedded guidance scale (3.5) "seed": integer or decimal string (0)
+ *   "guidance": embedded guidance scale (3.5) "seed": integer, decimal string, or -1
+ *                                             (or absent): drawn at random and recorded
  *   "count": images per prompt (1)
  * Pure functions: no I/O but the model description read once at start. */
 #ifndef WEFT_COORDINATOR_JOB_H
 #define WEFT_COORDINATOR_JOB_H
 
 #include <cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +44,8 @@ struct weft_job_model {
 weft_status_t weft_job_model_load(const char *dir, struct weft_job_model **model_p,
                                   struct weft_error *err);
 void weft_job_model_destroy(struct weft_job_model *model);
+/* The text tokens of a prompts/ entry, -1 when there is no such name. */
+int64_t weft_job_model_prompt_tokens(const struct weft_job_model *model, const char *name);
 
 struct weft_job_prompt {
     char name[WEFT_JOB_NAME_MAX]; /* a prompts/ entry; "" for an inline one */
@@ -56,6 +60,7 @@ struct weft_job_spec {
     int64_t height, width, steps, count;
     double guidance;
     uint64_t seed;
+    bool seed_random; /* seed -1 or absent: the coordinator draws one at submission */
 };
 
 /* Parse a request body. On failure err names the field and the cause (the request's fault:

@@ -1,6 +1,9 @@
 /* GET /metrics: Prometheus text exposition format 0.0.4. The coordinator's own families, then
  * whatever the runner measures (collectives per group, workers). */
+#include <dirent.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "coordinator/internal.h"
 
@@ -24,8 +27,62 @@ static void counter(struct weft_sbuf *b, const char *name, const char *help, uin
                      (unsigned long long)v);
 }
 
+static void gauge(struct weft_sbuf *b, const char *name, const char *help, double v)
+{
+    weft_sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+}
+
+/* The process collector's standard names (as Prometheus client libraries export them). */
+static void process_metrics(struct weft_coord *c, struct weft_sbuf *b)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                     (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+        weft_sbuf_printf(b, "# HELP process_cpu_seconds_total User and system CPU time.\n"
+                            "# TYPE process_cpu_seconds_total counter\n"
+                            "process_cpu_seconds_total %.6f\n", cpu);
+    }
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &resident) == 2) {
+            double page = (double)sysconf(_SC_PAGESIZE);
+            gauge(b, "process_resident_memory_bytes", "Resident memory.", (double)resident * page);
+            gauge(b, "process_virtual_memory_bytes", "Virtual memory.", (double)size * page);
+        }
+        (void)fclose(f);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long n = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            n += e->d_name[0] != '.';
+        closedir(d);
+        gauge(b, "process_open_fds", "Open file descriptors.", (double)(n - 1)); /* not d's own */
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        gauge(b, "process_max_fds", "Most open file descriptors.", (double)rl.rlim_cur);
+    gauge(b, "process_start_time_seconds", "When the process started serving (unix seconds).",
+          c->started_at);
+    weft_sbuf_printf(b, "# HELP weft_build_info The weft build serving: always 1.\n"
+                        "# TYPE weft_build_info gauge\n"
+                        "weft_build_info{version=\"%s\",runner=\"%s\"} 1\n",
+                     WEFT_VERSION, c->runner ? c->runner->ops->name : "none");
+    int streams = 0, waits = 0;
+    for (const struct weft_watch *w = c->watches; w; w = w->next)
+        if (w->kind == WEFT_WATCH_EVENTS)
+            streams++;
+        else
+            waits++;
+    gauge(b, "weft_event_streams", "Open event streams (GET /v1/jobs/{id}/events).", streams);
+    gauge(b, "weft_openai_waiting", "OpenAI image requests waiting for their job.", waits);
+}
+
 void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *b)
 {
+    process_metrics(c, b);
     uint64_t by_state[JOB_STATE_COUNT] = {0};
     for (size_t i = 0; i < c->n_jobs; i++)
         by_state[c->jobs[i]->state]++;

@@ -47,8 +47,12 @@ struct conn {
     bool closing, draining, read_stopped, eof, linger_set;
     bool uncounted;        /* not in n_conns: refused, or evicted for a newcomer */
     bool skip_message;     /* the request was refused at its headers: do not handle it */
+    bool close_after_watch; /* close once the waiting answer is written */
     char *pending;         /* bytes read but not parsed yet (back-pressure) */
     size_t pending_len;
+    struct weft_watch *watch; /* the answer waits on a job (api.c): nothing more is parsed */
+    bool streaming;        /* the answer is a chunked stream in progress */
+    const struct weft_http_request *req; /* the request being answered (CORS), or NULL */
 };
 
 struct wreq {
@@ -164,17 +168,28 @@ static void respond(struct conn *c, struct weft_api_response *r, bool head_only)
         co->m.http[r->code]++;
     if (r->close || co->stopping)
         c->close_after = true;
+    if (c->req)
+        weft_api_decorate(co, c->req, r);
     struct weft_sbuf h;
     weft_sbuf_init(&h);
+    char length[48];
+    if (r->stream)
+        snprintf(length, sizeof(length), "Transfer-Encoding: chunked\r\n");
+    else if (r->code == 204 || r->code == 304)
+        length[0] = '\0';
+    else
+        snprintf(length, sizeof(length), "Content-Length: %zu\r\n", r->len);
     weft_sbuf_printf(&h,
                      "HTTP/1.1 %d %s\r\n"
                      "Content-Type: %s\r\n"
-                     "Content-Length: %zu\r\n"
+                     "%s"
                      "Cache-Control: no-store\r\n"
                      "%s%s\r\n",
                      r->code, weft_http_reason(r->code),
-                     r->content_type ? r->content_type : "application/json", r->len, r->headers,
+                     r->content_type ? r->content_type : "application/json", length, r->headers,
                      c->close_after ? "Connection: close\r\n" : "");
+    if (r->stream && r->len && !head_only) /* the first chunk */
+        weft_sbuf_printf(&h, "%zx\r\n%.*s\r\n", r->len, (int)r->len, r->body);
     if (!weft_sbuf_ok(&h)) {
         weft_sbuf_cleanup(&h);
         weft_free(r->body);
@@ -186,7 +201,7 @@ static void respond(struct conn *c, struct weft_api_response *r, bool head_only)
     char *head = weft_sbuf_take(&h, &head_len);
     char *body = r->body;
     r->body = NULL;
-    if (head_only) {
+    if (head_only || r->stream) {
         weft_free(body);
         body = NULL;
     }
@@ -199,6 +214,84 @@ static void respond_error(struct conn *c, int code, const char *msg, bool close)
     weft_api_error(&r, code, msg);
     r.close = close;
     respond(c, &r, false);
+}
+
+/* The watch of c ended (api.c freed it): parse what waited, or close as asked. */
+static void watch_ended(struct conn *c)
+{
+    c->watch = NULL;
+    c->streaming = false;
+    if (c->close_after_watch)
+        c->close_after = true;
+    if (c->out_bytes == 0 && c->close_after) {
+        begin_close(c);
+        return;
+    }
+    if (c->pending && c->out_bytes < OUT_LOW) {
+        char *p = c->pending;
+        size_t n = c->pending_len;
+        c->pending = NULL;
+        c->pending_len = 0;
+        conn_process(c, p, n);
+        weft_free(p);
+    }
+    if (!c->closing && c->read_stopped && !c->pending && !c->draining) {
+        c->read_stopped = false;
+        uv_read_start(&c->h.stream, on_alloc, on_read);
+    }
+    timer_arm(c);
+}
+
+void weft_server_conn_respond(struct conn *c, struct weft_api_response *r)
+{
+    c->watch = NULL; /* the caller frees it */
+    if (c->closing) {
+        weft_free(r->body);
+        r->body = NULL;
+        return;
+    }
+    respond(c, r, false);
+    watch_ended(c);
+}
+
+void weft_server_conn_chunk(struct conn *c, const char *data, size_t len, bool end)
+{
+    if (end)
+        c->watch = NULL; /* the caller frees it */
+    if (c->closing)
+        return;
+    if (!c->streaming) {
+        watch_ended(c);
+        return;
+    }
+    struct weft_sbuf b;
+    weft_sbuf_init(&b);
+    if (len)
+        weft_sbuf_printf(&b, "%zx\r\n%.*s\r\n", len, (int)len, data);
+    if (end)
+        weft_sbuf_puts(&b, "0\r\n\r\n");
+    if (!weft_sbuf_ok(&b)) {
+        weft_sbuf_cleanup(&b);
+        conn_close(c);
+        return;
+    }
+    size_t n;
+    char *out = weft_sbuf_take(&b, &n);
+    if (c->out_bytes + n > OUT_HIGH) { /* a stream nobody reads: let it go */
+        weft_free(out);
+        conn_close(c);
+        return;
+    }
+    conn_write(c, out, n, NULL, 0);
+    if (end)
+        watch_ended(c);
+    else
+        timer_arm(c);
+}
+
+uint64_t weft_server_now(const struct weft_coord *co)
+{
+    return uv_now((uv_loop_t *)&co->loop);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -224,9 +317,11 @@ static void on_headers(struct conn *c, const struct weft_http_request *req)
 {
     struct weft_api_response r = {0};
     if (!weft_api_precheck(c->coord, req, &r)) {
-        r.close = r.close || req->has_body; /* its body is not read */
+        r.close = r.close || req->has_body || !req->keep_alive; /* its body is not read */
         c->skip_message = true;
+        c->req = req;
         respond(c, &r, req->method == WEFT_HTTP_HEAD);
+        c->req = NULL;
         return;
     }
     if (req->expect_continue && req->has_body && req->http_minor >= 1) {
@@ -248,10 +343,36 @@ static void on_message(struct conn *c, const struct weft_http_request *req)
         return;
     }
     struct weft_api_response r = {0};
+    double t0 = uv_hrtime() * 1e-9;
     weft_api_handle(c->coord, req, &r);
     if (!req->keep_alive)
         r.close = true;
+    struct weft_watch *w = r.watch;
+    r.watch = NULL;
+    if (w && c->closing) {
+        weft_free(w);
+        w = NULL;
+    }
+    if (w) { /* the answer waits on a job */
+        c->watch = w;
+        weft_api_watch_take(c->coord, w, c);
+        if (r.close)
+            c->close_after_watch = true;
+    }
+    weft_api_access_log(c->coord, req, &r, r.stream ? 0 : r.len, uv_hrtime() * 1e-9 - t0);
+    if (w && !r.stream) {
+        weft_free(r.body);
+        timer_arm(c);
+        return;
+    }
+    c->streaming = w != NULL;
+    c->req = req;
+    bool close = r.close;
+    if (w)
+        r.close = false; /* after the stream's end */
     respond(c, &r, req->method == WEFT_HTTP_HEAD);
+    c->req = NULL;
+    (void)close;
 }
 
 static void conn_process(struct conn *c, const char *data, size_t len)
@@ -259,6 +380,11 @@ static void conn_process(struct conn *c, const char *data, size_t len)
     bool again = false; /* after the headers, a body-less request completes with no input */
     while ((len > 0 || again) && !c->closing && !c->close_after && !c->draining) {
         again = false;
+        if (c->watch) { /* the answer in progress waits on a job: the rest waits for it */
+            if (len > 0)
+                stash(c, data, len);
+            return;
+        }
         if (c->out_bytes >= OUT_HIGH) {
             stash(c, data, len);
             return;
@@ -356,7 +482,7 @@ static void on_timer(uv_timer_t *t)
     struct weft_coord *co = c->coord;
     if (c->closing)
         return;
-    if (c->draining || c->out_bytes > 0 || !c->request_t0) {
+    if (c->draining || c->out_bytes > 0 || !c->request_t0 || c->watch) {
         if (!c->draining && c->out_bytes > 0)
             co->m.timeouts++; /* the client does not read its answers */
         conn_close(c);
@@ -381,6 +507,19 @@ static void timer_arm(struct conn *c)
         return;
     struct weft_coord *co = c->coord;
     uint64_t now = uv_now(&co->loop), deadline = UINT64_MAX;
+    if (c->watch && !c->draining) {
+        /* waiting on a job has no deadline here (api.c keeps the watch's); a client that
+         * does not read what is written still has request_timeout_ms */
+        if (c->out_bytes && c->write_t0)
+            uv_timer_start(&c->timer, on_timer,
+                           c->write_t0 + (uint64_t)co->api.request_timeout_ms > now
+                               ? c->write_t0 + (uint64_t)co->api.request_timeout_ms - now
+                               : 0,
+                           0);
+        else
+            uv_timer_stop(&c->timer);
+        return;
+    }
     if (c->draining) {
         if (c->linger_set)
             return;
@@ -420,6 +559,10 @@ static void conn_close(struct conn *c)
         return;
     c->closing = true;
     struct weft_coord *co = c->coord;
+    if (c->watch) {
+        weft_api_watch_drop(co, c->watch);
+        c->watch = NULL;
+    }
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -437,8 +580,11 @@ void weft_server_close_conns(struct weft_coord *co, bool idle_only)
     struct conn *c = co->conns;
     while (c) {
         struct conn *next = c->next;
-        bool idle = !c->request_t0 && c->out_bytes == 0;
-        if (!idle_only || idle)
+        bool idle = !c->request_t0 && c->out_bytes == 0 && !c->watch;
+        if (!idle_only && c->out_bytes > 0 && c->close_after && !c->watch && !c->closing)
+            ; /* a last answer on its way (a 503 at shutdown): it closes once written, within
+               * request_timeout_ms */
+        else if (!idle_only || idle)
             conn_close(c);
         else
             c->close_after = true; /* after the answer in progress */
@@ -478,7 +624,7 @@ static bool evict_one(struct weft_coord *co)
     struct conn *victim = NULL;
     for (struct conn *c = co->conns; c; c = c->next) {
         if (c->closing || c->draining || c->uncounted || c->close_after || c->in_body ||
-            c->out_bytes || c->pending)
+            c->out_bytes || c->pending || c->watch)
             continue;
         if (!victim || c->wait_t0 <= victim->wait_t0) /* the list is newest first */
             victim = c;

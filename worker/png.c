@@ -200,6 +200,17 @@ size_t weft_png_meta_text(const struct weft_png_meta *m, struct weft_png_meta_st
         snprintf(st->prompt, sizeof(st->prompt), "%lld", (long long)m->prompt_index);
         text[n++] = (struct weft_png_text){"weft.prompt_index", st->prompt};
     }
+    const char *model = m->model ? strrchr(m->model, '/') : NULL;
+    model = model && model[1] ? model + 1 : m->model;
+    snprintf(st->parameters, sizeof(st->parameters),
+             "%s\nSteps: %lld, Sampler: Euler, Schedule type: Simple, CFG scale: 1, "
+             "Distilled CFG Scale: %g, Seed: %s, Size: %lldx%lld%s%s, Version: %s%s%s%s%s",
+             m->prompt ? m->prompt : "", (long long)m->steps, m->guidance,
+             m->has_seed ? st->seed : "-1", (long long)m->width, (long long)m->height,
+             model ? ", Model: " : "", model ? model : "", st->software,
+             m->layout ? ", Layout: " : "", m->layout ? m->layout : "", m->job ? ", Job: " : "",
+             m->job ? m->job : "");
+    text[n++] = (struct weft_png_text){"parameters", st->parameters};
     return n;
 }
 

@@ -37,7 +37,13 @@ weft_status_t weft_png_encode(const uint8_t *rgb, int64_t width, int64_t height,
  *   weft.steps, weft.guidance, weft.size ("WxH"), weft.model (the folder)
  *   weft.layout       the parallel layout that made it ("dp 1 x ring 1 x ulysses 1 x tp 2")
  *   weft.job, weft.image, weft.prompt_index   within a job: its id, the image's index, its
- *                     prompt's index (absent outside a job) */
+ *                     prompt's index (absent outside a job)
+ *   parameters        the same in the form AUTOMATIC1111's web UI writes and the tools of its
+ *                     era read (image viewers, Civitai, ComfyUI's loaders): the prompt on the
+ *                     first line, then "Steps: 4, Sampler: Euler, Schedule type: Simple, CFG
+ *                     scale: 1, Distilled CFG Scale: 3.5, Seed: 7, Size: 256x256, Model: name,
+ *                     Version: weft 0.1.0" (Forge's names for FLUX's embedded guidance), and
+ *                     Layout and Job when known */
 struct weft_png_meta {
     const char *prompt, *model, *layout, *job; /* NULL: omitted */
     bool has_seed;
@@ -48,12 +54,13 @@ struct weft_png_meta {
     int64_t image, prompt_index; /* -1: omitted */
 };
 
-#define WEFT_PNG_META_MAX 12
+#define WEFT_PNG_META_MAX 13
 
 /* The pairs of meta into text (values point into store, which must outlive them); returns
  * their number. */
 struct weft_png_meta_store {
     char software[48], seed[24], steps[24], guidance[32], size[48], image[24], prompt[24];
+    char parameters[2048];
 };
 size_t weft_png_meta_text(const struct weft_png_meta *meta, struct weft_png_meta_store *store,
                           struct weft_png_text text[WEFT_PNG_META_MAX]);

@@ -344,6 +344,15 @@ static void on_first_msg(struct weft_link *link, uint16_t type, const void *data
         return;
     }
     w->link = link;
+    if (r->closed) { /* shutting down (weft_cr_shutdown): this one stops too */
+        w->state = W_JOINED;
+        (void)weft_cr_send(w, WEFT_MSG_SHUTDOWN, NULL);
+        (void)weft_link_flush(link, 1000);
+        weft_link_close(link);
+        w->link = NULL;
+        w->state = W_GONE;
+        return;
+    }
     w->state = W_JOINED;
     w->last_heard = weft_cr_now();
     weft_link_set_callbacks(link, weft_cr_on_msg, on_down, w);

@@ -163,6 +163,8 @@ void weft_cr_rdv_close(struct cluster_runner *r);
 void weft_cr_rdv_progress(struct cluster_runner *r);
 void weft_cr_devmap_drop(struct cluster_runner *r);
 int weft_cr_joined(const struct cluster_runner *r);
+/* Workers past their bootstrap whose control link has not said hello yet. */
+int weft_cr_authed(const struct cluster_runner *r);
 
 /* dispatch.c */
 weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_job *job,

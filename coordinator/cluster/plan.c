@@ -17,6 +17,14 @@ int weft_cr_joined(const struct cluster_runner *r)
     return n;
 }
 
+int weft_cr_authed(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        n += r->w[i].state == W_AUTHED;
+    return n;
+}
+
 void weft_cr_rdv_close(struct cluster_runner *r)
 {
     if (r->rdv_poll_open) {

@@ -2,6 +2,7 @@
  * deadlines), describe and metrics, and its life cycle. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -240,6 +241,13 @@ void weft_cr_shutdown(struct cluster_runner *r)
             (void)weft_cr_send(w, WEFT_MSG_SHUTDOWN, NULL);
             (void)weft_link_flush(w->link, 1000);
         }
+    }
+    /* A worker between its bootstrap and its link's hello would miss that, take the closed link
+     * for a lost coordinator and try to join again until its join timeout: wait a little for
+     * its hello, which is answered with SHUTDOWN (bootstrap.c, on_first_msg). */
+    for (int t = 0; t < 100 && weft_cr_authed(r) > 0; t++) {
+        weft_link_host_progress(r->host);
+        usleep(10000);
     }
     weft_cr_boot_close(r);
     weft_cr_rdv_close(r);

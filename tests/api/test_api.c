@@ -24,6 +24,8 @@
 #include <cJSON.h>
 
 #include "client/weft.h"
+#include "common/alloc.h"
+#include "common/base64.h"
 #include "common/utf8.h"
 #include "test.h"
 
@@ -833,8 +835,11 @@ static int case_restart(void)
     char *text;
     CHECK_EQ(get(c, "GET", "/v1/jobs", NULL, &text), 200);
     CHECK_EQ(count(text, "\"id\""), N);
-    for (int i = 0; i < N; i++)
-        CHECK_EQ(count(text, ids[i]), 1);
+    for (int i = 0; i < N; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "\"id\":\"%s\"", ids[i]);
+        CHECK_EQ(count(text, key), 1);
+    }
     weft_client_free(text);
     CHECK_EQ(get(c, "GET", "/metrics", NULL, &text), 200);
     CHECK(strstr(text, "weft_jobs{state=\"done\"} 6"));
@@ -1265,6 +1270,721 @@ static int case_drain(void)
     return 0;
 }
 
+
+/* ---------------------------------------------------------------------------------------- */
+/* Serving as people expect: the OpenAI images API, event streams, idempotency, pages, CORS  */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* POST body to path: the status, the parsed JSON answer in *json_p (caller deletes). */
+static int post_json(struct weft_client *c, const char *path, const char *body, cJSON **json_p)
+{
+    char *ans;
+    int code = get(c, "POST", path, body, &ans);
+    *json_p = cJSON_Parse(ans);
+    if (!*json_p)
+        fprintf(stderr, "POST %s: not JSON: %s\n", path, ans);
+    CHECK(*json_p);
+    weft_client_free(ans);
+    return code;
+}
+
+static const char *jstr(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    CHECK(cJSON_IsString(v));
+    return v->valuestring;
+}
+
+/* The OpenAI error shape: {"error": {"message", "type", "param", "code"}}. */
+static void expect_oa_error(struct weft_client *c, const char *body, int want, const char *param,
+                            const char *sub)
+{
+    cJSON *o;
+    int code = post_json(c, "/v1/images/generations", body, &o);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(e, "param");
+    bool ok = code == want && cJSON_IsString(msg) && strstr(msg->valuestring, sub) &&
+              cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "type")) &&
+              (param ? cJSON_IsString(par) && strcmp(par->valuestring, param) == 0
+                     : cJSON_IsNull(par));
+    if (!ok) {
+        char *t = cJSON_PrintUnformatted(o);
+        fprintf(stderr, "%s: got %d %s, want %d with \"%s\" (param %s)\n", body, code, t, want,
+                sub, param ? param : "null");
+        exit(1);
+    }
+    cJSON_Delete(o);
+}
+
+static int case_openai(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    struct weft_client *c = client(&s, NULL);
+    cJSON *o;
+    /* GET /v1/models: OpenAI's list, the model folder's name as its id */
+    char *text;
+    CHECK_EQ(get(c, "GET", "/v1/models", NULL, &text), 200);
+    o = cJSON_Parse(text);
+    CHECK(o && strcmp(jstr(o, "object"), "list") == 0);
+    const cJSON *m0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "data"), 0);
+    CHECK(strcmp(jstr(m0, "id"), "flux-tiny") == 0 && strcmp(jstr(m0, "object"), "model") == 0);
+    cJSON_Delete(o);
+    weft_client_free(text);
+
+    /* b64_json PNG, two images: the pixels of the job's own PNGs, and the job is in /v1/jobs */
+    CHECK_EQ(post_json(c, "/v1/images/generations",
+                       "{\"model\": \"flux-tiny\", \"prompt\": \"red-fox\", \"n\": 2, \"size\": "
+                       "\"64x48\", \"seed\": 7, \"steps\": 3}", &o), 200);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "created")));
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
+    CHECK_EQ(cJSON_GetArraySize(data), 2);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "weft");
+    char id[WEFT_CLIENT_ID_MAX];
+    snprintf(id, sizeof(id), "%s", jstr(x, "job"));
+    CHECK(strcmp(jstr(x, "seed"), "7") == 0);
+    for (int i = 0; i < 2; i++) {
+        const char *b64 = jstr(cJSON_GetArrayItem(data, i), "b64_json");
+        void *png;
+        size_t len;
+        CHECK_OK(weft_base64_decode(b64, strlen(b64), &png, &len));
+        uint32_t w, h;
+        unsigned char *a = png_pixels(png, len, &w, &h);
+        CHECK(w == 64 && h == 48);
+        unsigned char *b = image(c, id, i, 64, 48);
+        CHECK(memcmp(a, b, 64 * 48 * 3) == 0);
+        free(a);
+        free(b);
+        weft_free(png);
+    }
+    cJSON_Delete(o);
+    /* the same seed through POST /v1/jobs: the same picture (one job model for both APIs) */
+    char id2[WEFT_CLIENT_ID_MAX];
+    const char *fox[] = {"red-fox"};
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request r = {.prompts = &p, .n_prompts = 1, .height = 48, .width = 64,
+                                 .steps = 3, .seed = 7};
+    CHECK_C(c, weft_client_submit(c, &r, id2));
+    struct weft_job_status st = {0};
+    wait_done(c, id2, &st);
+    unsigned char *ja = image(c, id2, 0, 64, 48), *jb = image(c, id, 0, 64, 48);
+    CHECK(memcmp(ja, jb, 64 * 48 * 3) == 0);
+    free(ja);
+    free(jb);
+    (void)fox;
+
+    /* JPEG, WebP: their signatures; a URL answer that serves the image in that format */
+    static const struct {
+        const char *fmt;
+        const char *magic;
+        size_t off, n;
+    } fmts[] = {{"jpeg", "\xff\xd8\xff", 0, 3}, {"webp", "WEBP", 8, 4}, {"png", "\x89PNG", 0, 4}};
+    for (int k = 0; k < 3; k++) {
+        char body[300];
+        snprintf(body, sizeof(body), "{\"prompt\": \"lighthouse\", \"size\": \"64x64\", "
+                 "\"steps\": 2, \"output_format\": \"%s\", \"output_compression\": 20}",
+                 fmts[k].fmt);
+        CHECK_EQ(post_json(c, "/v1/images/generations", body, &o), 200);
+        CHECK(strcmp(jstr(o, "output_format"), fmts[k].fmt) == 0);
+        const char *b64 = jstr(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "data"), 0),
+                               "b64_json");
+        void *img;
+        size_t len;
+        CHECK_OK(weft_base64_decode(b64, strlen(b64), &img, &len));
+        CHECK(len > fmts[k].off + fmts[k].n &&
+              memcmp((char *)img + fmts[k].off, fmts[k].magic, fmts[k].n) == 0);
+        weft_free(img);
+        cJSON_Delete(o);
+        snprintf(body, sizeof(body), "{\"prompt\": \"lighthouse\", \"size\": \"64x64\", "
+                 "\"steps\": 2, \"output_format\": \"%s\", \"response_format\": \"url\"}",
+                 fmts[k].fmt);
+        CHECK_EQ(post_json(c, "/v1/images/generations", body, &o), 200);
+        const char *url = jstr(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "data"), 0),
+                               "url");
+        char prefix[600];
+        snprintf(prefix, sizeof(prefix), "http://%s/v1/jobs/", s.addr);
+        CHECK(strncmp(url, prefix, strlen(prefix)) == 0);
+        char *ans;
+        size_t alen;
+        int code;
+        CHECK_C(c, weft_client_request(c, "GET", url + strlen(prefix) - 9, NULL, 0, &code, &ans,
+                                       &alen));
+        CHECK_EQ(code, 200);
+        CHECK(alen > fmts[k].off + fmts[k].n &&
+              memcmp(ans + fmts[k].off, fmts[k].magic, fmts[k].n) == 0);
+        weft_client_free(ans);
+        cJSON_Delete(o);
+    }
+    /* the JPEG is made once from the PNG and then served from the job's folder */
+    CHECK(log_contains("POST /v1/images/generations 200"));
+
+    /* refusals in OpenAI's shape, naming the field */
+    expect_oa_error(c, "{\"prompt\": \"a red fox in the snow\"}", 400, "prompt",
+                    "no text encoder");
+    expect_oa_error(c, "{\"prompt\": \"a red fox in the snow\"}", 400, "prompt",
+                    "city-night, lighthouse, red-fox");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"model\": \"dall-e-3\"}", 404, "model",
+                    "not served here");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"negative_prompt\": \"blur\"}", 400,
+                    "negative_prompt", "no true CFG");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"size\": \"big\"}", 400, "size", "WIDTHxHEIGHT");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"size\": \"60x60\"}", 400, NULL,
+                    "multiples of 16");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"colour\": 1}", 400, "colour", "unknown field");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"response_format\": \"gif\"}", 400,
+                    "response_format", "b64_json or url");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"background\": \"transparent\"}", 400,
+                    "background", "alpha");
+    expect_oa_error(c, "{\"n\": 1}", 400, "prompt", "required");
+    expect_oa_error(c, "[1]", 400, NULL, "JSON object");
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+/* An SSE event's data JSON, the event named name, from buf at or after *pos. */
+static cJSON *sse_next(const char *buf, size_t *pos, const char *name)
+{
+    char want[64];
+    snprintf(want, sizeof(want), "event: %s\ndata: ", name);
+    const char *at = strstr(buf + *pos, want);
+    if (!at)
+        return NULL;
+    at += strlen(want);
+    const char *end = strchr(at, '\n');
+    CHECK(end);
+    *pos = (size_t)(end - buf);
+    return cJSON_ParseWithLength(at, (size_t)(end - at));
+}
+
+struct follow_log {
+    int calls, last_step, steps_seen;
+    bool monotonic;
+};
+
+static int on_follow(void *arg, const struct weft_job_status *st)
+{
+    struct follow_log *f = arg;
+    f->calls++;
+    if (st->state == WEFT_JOB_RUNNING && st->step > 0) {
+        if (st->step < f->last_step && st->images_done == 0)
+            f->monotonic = false;
+        f->last_step = st->step;
+        f->steps_seen++;
+    }
+    return 0;
+}
+
+static int case_events(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.events_keepalive_ms=200", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 256, 6, 2, 1, id);
+    /* a raw stream: the head, then state, progress for each step, images, end */
+    int fd = raw_connect(&s);
+    char req[300];
+    int n = snprintf(req, sizeof(req), "GET /v1/jobs/%s/events HTTP/1.1\r\nHost: x\r\n"
+                     "Accept: text/event-stream\r\n\r\n", id);
+    double t0 = now_s();
+    raw_send(fd, req, (size_t)n);
+    static char buf[1 << 20];
+    bool closed;
+    size_t got = raw_read_until(fd, buf, sizeof(buf), "event: end", 60000, &closed);
+    double t_end = now_s();
+    CHECK(got > 0 && strstr(buf, "event: end"));
+    CHECK_EQ(raw_status(buf), 200);
+    CHECK(strstr(buf, "Content-Type: text/event-stream"));
+    CHECK(strstr(buf, "Transfer-Encoding: chunked"));
+    size_t pos = 0;
+    cJSON *e = sse_next(buf, &pos, "state");
+    CHECK(e);
+    cJSON_Delete(e);
+    int steps = 0, last = 0;
+    size_t ppos = pos;
+    while ((e = sse_next(buf, &ppos, "progress"))) {
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(e, "step");
+        CHECK(cJSON_IsNumber(step) && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(e, "eta")));
+        CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(e, "elapsed")));
+        CHECK_EQ(cJSON_GetObjectItemCaseSensitive(e, "steps")->valueint, 6);
+        last = step->valueint;
+        steps++;
+        cJSON_Delete(e);
+    }
+    CHECK(steps >= 5); /* every step of the batch is pushed (the first may come in "state") */
+    CHECK_EQ(last, 6);
+    size_t ipos = 0;
+    int images = 0;
+    while ((e = sse_next(buf, &ipos, "image"))) {
+        CHECK(strstr(jstr(e, "url"), id));
+        images++;
+        cJSON_Delete(e);
+    }
+    CHECK_EQ(images, 2);
+    size_t epos = 0;
+    e = sse_next(buf, &epos, "end");
+    CHECK(e && strcmp(jstr(e, "state"), "done") == 0);
+    cJSON_Delete(e);
+    /* the stream ends with the chunked terminator and the connection takes another request */
+    if (!strstr(buf, "\r\n0\r\n\r\n"))
+        raw_read_until(fd, buf + got, sizeof(buf) - got, "\r\n0\r\n\r\n", 5000, &closed);
+    CHECK(strstr(buf, "\r\n0\r\n\r\n"));
+    n = snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    raw_send(fd, req, (size_t)n);
+    raw_read_until(fd, buf, sizeof(buf), "\"ok\"", 5000, &closed);
+    CHECK_EQ(raw_status(buf), 200);
+    close(fd);
+    fprintf(stderr, "events: a 2-image 256x256 6-step job streamed in %.3f s\n", t_end - t0);
+
+    /* the stream of a finished job: all of it at once, a whole answer */
+    CHECK_EQ(get(c, "GET", "/v1/jobs/0000000000000000/events", NULL, NULL), 404);
+    char *text;
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/jobs/%s/events", id);
+    CHECK_EQ(get(c, "GET", path, NULL, &text), 200);
+    CHECK(strstr(text, "event: state") == NULL && strstr(text, "event: end"));
+    weft_client_free(text);
+
+    /* keep-alive comments while a queued job waits; the client's follow sees every step */
+    submit(c, fox, 1, 256, 8, 1, 2, id);
+    struct follow_log fl = {.monotonic = true};
+    struct weft_job_status st = {0};
+    CHECK_C(c, weft_client_follow(c, id, 60000, on_follow, &fl, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1 && fl.monotonic);
+    CHECK(fl.steps_seen >= 7);
+    /* latency: a step's event reaches a client within a few ms of its end (loopback) */
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int stop_after_2s(void *arg, const struct weft_job_status *st)
+{
+    (void)st;
+    return now_s() - *(double *)arg >= 2.0;
+}
+
+static int case_keepalive(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.events_keepalive_ms=150", "--api.shutdown_grace_ms=0", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char busy[WEFT_CLIENT_ID_MAX], id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 512, 100, 1, 1, busy); /* holds the local runner */
+    submit(c, fox, 1, 64, 2, 1, 1, id);      /* waits behind it */
+    int fd = raw_connect(&s);
+    char req[300];
+    int n = snprintf(req, sizeof(req), "GET /v1/jobs/%s/events HTTP/1.1\r\nHost: x\r\n\r\n", id);
+    raw_send(fd, req, (size_t)n);
+    static char buf[1 << 16];
+    bool closed;
+    raw_read_until(fd, buf, sizeof(buf), ": keep-alive\n\n: keep-alive", 5000, &closed);
+    CHECK(strstr(buf, "\"state\":\"queued\""));
+    CHECK(count(buf, ": keep-alive") >= 2);
+    /* cancelling the job ends its stream */
+    CHECK_C(c, weft_client_cancel(c, id));
+    raw_read_until(fd, buf, sizeof(buf), "event: end", 5000, &closed);
+    CHECK(strstr(buf, "event: end") && strstr(buf, "\"cancelled\""));
+    close(fd);
+    /* a stream outlasts the client's per-request timeout (600 ms here) as long as something
+     * comes: the client's follow runs 2 s on the busy job, then its callback stops it */
+    struct weft_client_opts o = {.address = s.addr, .timeout_ms = 600};
+    struct weft_client *c2;
+    CHECK_OK(weft_client_connect(&o, &c2));
+    struct weft_job_status st = {0};
+    double t0 = now_s();
+    weft_status_t fs = weft_client_follow(c2, busy, 60000, stop_after_2s, &t0, &st);
+    CHECK_EQ(fs, WEFT_ERR_CANCELLED);
+    CHECK(now_s() - t0 >= 2.0);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c2);
+    CHECK_C(c, weft_client_cancel(c, busy));
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int case_idempotency(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    const char body[] = "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"steps\": 2}";
+    char req[600], buf[8192], first[WEFT_CLIENT_ID_MAX] = "";
+    bool closed;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         "application/json\r\nIdempotency-Key: retry-1\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n%s", strlen(body), body);
+        CHECK_EQ(raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed), 202);
+        const char *idp = strstr(buf, "\"id\":\"");
+        CHECK(idp);
+        char id[WEFT_CLIENT_ID_MAX];
+        CHECK(sscanf(idp, "\"id\":\"%16[0-9a-f]", id) == 1);
+        if (attempt == 0)
+            snprintf(first, sizeof(first), "%s", id);
+        else
+            CHECK(strcmp(first, id) == 0 && strstr(buf, "Idempotent-Replayed: true"));
+    }
+    /* the same key for another request: 422 */
+    const char other[] = "{\"prompt\": \"lighthouse\", \"width\": 64, \"height\": 64}";
+    int n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nIdempotency-Key: retry-1\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s", strlen(other), other);
+    CHECK_EQ(raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed), 422);
+    CHECK(strstr(buf, first));
+    /* kept across a restart (journaled) */
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    server_start(&s, NULL, NULL);
+    n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 "application/json\r\nIdempotency-Key: retry-1\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s", strlen(body), body);
+    CHECK_EQ(raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed), 202);
+    CHECK(strstr(buf, first));
+    /* the OpenAI endpoint: a retried generation answers with the first job's images */
+    const char gen[] = "{\"prompt\": \"red-fox\", \"size\": \"64x64\", \"steps\": 2}";
+    char ids[2][WEFT_CLIENT_ID_MAX];
+    for (int k = 0; k < 2; k++) {
+        n = snprintf(req, sizeof(req), "POST /v1/images/generations HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nIdempotency-Key: gen-1\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", strlen(gen), gen);
+        CHECK_EQ(raw_exchange(&s, req, (size_t)n, buf, sizeof(buf) - 1, &closed), 200);
+        const char *j = strstr(buf, "X-Weft-Job: ");
+        CHECK(j && sscanf(j, "X-Weft-Job: %16[0-9a-f]", ids[k]) == 1);
+    }
+    CHECK(strcmp(ids[0], ids[1]) == 0);
+    n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 "application/json\r\nIdempotency-Key: \x01\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s", strlen(body), body);
+    CHECK_EQ(raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed), 400);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int case_pages(void)
+{
+    struct server s;
+    server_start(&s, NULL, NULL);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char ids[5][WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 5; i++) {
+        submit(c, fox, 1, 64, 1, 1, (uint64_t)i, ids[i]);
+        wait_done(c, ids[i], &st);
+    }
+    /* pages of 2 in submission order, "next" leading to the following page */
+    char path[200], after[WEFT_CLIENT_ID_MAX] = "";
+    int seen = 0;
+    for (int page = 0; page < 4; page++) {
+        snprintf(path, sizeof(path), "/v1/jobs?limit=2%s%s", after[0] ? "&after=" : "", after);
+        char *text;
+        CHECK_EQ(get(c, "GET", path, NULL, &text), 200);
+        cJSON *o = cJSON_Parse(text);
+        weft_client_free(text);
+        const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(o, "jobs");
+        for (const cJSON *j = jobs->child; j; j = j->next)
+            CHECK(strcmp(jstr(j, "id"), ids[seen++]) == 0);
+        const cJSON *next = cJSON_GetObjectItemCaseSensitive(o, "next");
+        if (cJSON_IsNull(next)) {
+            cJSON_Delete(o);
+            break;
+        }
+        CHECK_EQ(cJSON_GetArraySize(jobs), 2);
+        snprintf(after, sizeof(after), "%s", next->valuestring);
+        cJSON_Delete(o);
+    }
+    CHECK_EQ(seen, 5);
+    /* newest first, and a bound */
+    char *text;
+    CHECK_EQ(get(c, "GET", "/v1/jobs?order=desc&limit=1", NULL, &text), 200);
+    CHECK(strstr(text, ids[4]) && !strstr(text, ids[3]));
+    weft_client_free(text);
+    snprintf(path, sizeof(path), "/v1/jobs?order=desc&after=%s", ids[2]);
+    CHECK_EQ(get(c, "GET", path, NULL, &text), 200);
+    CHECK(strstr(text, ids[1]) && strstr(text, ids[0]) && !strstr(text, ids[2]));
+    weft_client_free(text);
+    expect_error(c, "GET", "/v1/jobs?limit=0", NULL, 400, "limit");
+    expect_error(c, "GET", "/v1/jobs?limit=5000", NULL, 400, "limit");
+    expect_error(c, "GET", "/v1/jobs?after=xyz", NULL, 400, "after");
+    /* seeds: absent and -1 are drawn and recorded (and differ); 0 is 0 */
+    const char *bodies[] = {
+        "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64}",
+        "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -1}",
+        "{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": 0}"};
+    char seeds[3][32];
+    for (int i = 0; i < 3; i++) {
+        char id[WEFT_CLIENT_ID_MAX];
+        CHECK_C(c, weft_client_submit_json(c, bodies[i], id));
+        CHECK_C(c, weft_client_status(c, id, &st));
+        snprintf(seeds[i], sizeof(seeds[i]), "%s", st.seed);
+    }
+    CHECK(strcmp(seeds[0], seeds[1]) != 0 && strcmp(seeds[2], "0") == 0);
+    CHECK(strcmp(seeds[0], "0") != 0 && strcmp(seeds[1], "0") != 0);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int case_cors(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.token=sesame", "--api.cors_origins=http://app.example, "
+                           "http://localhost:3000", NULL};
+    server_start(&s, NULL, extra);
+    char buf[8192];
+    bool closed;
+    /* a preflight: no token needed, allowed origin echoed, methods and headers listed */
+    const char pre[] = "OPTIONS /v1/jobs HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                       "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n";
+    CHECK_EQ(raw_exchange(&s, pre, sizeof(pre) - 1, buf, sizeof(buf), &closed), 204);
+    CHECK(strstr(buf, "Access-Control-Allow-Origin: http://app.example\r\n"));
+    CHECK(strstr(buf, "Access-Control-Allow-Methods: ") && strstr(buf, "Idempotency-Key"));
+    CHECK(strstr(buf, "Allow: GET, HEAD, POST, OPTIONS"));
+    /* another origin gets no CORS headers */
+    const char bad[] = "OPTIONS /v1/jobs HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\n"
+                       "Connection: close\r\n\r\n";
+    CHECK_EQ(raw_exchange(&s, bad, sizeof(bad) - 1, buf, sizeof(buf), &closed), 204);
+    CHECK(!strstr(buf, "Access-Control-Allow-Origin"));
+    /* an authorised request from an allowed origin is answered with the header; without the
+     * token 401 (with the header too, so the page can read why) */
+    const char get1[] = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nOrigin: http://localhost:3000\r\n"
+                        "Authorization: Bearer sesame\r\nConnection: close\r\n\r\n";
+    CHECK_EQ(raw_exchange(&s, get1, sizeof(get1) - 1, buf, sizeof(buf), &closed), 200);
+    CHECK(strstr(buf, "Access-Control-Allow-Origin: http://localhost:3000\r\n"));
+    const char get2[] = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nOrigin: http://localhost:3000\r\n"
+                        "Connection: close\r\n\r\n";
+    CHECK_EQ(raw_exchange(&s, get2, sizeof(get2) - 1, buf, sizeof(buf), &closed), 401);
+    CHECK(strstr(buf, "Access-Control-Allow-Origin: http://localhost:3000\r\n"));
+    /* probes, the page and the API's description need no token; the rest does */
+    static const struct {
+        const char *path;
+        int code;
+    } open_paths[] = {{"/healthz", 200}, {"/readyz", 200}, {"/", 200}, {"/openapi.json", 200},
+                      {"/metrics", 401}, {"/v1/models", 401}, {"/v1/cluster", 401}};
+    for (size_t i = 0; i < sizeof(open_paths) / sizeof(open_paths[0]); i++) {
+        char req[200];
+        int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close"
+                         "\r\n\r\n", open_paths[i].path);
+        int code = raw_exchange(&s, req, (size_t)n, buf, sizeof(buf), &closed);
+        if (code != open_paths[i].code)
+            fprintf(stderr, "%s: %d, want %d\n", open_paths[i].path, code, open_paths[i].code);
+        CHECK_EQ(code, open_paths[i].code);
+    }
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static int case_ready(void)
+{
+    /* the cluster runner without workers: alive, not ready, and why */
+    struct server s;
+    char wport[400], wopt[500];
+    snprintf(wport, sizeof(wport), "%s/wport", tmpdir);
+    snprintf(wopt, sizeof(wopt), "--worker-port-file=%s", wport);
+    const char *extra[] = {"--runner", "cluster", wopt, "--cluster.listen=127.0.0.1:0",
+                           "--cluster.secret=0123456789abcdef0123456789abcdef",
+                           "--cluster.workers=2", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    char *text;
+    CHECK_EQ(get(c, "GET", "/healthz", NULL, NULL), 200);
+    CHECK_EQ(get(c, "GET", "/readyz", NULL, &text), 503);
+    CHECK(strstr(text, "\"ready\":false") && strstr(text, "waiting for its workers"));
+    weft_client_free(text);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    /* the local runner: ready; while shutting down: not, with the reason */
+    const char *grace[] = {"--api.shutdown_grace_ms=20000", NULL};
+    server_start(&s, NULL, grace);
+    c = client(&s, NULL);
+    CHECK_EQ(get(c, "GET", "/readyz", NULL, &text), 200);
+    weft_client_free(text);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 512, 100, 1, 1, id);
+    struct weft_job_status st = {0};
+    wait_running(c, id, &st);
+    CHECK(kill(s.pid, SIGTERM) == 0);
+    int code = 0;
+    for (int i = 0; i < 100 && code != 503; i++) {
+        struct weft_client *c2 = client(&s, NULL);
+        code = get(c2, "GET", "/readyz", NULL, &text);
+        if (code == 503)
+            CHECK(strstr(text, "shutting down"));
+        weft_client_free(text);
+        weft_client_close(c2);
+        sleep_ms(20);
+    }
+    CHECK_EQ(code, 503);
+    weft_client_close(c);
+    /* the server's second signal stops the running job at once */
+    kill(s.pid, SIGTERM);
+    CHECK_EQ(server_wait(&s, false), 0);
+    weft_job_status_cleanup(&st);
+    return 0;
+}
+
+/* /metrics after real work, through promtool (Debian's prometheus package) when present. */
+static int case_promtool(void)
+{
+    if (system("command -v promtool >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "promtool not found (Debian package prometheus): skipped\n");
+        return TEST_SKIP;
+    }
+    struct server s;
+    server_start(&s, NULL, NULL);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    submit(c, fox, 1, 64, 3, 2, 1, id);
+    wait_done(c, id, &st);
+    CHECK_EQ(get(c, "GET", "/v1/jobs/ffffffffffffffff", NULL, NULL), 404);
+    char *text;
+    CHECK_EQ(get(c, "GET", "/metrics", NULL, &text), 200);
+    static const char *const want[] = {
+        "process_resident_memory_bytes ", "process_cpu_seconds_total ", "process_open_fds ",
+        "weft_build_info{version=\"", "weft_queue_length 0", "weft_step_seconds_bucket{le=",
+        "weft_step_seconds_count 6", "weft_http_responses_total{code=\"404\"} 1"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (!strstr(text, want[i]))
+            fprintf(stderr, "/metrics lacks %s\n", want[i]);
+        CHECK(strstr(text, want[i]));
+    }
+    char path[400], cmd[600];
+    snprintf(path, sizeof(path), "%s/metrics.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+    weft_client_free(text);
+    snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s' >&2", path);
+    int rc = system(cmd);
+    CHECK_EQ(rc, 0);
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
+static bool rfc3339_ok(const char *ts)
+{
+    int y, mo, d, h, mi, sec, ms;
+    char z;
+    return strlen(ts) == 24 && sscanf(ts, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi,
+                                      &sec, &ms, &z) == 8 && z == 'Z' && y >= 2024;
+}
+
+/* Logs: wall-clock RFC 3339 times, one JSON object a line with --log.format=json, an access
+ * line per request (method, path, status, bytes, ms, job). */
+static int case_logs(void)
+{
+    struct server s;
+    const char *extra[] = {"--log.format=json", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    submit(c, fox, 1, 64, 2, 1, 1, id);
+    wait_done(c, id, &st);
+    CHECK_EQ(get(c, "GET", "/v1/jobs/ffffffffffffffff", NULL, NULL), 404);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    char path[400], line[4096];
+    snprintf(path, sizeof(path), "%s/serve.log", tmpdir);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    int lines = 0, access_post = 0, access_404 = 0;
+    while (fgets(line, sizeof(line), f)) {
+        cJSON *o = cJSON_Parse(line);
+        if (!o)
+            fprintf(stderr, "not a JSON line: %s", line);
+        CHECK(o);
+        CHECK(rfc3339_ok(jstr(o, "ts")));
+        const char *msg = jstr(o, "msg"), *sub = jstr(o, "subsys");
+        CHECK(jstr(o, "level") && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "pid")));
+        char want[100];
+        snprintf(want, sizeof(want), "POST /v1/jobs 202 ");
+        if (strcmp(sub, "access") == 0 && strncmp(msg, want, strlen(want)) == 0 &&
+            strstr(msg, id) && strstr(msg, "ms job="))
+            access_post++;
+        if (strcmp(sub, "access") == 0 && strstr(msg, "GET /v1/jobs/ffffffffffffffff 404 "))
+            access_404++;
+        cJSON_Delete(o);
+        lines++;
+    }
+    (void)fclose(f);
+    CHECK(lines > 3 && access_post == 1 && access_404 == 1);
+    /* [api] access_log = false: none */
+    CHECK(unlink(path) == 0);
+    const char *quiet[] = {"--api.access_log=false", NULL};
+    server_start(&s, NULL, quiet);
+    c = client(&s, NULL);
+    check_serving(c);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    CHECK(!log_contains("access: "));
+    /* the text format: "2026-..Z r- host:pid I subsys: message" */
+    CHECK(unlink(path) == 0);
+    server_start(&s, NULL, NULL);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    CHECK((f = fopen(path, "r")) && fgets(line, sizeof(line), f));
+    (void)fclose(f);
+    char ts[64];
+    CHECK(sscanf(line, "%63s ", ts) == 1 && rfc3339_ok(ts));
+    weft_job_status_cleanup(&st);
+    return 0;
+}
+
+/* SIGTERM while an OpenAI request waits for a job that has not started: answered 503 at once
+ * (the job stays journaled), not left hanging until the connection closes. */
+static int case_shutdown_wait(void)
+{
+    struct server s;
+    const char *extra[] = {"--api.shutdown_grace_ms=20000", NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *fox[] = {"red-fox"};
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    submit(c, fox, 1, 512, 100, 1, 1, id);
+    wait_running(c, id, &st);
+    int fd = raw_connect(&s);
+    const char gen[] = "{\"prompt\": \"red-fox\", \"size\": \"64x64\", \"steps\": 2}";
+    char req[400];
+    int n = snprintf(req, sizeof(req), "POST /v1/images/generations HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(gen), gen);
+    raw_send(fd, req, (size_t)n);
+    sleep_ms(200); /* it waits behind the running job */
+    CHECK(kill(s.pid, SIGTERM) == 0);
+    static char buf[8192];
+    bool closed;
+    raw_read_until(fd, buf, sizeof(buf), "}}", 5000, &closed);
+    CHECK_EQ(raw_status(buf), 503);
+    CHECK(strstr(buf, "stays queued") && strstr(buf, "\"shutting_down\""));
+    close(fd);
+    weft_client_close(c);
+    kill(s.pid, SIGTERM);
+    CHECK_EQ(server_wait(&s, false), 0);
+    weft_job_status_cleanup(&st);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1287,6 +2007,10 @@ int main(int argc, char **argv)
         {"shutdown", case_shutdown}, {"unix", case_unix},         {"retain", case_retain},
         {"unix_guard", case_unix_guard}, {"flood", case_flood},   {"protocol", case_protocol},
         {"utf8", case_utf8},       {"drain", case_drain},
+        {"openai", case_openai},   {"events", case_events},     {"keepalive", case_keepalive},
+        {"idempotency", case_idempotency}, {"pages", case_pages}, {"cors", case_cors},
+        {"ready", case_ready},     {"promtool", case_promtool}, {"logs", case_logs},
+        {"shutdown_wait", case_shutdown_wait},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)

@@ -125,7 +125,21 @@ static void test_valid(void)
     CHECK_EQ(s.steps, 28);
     CHECK_EQ(s.count, 1);
     CHECK(s.guidance == 3.5);
-    CHECK(s.seed == 0);
+    CHECK(s.seed_random); /* no seed: one is drawn at submission */
+    weft_job_spec_cleanup(&s);
+
+    /* seed -1, as a number or a string, draws one too; 0 is a seed like any other */
+    static const char *const randoms[] = {"-1", "\"-1\"", "null"};
+    for (int i = 0; i < 3; i++) {
+        char b[200];
+        snprintf(b, sizeof(b), "{\"prompt\": \"red-fox\", \"seed\": %s}", randoms[i]);
+        CHECK_OK(weft_job_spec_parse(b, strlen(b), &lim, model, &s, err, sizeof(err)));
+        CHECK(s.seed_random);
+        weft_job_spec_cleanup(&s);
+    }
+    body = "{\"prompt\": \"red-fox\", \"seed\": 0}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK(!s.seed_random && s.seed == 0);
     weft_job_spec_cleanup(&s);
 }
 
@@ -176,7 +190,7 @@ static void test_refused(void)
            WEFT_ERR_RANGE, "max_images");
     expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"guidance\": -1}",
            WEFT_ERR_INVALID, "\"guidance\"");
-    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -1}",
+    expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": -2}",
            WEFT_ERR_INVALID, "\"seed\"");
     expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": "
            "\"18446744073709551616\"}", WEFT_ERR_RANGE, "64 bits");

@@ -1,6 +1,7 @@
 /* Fuzz target: the job API's request path without sockets: the HTTP parser fed in pieces
  * (the first byte picks the piece size), then for each request the bearer-token check, the
- * route, and for POST /v1/jobs the JSON body validation against a model with three prompts. */
+ * route and query parameters, and for POST /v1/jobs and POST /v1/images/generations the JSON
+ * body validation against a model with three prompts. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -38,6 +39,19 @@ static void request(const struct weft_http_request *r)
     struct weft_api_route route;
     if (!weft_api_match(r->target, &route))
         return;
+    char v[64];
+    (void)weft_api_query(r->target, "after", v, sizeof(v));
+    (void)weft_api_query(r->target, "limit", v, sizeof(v));
+    if (route.kind == WEFT_ROUTE_OPENAI && r->method == WEFT_HTTP_POST) {
+        static const struct weft_conf_api api = {.max_images = 64, .max_steps = 100,
+                                                 .image_quality = 90};
+        struct weft_job_spec spec;
+        char err[512];
+        if (weft_api_openai_parse(&model, &api, r->body, r->body_len, &spec, err,
+                                  sizeof(err)) == 200)
+            weft_job_spec_cleanup(&spec);
+        return;
+    }
     if (route.kind != WEFT_ROUTE_JOBS || r->method != WEFT_HTTP_POST)
         return;
     struct weft_job_spec spec;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -203,6 +204,81 @@ static void test_example_in_sync(void)
     free(got);
 }
 
+/* Where the file comes from: --config, $WEFT_CONFIG, $XDG_CONFIG_HOME/weft/weft.ini (else
+ * ~/.config); the state folder; secrets redacted in the dump. */
+static void test_discovery(void)
+{
+    char dir[] = "/tmp/weft_test_xdg_XXXXXX";
+    CHECK(mkdtemp(dir));
+    char sub[300], path[400], xdg[400], home[400], state[400];
+    snprintf(sub, sizeof(sub), "%s/weft", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    snprintf(path, sizeof(path), "%s/weft.ini", sub);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("[parallel]\ntp_degree = 3\n[api]\ntoken = hunter2\n", f) >= 0);
+    CHECK(fclose(f) == 0);
+    snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", dir);
+    snprintf(home, sizeof(home), "HOME=%s/nohome", dir);
+    snprintf(state, sizeof(state), "XDG_STATE_HOME=%s/state", dir);
+    char *env[] = {xdg, home, state, NULL};
+    CHECK_OK(weft_conf_load(&conf, NULL, env, 0, NULL));
+    CHECK_EQ(conf.parallel.tp_degree, 3);
+    CHECK(strcmp(conf.source, path) == 0);
+    /* journal and images under the state folder, never the current one */
+    char want[500];
+    snprintf(want, sizeof(want), "%s/state/weft/journal", dir);
+    CHECK(strcmp(conf.api.journal_dir, want) == 0);
+    snprintf(want, sizeof(want), "%s/state/weft/jobs", dir);
+    CHECK(strcmp(conf.api.output_dir, want) == 0);
+    /* systemd's StateDirectory= wins; none means no journal */
+    char *sysd[] = {xdg, "STATE_DIRECTORY=/var/lib/weft:/var/lib/other", NULL};
+    const char *none[] = {"api.journal_dir=none"};
+    CHECK_OK(weft_conf_load(&conf, NULL, sysd, 1, none));
+    CHECK(strcmp(conf.api.state_dir, "/var/lib/weft") == 0);
+    CHECK(strcmp(conf.api.output_dir, "/var/lib/weft/jobs") == 0 && !conf.api.journal_dir[0]);
+    /* --config wins over the discovered file, and must exist */
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, "/nonexistent/weft.ini", env, 0, NULL), WEFT_ERR_IO,
+                "/nonexistent/weft.ini");
+    char cfg[500];
+    snprintf(cfg, sizeof(cfg), "WEFT_CONFIG=%s/missing.ini", dir);
+    char *env2[] = {cfg, xdg, NULL};
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, NULL, env2, 0, NULL), WEFT_ERR_IO, "missing.ini");
+    /* without XDG_CONFIG_HOME: ~/.config/weft/weft.ini */
+    char home2[400];
+    snprintf(home2, sizeof(home2), "HOME=%s/h", dir);
+    snprintf(sub, sizeof(sub), "%s/h", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    snprintf(sub, sizeof(sub), "%s/h/.config", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    snprintf(sub, sizeof(sub), "%s/h/.config/weft", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    snprintf(path, sizeof(path), "%s/weft.ini", sub);
+    CHECK((f = fopen(path, "w")) && fputs("[parallel]\ntp_degree = 5\n", f) >= 0);
+    CHECK(fclose(f) == 0);
+    char *env3[] = {home2, NULL};
+    CHECK_OK(weft_conf_load(&conf, NULL, env3, 0, NULL));
+    CHECK_EQ(conf.parallel.tp_degree, 5);
+    /* the dump redacts secrets and says which file it read */
+    CHECK_OK(weft_conf_load(&conf, NULL, env, 0, NULL));
+    char dump[300];
+    snprintf(dump, sizeof(dump), "%s/dump.ini", dir);
+    CHECK((f = fopen(dump, "w")));
+    weft_conf_dump(&conf, f);
+    CHECK(fclose(f) == 0);
+    char *text;
+    static char buf[1 << 16];
+    CHECK((f = fopen(dump, "r")));
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    (void)fclose(f);
+    buf[n] = '\0';
+    text = buf;
+    CHECK(strstr(text, "token = <redacted>") && !strstr(text, "hunter2"));
+    CHECK(strstr(text, "# read from "));
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     test_quiet();
@@ -214,5 +290,6 @@ int main(void)
     test_sizes();
     test_roundtrip();
     test_example_in_sync();
+    test_discovery();
     return 0;
 }

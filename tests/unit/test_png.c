@@ -105,8 +105,55 @@ static void errors(void)
     CHECK(remove(bad) == 0 && remove(path) == 0);
 }
 
+/* The generation parameters: weft's keys and the A1111 "parameters" chunk, one vocabulary. */
+static void test_meta(void)
+{
+    struct weft_png_meta m = {.prompt = "red-fox", .model = "/models/flux-tiny",
+                              .layout = "dp 1 x ring 1 x ulysses 1 x tp 2", .job = "00000001abcd",
+                              .has_seed = true, .seed = 7, .steps = 4, .guidance = 3.5,
+                              .width = 256, .height = 192, .image = 0, .prompt_index = 0};
+    struct weft_png_meta_store store;
+    struct weft_png_text text[WEFT_PNG_META_MAX];
+    size_t n = weft_png_meta_text(&m, &store, text);
+    CHECK(n <= WEFT_PNG_META_MAX);
+    const char *params = NULL, *seed = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(text[i].key, "parameters") == 0)
+            params = text[i].value;
+        if (strcmp(text[i].key, "weft.seed") == 0)
+            seed = text[i].value;
+    }
+    CHECK(seed && strcmp(seed, "7") == 0);
+    CHECK(params);
+    char want[512];
+    snprintf(want, sizeof(want), "red-fox\nSteps: 4, Sampler: Euler, Schedule type: Simple, CFG "
+             "scale: 1, Distilled CFG Scale: 3.5, Seed: 7, Size: 256x192, Model: flux-tiny, "
+             "Version: weft %s, Layout: dp 1 x ring 1 x ulysses 1 x tp 2, Job: 00000001abcd",
+             WEFT_VERSION);
+    if (strcmp(params, want) != 0)
+        fprintf(stderr, "parameters:\n%s\nwant:\n%s\n", params, want);
+    CHECK(strcmp(params, want) == 0);
+    /* start latents given: no seed, as A1111 writes -1 */
+    m.has_seed = false;
+    m.layout = m.job = NULL;
+    n = weft_png_meta_text(&m, &store, text);
+    CHECK(strstr(text[n - 1].value, "Seed: -1, ") && !strstr(text[n - 1].value, "Job:"));
+    /* a PNG written with them reads back with them */
+    uint8_t px[2 * 2 * 3] = {0};
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/weft-test-png-meta-%d.png", (int)getpid());
+    CHECK_OK(weft_png_write(path, px, 2, 2, n, text, TERR));
+    struct weft_png_image img;
+    CHECK_OK(weft_png_read(path, &img, TERR));
+    CHECK(weft_png_image_text(&img, "parameters") &&
+          strcmp(weft_png_image_text(&img, "parameters"), text[n - 1].value) == 0);
+    weft_png_image_cleanup(&img);
+    CHECK(unlink(path) == 0);
+}
+
 int main(void)
 {
+    test_meta();
     snprintf(dir, sizeof(dir), "%s/weft_png_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     CHECK(mkdtemp(dir));
     roundtrip(1, 1);
