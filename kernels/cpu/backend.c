@@ -154,8 +154,15 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
     size_t a = cpu_gemm_scratch_bytes(&ctx->gemm_f32, CPU_GEMM_NC);
     size_t b = cpu_gemm_scratch_bytes(&ctx->gemm_bf16, CPU_GEMM_NC);
     ctx->gemm_scratch_bytes = a > b ? a : b;
+    a = cpu_gemm_xpack_bytes(&ctx->gemm_f32), b = cpu_gemm_xpack_bytes(&ctx->gemm_bf16);
+    ctx->gemm_xpack_bytes = a > b ? a : b;
+    if (!(ctx->gemm_xpack = weft_big_alloc(ctx->gemm_xpack_bytes))) {
+        weft_free(ctx);
+        return WEFT_ERR_NOMEM;
+    }
     weft_status_t st = threads_init(ctx, threads > 0 ? threads : weft_kernels_cpu_usable_cores());
     if (st != WEFT_OK) {
+        weft_big_free(ctx->gemm_xpack, ctx->gemm_xpack_bytes);
         weft_free(ctx);
         return st;
     }
@@ -186,6 +193,7 @@ void weft_kernels_cpu_destroy(struct weft_kctx *ctx)
     if (!ctx)
         return;
     threads_fini(ctx);
+    weft_big_free(ctx->gemm_xpack, ctx->gemm_xpack_bytes);
     weft_free(ctx);
 }
 

@@ -26,6 +26,8 @@ struct weft_kctx {
     bool compute_bf16;             /* products in bf16 pairs (gemm_bf16) */
     void **gemm_scratch;           /* [threads] packing buffers for either kernel set */
     size_t gemm_scratch_bytes;
+    void *gemm_xpack;              /* x packed once for every thread (cpu_gemm_xpack_bytes) */
+    size_t gemm_xpack_bytes;
 };
 
 /* fn(arg, begin, end, thread) over [0, n) split into contiguous ranges, one per thread (the
@@ -42,6 +44,9 @@ void cpu_gemm(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
               int64_t k, int accumulate);
 
 /* The same with w as [k][n] rows of stride ldw (a convolution's weight panel). */
+/* Bytes of the shared x panels: CPU_GEMM_MSHARED rows x one k block of either kernel set. */
+size_t cpu_gemm_xpack_bytes(const struct cpu_gemm_kernels *kr);
+
 void cpu_gemm_kn(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
                  enum weft_dtype wdt, int64_t ldw, const float *b, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int accumulate);

@@ -1,7 +1,12 @@
-/* The CPU GEMM driver (see gemm.h): the ISA chosen from cpuid, BLIS-style blocking (for each
- * block of columns and of k: the weights packed once into NR-wide panels, then for each block
- * of rows: x packed into MR-row panels and the micro-kernel over every tile), the work split
- * over the backend's threads by columns (or rows, when the columns are too few). */
+/* The CPU GEMM driver (see gemm.h): the ISA chosen from cpuid, BLIS-style blocking, the work
+ * split over the backend's threads by columns, or by rows when the columns are too few.
+ *
+ * Split by columns: for each block of up to CPU_GEMM_MSHARED rows and each block of k, x is
+ * packed once into MR-row panels shared by every thread (each packs a share of the rows), then
+ * each thread packs its own columns' weights into NR-wide panels, a block of NC columns at a
+ * time, and runs the micro-kernel over every tile of them. Packing x per thread and per column
+ * block instead cost a fifth of a bf16 GEMM's time (x is rounded to bf16 pairs as it is
+ * packed). Split by rows: each thread packs the weights it needs and its own rows' x. */
 #include "kernels/cpu/gemm.h"
 
 #include <string.h>
@@ -166,6 +171,90 @@ static void rowdot_range(void *arg, int64_t begin, int64_t end, int thread)
                   r->k, r->mode);
 }
 
+size_t cpu_gemm_xpack_bytes(const struct cpu_gemm_kernels *kr)
+{
+    return panel_bytes(kr, CPU_GEMM_MSHARED, kr->kc) + 64;
+}
+
+/* The column split's phases over one (row block, k block): x's panels by rows, then tiles by
+ * columns. */
+struct shared_job {
+    const struct gemm_job *g;
+    char *xpack;
+    int64_t m0, rows, pc, kc;
+};
+
+static void xpack_range(void *arg, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct shared_job *s = arg;
+    const struct cpu_gemm_kernels *kr = s->g->kr;
+    const size_t a_panel = panel_bytes(kr, kr->mr, s->kc);
+    for (int64_t p = begin; p < end; p++) {
+        const int64_t r0 = p * kr->mr;
+        const int rows = (int)(s->rows - r0 < kr->mr ? s->rows - r0 : kr->mr);
+        kr->pack_a(s->g->x + (s->m0 + r0) * s->g->ldx + s->pc, s->g->ldx, rows, s->kc,
+                   s->xpack + (size_t)p * a_panel);
+    }
+}
+
+static void tiles_range(void *arg, int64_t begin, int64_t end, int thread)
+{
+    const struct shared_job *s = arg;
+    const struct gemm_job *g = s->g;
+    const struct cpu_gemm_kernels *kr = g->kr;
+    const int64_t mr = kr->mr, nr = kr->nr, kc = s->kc, pc = s->pc;
+    const int64_t n0 = begin * nr, n1 = end * nr < g->n ? end * nr : g->n;
+    char *pb = (char *)(((uintptr_t)g->scratch[thread] + 63) & ~(uintptr_t)63);
+    const size_t wsz = weft_dtype_size(g->wdt);
+    const size_t b_panel = panel_bytes(kr, nr, kc), a_panel = panel_bytes(kr, mr, kc);
+    const int64_t steps = kr->bf16 ? (kc + 1) / 2 : kc;
+    const int mode = g->accumulate || pc > 0;
+    for (int64_t jc = n0; jc < n1; jc += CPU_GEMM_NC) {
+        const int64_t nc = n1 - jc < CPU_GEMM_NC ? n1 - jc : CPU_GEMM_NC;
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+            const int cols = (int)(nc - jr < nr ? nc - jr : nr);
+            char *dst = pb + (size_t)(jr / nr) * b_panel;
+            if (g->kmajor)
+                kr->pack_bk((const char *)g->w + (size_t)(pc * g->ldw + jc + jr) * wsz, g->wdt,
+                            g->ldw, cols, kc, dst);
+            else
+                kr->pack_b((const char *)g->w + (size_t)((jc + jr) * g->ldw + pc) * wsz,
+                           g->wdt, g->ldw, cols, kc, dst);
+        }
+        /* rows in blocks of mc: a block's x panels stay in L2 across the column panels */
+        for (int64_t ic = 0; ic < s->rows; ic += kr->mc) {
+            const int64_t mc = s->rows - ic < kr->mc ? s->rows - ic : kr->mc;
+            for (int64_t jr = 0; jr < nc; jr += nr) {
+                const int cols = (int)(nc - jr < nr ? nc - jr : nr);
+                const float *bias = pc == 0 && g->b ? g->b + jc + jr : NULL;
+                for (int64_t ir = 0; ir < mc; ir += mr) {
+                    const int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                    kr->ukr(steps, s->xpack + (size_t)((ic + ir) / mr) * a_panel,
+                            pb + (size_t)(jr / nr) * b_panel,
+                            g->y + (s->m0 + ic + ir) * g->ldy + jc + jr, g->ldy, rows, cols,
+                            mode, bias);
+                }
+            }
+        }
+    }
+}
+
+static void gemm_columns(struct weft_kctx *ctx, const struct gemm_job *g)
+{
+    const struct cpu_gemm_kernels *kr = g->kr;
+    const int64_t col_units = (g->n + kr->nr - 1) / kr->nr;
+    char *xpack = (char *)(((uintptr_t)ctx->gemm_xpack + 63) & ~(uintptr_t)63);
+    for (int64_t m0 = 0; m0 < g->m; m0 += CPU_GEMM_MSHARED) {
+        const int64_t rows = g->m - m0 < CPU_GEMM_MSHARED ? g->m - m0 : CPU_GEMM_MSHARED;
+        for (int64_t pc = 0; pc < g->k; pc += kr->kc) {
+            struct shared_job s = {g, xpack, m0, rows, pc, g->k - pc < kr->kc ? g->k - pc : kr->kc};
+            cpu_parallel(ctx, (rows + kr->mr - 1) / kr->mr, 1, xpack_range, &s);
+            cpu_parallel(ctx, col_units, 1, tiles_range, &s);
+        }
+    }
+}
+
 static void gemm_blocked(struct weft_kctx *ctx, struct gemm_job *g)
 {
     const struct cpu_gemm_kernels *kr = g->kr;
@@ -176,7 +265,7 @@ static void gemm_blocked(struct weft_kctx *ctx, struct gemm_job *g)
     if (g->split_rows)
         cpu_parallel(ctx, row_units, (kr->mc + kr->mr - 1) / kr->mr, gemm_range, g);
     else
-        cpu_parallel(ctx, col_units, 1, gemm_range, g);
+        gemm_columns(ctx, g);
 }
 
 void cpu_gemm_kn(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,

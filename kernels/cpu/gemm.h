@@ -82,6 +82,8 @@ size_t cpu_gemm_scratch_bytes(const struct cpu_gemm_kernels *k, int64_t nc);
 
 /* The largest column block a thread packs at once. */
 #define CPU_GEMM_NC 1024
+/* Rows of x packed at once for all threads (the column split's shared panels). */
+#define CPU_GEMM_MSHARED 4096
 /* At most this many rows go through the dot-product path. */
 #define CPU_GEMM_ROWDOT_MAX 6
 
