@@ -7,8 +7,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cJSON.h>
+#include <stdlib.h>
+
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/tensor.h"
 #include "model/safetensors.h"
 
 void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
@@ -135,6 +139,81 @@ weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_conf
     const struct weft_st_meta meta[] = {{"format", "pt"}};
     st = weft_st_write_stream(path, n, outs, 1, meta, fill, &fc, NULL);
 out:
+    weft_free(params);
+    weft_free(outs);
+    return st;
+}
+
+weft_status_t weft_synth_flux_write_sharded(const char *dir, const struct weft_flux_config *c,
+                                            enum weft_dtype dtype, uint64_t shard_bytes,
+                                            bool sparse, uint64_t seed)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        WEFT_LOG_ERROR("bench", "%s: cannot create: %s", dir, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    weft_status_t st = write_config(dir, c);
+    if (st != WEFT_OK)
+        return st;
+    const size_t n = weft_flux_params(c, NULL);
+    struct weft_param *params = weft_calloc(n, sizeof(*params));
+    struct weft_st_out *outs = weft_calloc(n, sizeof(*outs));
+    size_t *shard_of = weft_calloc(n, sizeof(*shard_of));
+    cJSON *index = cJSON_CreateObject(), *map = cJSON_CreateObject();
+    if (!params || !outs || !shard_of || !index || !map) {
+        st = WEFT_ERR_NOMEM;
+        goto out;
+    }
+    weft_flux_params(c, params);
+    /* shards in parameter order, a new one when the next tensor would pass shard_bytes */
+    size_t shards = 1;
+    uint64_t in_shard = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t b = (uint64_t)weft_shape_numel(params[i].ndim, params[i].shape) *
+                           weft_dtype_size(dtype);
+        if (in_shard > 0 && in_shard + b > shard_bytes)
+            shards++, in_shard = 0;
+        shard_of[i] = shards - 1;
+        in_shard += b, total += b;
+        outs[i] = (struct weft_st_out){params[i].name, dtype, params[i].ndim, params[i].shape,
+                                       NULL};
+    }
+    char name[96], path[2048];
+    for (size_t s = 0, first = 0; s < shards && st == WEFT_OK; s++) {
+        size_t last = first;
+        while (last < n && shard_of[last] == s)
+            last++;
+        snprintf(name, sizeof(name), "diffusion_pytorch_model-%05zu-of-%05zu.safetensors", s + 1,
+                 shards);
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        for (size_t i = first; i < last; i++)
+            cJSON_AddStringToObject(map, params[i].name, name);
+        /* the fill callback indexes params from the shard's first tensor */
+        struct fill_ctx fc = {params + first, dtype, seed + s};
+        const struct weft_st_meta meta[] = {{"format", "pt"}};
+        st = weft_st_write_stream(path, last - first, outs + first, 1, meta,
+                                  sparse ? NULL : fill, &fc, NULL);
+        first = last;
+    }
+    if (st == WEFT_OK) {
+        cJSON *md = cJSON_AddObjectToObject(index, "metadata");
+        cJSON_AddNumberToObject(md, "total_size", (double)total);
+        cJSON_AddItemToObject(index, "weight_map", map);
+        map = NULL;
+        char *text = cJSON_Print(index);
+        snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors.index.json", dir);
+        FILE *f = text ? fopen(path, "w") : NULL;
+        const bool wrote = f && fputs(text, f) >= 0;
+        if (!f || (fclose(f) != 0) || !wrote) {
+            WEFT_LOG_ERROR("bench", "%s: cannot write", path);
+            st = WEFT_ERR_IO;
+        }
+        free(text);
+    }
+out:
+    cJSON_Delete(map);
+    cJSON_Delete(index);
+    weft_free(shard_of);
     weft_free(params);
     weft_free(outs);
     return st;

@@ -4,6 +4,7 @@
 #ifndef WEFT_BENCH_SYNTH_H
 #define WEFT_BENCH_SYNTH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/dtype.h"
@@ -15,5 +16,12 @@ void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t h
                             int64_t double_blocks, int64_t single_blocks);
 weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_config *c,
                                     enum weft_dtype dtype, uint64_t seed);
+/* The same as Diffusers saves a large model: shards of at most shard_bytes each
+ * (diffusion_pytorch_model-0000i-of-0000N.safetensors, tensors in parameter order) and the
+ * index (diffusion_pytorch_model.safetensors.index.json). sparse: the data are holes (zeros,
+ * no disk used), for benchmarks of memory and planning that never look at the values. */
+weft_status_t weft_synth_flux_write_sharded(const char *dir, const struct weft_flux_config *c,
+                                            enum weft_dtype dtype, uint64_t shard_bytes,
+                                            bool sparse, uint64_t seed);
 
 #endif

@@ -433,10 +433,12 @@ weft_status_t weft_tp_resolve(const struct weft_tp_plan *plan, const struct weft
         st = resolve_rule(&rs, &plan->rules[i]);
     for (size_t i = 0; st == WEFT_OK && i < weft_ckpt_count(ck); i++) {
         const struct weft_st_tensor *t = weft_ckpt_at(ck, i)->info;
+        /* what a worker holds: weight matrices as stored, vectors in f32 */
+        const uint64_t held = weft_ckpt_held_bytes(ck, t->name, t->ndim, t->numel);
         if (rs.owner[i])
-            lay->planned_bytes += t->nbytes;
+            lay->planned_bytes += held;
         else
-            lay->replicated_bytes += t->nbytes;
+            lay->replicated_bytes += held;
     }
     weft_free(rs.owner);
     if (st != WEFT_OK) {

@@ -80,7 +80,7 @@ struct weft_tp_layout {
     struct weft_tp_shard *shards;
     int n_modules;          /* planned Linear modules */
     int allreduce_per_pass; /* rowwise-style modules: one all-reduce each per forward */
-    uint64_t planned_bytes, replicated_bytes; /* full sizes in the checkpoint's dtypes */
+    uint64_t planned_bytes, replicated_bytes; /* full sizes as held (weft_ckpt_held_bytes) */
 };
 
 /* Resolve and validate plan against ck for degree: degree >= 1 and <= ranks_available,

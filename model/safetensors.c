@@ -843,11 +843,18 @@ weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft
     if ((st = write_all(fd, le, 8, tmp, err)) || (st = write_all(fd, json, jlen, tmp, err)) ||
         (st = write_all(fd, spaces, padded - jlen, tmp, err)))
         goto out;
-    if (!(chunk = weft_big_alloc(FILL_CHUNK))) {
+    if (!fill) { /* a hole as long as the data */
+        uint64_t total = 8 + padded;
+        for (size_t i = 0; i < n; i++)
+            total += (uint64_t)weft_shape_numel(t[i].ndim, t[i].shape) * weft_dtype_size(t[i].dtype);
+        if (ftruncate(fd, (off_t)total) != 0)
+            st = weft_error_set(err, WEFT_ERR_IO, "safetensors", "%s: cannot extend to %llu "
+                                "bytes: %s", tmp, (unsigned long long)total, strerror(errno));
+    } else if (!(chunk = weft_big_alloc(FILL_CHUNK))) {
         st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n && st == WEFT_OK; i++) {
+    for (size_t i = 0; fill && i < n && st == WEFT_OK; i++) {
         uint64_t bytes = (uint64_t)weft_shape_numel(t[i].ndim, t[i].shape) *
                          weft_dtype_size(t[i].dtype);
         for (uint64_t o = 0; o < bytes && st == WEFT_OK; o += FILL_CHUNK) {

@@ -91,7 +91,8 @@ weft_status_t weft_st_write(const char *path, size_t n, const struct weft_st_out
 /* Streaming form for files larger than memory: tensors[i].data is ignored and fill(arg, i,
  * buf, bytes) produces each tensor's bytes in turn (buf holds up to chunk bytes; a tensor is
  * filled in consecutive calls, offset tells where in the tensor this piece starts). fill logs
- * its own failure; err then gets its status. */
+ * its own failure; err then gets its status. fill NULL: the data is left a hole (a sparse
+ * file that reads as zeros: checkpoints for memory and planning benchmarks). */
 typedef weft_status_t (*weft_st_fill_cb)(void *arg, size_t i, uint64_t offset, void *buf,
                                          size_t bytes);
 weft_status_t weft_st_write_stream(const char *path, size_t n, const struct weft_st_out *tensors,
