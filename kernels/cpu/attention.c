@@ -7,26 +7,19 @@
  * the exponentials and the row sums of the softmax are plain lane-wise vector operations, and
  * no key tile is ever transposed. Tasks are (head, query block) pairs split across the pool.
  * With AVX-512 the two products use register-blocked micro-kernels (4 keys x 64 queries, and
- * 4 queries x 64 features); the plain loops are the fallback and handle every tail. */
+ * 4 queries x 64 features); the plain loops are the fallback and handle every tail. In bf16
+ * compute (AVX512-BF16), attention_bf16.c's block takes the products in bf16 pairs. */
 #include "kernels/cpu/cpu.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
-#define BQ 64
-#define BK 128
-#define D_MAX 512 /* head_dim limit of this backend (FLUX, FLUX.2, Qwen-Image use 128) */
+#define BQ CPU_ATTN_BQ
+#define BK CPU_ATTN_BK
+#define D_MAX CPU_ATTN_D_MAX /* head_dim limit of this backend (FLUX, FLUX.2, Qwen-Image: 128) */
 
-_Static_assert(D_MAX * BQ + BK * BQ + BQ * D_MAX <= CPU_SCRATCH_FLOATS, "scratch too small");
-
-struct attn_arg {
-    float *const *scratch;
-    const float *q, *k, *v;
-    float *out, *lse;
-    int64_t ldq, ldk, ldv, ldo, sq, sk, heads, d;
-    float scale;
-};
+#define attn_arg cpu_attn_arg
 
 /* st[j][i] = sum_c k[j][c] qt[c][i] for keys j in [j0, nk), all BQ query lanes. */
 static void scores_plain(const float *k, int64_t ldk, const float *qt, float *st, int64_t nk,
@@ -131,7 +124,7 @@ static void pv_fast(const float *pt, const float *v, int64_t ldv, float *acc, in
 #endif
 
 /* The online-softmax update for one key tile: lane-wise over the BQ queries. */
-static void softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
+void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
 {
     float mx[BQ];
     for (int i = 0; i < BQ; i++)
@@ -181,7 +174,7 @@ static void attn_block(const struct attn_arg *a, int64_t h, int64_t i0, float *s
         const int64_t nk = a->sk - j0 < BK ? a->sk - j0 : BK;
         const float *k = a->k + j0 * a->ldk + h * d, *v = a->v + j0 * a->ldv + h * d;
         SCORES(k, a->ldk, qt, st, nk, d);
-        softmax_tile(st, nk, m, l, corr);
+        cpu_softmax_tile(st, nk, m, l, corr);
         for (int64_t i = 0; i < nq; i++) {
             if (corr[i] == 1.0f)
                 continue;
@@ -205,8 +198,15 @@ static void attn_tasks(void *varg, int64_t b, int64_t e, int thread)
 {
     const struct attn_arg *a = varg;
     int64_t qblocks = (a->sq + BQ - 1) / BQ;
-    for (int64_t t = b; t < e; t++)
+    for (int64_t t = b; t < e; t++) {
+#if defined(__x86_64__)
+        if (a->bf16) {
+            cpu_attn_block_bf16(a, t / qblocks, (t % qblocks) * BQ, a->scratch[thread]);
+            continue;
+        }
+#endif
         attn_block(a, t / qblocks, (t % qblocks) * BQ, a->scratch[thread]);
+    }
 }
 
 void cpu_attention(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
@@ -223,7 +223,9 @@ void cpu_attention(struct weft_kctx *ctx, const float *q, int64_t ldq, const flo
         }
         return;
     }
+    /* bf16 products where the compute dtype says so and the CPU has them */
+    const bool bf16 = ctx->compute_bf16 && ctx->gemm_bf16.bf16 && d % 2 == 0;
     struct attn_arg a = {ctx->scratch, q, k, v, out, lse, ldq, ldk, ldv, ldo, sq, sk, heads, d,
-                         scale};
+                         scale, bf16};
     cpu_parallel(ctx, heads * ((sq + BQ - 1) / BQ), 1, attn_tasks, &a);
 }

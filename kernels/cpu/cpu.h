@@ -13,8 +13,17 @@
 
 struct cpu_pool;
 
-/* Per-thread scratch of the attention kernel, reserved once with the context. */
-#define CPU_SCRATCH_FLOATS (512 * 64 + 128 * 64 + 64 * 512)
+/* Per-thread scratch of the attention kernel, reserved once with the context: f32 QT, scores and
+ * accumulators, then the bf16 path's K tile, V and P pairs (attention_bf16.c). */
+#define CPU_ATTN_BQ 64
+#define CPU_ATTN_BK 128
+#define CPU_ATTN_D_MAX 512
+#define CPU_ATTN_F32_FLOATS                                                                   \
+    (CPU_ATTN_D_MAX * CPU_ATTN_BQ + CPU_ATTN_BK * CPU_ATTN_BQ + CPU_ATTN_BQ * CPU_ATTN_D_MAX)
+#define CPU_ATTN_BF16_FLOATS                                                                  \
+    (CPU_ATTN_BK * CPU_ATTN_D_MAX / 2 + CPU_ATTN_BK / 2 * CPU_ATTN_D_MAX +                    \
+     CPU_ATTN_BK / 2 * CPU_ATTN_BQ)
+#define CPU_SCRATCH_FLOATS (CPU_ATTN_F32_FLOATS + CPU_ATTN_BF16_FLOATS)
 
 struct weft_kctx {
     int threads;
@@ -64,6 +73,21 @@ void cpu_rope(struct weft_kctx *ctx, float *x, int64_t ld, const float *cos, con
 void cpu_attention(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
                    int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo, float *lse,
                    int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale);
+/* One attention task's arguments (attention.c) and the online-softmax update of a scores tile
+ * st [nk][BQ] (queries along the lanes): the running max m, sum l and each query's rescale. */
+struct cpu_attn_arg {
+    float *const *scratch;
+    const float *q, *k, *v;
+    float *out, *lse;
+    int64_t ldq, ldk, ldv, ldo, sq, sk, heads, d;
+    float scale;
+    bool bf16; /* products in bf16 pairs (attention_bf16.c) */
+};
+void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr);
+/* The bf16 path of one (head, query block), AVX512-BF16 by target attributes: Q, K, V and the
+ * probabilities rounded to bf16 as they enter the products (torch's bf16 flash attention on the
+ * CPU does the same), scores, softmax and sums in f32. d even. */
+void cpu_attn_block_bf16(const struct cpu_attn_arg *a, int64_t h, int64_t i0, float *scratch);
 void cpu_attn_merge(struct weft_kctx *ctx, float *out, int64_t ldo, float *lse,
                     const float *out_i, int64_t ldi, const float *lse_i, int64_t rows,
                     int64_t heads, int64_t d);
