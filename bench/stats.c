@@ -124,10 +124,10 @@ int weft_bench_begin(struct weft_bench *b)
 void weft_bench_round_note(const struct weft_bench *b, int round)
 {
     if (round < 0)
-        fprintf(stderr, "weft bench %s: warm-up round %d of %d\n", b->name,
+        fprintf(stderr, "%s: warm-up round %d of %d\n", b->name,
                 round + b->warmup + 1, b->warmup);
     else
-        fprintf(stderr, "weft bench %s: round %d of %d\n", b->name, round + 1, b->rounds);
+        fprintf(stderr, "%s: round %d of %d\n", b->name, round + 1, b->rounds);
 }
 
 void weft_bench_end(struct weft_bench *b)
@@ -138,7 +138,7 @@ void weft_bench_end(struct weft_bench *b)
 
 void weft_bench_print_context(const struct weft_bench *b, FILE *out)
 {
-    fprintf(out, "# weft bench %s, %s, %d round%s after %d warm-up, sides interleaved%s\n",
+    fprintf(out, "# %s, %s, %d round%s after %d warm-up, sides interleaved%s\n",
             b->name, b->date, b->rounds, b->rounds == 1 ? "" : "s", b->warmup,
             b->quick ? " (--quick: tiny sizes, not figures to quote)" : "");
     fprintf(out, "# load average before %.2f %.2f %.2f, after %.2f %.2f %.2f; %.0f s\n",

@@ -6,7 +6,7 @@
  * A bench:
  *
  *     struct weft_bench b;
- *     weft_bench_init(&b, "cp");                 its options: --rounds --warmup --quick --json
+ *     weft_bench_init(&b, "weft bench cp");      its options: --rounds --warmup --quick --json
  *     for (i = 1; i < argc; i++) if (weft_bench_opt(&b, argc, argv, &i)) ...
  *     weft_bench_begin(&b);                      checks the options, date and load before
  *     for (r = -b.warmup; r < b.rounds; r++) {   rounds below 0 are the warm-up
@@ -63,7 +63,7 @@ struct weft_bench_cmp {
 
 /* One run of a bench: its sampling options and what was measured around it. */
 struct weft_bench {
-    const char *name;
+    const char *name; /* the program: "weft bench cp" */
     int rounds, warmup;
     bool quick, json;
     bool rounds_set; /* --rounds given (else the default: 5, or 2 with --quick) */

@@ -412,7 +412,7 @@ static int parse(struct weft_cli *cli, struct params *p)
 {
     const char *v;
     int iters = 0;
-    weft_bench_init(&p->b, "comm");
+    weft_bench_init(&p->b, "weft bench comm");
     p->np = 2;
     p->bind = true;
     p->mpi_helper = WEFT_BENCH_MPI;

@@ -385,7 +385,7 @@ static void report_table(const struct cp_opts *o, const struct row *rows, int n)
 static int parse(struct weft_cli *cli, struct cp_opts *o)
 {
     *o = (struct cp_opts){{2, 4}, 0, -1, {0}};
-    weft_bench_init(&o->b, "cp");
+    weft_bench_init(&o->b, "weft bench cp");
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
         int hit = weft_bench_opt(&o->b, cli->argc, cli->argv, &i);

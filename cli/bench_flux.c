@@ -58,7 +58,7 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 {
     *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, false, {0}};
-    weft_bench_init(&o->b, "flux");
+    weft_bench_init(&o->b, "weft bench flux");
     static const char *const names[] = {"--tokens", "--text",   "--heads", "--head-dim",
                                         "--double", "--single"};
     long long *fields[] = {&o->tokens, &o->text, &o->heads, &o->head_dim, &o->dbl, &o->sgl};

@@ -277,7 +277,7 @@ int weft_bench_load(struct weft_cli *cli)
     long long dbl = -1, sgl = -1;
     const char *model = NULL;
     struct weft_bench b;
-    weft_bench_init(&b, "load");
+    weft_bench_init(&b, "weft bench load");
     int prc = parse(cli, &b, tps, &n_tp, &dbl, &sgl, &model);
     if (prc)
         return prc > 0 ? 0 : 2;

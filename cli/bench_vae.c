@@ -70,7 +70,7 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long lo, 
 static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
 {
     *o = (struct vae_bench_opts){-1, -1, -1, 1, 128, NULL, NULL, NULL, 0, {0}};
-    weft_bench_init(&o->b, "vae");
+    weft_bench_init(&o->b, "weft bench vae");
     static const char *const names[] = {"--size", "--tile", "--pipe-size", "--steps", "--keep"};
     long long keep = 0;
     long long *fields[] = {&o->size, &o->tile, &o->pipe_size, &o->steps, &keep};
