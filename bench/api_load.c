@@ -484,11 +484,11 @@ static void usage(void)
 
 /* One configuration of the server, and its figures over the rounds. */
 struct side {
-    char name[32];
-    int cluster; /* workers; 0: the local runner */
-    const char *mesh;
-    bool journal;
     struct weft_bench_series p50_ms, p99_ms, max_ms, accepted, completed;
+    const char *mesh;
+    int cluster; /* workers; 0: the local runner */
+    bool journal;
+    char name[32];
 };
 
 enum { FIG_P50, FIG_P99, FIG_MAX, FIG_ACCEPTED, FIG_COMPLETED, FIG_COUNT };

@@ -217,7 +217,7 @@ static void side_round(struct side *sd, int round)
         return;
     cJSON *j = weft_child_ask_json(&sd->ch, "run", RUN_TIMEOUT_S);
     const cJSON *ms = j ? cJSON_GetObjectItem(j, "ms") : NULL;
-    if (cJSON_IsNumber(ms)) {
+    if (ms && cJSON_IsNumber(ms)) {
         weft_bench_series_set(&sd->ms, round, ms->valuedouble);
     } else {
         WEFT_LOG_ERROR("bench", "%s (%s): the forward pass failed", sd->impl, sd->coretype);
@@ -238,6 +238,10 @@ static void report_json(const struct flux_bench_opts *o, const struct side *sd, 
     cJSON_AddNumberToObject(cfg, "image_tokens", (double)o->tokens);
     cJSON_AddNumberToObject(cfg, "text_tokens", (double)o->text);
     cJSON_AddNumberToObject(cfg, "threads", threads);
+    struct weft_bench_cmp u;
+    weft_bench_compare(&sd[1].ms, &sd[0].ms, &u);
+    cJSON_AddItemToObject(root, "weft_unset_over_as_set",
+                          weft_bench_json_cmp(&u, "as set faster", "unset faster"));
     cJSON *rows = cJSON_AddArrayToObject(root, "rows");
     for (int i = 0; i < N_SIDES; i++) {
         cJSON *e = cJSON_CreateObject();

@@ -108,8 +108,8 @@ static int measure_rank(const char *self, const char *model, int tp, int rank, i
     int rc = weft_child_run(argv, NULL, out, sizeof(out), &rss) != 0;
     cJSON *j = cJSON_Parse(out);
     const cJSON *ls = j ? cJSON_GetObjectItem(j, "load_s") : NULL;
-    rc |= !cJSON_IsNumber(ls);
-    *load_p = rc ? NAN : ls->valuedouble;
+    rc |= !ls || !cJSON_IsNumber(ls);
+    *load_p = rc || !ls ? NAN : ls->valuedouble;
     *peak_p = rc ? NAN : (double)rss * 1024.0;
     cJSON_Delete(j);
     if (rc)

@@ -134,7 +134,7 @@ cJSON *weft_child_ask_json(struct weft_child *c, const char *line, double timeou
     const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
     if (!j || e) {
         WEFT_LOG_ERROR("cli", "child %d: %s", (int)c->pid,
-                       cJSON_IsString(e) ? e->valuestring : out);
+                       e && cJSON_IsString(e) ? e->valuestring : out);
         cJSON_Delete(j);
         return NULL;
     }
