@@ -121,8 +121,13 @@ int weft_bench_begin(struct weft_bench *b)
     return 0;
 }
 
-void weft_bench_round_note(const struct weft_bench *b, int round)
+void weft_bench_round_note(struct weft_bench *b, int round)
 {
+    if (round >= 0) {
+        double l[3];
+        weft_bench_loadavg(l);
+        weft_bench_series_set(&b->load1, b->load1.n, l[0] >= 0 ? l[0] : NAN);
+    }
     if (round < 0)
         fprintf(stderr, "%s: warm-up round %d of %d\n", b->name,
                 round + b->warmup + 1, b->warmup);
@@ -141,9 +146,11 @@ void weft_bench_print_context(const struct weft_bench *b, FILE *out)
     fprintf(out, "# %s, %s, %d round%s after %d warm-up, sides interleaved%s\n",
             b->name, b->date, b->rounds, b->rounds == 1 ? "" : "s", b->warmup,
             b->quick ? " (--quick: tiny sizes, not figures to quote)" : "");
-    fprintf(out, "# load average before %.2f %.2f %.2f, after %.2f %.2f %.2f; %.0f s\n",
-            b->load_before[0], b->load_before[1], b->load_before[2], b->load_after[0],
-            b->load_after[1], b->load_after[2], b->seconds);
+    char l1[96];
+    fprintf(out, "# load average before %.2f %.2f %.2f, after %.2f %.2f %.2f; 1-minute load as "
+            "the rounds began %s; %.0f s\n", b->load_before[0], b->load_before[1],
+            b->load_before[2], b->load_after[0], b->load_after[1], b->load_after[2],
+            weft_bench_fmt(&b->load1, 1.0, 2, l1, sizeof(l1)), b->seconds);
     fprintf(out, "# figures: median [min-max]%s of the rounds; ratios: of each round's pair\n",
             b->rounds >= WEFT_BENCH_IQR_ROUNDS ? " IQR q1-q3" : "");
 }
@@ -166,6 +173,7 @@ cJSON *weft_bench_json_context(const struct weft_bench *b)
     cJSON_AddBoolToObject(j, "quick", b->quick);
     cJSON_AddItemToObject(j, "load_before", load_json(b->load_before));
     cJSON_AddItemToObject(j, "load_after", load_json(b->load_after));
+    cJSON_AddItemToObject(j, "load_1min_rounds", weft_bench_json_fig(&b->load1, 1.0));
     cJSON_AddNumberToObject(j, "seconds", b->seconds);
     return j;
 }

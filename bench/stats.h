@@ -69,6 +69,7 @@ struct weft_bench {
     bool rounds_set; /* --rounds given (else the default: 5, or 2 with --quick) */
     char date[40];   /* UTC, at weft_bench_begin */
     double load_before[3], load_after[3]; /* /proc/loadavg: 1, 5, 15 minutes; -1: unknown */
+    struct weft_bench_series load1; /* the 1-minute load average as each round began */
     double t0, seconds; /* wall time from begin to end */
 };
 
@@ -82,8 +83,9 @@ void weft_bench_opt_help(FILE *out);
 /* Checks the options (at least WEFT_BENCH_MIN_ROUNDS rounds without --quick), records the date
  * and the load average. Returns 0, or -1 (logged). */
 int weft_bench_begin(struct weft_bench *b);
-/* "weft bench cp: round 3 of 5" (or "warm-up round 1 of 1") on stderr. */
-void weft_bench_round_note(const struct weft_bench *b, int round);
+/* "weft bench cp: round 3 of 5" (or "warm-up round 1 of 1") on stderr; a round (not a
+ * warm-up) also records the 1-minute load average in load1. */
+void weft_bench_round_note(struct weft_bench *b, int round);
 /* Records the load average after the run and the wall time. */
 void weft_bench_end(struct weft_bench *b);
 
@@ -93,7 +95,8 @@ void weft_bench_loadavg(double out[3]);
 /* "# weft bench cp, 2025-01-01 10:00:00 UTC, 5 rounds after 1 warm-up, sides interleaved\n# load
  * average before 0.58 0.44 0.73, after 1.92 1.10 0.85 ...": the lines above a table. */
 void weft_bench_print_context(const struct weft_bench *b, FILE *out);
-/* {"bench", "date", "rounds", "warmup", "quick", "load_before", "load_after", "seconds"}: the
+/* {"bench", "date", "rounds", "warmup", "quick", "load_before", "load_after", "load_1min_rounds"
+ * (a figure: the 1-minute load average as each round began), "seconds"}: the
  * root of a bench's --json document, to which it adds its own "config" and "rows". */
 cJSON *weft_bench_json_context(const struct weft_bench *b);
 

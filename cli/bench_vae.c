@@ -594,7 +594,7 @@ static int convs_round(struct weft_child kids[2], const bool alive[2], struct co
     return 0;
 }
 
-static int measure_convs(struct child *ch, const struct weft_bench *b, struct convs *cv)
+static int measure_convs(struct child *ch, struct weft_bench *b, struct convs *cv)
 {
     struct weft_child kids[2];
     bool alive[2] = {false, false};
@@ -684,7 +684,7 @@ struct pair {
     bool ok;
 };
 
-static int measure_decode(struct child *ch, const struct weft_bench *b, const char *dir,
+static int measure_decode(struct child *ch, struct weft_bench *b, const char *dir,
                           long long tile, struct pair *d)
 {
     for (int r = -b->warmup; r < b->rounds; r++) {
@@ -757,7 +757,7 @@ static cJSON *decode_json(const struct pair *d, long long tile)
     return o;
 }
 
-static int measure_pipeline(struct child *ch, const struct weft_bench *b, const char *dir,
+static int measure_pipeline(struct child *ch, struct weft_bench *b, const char *dir,
                             struct pair *p)
 {
     for (int r = -b->warmup; r < b->rounds; r++) {
@@ -847,7 +847,7 @@ struct vae_results {
     bool did[3];
 };
 
-static int run_parts(struct child *ch, const struct vae_bench_opts *o, const char *dir,
+static int run_parts(struct child *ch, struct vae_bench_opts *o, const char *dir,
                      struct vae_results *res)
 {
     int rc = 0;
