@@ -313,6 +313,80 @@ static const char *row_name(const struct row *w)
     return w->mode < 0 ? "one process" : modes[w->mode].name;
 }
 
+/* Modes against each other, from the paired rounds: each anything mode against its plain form
+ * (what the generality costs), ring p2p against all-gather (what the memory saving costs). */
+static const struct {
+    int a, b;
+    const char *higher, *lower;
+} mode_pairs[] = {
+    {4, 0, "anything slower", "anything faster"}, {5, 1, "anything slower", "anything faster"},
+    {6, 2, "anything slower", "anything faster"}, {7, 3, "anything slower", "anything faster"},
+    {2, 1, "p2p slower", "p2p faster"},           {6, 5, "p2p slower", "p2p faster"},
+};
+#define N_PAIRS (int)(sizeof(mode_pairs) / sizeof(mode_pairs[0]))
+
+static const struct row *find_row(const struct row *rows, int n, int shape, int mode, int np)
+{
+    for (int i = 0; i < n; i++)
+        if (rows[i].shape == shape && rows[i].mode == mode && rows[i].p.np == np &&
+            !rows[i].refused)
+            return &rows[i];
+    return NULL;
+}
+
+/* Calls f for every pair both of whose rows ran, with its ratio a / b. */
+static void for_pairs(const struct cp_opts *o, const struct row *rows, int n,
+                      void (*f)(void *arg, int pair, const struct row *a,
+                                const struct weft_bench_cmp *c),
+                      void *arg)
+{
+    for (int s = 0; s < 2; s++) {
+        for (int k = 0; k < o->n_np; k++) {
+            for (int q = 0; q < N_PAIRS; q++) {
+                const struct row *a = find_row(rows, n, s, mode_pairs[q].a, o->nps[k]);
+                const struct row *b = find_row(rows, n, s, mode_pairs[q].b, o->nps[k]);
+                if (!a || !b)
+                    continue;
+                struct weft_bench_cmp c;
+                weft_bench_compare(&a->ms, &b->ms, &c);
+                f(arg, q, a, &c);
+            }
+        }
+    }
+}
+
+struct pair_out {
+    const struct cp_opts *o;
+    cJSON *arr; /* --json: the pairs go here; else they are printed */
+};
+
+static void pair_json(void *arg, int q, const struct row *a, const struct weft_bench_cmp *c)
+{
+    const struct cp_opts *o = ((struct pair_out *)arg)->o;
+    cJSON *arr = ((struct pair_out *)arg)->arr;
+    char what[96];
+    snprintf(what, sizeof(what), "%s / %s", modes[mode_pairs[q].a].name,
+             modes[mode_pairs[q].b].name);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "pair", what);
+    cJSON_AddStringToObject(e, "shape", shapes[o->b.quick][a->shape].name);
+    cJSON_AddNumberToObject(e, "np", a->p.np);
+    cJSON_AddItemToObject(e, "ms_ratio",
+                          weft_bench_json_cmp(c, mode_pairs[q].higher, mode_pairs[q].lower));
+    cJSON_AddItemToArray(arr, e);
+}
+
+static void pair_print(void *arg, int q, const struct row *a, const struct weft_bench_cmp *c)
+{
+    const struct cp_opts *o = ((struct pair_out *)arg)->o;
+    char what[96], r[96];
+    snprintf(what, sizeof(what), "%s / %s", modes[mode_pairs[q].a].name,
+             modes[mode_pairs[q].b].name);
+    printf("%-38s %-16s %3d %-22s %s\n", what, shapes[o->b.quick][a->shape].name, a->p.np,
+           weft_bench_fmt_cmp(c, 3, r, sizeof(r)),
+           weft_bench_verdict_str(c, mode_pairs[q].higher, mode_pairs[q].lower));
+}
+
 static void report_json(const struct cp_opts *o, const struct row *rows, int n)
 {
     cJSON *root = weft_bench_json_context(&o->b);
@@ -341,6 +415,8 @@ static void report_json(const struct cp_opts *o, const struct row *rows, int n)
         }
         cJSON_AddItemToArray(arr, e);
     }
+    struct pair_out po = {o, cJSON_AddArrayToObject(root, "pairs")};
+    for_pairs(o, rows, n, pair_json, &po);
     char *text = cJSON_Print(root);
     printf("%s\n", text ? text : "{}");
     cJSON_free(text);
@@ -380,6 +456,10 @@ static void report_table(const struct cp_opts *o, const struct row *rows, int n)
         printf("%-18s %-16s %3d %-26s %-22s %-14s %8.0f %7s\n", row_name(w), shape, w->p.np,
                weft_bench_fmt(&w->ms, 1.0, 1, f1, sizeof(f1)), f2, verdict, rss.median, pct);
     }
+    printf("\nmodes against each other (ms / step, paired by round):\n%-38s %-16s %3s %-22s %s\n",
+           "pair", "shape", "np", "ratio", "verdict");
+    struct pair_out po = {o, NULL};
+    for_pairs(o, rows, n, pair_print, &po);
 }
 
 static int parse(struct weft_cli *cli, struct cp_opts *o)
