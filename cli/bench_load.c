@@ -192,11 +192,13 @@ static void report_table(const struct weft_bench *b, const struct side *sd, int 
         for (int r = 0; r < sd[k].tp; r++) {
             struct weft_bench_stats st;
             weft_bench_stats_of(&sd[k].rss[r], &st);
-            printf("%4d %-15s %4d %-30s %-30s %9.2f%s\n", sd[k].tp,
+            char bs[32] = "-"; /* the bound is the sharded load's */
+            if (!sd[k].full)
+                snprintf(bs, sizeof(bs), "%.2f", bound / gib);
+            printf("%4d %-15s %4d %-30s %-30s %9s%s\n", sd[k].tp,
                    sd[k].full ? "full-then-shard" : "sharded", r,
                    weft_bench_fmt(&sd[k].load[r], 1.0, 2, f1, sizeof(f1)),
-                   weft_bench_fmt(&sd[k].rss[r], 1.0 / gib, 2, f2, sizeof(f2)),
-                   sd[k].full ? 0.0 : bound / gib,
+                   weft_bench_fmt(&sd[k].rss[r], 1.0 / gib, 2, f2, sizeof(f2)), bs,
                    !sd[k].full && st.n && st.max > bound ? "  over bound" : "");
         }
     }
