@@ -20,15 +20,17 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench load [--tp LIST] [--double N] [--single N] [--repeats N] [--model DIR]\n"
-        "                       [--json]\n"
+        "usage: weft bench load [--tp LIST] [--double N] [--single N] [--model DIR] [--rounds N]\n"
+        "                       [--warmup N] [--quick] [--json]\n"
         "\n"
         "Load time and peak resident memory per rank, sharded load vs full-then-shard, on a\n"
         "synthetic FLUX.1-width checkpoint (24 heads x 128 = 3072; default 4 double + 6 single\n"
         "blocks, about 4.4 GB of bf16) written to a temporary folder (or --model DIR). Every\n"
         "(degree, mode, rank) is a separate process run alone, so peak RSS is that rank's.\n"
-        "Weights are held in f32 (twice the bf16 bytes). Default --tp 1,2,4; --repeats N\n"
-        "(default 3) runs each and reports the median load time and the largest peak RSS.\n");
+        "Weights are held in f32 (twice the bf16 bytes). Default --tp 1,2,4 (--quick: 1,2 on a\n"
+        "2 x 32, 1 + 1-block checkpoint). A round loads every (degree, mode, rank) once, in\n"
+        "turn; the slowest rank of a round is the degree's load time in that round.\n\n");
+    weft_bench_opt_help(out);
 }
 
 static weft_status_t never(void *group, float *buf, size_t count)
