@@ -215,6 +215,7 @@ static void side_round(struct side *sd, int round)
 {
     if (!sd->alive)
         return;
+    weft_child_settle(); /* the side before it has gone idle */
     cJSON *j = weft_child_ask_json(&sd->ch, "run", RUN_TIMEOUT_S);
     const cJSON *ms = j ? cJSON_GetObjectItem(j, "ms") : NULL;
     if (ms && cJSON_IsNumber(ms)) {

@@ -571,6 +571,7 @@ static int convs_round(struct weft_child kids[2], const bool alive[2], struct co
                        int round)
 {
     double tot[CONV_KINDS] = {0, 0, 0};
+    int last = -1; /* the child that answered last */
     for (int i = 0; i < cv->n; i++) {
         double count = num(cJSON_GetArrayItem(cv->shapes, i), "count");
         for (int kind = 0; kind < CONV_KINDS; kind++) {
@@ -579,6 +580,9 @@ static int convs_round(struct weft_child kids[2], const bool alive[2], struct co
                 continue;
             char req[32];
             snprintf(req, sizeof(req), "%s %d", kind == CONV_DIRECT ? "direct" : "gemm", i);
+            if (last >= 0 && last != who)
+                weft_child_settle();
+            last = who;
             cJSON *j = weft_child_ask_json(&kids[who], req, CHILD_TIMEOUT_S);
             double ms = j ? num(j, "ms") : -1;
             cJSON_Delete(j);

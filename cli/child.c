@@ -122,6 +122,13 @@ int weft_child_ask(struct weft_child *c, const char *line, char *out, size_t len
     return weft_child_read_line(c, out, len, timeout_s);
 }
 
+void weft_child_settle(void)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 cJSON *weft_child_ask_json(struct weft_child *c, const char *line, double timeout_s)
 {
     static char out[1 << 16];

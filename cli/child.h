@@ -27,6 +27,10 @@ int weft_child_read_line(struct weft_child *c, char *out, size_t len, double tim
 /* Write line and a newline to its stdin (line NULL: nothing), then weft_child_read_line. */
 int weft_child_ask(struct weft_child *c, const char *line, char *out, size_t len,
                    double timeout_s);
+/* A pause (100 ms) before asking a kept-loaded child for a timed request when another child
+ * answered last: that one's BLAS threads spin for some milliseconds after their work (up to
+ * 30 ms measured here) and would steal a core from the start of the next timing. */
+void weft_child_settle(void);
 /* weft_child_ask, its answer parsed as JSON (cJSON_Delete it); NULL when there was none, or
  * when it was not JSON or held "error" (logged with what the child said). */
 struct cJSON *weft_child_ask_json(struct weft_child *c, const char *line, double timeout_s);
