@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Time Diffusers' FluxTransformer2DModel forward on the CPU with torch, for `weft bench flux`.
 
-Loads the same synthetic checkpoint weft loads (bf16 on disk, float32 compute), builds inputs
-like FluxPipeline does, and prints one JSON line: {"ms": [per-run milliseconds], ...}.
+Loads the same synthetic checkpoint weft loads (bf16 on disk, float32 compute) and builds inputs
+like FluxPipeline does, then prints one JSON line {"ready": true, ...} and serves the benchmark's
+rounds: for each line "run" on stdin, one timed forward pass and one line {"ms": milliseconds}
+(the benchmark interleaves it with weft's passes). Ends at EOF or any other line.
 Needs torch and diffusers (PyPI); used only by the benchmark, never by weft itself.
 """
 import argparse
 import json
 import math
+import sys
 import time
 
 
@@ -17,8 +20,6 @@ def main():
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--text", type=int, required=True)
     ap.add_argument("--threads", type=int, required=True)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args()
 
     import torch
@@ -45,20 +46,18 @@ def main():
         guidance=torch.tensor([3.5]) if cfg.guidance_embeds else None,
         return_dict=False,
     )
-    times = []
-    with torch.inference_mode():
-        for i in range(a.warmup + a.repeats):
-            t0 = time.perf_counter()
-            model(**inputs)
-            if i >= a.warmup:
-                times.append((time.perf_counter() - t0) * 1e3)
     print(json.dumps({
-        "ms": times,
+        "ready": True,
         "load_s": load_s,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "diffusers": diffusers.__version__,
-    }))
+    }), flush=True)
+    with torch.inference_mode():
+        while sys.stdin.readline().strip() == "run":
+            t0 = time.perf_counter()
+            model(**inputs)
+            print(json.dumps({"ms": (time.perf_counter() - t0) * 1e3}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 /* weft bench flux: FLUX forward time of weft and of Diffusers on torch, same checkpoint, same
  * machine, same threads, in one run; weft is run with OPENBLAS_CORETYPE as the environment has
- * it and unset (OpenBLAS picks its kernel from it at load, so each is a separate process). */
+ * it and unset (OpenBLAS picks its kernel from it at load, so each is a separate process). The
+ * three sides stay loaded in their processes and take turns, one forward each per round. */
 #include <cblas.h>
 #include <cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/stats.h"
 #include "bench/synth.h"
 #include "cli/child.h"
 #include "cli/cli.h"
@@ -19,23 +22,28 @@
 #include "worker/denoise.h"
 
 struct flux_bench_opts {
-    long long tokens, text, heads, head_dim, dbl, sgl, repeats;
+    long long tokens, text, heads, head_dim, dbl, sgl;
     const char *python, *model;
-    int json;
+    bool no_torch;
+    struct weft_bench b;
 };
 
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench flux [--json] [--tokens N] [--text N] [--heads N] [--head-dim N]\n"
-        "                       [--double N] [--single N] [--repeats N] [--python PATH]\n"
+        "usage: weft bench flux [--tokens N] [--text N] [--heads N] [--head-dim N] [--double N]\n"
+        "                       [--single N] [--python PATH | --no-torch] [--rounds N]\n"
+        "                       [--warmup N] [--quick] [--json]\n"
         "\n"
         "Forward-pass time of a FLUX-shaped transformer (default: 8 heads x 128 = 1024 wide,\n"
         "4 double + 8 single blocks, 1024 image + 128 text tokens, random bf16 weights written\n"
         "to a temporary folder) in weft and in Diffusers on torch (PyPI torch + diffusers,\n"
         "run with --python, default python3; skipped when it cannot import them), same\n"
         "threads ([kernels] threads, default all cores). weft runs twice: with\n"
-        "OPENBLAS_CORETYPE as set and with it unset.\n");
+        "OPENBLAS_CORETYPE as set and with it unset. Each side is one process that loads the\n"
+        "model once; a round is one forward pass of each side in turn. --quick: 2 heads x 32,\n"
+        "1 + 1 blocks, 64 + 16 tokens.\n\n");
+    weft_bench_opt_help(out);
 }
 
 static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out)
@@ -46,20 +54,26 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
     return weft_cli_parse_int(name, v, 1, 1000000, out) == 0 ? 1 : -1;
 }
 
+/* Returns 0, 1 (help printed) or -1. */
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 {
-    *o = (struct flux_bench_opts){1024, 128, 8, 128, 4, 8, 5, "python3", NULL, 0};
-    static const char *const names[] = {"--tokens", "--text",   "--heads",  "--head-dim",
-                                        "--double", "--single", "--repeats"};
-    long long *fields[] = {&o->tokens, &o->text, &o->heads, &o->head_dim,
-                           &o->dbl,    &o->sgl,  &o->repeats};
+    *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, false, {0}};
+    weft_bench_init(&o->b, "weft bench flux");
+    static const char *const names[] = {"--tokens", "--text",   "--heads", "--head-dim",
+                                        "--double", "--single"};
+    long long *fields[] = {&o->tokens, &o->text, &o->heads, &o->head_dim, &o->dbl, &o->sgl};
     for (int i = 1; i < cli->argc; i++) {
         if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
             return 1;
         }
-        if (strcmp(cli->argv[i], "--json") == 0) {
-            o->json = 1;
+        int hit = weft_bench_opt(&o->b, cli->argc, cli->argv, &i);
+        if (hit < 0)
+            return -1;
+        if (hit)
+            continue;
+        if (strcmp(cli->argv[i], "--no-torch") == 0) {
+            o->no_torch = true;
             continue;
         }
         const char *v;
@@ -71,7 +85,6 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
             o->model = v;
             continue;
         }
-        int hit = 0;
         for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
             if ((hit = opt_ll(cli, &i, names[k], fields[k])) < 0)
                 return -1;
@@ -81,11 +94,26 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
             return -1;
         }
     }
+    static const long long full[] = {1024, 128, 8, 128, 4, 8}, quick[] = {64, 16, 2, 32, 1, 1};
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+        if (*fields[k] < 0)
+            *fields[k] = o->b.quick ? quick[k] : full[k];
     return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* The timed run (a child process)                                                           */
+/* One side: a process that loads the model once, then times one forward per "run" line     */
+
+static void print_error(const char *what)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "error", what);
+    char *t = cJSON_PrintUnformatted(j);
+    printf("%s\n", t ? t : "{\"error\": \"?\"}");
+    (void)fflush(stdout);
+    cJSON_free(t);
+    cJSON_Delete(j);
+}
 
 int weft_bench_flux_run(struct weft_cli *cli)
 {
@@ -99,8 +127,11 @@ int weft_bench_flux_run(struct weft_cli *cli)
     double t0 = weft_now();
     struct weft_flux_opts fo = {K, kc};
     struct weft_flux *m;
-    if (weft_flux_load(o.model, &fo, &m, NULL) != WEFT_OK)
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_flux_load(o.model, &fo, &m, &err) != WEFT_OK) {
+        print_error(weft_error_text(&err));
         return 1;
+    }
     double load_s = weft_now() - t0;
     const struct weft_flux_config *c = weft_flux_get_config(m);
     int64_t w = 1;
@@ -112,8 +143,7 @@ int weft_bench_flux_run(struct weft_cli *cli)
     float *ids = weft_calloc((size_t)(o.tokens + w) * 3, 4);
     float *tids = weft_calloc((size_t)o.text * 3, 4);
     float *out = weft_malloc((size_t)(o.tokens * c->out_channels) * 4);
-    double *ms = weft_calloc((size_t)o.repeats, sizeof(double));
-    if (!hidden || !enc || !pooled || !ids || !tids || !out || !ms)
+    if (!hidden || !enc || !pooled || !ids || !tids || !out)
         return 1;
     weft_noise_normal(1, 0, o.tokens * c->in_channels, hidden);
     weft_noise_normal(2, 0, o.text * c->joint_attention_dim, enc);
@@ -121,22 +151,24 @@ int weft_bench_flux_run(struct weft_cli *cli)
     weft_flux_image_ids((o.tokens + w - 1) / w, w, 3, ids);
     float t = 0.5f, g = 3.5f;
     struct weft_flux_inputs in = {1, o.tokens, o.text, hidden, enc, pooled, &t, &g, ids, tids};
+    printf("{\"ready\": true, \"load_s\": %.3f, \"threads\": %d, \"coretype\": \"%s\"}\n", load_s,
+           weft_kernels_cpu_threads(kc), openblas_get_corename());
+    (void)fflush(stdout);
     int rc = 0;
-    for (long long i = -1; i < o.repeats && rc == 0; i++) { /* one warm-up */
+    char line[64];
+    while (rc == 0 && fgets(line, sizeof(line), stdin) && strncmp(line, "run", 3) == 0) {
         double s = weft_now();
-        rc = weft_flux_forward(m, &in, out) != WEFT_OK;
-        if (i >= 0)
-            ms[i] = (weft_now() - s) * 1e3;
-    }
-    if (rc == 0) {
-        printf("{\"ms\": [");
-        for (long long i = 0; i < o.repeats; i++)
-            printf("%s%.3f", i ? ", " : "", ms[i]);
-        printf("], \"load_s\": %.3f, \"threads\": %d, \"coretype\": \"%s\"}\n", load_s,
-               weft_kernels_cpu_threads(kc), openblas_get_corename());
+        weft_status_t fst = weft_flux_forward(m, &in, out);
+        if (fst != WEFT_OK) { /* the cause is in the log */
+            print_error(weft_status_str(fst));
+            rc = 1;
+            break;
+        }
+        printf("{\"ms\": %.3f}\n", (weft_now() - s) * 1e3);
+        (void)fflush(stdout);
     }
     weft_free(hidden), weft_free(enc), weft_free(pooled), weft_free(ids), weft_free(tids);
-    weft_free(out), weft_free(ms);
+    weft_free(out);
     weft_flux_destroy(m);
     weft_kernels_cpu_destroy(kc);
     return rc;
@@ -145,37 +177,136 @@ int weft_bench_flux_run(struct weft_cli *cli)
 /* ---------------------------------------------------------------------------------------- */
 /* The orchestrator                                                                          */
 
-struct row {
-    char impl[32], coretype[64];
-    double ms;
-    int ok;
+#define N_SIDES 3 /* weft with OPENBLAS_CORETYPE as set, weft with it unset, torch */
+#define READY_TIMEOUT_S 1800.0
+#define RUN_TIMEOUT_S 1800.0
+
+struct side {
+    const char *impl;
+    char coretype[64];
+    struct weft_child ch;
+    bool alive;
+    int threads;
+    double load_s;
+    struct weft_bench_series ms;
 };
 
-static void parse_row(const char *out, struct row *r)
+/* Start a side and wait for its "ready" line (the model loaded). */
+static void side_start(struct side *sd, char *const argv[], char **env)
 {
-    cJSON *j = cJSON_Parse(out);
-    cJSON *ms = j ? cJSON_GetObjectItem(j, "ms") : NULL;
-    int n = ms ? cJSON_GetArraySize(ms) : 0;
-    if (n > 0) {
-        double v[64];
-        int k = 0;
-        for (cJSON *e = ms->child; e && k < 64; e = e->next)
-            v[k++] = e->valuedouble;
-        r->ms = weft_median(v, k);
-        r->ok = 1;
-        cJSON *ct = cJSON_GetObjectItem(j, "coretype");
-        if (cJSON_IsString(ct))
-            snprintf(r->coretype, sizeof(r->coretype), "%s", ct->valuestring);
+    if (weft_child_start_duplex(argv, env, &sd->ch) != 0)
+        return;
+    cJSON *j = weft_child_ask_json(&sd->ch, NULL, READY_TIMEOUT_S);
+    if (j && cJSON_IsTrue(cJSON_GetObjectItem(j, "ready"))) {
+        sd->alive = true;
+        const cJSON *ct = cJSON_GetObjectItem(j, "coretype"), *th = cJSON_GetObjectItem(j,
+                                                                                  "threads");
+        if (cJSON_IsString(ct) && !sd->coretype[0])
+            snprintf(sd->coretype, sizeof(sd->coretype), "%s", ct->valuestring);
+        sd->threads = cJSON_IsNumber(th) ? th->valueint : 0;
+        const cJSON *ls = cJSON_GetObjectItem(j, "load_s");
+        sd->load_s = cJSON_IsNumber(ls) ? ls->valuedouble : -1;
+    } else {
+        kill(sd->ch.pid, SIGKILL);
     }
     cJSON_Delete(j);
 }
 
+/* One forward of a side; a side that fails is stopped and has no samples from then on. */
+static void side_round(struct side *sd, int round)
+{
+    if (!sd->alive)
+        return;
+    weft_child_settle(); /* the side before it has gone idle */
+    cJSON *j = weft_child_ask_json(&sd->ch, "run", RUN_TIMEOUT_S);
+    const cJSON *ms = j ? cJSON_GetObjectItem(j, "ms") : NULL;
+    if (ms && cJSON_IsNumber(ms)) {
+        weft_bench_series_set(&sd->ms, round, ms->valuedouble);
+    } else {
+        WEFT_LOG_ERROR("bench", "%s (%s): the forward pass failed", sd->impl, sd->coretype);
+        kill(sd->ch.pid, SIGKILL);
+        sd->alive = false;
+    }
+    cJSON_Delete(j);
+}
+
+static void report_json(const struct flux_bench_opts *o, const struct side *sd, int threads)
+{
+    cJSON *root = weft_bench_json_context(&o->b);
+    cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddNumberToObject(cfg, "heads", (double)o->heads);
+    cJSON_AddNumberToObject(cfg, "head_dim", (double)o->head_dim);
+    cJSON_AddNumberToObject(cfg, "double", (double)o->dbl);
+    cJSON_AddNumberToObject(cfg, "single", (double)o->sgl);
+    cJSON_AddNumberToObject(cfg, "image_tokens", (double)o->tokens);
+    cJSON_AddNumberToObject(cfg, "text_tokens", (double)o->text);
+    cJSON_AddNumberToObject(cfg, "threads", threads);
+    struct weft_bench_cmp u;
+    weft_bench_compare(&sd[1].ms, &sd[0].ms, &u);
+    cJSON_AddItemToObject(root, "weft_unset_over_as_set",
+                          weft_bench_json_cmp(&u, "as set faster", "unset faster"));
+    cJSON *rows = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < N_SIDES; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "impl", sd[i].impl);
+        cJSON_AddStringToObject(e, "openblas_core", i < 2 ? sd[i].coretype : "-");
+        cJSON_AddStringToObject(e, "openblas_coretype_env", i == 0 ? "as set" : i == 1 ? "unset"
+                                                                                       : "-");
+        cJSON_AddItemToObject(e, "ms", weft_bench_json_fig(&sd[i].ms, 1.0));
+        struct weft_bench_cmp c;
+        weft_bench_compare(&sd[i].ms, &sd[2].ms, &c);
+        cJSON_AddItemToObject(e, "ratio_vs_torch",
+                              i < 2 && sd[2].ms.n ? weft_bench_json_cmp(&c, "torch faster",
+                                                                        "weft faster")
+                                                  : cJSON_CreateNull());
+        cJSON_AddItemToArray(rows, e);
+    }
+    char *text = cJSON_Print(root);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+static void report_table(const struct flux_bench_opts *o, const struct side *sd, int threads)
+{
+    weft_bench_print_context(&o->b, stdout);
+    printf("FLUX forward: %lld heads x %lld, %lld double + %lld single blocks, %lld image + "
+           "%lld text tokens, %d threads\n",
+           o->heads, o->head_dim, o->dbl, o->sgl, o->tokens, o->text, threads);
+    printf("%-16s %-18s %-34s %-24s %s\n", "impl", "OpenBLAS core", "ms / forward",
+           "vs torch (paired)", "verdict");
+    for (int i = 0; i < N_SIDES; i++) {
+        char f[96] = "n/a", r[64] = "-";
+        const char *verdict = "";
+        struct weft_bench_cmp c;
+        weft_bench_compare(&sd[i].ms, &sd[2].ms, &c);
+        if (sd[i].ms.n)
+            weft_bench_fmt(&sd[i].ms, 1.0, 1, f, sizeof(f));
+        if (i < 2 && sd[i].ms.n && sd[2].ms.n) {
+            weft_bench_fmt_cmp(&c, 2, r, sizeof(r));
+            verdict = weft_bench_verdict_str(&c, "torch faster", "weft faster");
+        }
+        printf("%-16s %-18s %-34s %-24s %s\n", sd[i].impl,
+               i < 2 ? sd[i].coretype : "(torch: own BLAS)", f, r, verdict);
+    }
+    struct weft_bench_cmp c;
+    weft_bench_compare(&sd[1].ms, &sd[0].ms, &c);
+    char r[64];
+    printf("(weft row 1: OPENBLAS_CORETYPE as set; row 2: unset. Unset / as set, paired: %s, %s)\n",
+           weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
+           weft_bench_verdict_str(&c, "as set faster", "unset faster"));
+    if (!sd[2].alive && !o->no_torch)
+        printf("(no torch row: %s could not run Diffusers)\n", o->python);
+}
+
 int weft_bench_flux(struct weft_cli *cli)
 {
-    struct flux_bench_opts o;
+    static struct flux_bench_opts o;
     int rc = parse(cli, &o);
     if (rc)
         return rc > 0 ? 0 : 2;
+    if (weft_bench_begin(&o.b) != 0)
+        return 2;
     char dir[] = "/tmp/weft_bench_flux_XXXXXX";
     if (!mkdtemp(dir)) {
         WEFT_LOG_ERROR("bench", "cannot create a temporary folder: %s", strerror(errno));
@@ -185,69 +316,48 @@ int weft_bench_flux(struct weft_cli *cli)
     weft_synth_flux_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
     WEFT_LOG_INFO("bench", "writing a synthetic %lldx%lld, %lld+%lld-block checkpoint to %s",
                   o.heads, o.head_dim, o.dbl, o.sgl, dir);
-    if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_BF16, 1) != WEFT_OK)
-        return 1;
     char self[4096];
-    if (weft_self_path(self, sizeof(self)) != 0)
+    if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_BF16, 1) != WEFT_OK ||
+        weft_self_path(self, sizeof(self)) != 0) {
+        weft_remove_tree(dir);
         return 1;
-    char tok[32], txt[32], rep[32], thr[64];
+    }
+    char tok[32], txt[32], thr[64], tstr[16], script[2048];
     snprintf(tok, sizeof(tok), "%lld", o.tokens);
     snprintf(txt, sizeof(txt), "%lld", o.text);
-    snprintf(rep, sizeof(rep), "%lld", o.repeats);
     snprintf(thr, sizeof(thr), "--kernels.threads=%lld", (long long)cli->conf.kernels.threads);
-    static char out[1 << 16];
-    struct row rows[3] = {{"weft", "", 0, 0}, {"weft", "", 0, 0}, {"diffusers+torch", "-", 0, 0}};
-    int threads = 0;
+    static struct side sd[N_SIDES] = {{.impl = "weft"}, {.impl = "weft"},
+                                      {.impl = "diffusers+torch", .coretype = "-"}};
     for (int v = 0; v < 2; v++) {
         char **env = weft_env_edit(v ? "OPENBLAS_CORETYPE=" : NULL, NULL);
         char *argv[] = {self, thr, "bench", "flux-run", "--model", dir, "--tokens", tok,
-                        "--text", txt, "--repeats", rep, NULL};
-        if (weft_child_run(argv, env, out, sizeof(out), NULL) == 0)
-            parse_row(out, &rows[v]);
-        cJSON *j = cJSON_Parse(out);
-        if (j && cJSON_GetObjectItem(j, "threads"))
-            threads = cJSON_GetObjectItem(j, "threads")->valueint;
-        cJSON_Delete(j);
+                        "--text", txt, NULL};
+        side_start(&sd[v], argv, env);
         weft_free(env);
     }
-    char script[2048], tstr[16];
+    int threads = sd[0].threads;
     snprintf(script, sizeof(script), "%s/bench/flux_torch.py", WEFT_SOURCE_ROOT);
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
-                     "--threads", tstr, "--repeats", rep, NULL};
-    if (weft_child_run(pargv, NULL, out, sizeof(out), NULL) == 0)
-        parse_row(out, &rows[2]);
-    else
+                     "--threads", tstr, NULL};
+    if (!o.no_torch)
+        side_start(&sd[2], pargv, NULL);
+    if (!o.no_torch && !sd[2].alive)
         WEFT_LOG_WARN("bench", "%s could not run Diffusers (torch/diffusers missing?): no torch "
-                               "column", o.python);
-    double torch_ms = rows[2].ok ? rows[2].ms : 0;
-    if (o.json) {
-        printf("{\"config\": {\"heads\": %lld, \"head_dim\": %lld, \"double\": %lld, "
-               "\"single\": %lld, \"image_tokens\": %lld, \"text_tokens\": %lld, "
-               "\"threads\": %d},\n \"rows\": [",
-               o.heads, o.head_dim, o.dbl, o.sgl, o.tokens, o.text, threads);
-        for (int i = 0; i < 3; i++)
-            printf("%s\n  {\"impl\": \"%s\", \"openblas_core\": \"%s\", \"ms\": %.2f, "
-                   "\"ratio_vs_torch\": %.3f}",
-                   i ? "," : "", rows[i].impl, rows[i].coretype, rows[i].ok ? rows[i].ms : -1,
-                   rows[i].ok && torch_ms > 0 ? rows[i].ms / torch_ms : -1);
-        printf("]}\n");
-    } else {
-        printf("FLUX forward: %lld heads x %lld, %lld double + %lld single blocks, %lld image + "
-               "%lld text tokens, %d threads\n",
-               o.heads, o.head_dim, o.dbl, o.sgl, o.tokens, o.text, threads);
-        printf("%-18s %-22s %12s %16s\n", "impl", "OpenBLAS core", "ms/forward", "ratio vs torch");
-        for (int i = 0; i < 3; i++) {
-            if (!rows[i].ok) {
-                printf("%-18s %-22s %12s %16s\n", rows[i].impl, rows[i].coretype, "n/a", "");
-                continue;
-            }
-            printf("%-18s %-22s %12.1f %16.2f\n", rows[i].impl,
-                   i < 2 ? rows[i].coretype : "(torch: own BLAS)", rows[i].ms,
-                   torch_ms > 0 ? rows[i].ms / torch_ms : 0);
-        }
-        printf("(weft row 1: OPENBLAS_CORETYPE as set; row 2: unset)\n");
+                               "row", o.python);
+    for (int r = -o.b.warmup; r < o.b.rounds; r++) { /* weft, weft unset, torch, weft, ... */
+        weft_bench_round_note(&o.b, r);
+        for (int i = 0; i < N_SIDES; i++)
+            side_round(&sd[i], r);
     }
+    weft_bench_end(&o.b);
+    for (int i = 0; i < N_SIDES; i++)
+        if (sd[i].ch.pid > 0)
+            (void)weft_child_finish(&sd[i].ch, NULL, 0, NULL);
+    if (o.b.json)
+        report_json(&o, sd, threads);
+    else
+        report_table(&o, sd, threads);
     weft_remove_tree(dir);
-    return rows[0].ok ? 0 : 1;
+    return sd[0].ms.n == o.b.rounds ? 0 : 1;
 }
