@@ -13,4 +13,5 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends 
     chromium chromium-driver python3-selenium \
     libhwloc-dev libibverbs-dev \
     openmpi-bin libopenmpi-dev \
+    libdnnl-dev libblis-dev \
     node-llhttp iproute2 procps

@@ -147,6 +147,8 @@ int main(int argc, char **argv)
     check_bench(comm, "weft bench comm", true);
     char *vae[] = {weft, "bench", "vae", "--quick", "--json", NULL};
     check_bench(vae, "weft bench vae", true);
+    char *gemm[] = {weft, "bench", "gemm", "--quick", "--json", NULL};
+    check_bench(gemm, "weft bench gemm", true);
     char *api_load[] = {api, "--spawn", weft, "--sides", "local,tp2", "--quick", "--json", NULL};
     check_bench(api_load, "weft-api-load", true);
 
