@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Time Diffusers' FluxTransformer2DModel forward on the CPU with torch, for `weft bench flux`.
 
-Loads the same synthetic checkpoint weft loads (bf16 on disk, float32 compute) and builds inputs
-like FluxPipeline does, then prints one JSON line {"ready": true, ...} and serves the benchmark's
+Loads the same synthetic checkpoint weft loads, computes in --dtype (f32 or bf16: the model and
+its inputs in that dtype, guidance f32, as FluxPipeline passes them) and builds inputs like
+FluxPipeline does, then prints one JSON line {"ready": true, ...} and serves the benchmark's
 rounds: for each line "run" on stdin, one timed forward pass and one line {"ms": milliseconds}
 (the benchmark interleaves it with weft's passes). Ends at EOF or any other line.
 Needs torch and diffusers (PyPI); used only by the benchmark, never by weft itself.
@@ -20,6 +21,7 @@ def main():
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--text", type=int, required=True)
     ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     a = ap.parse_args()
 
     import torch
@@ -28,7 +30,8 @@ def main():
 
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
-    model = FluxTransformer2DModel.from_pretrained(a.model, torch_dtype=torch.float32).eval()
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    model = FluxTransformer2DModel.from_pretrained(a.model, torch_dtype=dt).eval()
     load_s = time.perf_counter() - t0
     cfg = model.config
     g = torch.Generator().manual_seed(0)
@@ -37,12 +40,12 @@ def main():
     cols = torch.arange(a.tokens) % w
     img_ids = torch.stack([torch.zeros(a.tokens), rows.float(), cols.float()], dim=1)
     inputs = dict(
-        hidden_states=torch.randn(1, a.tokens, cfg.in_channels, generator=g),
-        encoder_hidden_states=torch.randn(1, a.text, cfg.joint_attention_dim, generator=g),
-        pooled_projections=torch.randn(1, cfg.pooled_projection_dim, generator=g),
-        timestep=torch.tensor([0.5]),
-        img_ids=img_ids,
-        txt_ids=torch.zeros(a.text, 3),
+        hidden_states=torch.randn(1, a.tokens, cfg.in_channels, generator=g).to(dt),
+        encoder_hidden_states=torch.randn(1, a.text, cfg.joint_attention_dim, generator=g).to(dt),
+        pooled_projections=torch.randn(1, cfg.pooled_projection_dim, generator=g).to(dt),
+        timestep=torch.tensor([0.5]).to(dt),
+        img_ids=img_ids.to(dt),
+        txt_ids=torch.zeros(a.text, 3).to(dt),
         guidance=torch.tensor([3.5]) if cfg.guidance_embeds else None,
         return_dict=False,
     )
@@ -50,6 +53,8 @@ def main():
         "ready": True,
         "load_s": load_s,
         "threads": torch.get_num_threads(),
+        "about": f"torch {torch.__version__}, diffusers {diffusers.__version__}, {a.dtype}, "
+                 f"oneDNN bf16: {torch.backends.mkldnn.is_available()}",
         "torch": torch.__version__,
         "diffusers": diffusers.__version__,
     }), flush=True)

@@ -1,8 +1,7 @@
 /* weft bench flux: FLUX forward time of weft and of Diffusers on torch, same checkpoint, same
- * machine, same threads, in one run; weft is run with OPENBLAS_CORETYPE as the environment has
- * it and unset (OpenBLAS picks its kernel from it at load, so each is a separate process). The
- * three sides stay loaded in their processes and take turns, one forward each per round. */
-#include <cblas.h>
+ * machine, same threads, same dtype, in one run, with the environment as the machine sets it.
+ * Both sides stay loaded in their processes and take turns, one forward each per round; each
+ * side's peak RSS is its process's, from the kernel when it exits. */
 #include <cJSON.h>
 #include <errno.h>
 #include <signal.h>
@@ -24,25 +23,32 @@
 struct flux_bench_opts {
     long long tokens, text, heads, head_dim, dbl, sgl;
     const char *python, *model;
-    bool no_torch;
+    bool no_torch, dev;
+    enum weft_dtype dtype; /* the checkpoint's, and the compute dtype of both sides */
     struct weft_bench b;
 };
 
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench flux [--tokens N] [--text N] [--heads N] [--head-dim N] [--double N]\n"
-        "                       [--single N] [--python PATH | --no-torch] [--rounds N]\n"
-        "                       [--warmup N] [--quick] [--json]\n"
+        "usage: weft bench flux [--dtype f32|bf16] [--dev] [--tokens N] [--text N] [--heads N]\n"
+        "                       [--head-dim N] [--double N] [--single N]\n"
+        "                       [--python PATH | --no-torch] [--rounds N] [--warmup N]\n"
+        "                       [--quick] [--json]\n"
         "\n"
-        "Forward-pass time of a FLUX-shaped transformer (default: 8 heads x 128 = 1024 wide,\n"
-        "4 double + 8 single blocks, 1024 image + 128 text tokens, random bf16 weights written\n"
-        "to a temporary folder) in weft and in Diffusers on torch (PyPI torch + diffusers,\n"
-        "run with --python, default python3; skipped when it cannot import them), same\n"
-        "threads ([kernels] threads, default all cores). weft runs twice: with\n"
-        "OPENBLAS_CORETYPE as set and with it unset. Each side is one process that loads the\n"
-        "model once; a round is one forward pass of each side in turn. --quick: 2 heads x 32,\n"
-        "1 + 1 blocks, 64 + 16 tokens.\n\n");
+        "Forward-pass time and peak RSS of a FLUX-shaped transformer with random weights written\n"
+        "to a temporary folder in --dtype (default f32), in weft and in Diffusers on torch\n"
+        "(PyPI torch + diffusers, run with --python, default python3; skipped when it cannot\n"
+        "import them), both computing in that dtype (weft: [model] dtype), on the same\n"
+        "threads ([kernels] threads, default all cores). Each side is one process that loads\n"
+        "the model once; a round is one forward of each in turn. ms per block is the step's\n"
+        "time over its blocks.\n"
+        "\n"
+        "  default  8 heads x 128 = 1024 wide, 4 double + 8 single blocks, 1024 image + 128\n"
+        "           text tokens\n"
+        "  --dev    FLUX.1-dev's width: 24 heads x 128 = 3072, 2 double + 2 single blocks,\n"
+        "           4096 image + 512 text tokens (a 1024x1024 image)\n"
+        "  --quick  2 heads x 32, 1 + 1 blocks, 64 + 16 tokens\n\n");
     weft_bench_opt_help(out);
 }
 
@@ -57,7 +63,8 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
 /* Returns 0, 1 (help printed) or -1. */
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 {
-    *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, false, {0}};
+    *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, false, false,
+                                  WEFT_DTYPE_F32, {0}};
     weft_bench_init(&o->b, "weft bench flux");
     static const char *const names[] = {"--tokens", "--text",   "--heads", "--head-dim",
                                         "--double", "--single"};
@@ -72,11 +79,19 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
             return -1;
         if (hit)
             continue;
-        if (strcmp(cli->argv[i], "--no-torch") == 0) {
-            o->no_torch = true;
+        if (strcmp(cli->argv[i], "--no-torch") == 0 || strcmp(cli->argv[i], "--dev") == 0) {
+            *(cli->argv[i][2] == 'n' ? &o->no_torch : &o->dev) = true;
             continue;
         }
         const char *v;
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dtype"))) {
+            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
+                WEFT_LOG_ERROR("bench", "--dtype is f32 or bf16, not '%s'", v);
+                return -1;
+            }
+            o->dtype = v[0] == 'b' ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
+            continue;
+        }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--python"))) {
             o->python = v;
             continue;
@@ -95,9 +110,10 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
         }
     }
     static const long long full[] = {1024, 128, 8, 128, 4, 8}, quick[] = {64, 16, 2, 32, 1, 1};
+    static const long long dev[] = {4096, 512, 24, 128, 2, 2};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if (*fields[k] < 0)
-            *fields[k] = o->b.quick ? quick[k] : full[k];
+            *fields[k] = o->b.quick ? quick[k] : o->dev ? dev[k] : full[k];
     return 0;
 }
 
@@ -124,8 +140,10 @@ int weft_bench_flux_run(struct weft_cli *cli)
     struct weft_kctx *kc;
     if (weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc) != WEFT_OK)
         return 1;
+    const enum weft_dtype dt = (enum weft_dtype)cli->conf.model.dtype; /* --model.dtype */
+    (void)K->set_compute(kc, dt); /* f32 products where the CPU has no bf16 ones (described) */
     double t0 = weft_now();
-    struct weft_flux_opts fo = {K, kc};
+    struct weft_flux_opts fo = {K, kc, dt};
     struct weft_flux *m;
     struct weft_error err = WEFT_ERROR_INIT;
     if (weft_flux_load(o.model, &fo, &m, &err) != WEFT_OK) {
@@ -151,8 +169,17 @@ int weft_bench_flux_run(struct weft_cli *cli)
     weft_flux_image_ids((o.tokens + w - 1) / w, w, 3, ids);
     float t = 0.5f, g = 3.5f;
     struct weft_flux_inputs in = {1, o.tokens, o.text, hidden, enc, pooled, &t, &g, ids, tids};
-    printf("{\"ready\": true, \"load_s\": %.3f, \"threads\": %d, \"coretype\": \"%s\"}\n", load_s,
-           weft_kernels_cpu_threads(kc), openblas_get_corename());
+    char what[256];
+    K->describe(kc, what, sizeof(what));
+    cJSON *ready = cJSON_CreateObject();
+    cJSON_AddBoolToObject(ready, "ready", true);
+    cJSON_AddNumberToObject(ready, "load_s", load_s);
+    cJSON_AddNumberToObject(ready, "threads", weft_kernels_cpu_threads(kc));
+    cJSON_AddStringToObject(ready, "about", what);
+    char *rl = cJSON_PrintUnformatted(ready);
+    printf("%s\n", rl ? rl : "{}");
+    cJSON_free(rl);
+    cJSON_Delete(ready);
     (void)fflush(stdout);
     int rc = 0;
     char line[64];
@@ -177,17 +204,18 @@ int weft_bench_flux_run(struct weft_cli *cli)
 /* ---------------------------------------------------------------------------------------- */
 /* The orchestrator                                                                          */
 
-#define N_SIDES 3 /* weft with OPENBLAS_CORETYPE as set, weft with it unset, torch */
+#define N_SIDES 2 /* weft, torch */
 #define READY_TIMEOUT_S 1800.0
 #define RUN_TIMEOUT_S 1800.0
 
 struct side {
     const char *impl;
-    char coretype[64];
+    char about[256]; /* what it runs on: weft's GEMM line, torch's versions */
     struct weft_child ch;
     bool alive;
     int threads;
     double load_s;
+    long maxrss_kib;
     struct weft_bench_series ms;
 };
 
@@ -199,10 +227,10 @@ static void side_start(struct side *sd, char *const argv[], char **env)
     cJSON *j = weft_child_ask_json(&sd->ch, NULL, READY_TIMEOUT_S);
     if (j && cJSON_IsTrue(cJSON_GetObjectItem(j, "ready"))) {
         sd->alive = true;
-        const cJSON *ct = cJSON_GetObjectItem(j, "coretype"), *th = cJSON_GetObjectItem(j,
-                                                                                  "threads");
-        if (cJSON_IsString(ct) && !sd->coretype[0])
-            snprintf(sd->coretype, sizeof(sd->coretype), "%s", ct->valuestring);
+        const cJSON *ab = cJSON_GetObjectItem(j, "about"), *th = cJSON_GetObjectItem(j,
+                                                                                 "threads");
+        if (cJSON_IsString(ab))
+            snprintf(sd->about, sizeof(sd->about), "%s", ab->valuestring);
         sd->threads = cJSON_IsNumber(th) ? th->valueint : 0;
         const cJSON *ls = cJSON_GetObjectItem(j, "load_s");
         sd->load_s = cJSON_IsNumber(ls) ? ls->valuedouble : -1;
@@ -223,7 +251,7 @@ static void side_round(struct side *sd, int round)
     if (ms && cJSON_IsNumber(ms)) {
         weft_bench_series_set(&sd->ms, round, ms->valuedouble);
     } else {
-        WEFT_LOG_ERROR("bench", "%s (%s): the forward pass failed", sd->impl, sd->coretype);
+        WEFT_LOG_ERROR("bench", "%s: the forward pass failed", sd->impl);
         kill(sd->ch.pid, SIGKILL);
         sd->alive = false;
     }
@@ -240,25 +268,26 @@ static void report_json(const struct flux_bench_opts *o, const struct side *sd, 
     cJSON_AddNumberToObject(cfg, "single", (double)o->sgl);
     cJSON_AddNumberToObject(cfg, "image_tokens", (double)o->tokens);
     cJSON_AddNumberToObject(cfg, "text_tokens", (double)o->text);
+    cJSON_AddStringToObject(cfg, "dtype", weft_dtype_name(o->dtype));
     cJSON_AddNumberToObject(cfg, "threads", threads);
-    struct weft_bench_cmp u;
-    weft_bench_compare(&sd[1].ms, &sd[0].ms, &u);
-    cJSON_AddItemToObject(root, "weft_unset_over_as_set",
-                          weft_bench_json_cmp(&u, "as set faster", "unset faster"));
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    cJSON_AddStringToObject(cfg, "openblas_coretype_env", env ? env : "unset");
     cJSON *rows = cJSON_AddArrayToObject(root, "rows");
+    const double blocks = (double)(o->dbl + o->sgl);
     for (int i = 0; i < N_SIDES; i++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "impl", sd[i].impl);
-        cJSON_AddStringToObject(e, "openblas_core", i < 2 ? sd[i].coretype : "-");
-        cJSON_AddStringToObject(e, "openblas_coretype_env", i == 0 ? "as set" : i == 1 ? "unset"
-                                                                                       : "-");
+        cJSON_AddStringToObject(e, "about", sd[i].about);
         cJSON_AddItemToObject(e, "ms", weft_bench_json_fig(&sd[i].ms, 1.0));
+        cJSON_AddItemToObject(e, "ms_per_block", weft_bench_json_fig(&sd[i].ms, 1.0 / blocks));
+        cJSON_AddNumberToObject(e, "load_s", sd[i].load_s);
+        cJSON_AddNumberToObject(e, "peak_rss_bytes", (double)sd[i].maxrss_kib * 1024.0);
         struct weft_bench_cmp c;
-        weft_bench_compare(&sd[i].ms, &sd[2].ms, &c);
+        weft_bench_compare(&sd[i].ms, &sd[1].ms, &c);
         cJSON_AddItemToObject(e, "ratio_vs_torch",
-                              i < 2 && sd[2].ms.n ? weft_bench_json_cmp(&c, "torch faster",
-                                                                        "weft faster")
-                                                  : cJSON_CreateNull());
+                              i == 0 && sd[1].ms.n ? weft_bench_json_cmp(&c, "torch faster",
+                                                                         "weft faster")
+                                                   : cJSON_CreateNull());
         cJSON_AddItemToArray(rows, e);
     }
     char *text = cJSON_Print(root);
@@ -270,32 +299,35 @@ static void report_json(const struct flux_bench_opts *o, const struct side *sd, 
 static void report_table(const struct flux_bench_opts *o, const struct side *sd, int threads)
 {
     weft_bench_print_context(&o->b, stdout);
-    printf("FLUX forward: %lld heads x %lld, %lld double + %lld single blocks, %lld image + "
-           "%lld text tokens, %d threads\n",
-           o->heads, o->head_dim, o->dbl, o->sgl, o->tokens, o->text, threads);
-    printf("%-16s %-18s %-34s %-24s %s\n", "impl", "OpenBLAS core", "ms / forward",
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    printf("FLUX forward in %s: %lld heads x %lld, %lld double + %lld single blocks, %lld image "
+           "+ %lld text tokens, %d threads (OPENBLAS_CORETYPE %s)\n",
+           weft_dtype_name(o->dtype), o->heads, o->head_dim, o->dbl, o->sgl, o->tokens,
+           o->text, threads, env ? env : "unset");
+    printf("%-16s %-30s %-28s %-10s %-24s %s\n", "impl", "ms / step", "ms / block", "peak RSS",
            "vs torch (paired)", "verdict");
+    const double blocks = (double)(o->dbl + o->sgl);
     for (int i = 0; i < N_SIDES; i++) {
-        char f[96] = "n/a", r[64] = "-";
+        char f[96] = "n/a", pb[96] = "n/a", r[64] = "-", rss[32] = "-";
         const char *verdict = "";
         struct weft_bench_cmp c;
-        weft_bench_compare(&sd[i].ms, &sd[2].ms, &c);
-        if (sd[i].ms.n)
+        weft_bench_compare(&sd[i].ms, &sd[1].ms, &c);
+        if (sd[i].ms.n) {
             weft_bench_fmt(&sd[i].ms, 1.0, 1, f, sizeof(f));
-        if (i < 2 && sd[i].ms.n && sd[2].ms.n) {
+            weft_bench_fmt(&sd[i].ms, 1.0 / blocks, 1, pb, sizeof(pb));
+        }
+        if (sd[i].maxrss_kib > 0)
+            snprintf(rss, sizeof(rss), "%.2f GB", (double)sd[i].maxrss_kib * 1024.0 / 1e9);
+        if (i == 0 && sd[i].ms.n && sd[1].ms.n) {
             weft_bench_fmt_cmp(&c, 2, r, sizeof(r));
             verdict = weft_bench_verdict_str(&c, "torch faster", "weft faster");
         }
-        printf("%-16s %-18s %-34s %-24s %s\n", sd[i].impl,
-               i < 2 ? sd[i].coretype : "(torch: own BLAS)", f, r, verdict);
+        printf("%-16s %-30s %-28s %-10s %-24s %s\n", sd[i].impl, f, pb, rss, r, verdict);
     }
-    struct weft_bench_cmp c;
-    weft_bench_compare(&sd[1].ms, &sd[0].ms, &c);
-    char r[64];
-    printf("(weft row 1: OPENBLAS_CORETYPE as set; row 2: unset. Unset / as set, paired: %s, %s)\n",
-           weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
-           weft_bench_verdict_str(&c, "as set faster", "unset faster"));
-    if (!sd[2].alive && !o->no_torch)
+    for (int i = 0; i < N_SIDES; i++)
+        if (sd[i].about[0])
+            printf("(%s: %s)\n", sd[i].impl, sd[i].about);
+    if (!sd[1].alive && !o->no_torch)
         printf("(no torch row: %s could not run Diffusers)\n", o->python);
 }
 
@@ -314,38 +346,34 @@ int weft_bench_flux(struct weft_cli *cli)
     }
     struct weft_flux_config c;
     weft_synth_flux_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
-    WEFT_LOG_INFO("bench", "writing a synthetic %lldx%lld, %lld+%lld-block checkpoint to %s",
-                  o.heads, o.head_dim, o.dbl, o.sgl, dir);
+    WEFT_LOG_INFO("bench", "writing a synthetic %lldx%lld, %lld+%lld-block %s checkpoint to %s",
+                  o.heads, o.head_dim, o.dbl, o.sgl, weft_dtype_name(o.dtype), dir);
     char self[4096];
-    if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_BF16, 1) != WEFT_OK ||
+    if (weft_synth_flux_write(dir, &c, o.dtype, 1) != WEFT_OK ||
         weft_self_path(self, sizeof(self)) != 0) {
         weft_remove_tree(dir);
         return 1;
     }
-    char tok[32], txt[32], thr[64], tstr[16], script[2048];
+    char tok[32], txt[32], thr[64], dts[32], tstr[16], script[2048];
     snprintf(tok, sizeof(tok), "%lld", o.tokens);
     snprintf(txt, sizeof(txt), "%lld", o.text);
     snprintf(thr, sizeof(thr), "--kernels.threads=%lld", (long long)cli->conf.kernels.threads);
-    static struct side sd[N_SIDES] = {{.impl = "weft"}, {.impl = "weft"},
-                                      {.impl = "diffusers+torch", .coretype = "-"}};
-    for (int v = 0; v < 2; v++) {
-        char **env = weft_env_edit(v ? "OPENBLAS_CORETYPE=" : NULL, NULL);
-        char *argv[] = {self, thr, "bench", "flux-run", "--model", dir, "--tokens", tok,
-                        "--text", txt, NULL};
-        side_start(&sd[v], argv, env);
-        weft_free(env);
-    }
+    snprintf(dts, sizeof(dts), "--model.dtype=%s", weft_dtype_name(o.dtype));
+    static struct side sd[N_SIDES] = {{.impl = "weft"}, {.impl = "diffusers+torch"}};
+    char *argv[] = {self, thr, dts, "bench", "flux-run", "--model", dir, "--tokens", tok,
+                    "--text", txt, NULL};
+    side_start(&sd[0], argv, NULL); /* the environment as the machine sets it */
     int threads = sd[0].threads;
     snprintf(script, sizeof(script), "%s/bench/flux_torch.py", WEFT_SOURCE_ROOT);
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
-                     "--threads", tstr, NULL};
+                     "--threads", tstr, "--dtype", (char *)weft_dtype_name(o.dtype), NULL};
     if (!o.no_torch)
-        side_start(&sd[2], pargv, NULL);
-    if (!o.no_torch && !sd[2].alive)
+        side_start(&sd[1], pargv, NULL);
+    if (!o.no_torch && !sd[1].alive)
         WEFT_LOG_WARN("bench", "%s could not run Diffusers (torch/diffusers missing?): no torch "
                                "row", o.python);
-    for (int r = -o.b.warmup; r < o.b.rounds; r++) { /* weft, weft unset, torch, weft, ... */
+    for (int r = -o.b.warmup; r < o.b.rounds; r++) { /* weft, torch, weft, torch, ... */
         weft_bench_round_note(&o.b, r);
         for (int i = 0; i < N_SIDES; i++)
             side_round(&sd[i], r);
@@ -353,7 +381,7 @@ int weft_bench_flux(struct weft_cli *cli)
     weft_bench_end(&o.b);
     for (int i = 0; i < N_SIDES; i++)
         if (sd[i].ch.pid > 0)
-            (void)weft_child_finish(&sd[i].ch, NULL, 0, NULL);
+            (void)weft_child_finish(&sd[i].ch, NULL, 0, &sd[i].maxrss_kib);
     if (o.b.json)
         report_json(&o, sd, threads);
     else

@@ -20,16 +20,22 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench load [--tp LIST] [--double N] [--single N] [--model DIR] [--rounds N]\n"
-        "                       [--warmup N] [--quick] [--json]\n"
+        "usage: weft bench load [--tp LIST] [--double N] [--single N] [--dev] [--model DIR]\n"
+        "                       [--rounds N] [--warmup N] [--quick] [--json]\n"
         "\n"
         "Load time and peak resident memory per rank, sharded load vs full-then-shard, on a\n"
         "synthetic FLUX.1-width checkpoint (24 heads x 128 = 3072; default 4 double + 6 single\n"
         "blocks, about 4.4 GB of bf16) written to a temporary folder (or --model DIR). Every\n"
         "(degree, mode, rank) is a separate process run alone, so peak RSS is that rank's.\n"
-        "Weights are held in f32 (twice the bf16 bytes). Default --tp 1,2,4 (--quick: 1,2 on a\n"
-        "2 x 32, 1 + 1-block checkpoint). A round loads every (degree, mode, rank) once, in\n"
-        "turn; the slowest rank of a round is the degree's load time in that round.\n\n");
+        "Weights are held as stored (bf16 matrices; vectors in f32). Default --tp 1,2,4\n"
+        "(--quick: 1,2 on a 2 x 32, 1 + 1-block checkpoint). A round loads every (degree, mode,\n"
+        "rank) once, in turn; the slowest rank of a round is the degree's load time in it.\n"
+        "\n"
+        "  --dev  FLUX.1-dev's size: 19 double + 38 single blocks, 23.8 GB of bf16 with its\n"
+        "         tensor names, in 10 GB shards with Diffusers' index, written sparse (the\n"
+        "         values read as zeros; nothing here looks at them)\n"
+        "A (degree, mode) whose bound exceeds the memory available is not loaded: its line says\n"
+        "so, with the bound.\n\n");
     weft_bench_opt_help(out);
 }
 
@@ -94,6 +100,7 @@ int weft_bench_load_run(struct weft_cli *cli)
 /* One (degree, mode): tp ranks, each its own process, run one after the other. */
 struct side {
     int tp, full;
+    bool skip; /* its bound exceeds the memory available */
     struct weft_bench_series *load, *rss; /* per rank: seconds, bytes */
     struct weft_bench_series slowest;     /* the slowest rank's load of each round */
 };
@@ -125,6 +132,8 @@ static int run_round(struct side *sd, int n, const char *self, const char *model
 {
     int rc = 0;
     for (int k = 0; k < n; k++) {
+        if (sd[k].skip)
+            continue;
         double slowest = 0;
         for (int r = 0; r < sd[k].tp; r++) {
             double load, peak;
@@ -138,9 +147,25 @@ static int run_round(struct side *sd, int n, const char *self, const char *model
     return rc;
 }
 
-static double rss_bound(double planned, double repl, int tp)
+/* A rank's weights (its share of the planned bytes and every replicated one, as held) with
+ * 10 % and 256 MiB for the process; full-then-shard also holds the whole file at once. */
+static double rss_bound(double planned, double repl, int tp, int full)
 {
-    return (planned / tp + repl) * 1.1 + 256.0 * 1024 * 1024;
+    return (planned / tp + repl + (full ? planned + repl : 0)) * 1.1 + 256.0 * 1024 * 1024;
+}
+
+/* MemAvailable from /proc/meminfo, in bytes (0: unknown). */
+static double mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024.0;
 }
 
 static void report_json(const struct weft_bench *b, const struct side *sd, int n, double planned,
@@ -148,8 +173,9 @@ static void report_json(const struct weft_bench *b, const struct side *sd, int n
 {
     cJSON *root = weft_bench_json_context(b);
     cJSON *cfg = cJSON_AddObjectToObject(root, "config");
-    cJSON_AddNumberToObject(cfg, "planned_f32_bytes", planned);
-    cJSON_AddNumberToObject(cfg, "replicated_f32_bytes", repl);
+    cJSON_AddNumberToObject(cfg, "planned_bytes", planned);
+    cJSON_AddNumberToObject(cfg, "replicated_bytes", repl);
+    cJSON_AddNumberToObject(cfg, "mem_available_bytes", mem_available());
     cJSON *rows = cJSON_AddArrayToObject(root, "rows");
     cJSON *deg = cJSON_AddArrayToObject(root, "degrees");
     for (int k = 0; k < n; k++) {
@@ -160,10 +186,11 @@ static void report_json(const struct weft_bench *b, const struct side *sd, int n
             cJSON_AddNumberToObject(e, "rank", r);
             cJSON_AddItemToObject(e, "load_s", weft_bench_json_fig(&sd[k].load[r], 1.0));
             cJSON_AddItemToObject(e, "peak_rss_bytes", weft_bench_json_fig(&sd[k].rss[r], 1.0));
-            cJSON_AddNumberToObject(e, "rss_bound_bytes", rss_bound(planned, repl, sd[k].tp));
+            cJSON_AddNumberToObject(e, "rss_bound_bytes", rss_bound(planned, repl, sd[k].tp, sd[k].full));
+            cJSON_AddBoolToObject(e, "measured", !sd[k].skip);
             cJSON_AddItemToArray(rows, e);
         }
-        if (!sd[k].full)
+        if (!sd[k].full || sd[k].skip || sd[k - 1].skip)
             continue;
         /* the sharded side of the same degree precedes this one */
         struct weft_bench_cmp c;
@@ -191,27 +218,32 @@ static void report_table(const struct weft_bench *b, const struct side *sd, int 
     printf("%4s %-15s %4s %-30s %-30s %9s\n", "tp", "mode", "rank", "load s", "peak RSS GiB",
            "bound GiB");
     for (int k = 0; k < n; k++) {
-        double bound = rss_bound(planned, repl, sd[k].tp);
+        double bound = rss_bound(planned, repl, sd[k].tp, sd[k].full);
+        if (sd[k].skip) {
+            printf("%4d %-15s  all not measured: bound %.2f GiB, %.2f GiB available here\n",
+                   sd[k].tp, sd[k].full ? "full-then-shard" : "sharded", bound / gib,
+                   mem_available() / gib);
+            continue;
+        }
         for (int r = 0; r < sd[k].tp; r++) {
             struct weft_bench_stats st;
             weft_bench_stats_of(&sd[k].rss[r], &st);
-            char bs[32] = "-"; /* the bound is the sharded load's */
-            if (!sd[k].full)
-                snprintf(bs, sizeof(bs), "%.2f", bound / gib);
+            char bs[32];
+            snprintf(bs, sizeof(bs), "%.2f", bound / gib);
             printf("%4d %-15s %4d %-30s %-30s %9s%s\n", sd[k].tp,
                    sd[k].full ? "full-then-shard" : "sharded", r,
                    weft_bench_fmt(&sd[k].load[r], 1.0, 2, f1, sizeof(f1)),
                    weft_bench_fmt(&sd[k].rss[r], 1.0 / gib, 2, f2, sizeof(f2)), bs,
-                   !sd[k].full && st.n && st.max > bound ? "  over bound" : "");
+                   st.n && st.max > bound ? "  over bound" : "");
         }
     }
-    printf("planned %.2f GiB, replicated %.2f GiB (f32 in memory); bound = (planned / tp + "
-           "replicated) x 1.1 + 256 MiB\n\nslowest rank of each round:\n", planned / gib,
-           repl / gib);
+    printf("planned %.2f GiB, replicated %.2f GiB (as held); bound = (planned / tp + replicated "
+           "[+ planned + replicated for full-then-shard]) x 1.1 + 256 MiB\n\nslowest rank of "
+           "each round:\n", planned / gib, repl / gib);
     printf("%4s %-26s %-26s %-26s %s\n", "tp", "sharded s", "full-then-shard s",
            "full / sharded (paired)", "verdict");
     for (int k = 0; k < n; k++) {
-        if (!sd[k].full)
+        if (!sd[k].full || sd[k].skip || sd[k - 1].skip)
             continue;
         struct weft_bench_cmp c;
         weft_bench_compare(&sd[k].slowest, &sd[k - 1].slowest, &c);
@@ -244,7 +276,7 @@ static int sides_create(const int *tps, int n_tp, struct side *sd)
 }
 
 static int parse(struct weft_cli *cli, struct weft_bench *b, int *tps, int *n_tp, long long *dbl,
-                 long long *sgl, const char **model)
+                 long long *sgl, const char **model, bool *dev)
 {
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
@@ -256,6 +288,8 @@ static int parse(struct weft_cli *cli, struct weft_bench *b, int *tps, int *n_tp
         if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
             return 1;
+        } else if (strcmp(cli->argv[i], "--dev") == 0) {
+            *dev = true;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model"))) {
             *model = v;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--double"))) {
@@ -281,9 +315,10 @@ int weft_bench_load(struct weft_cli *cli)
     int tps[8] = {1, 2, 4}, n_tp = 0;
     long long dbl = -1, sgl = -1;
     const char *model = NULL;
+    bool dev = false;
     struct weft_bench b;
     weft_bench_init(&b, "weft bench load");
-    int prc = parse(cli, &b, tps, &n_tp, &dbl, &sgl, &model);
+    int prc = parse(cli, &b, tps, &n_tp, &dbl, &sgl, &model, &dev);
     if (prc)
         return prc > 0 ? 0 : 2;
     if (weft_bench_begin(&b) != 0)
@@ -297,11 +332,14 @@ int weft_bench_load(struct weft_cli *cli)
         struct weft_flux_config c;
         /* --quick: a tiny checkpoint of the same structure */
         weft_synth_flux_config(&c, b.quick ? 2 : 24, b.quick ? 32 : 128,
-                               dbl >= 0 ? dbl : b.quick ? 1 : 4, sgl >= 0 ? sgl : b.quick ? 1 : 6);
+                               dbl >= 0 ? dbl : b.quick ? 1 : dev ? 19 : 4,
+                               sgl >= 0 ? sgl : b.quick ? 1 : dev ? 38 : 6);
         WEFT_LOG_INFO("bench", "writing a synthetic %lld-wide %lld+%lld-block bf16 checkpoint "
-                               "to %s", (long long)c.num_attention_heads * c.attention_head_dim,
-                      (long long)c.num_layers, (long long)c.num_single_layers, dir);
-        if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_BF16, 1) != WEFT_OK)
+                               "to %s%s", (long long)c.num_attention_heads * c.attention_head_dim,
+                      (long long)c.num_layers, (long long)c.num_single_layers, dir,
+                      dev ? " (sparse, 10 GB shards)" : "");
+        if ((dev ? weft_synth_flux_write_sharded(dir, &c, WEFT_DTYPE_BF16, 10000000000ull, true, 1)
+                 : weft_synth_flux_write(dir, &c, WEFT_DTYPE_BF16, 1)) != WEFT_OK)
             return 1;
         model = dir;
     }
@@ -315,8 +353,7 @@ int weft_bench_load(struct weft_cli *cli)
         !weft_tp_plan_builtin(info.class_name, &plan) ||
         weft_tp_resolve(&plan, ck, &info, 1, 1, &lay, NULL) != WEFT_OK)
         return 1;
-    double bpe = 4.0 / 2.0; /* f32 in memory per bf16 byte on disk */
-    double planned = (double)lay->planned_bytes * bpe, repl = (double)lay->replicated_bytes * bpe;
+    const double planned = (double)lay->planned_bytes, repl = (double)lay->replicated_bytes;
     weft_tp_layout_destroy(lay);
     weft_ckpt_close(ck);
     char self[4096];
@@ -324,6 +361,9 @@ int weft_bench_load(struct weft_cli *cli)
         return 1;
     struct side sd[16] = {{0}};
     int n = sides_create(tps, n_tp, sd), rc = n < 0;
+    const double avail = mem_available();
+    for (int k = 0; k < n; k++)
+        sd[k].skip = avail > 0 && rss_bound(planned, repl, sd[k].tp, sd[k].full) > avail;
     for (int r = -b.warmup; r < b.rounds && !rc; r++) {
         weft_bench_round_note(&b, r);
         rc = run_round(sd, n, self, model, r);
