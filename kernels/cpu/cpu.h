@@ -134,7 +134,7 @@ void cpu_upsample2x(struct weft_kctx *ctx, const float *x, float *y, int64_t h, 
 
 /* exp(x) for x <= 0 (the softmax and SiLU/GELU range; larger x is clamped to 88), branch-free
  * so loops over it vectorize: 2^n * p(r) with |r| <= ln2/2 and a degree-6 polynomial; relative
- * error below 2 ulp. Below -87.3 it returns 0. */
+ * error below 2 ulp. Below -87.3 it returns 0; NaN stays NaN. */
 static inline float cpu_expf(float x)
 {
     const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
@@ -151,7 +151,9 @@ static inline float cpu_expf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t e = (int32_t)fn + 127;
+    /* NaN in gives NaN out (through p), and the exponent is built from a finite fn: a NaN
+     * cast to an integer is undefined. */
+    int32_t e = (int32_t)(fn == fn ? fn : 0.0f) + 127;
     union { int32_t i; float f; } s = {.i = e << 23};
     return p * s.f;
 }
