@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -24,15 +25,14 @@ extern "C" int weft_spm_load(const void *proto, size_t len, struct weft_spm **sp
                              size_t mlen)
 {
     try {
-        weft_spm *s = new weft_spm;
+        std::unique_ptr<weft_spm> s(new weft_spm);
         auto st = s->proc.LoadFromSerializedProto(
             std::string_view(static_cast<const char *>(proto), len));
         if (!st.ok()) {
             put_msg(msg, mlen, st.ToString());
-            delete s;
             return 1;
         }
-        *spm_p = s;
+        *spm_p = s.release();
         return 0;
     } catch (const std::bad_alloc &) {
         put_msg(msg, mlen, "out of memory");
