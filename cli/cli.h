@@ -21,6 +21,7 @@ struct weft_cli {
 
 int weft_cmd_inspect(struct weft_cli *cli);
 int weft_cmd_generate(struct weft_cli *cli);
+int weft_cmd_tokenize(struct weft_cli *cli);
 int weft_cmd_bench(struct weft_cli *cli);
 int weft_cmd_plan(struct weft_cli *cli);
 int weft_cmd_worker(struct weft_cli *cli);

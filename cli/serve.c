@@ -55,7 +55,8 @@ static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
     if (strcmp(name, "local") == 0) {
         struct weft_local_runner_opts o = {.model_dir = model,
                                            .threads = (int)cli->conf.kernels.threads,
-                                           .compute = cli->conf.model.dtype};
+                                           .compute = cli->conf.model.dtype,
+                                           .prompt_cache = cli->conf.model.prompt_cache};
         weft_status_t st = weft_local_runner_create(&o, weft_coord_sink(coord), runner_p);
         return st == WEFT_OK ? st : weft_error_refuse(err, st, "cannot start the local runner");
     }

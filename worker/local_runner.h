@@ -12,6 +12,7 @@ struct weft_local_runner_opts {
     const char *model_dir; /* pipeline folder (transformer/, scheduler/, vae/) */
     int threads;           /* CPU kernel threads; 0: every core */
     int compute;           /* [model] dtype: enum weft_dtype */
+    uint64_t prompt_cache; /* [model] prompt_cache: bytes of encoded text prompts kept */
 };
 
 /* Starts its thread, which loads the model; jobs started before the load ends wait for it (a

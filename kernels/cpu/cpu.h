@@ -82,7 +82,13 @@ struct cpu_attn_arg {
     int64_t ldq, ldk, ldv, ldo, sq, sk, heads, d;
     float scale;
     bool bf16; /* products in bf16 pairs (attention_bf16.c) */
+    const float *bias; /* [heads, sq, sk] added to the scaled scores, or NULL (f32 path only) */
+    bool causal;       /* keys after the query masked (f32 path only) */
 };
+void cpu_attention_masked(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
+                          int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                          int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                          const float *bias, int causal);
 void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr);
 /* The bf16 path of one (head, query block), AVX512-BF16 by target attributes: Q, K, V and the
  * probabilities rounded to bf16 as they enter the products (torch's bf16 flash attention on the
@@ -94,6 +100,12 @@ void cpu_attn_merge(struct weft_kctx *ctx, float *out, int64_t ldo, float *lse,
 void cpu_gelu_tanh(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                    int64_t rows, int64_t n);
 void cpu_silu(struct weft_kctx *ctx, const float *x, float *y, int64_t n);
+void cpu_quick_gelu(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                    int64_t rows, int64_t n);
+void cpu_mul(struct weft_kctx *ctx, float *y, int64_t ldy, const float *x, int64_t ldx,
+             int64_t rows, int64_t n);
+void cpu_scale_shift(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
+                     const float *b, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_modulate(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *shift,
                   const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_gated_add(struct weft_kctx *ctx, float *x, int64_t ldx, const float *gate,
