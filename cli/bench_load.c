@@ -164,7 +164,7 @@ static double mem_available(void)
         if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
             break;
     if (f)
-        fclose(f);
+        (void)fclose(f); /* read only */
     return kib * 1024.0;
 }
 

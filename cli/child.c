@@ -124,7 +124,7 @@ int weft_child_ask(struct weft_child *c, const char *line, char *out, size_t len
 
 void weft_child_settle(void)
 {
-    struct timespec ts = {0, 100 * 1000 * 1000};
+    struct timespec ts = {0, 100L * 1000 * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }

@@ -304,11 +304,13 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
     const float **embeds = weft_calloc((size_t)r->n_prompts, sizeof(*embeds));
     const float **pooled = weft_calloc((size_t)r->n_prompts, sizeof(*pooled));
     struct weft_prompt_embeds *text = weft_calloc((size_t)r->n_prompts, sizeof(*text));
-    weft_status_t st = embeds && pooled && text ? WEFT_OK
-                                                : weft_error_refuse(err, WEFT_ERR_NOMEM,
-                                                                    "out of memory");
-    if (st == WEFT_OK)
-        st = encode_texts(a, r, text, embeds, pooled, err);
+    if (!embeds || !pooled || !text) {
+        weft_free(text);
+        weft_free((void *)embeds);
+        weft_free((void *)pooled);
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    }
+    weft_status_t st = encode_texts(a, r, text, embeds, pooled, err);
     for (int k = 0; k < r->n_images && st == WEFT_OK; k++) {
         const struct weft_msg_image_ref *ref = &r->images[k];
         const struct weft_msg_prompt *p = &r->prompts[ref->prompt];
@@ -359,7 +361,7 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
         res.png = NULL;
         weft_rt_result_cleanup(&res);
     }
-    for (int i = 0; text && i < r->n_prompts; i++)
+    for (int i = 0; i < r->n_prompts; i++)
         weft_prompt_embeds_cleanup(&text[i]);
     weft_free(text);
     weft_free((void *)embeds);
@@ -623,7 +625,7 @@ static cJSON *inventory(struct agent *a)
     if (f) {
         if (fgets(boot_id, sizeof(boot_id), f))
             boot_id[strcspn(boot_id, "\n")] = '\0';
-        fclose(f);
+        (void)fclose(f); /* read only */
     }
     if (boot_id[0])
         cJSON_AddStringToObject(h, "host_id", boot_id);

@@ -154,7 +154,7 @@ static int mesh_workers(const struct cluster_runner *r, int *per_p)
 static const char *host_key(const struct worker *w)
 {
     const cJSON *id = w->hello ? cJSON_GetObjectItemCaseSensitive(w->hello, "host_id") : NULL;
-    return cJSON_IsString(id) && id->valuestring[0] ? id->valuestring : w->host;
+    return id && cJSON_IsString(id) && id->valuestring[0] ? id->valuestring : w->host;
 }
 
 /* CPU kernel threads for the worker of mesh rank `rank`: its share of its host's cores among
@@ -167,7 +167,7 @@ static int32_t thread_share(const struct cluster_runner *r, struct worker *const
     const cJSON *inv = ranked[rank]->hello;
     const cJSON *fixed = inv ? cJSON_GetObjectItemCaseSensitive(inv, "threads_fixed") : NULL;
     const cJSON *cores = inv ? cJSON_GetObjectItemCaseSensitive(inv, "cores") : NULL;
-    if (cJSON_IsTrue(fixed) || !cJSON_IsNumber(cores) || cores->valuedouble < 1)
+    if (cJSON_IsTrue(fixed) || !cores || !cJSON_IsNumber(cores) || cores->valuedouble < 1)
         return 0;
     const char *key = host_key(ranked[rank]);
     bool seen[MAX_WORKERS] = {false};

@@ -10,6 +10,9 @@
 #include "kernels/cpu/gemm.h"
 
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "kernels/cpu/cpu.h"
 
@@ -20,16 +23,24 @@ const char *cpu_isa_name(enum cpu_isa isa)
     return (unsigned)isa < CPU_ISA_COUNT ? names[isa] : "?";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C (CPUID leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know its name. */
+static bool has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 enum cpu_isa cpu_isa_detect(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("avx512vl") && has_f16c() &&
         __builtin_cpu_supports("fma"))
         return __builtin_cpu_supports("avx512bf16") ? CPU_ISA_AVX512_BF16 : CPU_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
         return CPU_ISA_AVX2;
 #endif
     return CPU_ISA_GENERIC;

@@ -82,7 +82,7 @@ T512 static void pack_b(const void *w, enum weft_dtype dtype, int64_t ldw, int c
                 for (int j = 0; j < 16; j++)
                     o[kk * NR + half * 16 + j] = blk[j][kk];
         }
-        o += 16 * NR;
+        o += (ptrdiff_t)16 * NR;
     }
     for (; k < kc; k++, o += NR)
         for (int j = 0; j < NR; j++)
@@ -215,8 +215,8 @@ static void pack_bk_bf16(const void *w, enum weft_dtype dtype, int64_t ldw, int 
                          int64_t kc, void *out)
 {
     uint16_t *o = out;
-    for (int64_t k = 0; k < kc; k += 2, o += 2 * NR) {
-        for (int j = 0; j < NR; j++) {
+    for (int64_t k = 0; k < kc; k += 2, o += (ptrdiff_t)2 * NR) {
+        for (int64_t j = 0; j < NR; j++) {
             o[2 * j] = j < cols ? to_bf16(w, dtype, k * ldw + j) : 0;
             o[2 * j + 1] = j < cols && k + 1 < kc ? to_bf16(w, dtype, (k + 1) * ldw + j) : 0;
         }
@@ -227,8 +227,8 @@ static void pack_b_bf16(const void *w, enum weft_dtype dtype, int64_t ldw, int c
                         void *out)
 {
     uint16_t *o = out;
-    for (int64_t k = 0; k < kc; k += 2, o += 2 * NR) {
-        for (int j = 0; j < NR; j++) {
+    for (int64_t k = 0; k < kc; k += 2, o += (ptrdiff_t)2 * NR) {
+        for (int64_t j = 0; j < NR; j++) {
             const int64_t at = j * ldw + k;
             o[2 * j] = j < cols ? to_bf16(w, dtype, at) : 0;
             o[2 * j + 1] = j < cols && k + 1 < kc ? to_bf16(w, dtype, at + 1) : 0;
