@@ -14,15 +14,19 @@
 
 #define WEFT_TENSOR_MAX_DIMS 6
 
+/* Where a backend computes (kernels/kernels.h opens one): the CPU, a CUDA device, or the CPU
+ * with device-like memory (the CPU backend's devmem variant: tests of the device-memory
+ * discipline without a GPU). */
 enum weft_device_kind {
     WEFT_DEVICE_CPU,
     WEFT_DEVICE_CUDA,
+    WEFT_DEVICE_CPU_DEVMEM,
     WEFT_DEVICE_KIND_COUNT
 };
 
 struct weft_device {
     enum weft_device_kind kind;
-    int index;
+    int index; /* CUDA: the device ordinal */
 };
 
 enum weft_tensor_owner {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common/alloc.h"
 #include "golden.h"
 #include "worker/vae.h"
@@ -155,7 +156,7 @@ static void refusals(void)
 
 int main(void)
 {
-    CHECK_OK(weft_kernels_cpu_create(0, &K, &kc));
+    test_kernels_create(0, &K, &kc);
     struct weft_vae *v = load_vae();
     const struct weft_vae_config *c = weft_vae_get_config(v);
     CHECK_EQ(c->latent_channels, 16);
