@@ -12,6 +12,10 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define WEFT_TENSOR_MAX_DIMS 6
 
 /* Where a backend computes (kernels/kernels.h opens one): the CPU, a CUDA device, or the CPU
@@ -60,5 +64,9 @@ void weft_tensor_cleanup(struct weft_tensor *t);
 const char *weft_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 /* Product of dims with overflow check; -1 when it does not fit in int64. */
 int64_t weft_shape_numel(int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,14 +10,42 @@
 #include "kernels/cuda/cuda.h"
 #endif
 
-/* GPUs this process can use (0 in a build without CUDA or on a machine without a driver). */
-static int gpu_count(void)
+/* GPUs this process can use (0 in a build without CUDA or on a machine without a driver), and
+ * why there are none. */
+static int gpu_count_why(char *why, size_t len)
 {
 #if WEFT_HAVE_CUDA
     int n = 0;
-    return weft_cuda_device_count(&n) == WEFT_OK ? n : 0;
+    return weft_cuda_device_count(&n, why, len) == WEFT_OK ? n : 0;
 #else
+    snprintf(why, len, "this weft was built without CUDA");
     return 0;
+#endif
+}
+
+int weft_gpu_count(void)
+{
+    char why[160];
+    return gpu_count_why(why, sizeof(why));
+}
+
+weft_status_t weft_gpu_info(int index, struct weft_gpu_info *info_p)
+{
+#if WEFT_HAVE_CUDA
+    struct weft_cuda_device_info ci;
+    weft_status_t st = weft_cuda_device_info(index, &ci);
+    if (st != WEFT_OK)
+        return st;
+    struct weft_gpu_info info = {.index = index, .memory = ci.total_mem,
+                                 .sm_count = ci.sm_count, .cc_major = ci.cc_major,
+                                 .cc_minor = ci.cc_minor};
+    snprintf(info.name, sizeof(info.name), "%s", ci.name);
+    *info_p = info;
+    return WEFT_OK;
+#else
+    (void)index;
+    (void)info_p;
+    return WEFT_ERR_NO_DEVICE;
 #endif
 }
 
@@ -50,7 +78,7 @@ weft_status_t weft_device_parse(const char *text, int local_rank, struct weft_de
             return WEFT_ERR_INVALID;
         }
     } else if (strcmp(text, "auto") == 0) {
-        const int n = gpu_count();
+        const int n = weft_gpu_count();
         if (n > 0) {
             d.kind = WEFT_DEVICE_CUDA;
             d.index = local_rank > 0 ? local_rank % n : 0;
@@ -85,10 +113,11 @@ weft_status_t weft_kernels_create(const struct weft_device *dev, int threads,
         return st;
     }
 #if WEFT_HAVE_CUDA
-    const int n = gpu_count();
+    char cause[160] = "";
+    const int n = gpu_count_why(cause, sizeof(cause));
     if (n == 0) {
-        snprintf(why, why_len, "cuda:%d: no usable GPU on this machine (no device, or no "
-                 "driver: the CUDA runtime reports none)", dev->index);
+        snprintf(why, why_len, "cuda:%d: no usable GPU on this machine (the CUDA runtime says: "
+                 "%s)", dev->index, cause);
         return WEFT_ERR_NO_DEVICE;
     }
     if (dev->index >= n) {

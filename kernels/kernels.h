@@ -32,6 +32,10 @@
 #include "common/status.h"
 #include "common/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct weft_kctx; /* a backend instance: the CPU thread pool, or a CUDA stream and handles */
 
 struct weft_kernels {
@@ -129,8 +133,38 @@ struct weft_kernels {
                        int64_t c);
 };
 
+/* Devices (struct weft_device, common/tensor.h) by name. */
+/* "cpu", "cpu-devmem", "cuda" (= cuda:0), "cuda:N", or "auto": the GPU of this process's local
+ * rank (local_rank modulo the GPUs present; GPU 0 when local_rank < 0) when there is a GPU, else
+ * the CPU. WEFT_ERR_INVALID with a one-line reason in why for anything else. */
+weft_status_t weft_device_parse(const char *text, int local_rank, struct weft_device *dev_p,
+                                char *why, size_t why_len);
+/* "cpu", "cpu-devmem", "cuda:N". */
+void weft_device_name(const struct weft_device *dev, char *buf, size_t len);
+/* The backend of dev (threads: the CPU backends' count, 0 every usable core). A CUDA device in
+ * a build without CUDA, or on a machine without that GPU, fails with a one-line reason in why
+ * (WEFT_ERR_UNSUPPORTED, WEFT_ERR_NO_DEVICE). Destroy with ops->destroy(ctx). */
+weft_status_t weft_kernels_create(const struct weft_device *dev, int threads,
+                                  const struct weft_kernels **ops_p, struct weft_kctx **ctx_p,
+                                  char *why, size_t why_len);
+/* The GPUs this process can use (0 in a build without CUDA or without a driver), and what
+ * each is. */
+struct weft_gpu_info {
+    int index;
+    char name[256];
+    uint64_t memory; /* bytes */
+    int sm_count, cc_major, cc_minor;
+};
+int weft_gpu_count(void);
+weft_status_t weft_gpu_info(int index, struct weft_gpu_info *info_p);
 /* Whether ops is one of the CPU backends (weft_kernels_cpu_* apply to its context). */
 int weft_kernels_is_cpu(const struct weft_kernels *ops);
+
+/* The CUDA backend on device ordinal `device` (builds with CUDA only): one stream, a cuBLASLt
+ * handle, buffers in device memory (host_visible 0). WEFT_ERR_NO_DEVICE when there is no such
+ * GPU. */
+weft_status_t weft_kernels_cuda_create(int device, const struct weft_kernels **ops_p,
+                                       struct weft_kctx **ctx_p);
 
 /* The CPU backend: threads 0 = every core this process may run on. */
 weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **ops_p,
@@ -164,5 +198,9 @@ enum weft_conv_algo {
     WEFT_CONV_ALGO_COUNT
 };
 void weft_kernels_cpu_set_conv_algo(struct weft_kctx *ctx, enum weft_conv_algo algo);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

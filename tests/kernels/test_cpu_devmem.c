@@ -3,7 +3,8 @@
  * pointer given to an op, an op running past its buffer, a freed buffer used, a device pointer
  * given as host memory, a download read before sync, an upload from memory a download has not
  * filled, a wrong size to buf_free, and a direct host access (a fault, in a child process). Kept
- * rules give the plain backend's results bit for bit. */
+ * rules give the plain backend's results bit for bit. And the device names (weft_device_parse),
+ * with a GPU asked of a machine that has none. */
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -167,5 +168,30 @@ int main(void)
            WIFSIGNALED(status) ? WTERMSIG(status) : -1);
     dev_close(&d);
 
+    /* the device names */
+    struct weft_device dv;
+    char why[200], name[32];
+    CHECK_OK(weft_device_parse("cpu-devmem", -1, &dv, why, sizeof(why)));
+    CHECK(dv.kind == WEFT_DEVICE_CPU_DEVMEM);
+    CHECK_OK(weft_device_parse("cuda:3", -1, &dv, why, sizeof(why)));
+    weft_device_name(&dv, name, sizeof(name));
+    CHECK(dv.kind == WEFT_DEVICE_CUDA && dv.index == 3 && strcmp(name, "cuda:3") == 0);
+    CHECK(weft_device_parse("gpu0", -1, &dv, why, sizeof(why)) == WEFT_ERR_INVALID);
+    CHECK(strstr(why, "gpu0") && strstr(why, "cuda:N"));
+    CHECK(weft_device_parse("cuda:x", -1, &dv, why, sizeof(why)) == WEFT_ERR_INVALID);
+    CHECK_OK(weft_device_parse("auto", 5, &dv, why, sizeof(why)));
+    CHECK(dv.kind == WEFT_DEVICE_CPU || dv.kind == WEFT_DEVICE_CUDA);
+    /* a GPU that is not there: one clear line, no crash */
+    if (weft_gpu_count() == 0) {
+        const struct weft_kernels *G;
+        struct weft_kctx *gc;
+        const struct weft_device cuda0 = {WEFT_DEVICE_CUDA, 0};
+        weft_status_t st = weft_kernels_create(&cuda0, 0, &G, &gc, why, sizeof(why));
+        CHECK(st == WEFT_ERR_NO_DEVICE || st == WEFT_ERR_UNSUPPORTED);
+        CHECK(strstr(why, "cuda:0") && !strchr(why, '\n'));
+        printf("%-48s refused: %s\n", "cuda:0 on a machine without a GPU", why);
+        CHECK_OK(weft_device_parse("auto", 3, &dv, why, sizeof(why)));
+        CHECK(dv.kind == WEFT_DEVICE_CPU);
+    }
     return 0;
 }
