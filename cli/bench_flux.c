@@ -20,7 +20,7 @@
 
 struct flux_bench_opts {
     long long tokens, text, heads, head_dim, dbl, sgl, repeats;
-    const char *python, *model;
+    const char *python, *model, *device, *dtype;
     int json;
 };
 
@@ -29,13 +29,19 @@ static void help(FILE *out)
     fprintf(out,
         "usage: weft bench flux [--json] [--tokens N] [--text N] [--heads N] [--head-dim N]\n"
         "                       [--double N] [--single N] [--repeats N] [--python PATH]\n"
+        "                       [--device DEV] [--dtype f32|bf16]\n"
         "\n"
         "Forward-pass time of a FLUX-shaped transformer (default: 8 heads x 128 = 1024 wide,\n"
         "4 double + 8 single blocks, 1024 image + 128 text tokens, random bf16 weights written\n"
         "to a temporary folder) in weft and in Diffusers on torch (PyPI torch + diffusers,\n"
         "run with --python, default python3; skipped when it cannot import them), same\n"
         "threads ([kernels] threads, default all cores). weft runs twice: with\n"
-        "OPENBLAS_CORETYPE as set and with it unset.\n");
+        "OPENBLAS_CORETYPE as set and with it unset.\n"
+        "\n"
+        "--device cuda:N runs both on that GPU (torch on the same device; weft's CUDA backend\n"
+        "is compiled, not yet measured); --dtype bf16 runs the model in bf16 with bf16\n"
+        "products (torch_dtype=bfloat16), f32 (default) as the checkpoint is widened.\n"
+        "FLUX.1-dev-shaped: --heads 24 --tokens 4096 --text 512 --double 2 --single 4.\n");
 }
 
 static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out)
@@ -48,7 +54,7 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
 
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 {
-    *o = (struct flux_bench_opts){1024, 128, 8, 128, 4, 8, 5, "python3", NULL, 0};
+    *o = (struct flux_bench_opts){1024, 128, 8, 128, 4, 8, 5, "python3", NULL, "cpu", "f32", 0};
     static const char *const names[] = {"--tokens", "--text",   "--heads",  "--head-dim",
                                         "--double", "--single", "--repeats"};
     long long *fields[] = {&o->tokens, &o->text, &o->heads, &o->head_dim,
@@ -69,6 +75,18 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
         }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model"))) {
             o->model = v;
+            continue;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--device"))) {
+            o->device = v;
+            continue;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dtype"))) {
+            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
+                WEFT_LOG_ERROR("bench", "--dtype %s: expected f32 or bf16", v);
+                return -1;
+            }
+            o->dtype = v;
             continue;
         }
         int hit = 0;
@@ -94,10 +112,20 @@ int weft_bench_flux_run(struct weft_cli *cli)
         return 2;
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    if (weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc) != WEFT_OK)
+    struct weft_device dev;
+    char why[300];
+    if (weft_device_parse(o.device, -1, &dev, why, sizeof(why)) != WEFT_OK ||
+        weft_kernels_create(&dev, (int)cli->conf.kernels.threads, &K, &kc, why, sizeof(why)) !=
+            WEFT_OK) {
+        WEFT_LOG_ERROR("bench", "%s", why);
         return 1;
+    }
+    const enum weft_dtype dt = strcmp(o.dtype, "bf16") == 0 ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
+    if (K->set_compute(kc, dt) != WEFT_OK)
+        WEFT_LOG_WARN("bench", "%s products are not available on %s: f32 products",
+                      weft_dtype_name(dt), o.device);
     double t0 = weft_now();
-    struct weft_flux_opts fo = {K, kc};
+    struct weft_flux_opts fo = {K, kc, dt};
     struct weft_flux *m;
     if (weft_flux_load(o.model, &fo, &m, NULL) != WEFT_OK)
         return 1;
@@ -129,16 +157,20 @@ int weft_bench_flux_run(struct weft_cli *cli)
             ms[i] = (weft_now() - s) * 1e3;
     }
     if (rc == 0) {
+        char what[300];
+        K->describe(kc, what, sizeof(what));
         printf("{\"ms\": [");
         for (long long i = 0; i < o.repeats; i++)
             printf("%s%.3f", i ? ", " : "", ms[i]);
-        printf("], \"load_s\": %.3f, \"threads\": %d, \"coretype\": \"%s\"}\n", load_s,
-               weft_kernels_cpu_threads(kc), openblas_get_corename());
+        printf("], \"load_s\": %.3f, \"threads\": %d, \"coretype\": \"%s\", \"backend\": "
+               "\"%s\"}\n",
+               load_s, weft_kernels_is_cpu(K) ? weft_kernels_cpu_threads(kc) : 0,
+               weft_kernels_is_cpu(K) ? openblas_get_corename() : K->name, what);
     }
     weft_free(hidden), weft_free(enc), weft_free(pooled), weft_free(ids), weft_free(tids);
     weft_free(out), weft_free(ms);
     weft_flux_destroy(m);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return rc;
 }
 
@@ -190,7 +222,10 @@ int weft_bench_flux(struct weft_cli *cli)
     char self[4096];
     if (weft_self_path(self, sizeof(self)) != 0)
         return 1;
-    char tok[32], txt[32], rep[32], thr[64];
+    char tok[32], txt[32], rep[32], thr[64], dev[80], dty[16];
+    snprintf(dev, sizeof(dev), "%s", o.device);
+    snprintf(dty, sizeof(dty), "%s", o.dtype);
+    const bool gpu = strncmp(o.device, "cuda", 4) == 0 || strcmp(o.device, "auto") == 0;
     snprintf(tok, sizeof(tok), "%lld", o.tokens);
     snprintf(txt, sizeof(txt), "%lld", o.text);
     snprintf(rep, sizeof(rep), "%lld", o.repeats);
@@ -198,10 +233,10 @@ int weft_bench_flux(struct weft_cli *cli)
     static char out[1 << 16];
     struct row rows[3] = {{"weft", "", 0, 0}, {"weft", "", 0, 0}, {"diffusers+torch", "-", 0, 0}};
     int threads = 0;
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < (gpu ? 1 : 2); v++) { /* OpenBLAS is not used on a GPU */
         char **env = weft_env_edit(v ? "OPENBLAS_CORETYPE=" : NULL, NULL);
         char *argv[] = {self, thr, "bench", "flux-run", "--model", dir, "--tokens", tok,
-                        "--text", txt, "--repeats", rep, NULL};
+                        "--text", txt, "--repeats", rep, "--device", dev, "--dtype", dty, NULL};
         if (weft_child_run(argv, env, out, sizeof(out), NULL) == 0)
             parse_row(out, &rows[v]);
         cJSON *j = cJSON_Parse(out);
@@ -213,40 +248,57 @@ int weft_bench_flux(struct weft_cli *cli)
     char script[2048], tstr[16];
     snprintf(script, sizeof(script), "%s/bench/flux_torch.py", WEFT_SOURCE_ROOT);
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
+    char tdev[80];
+    snprintf(tdev, sizeof(tdev), "%s", gpu ? (strcmp(o.device, "auto") == 0 ? "cuda" : o.device)
+                                           : "cpu");
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
-                     "--threads", tstr, "--repeats", rep, NULL};
+                     "--threads", tstr, "--repeats", rep, "--device", tdev, "--dtype", dty,
+                     NULL};
     if (weft_child_run(pargv, NULL, out, sizeof(out), NULL) == 0)
         parse_row(out, &rows[2]);
     else
         WEFT_LOG_WARN("bench", "%s could not run Diffusers (torch/diffusers missing?): no torch "
                                "column", o.python);
     double torch_ms = rows[2].ok ? rows[2].ms : 0;
+    const double blocks = (double)(o.dbl + o.sgl);
+    /* on a GPU one weft run (OpenBLAS is not in it): rows 0 and 2 */
+    const int shown[3] = {1, !gpu, 1};
     if (o.json) {
         printf("{\"config\": {\"heads\": %lld, \"head_dim\": %lld, \"double\": %lld, "
                "\"single\": %lld, \"image_tokens\": %lld, \"text_tokens\": %lld, "
-               "\"threads\": %d},\n \"rows\": [",
-               o.heads, o.head_dim, o.dbl, o.sgl, o.tokens, o.text, threads);
-        for (int i = 0; i < 3; i++)
+               "\"threads\": %d, \"device\": \"%s\", \"dtype\": \"%s\"},\n \"rows\": [",
+               o.heads, o.head_dim, o.dbl, o.sgl, o.tokens, o.text, threads, o.device, o.dtype);
+        for (int i = 0, first = 1; i < 3; i++) {
+            if (!shown[i])
+                continue;
             printf("%s\n  {\"impl\": \"%s\", \"openblas_core\": \"%s\", \"ms\": %.2f, "
-                   "\"ratio_vs_torch\": %.3f}",
-                   i ? "," : "", rows[i].impl, rows[i].coretype, rows[i].ok ? rows[i].ms : -1,
+                   "\"ms_per_block\": %.3f, \"ratio_vs_torch\": %.3f}",
+                   first ? "" : ",", rows[i].impl, rows[i].coretype, rows[i].ok ? rows[i].ms : -1,
+                   rows[i].ok ? rows[i].ms / blocks : -1,
                    rows[i].ok && torch_ms > 0 ? rows[i].ms / torch_ms : -1);
+            first = 0;
+        }
         printf("]}\n");
     } else {
         printf("FLUX forward: %lld heads x %lld, %lld double + %lld single blocks, %lld image + "
-               "%lld text tokens, %d threads\n",
-               o.heads, o.head_dim, o.dbl, o.sgl, o.tokens, o.text, threads);
-        printf("%-18s %-22s %12s %16s\n", "impl", "OpenBLAS core", "ms/forward", "ratio vs torch");
+               "%lld text tokens, %s on %s, %d threads\n",
+               o.heads, o.head_dim, o.dbl, o.sgl, o.tokens, o.text, o.dtype, o.device, threads);
+        printf("%-18s %-22s %12s %12s %16s\n", "impl", gpu ? "backend" : "OpenBLAS core",
+               "ms/forward", "ms/block", "ratio vs torch");
         for (int i = 0; i < 3; i++) {
+            if (!shown[i])
+                continue;
             if (!rows[i].ok) {
-                printf("%-18s %-22s %12s %16s\n", rows[i].impl, rows[i].coretype, "n/a", "");
+                printf("%-18s %-22s %12s %12s %16s\n", rows[i].impl, rows[i].coretype, "n/a",
+                       "", "");
                 continue;
             }
-            printf("%-18s %-22s %12.1f %16.2f\n", rows[i].impl,
-                   i < 2 ? rows[i].coretype : "(torch: own BLAS)", rows[i].ms,
-                   torch_ms > 0 ? rows[i].ms / torch_ms : 0);
+            printf("%-18s %-22s %12.1f %12.2f %16.2f\n", rows[i].impl,
+                   i < 2 ? rows[i].coretype : gpu ? "(torch)" : "(torch: own BLAS)", rows[i].ms,
+                   rows[i].ms / blocks, torch_ms > 0 ? rows[i].ms / torch_ms : 0);
         }
-        printf("(weft row 1: OPENBLAS_CORETYPE as set; row 2: unset)\n");
+        if (!gpu)
+            printf("(weft row 1: OPENBLAS_CORETYPE as set; row 2: unset)\n");
     }
     weft_remove_tree(dir);
     return rows[0].ok ? 0 : 1;

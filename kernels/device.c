@@ -38,7 +38,7 @@ weft_status_t weft_gpu_info(int index, struct weft_gpu_info *info_p)
         return st;
     struct weft_gpu_info info = {.index = index, .memory = ci.total_mem,
                                  .sm_count = ci.sm_count, .cc_major = ci.cc_major,
-                                 .cc_minor = ci.cc_minor};
+                                 .cc_minor = ci.cc_minor, .peers = ci.peers};
     snprintf(info.name, sizeof(info.name), "%s", ci.name);
     *info_p = info;
     return WEFT_OK;

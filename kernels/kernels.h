@@ -154,6 +154,7 @@ struct weft_gpu_info {
     char name[256];
     uint64_t memory; /* bytes */
     int sm_count, cc_major, cc_minor;
+    uint64_t peers; /* bit j: it can reach GPU j directly (NVLink or PCIe peer access) */
 };
 int weft_gpu_count(void);
 weft_status_t weft_gpu_info(int index, struct weft_gpu_info *info_p);

@@ -171,7 +171,7 @@ void cuda_attention(struct weft_kctx *c, const float *q, int64_t ldq, const floa
                     int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
                     float *lse, int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale)
 {
-    if (!cuda_ok(c) || sq <= 0 || heads <= 0 || d <= 0)
+    if (!cuda_begin(c) || sq <= 0 || heads <= 0 || d <= 0)
         return;
     if (d > 512 || heads > 65535) {
         cuda_refuse(c, "attention", "head_dim above 512 or more than 65535 heads");

@@ -43,7 +43,7 @@ void cuda_attn_merge(struct weft_kctx *c, float *out, int64_t ldo, float *lse,
                      const float *out_i, int64_t ldi, const float *lse_i, int64_t rows,
                      int64_t heads, int64_t d)
 {
-    if (!cuda_ok(c) || rows <= 0 || heads <= 0 || d <= 0)
+    if (!cuda_begin(c) || rows <= 0 || heads <= 0 || d <= 0)
         return;
     const int64_t warps = rows * heads;
     merge_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, c->stream>>>(out, ldo, lse, out_i, ldi,

@@ -41,6 +41,7 @@ void cuda_scratch_free(struct weft_kctx *c, struct cuda_scratch *s)
 
 static weft_status_t buf_alloc(struct weft_kctx *c, size_t bytes, void **ptr_p)
 {
+    cuda_enter(c);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) {
@@ -62,26 +63,28 @@ static weft_status_t buf_alloc(struct weft_kctx *c, size_t bytes, void **ptr_p)
 static void buf_free(struct weft_kctx *c, void *ptr, size_t bytes)
 {
     (void)bytes;
+    cuda_enter(c);
     if (ptr)
         (void)cuda_check(c, cudaFree(ptr), "cudaFree");
 }
 
 static void upload(struct weft_kctx *c, void *dst, const void *host, size_t bytes)
 {
-    if (cuda_ok(c) && bytes)
+    if (cuda_begin(c) && bytes)
         (void)cuda_check(c, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream),
                          "upload (cudaMemcpyAsync)");
 }
 
 static void download(struct weft_kctx *c, void *host, const void *src, size_t bytes)
 {
-    if (cuda_ok(c) && bytes)
+    if (cuda_begin(c) && bytes)
         (void)cuda_check(c, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream),
                          "download (cudaMemcpyAsync)");
 }
 
 static weft_status_t sync_stream(struct weft_kctx *c)
 {
+    cuda_enter(c);
     (void)cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     return c->status;
 }
@@ -89,6 +92,7 @@ static weft_status_t sync_stream(struct weft_kctx *c)
 /* Without waiting: an error the device already reported (a fault in a finished kernel). */
 static weft_status_t status(struct weft_kctx *c)
 {
+    cuda_enter(c);
     if (c->status == WEFT_OK) {
         cudaError_t e = cudaStreamQuery(c->stream);
         if (e != cudaErrorNotReady)
@@ -125,7 +129,7 @@ static void destroy(struct weft_kctx *c)
 {
     if (!c)
         return;
-    (void)cudaSetDevice(c->device);
+    cuda_enter(c);
     if (c->stream)
         (void)cudaStreamSynchronize(c->stream);
     cuda_scratch_free(c, &c->xconv);

@@ -32,7 +32,7 @@ void cuda_conv2d_pack(struct weft_kctx *c, const void *w, enum weft_dtype w_dtyp
                       int64_t cout, int64_t cin, int64_t k)
 {
     const size_t es = weft_dtype_size(w_dtype);
-    if (!cuda_ok(c) || cout <= 0 || cin <= 0 || k <= 0)
+    if (!cuda_begin(c) || cout <= 0 || cin <= 0 || k <= 0)
         return;
     if (es != 2 && es != 4) {
         cuda_refuse(c, "conv2d_pack", "weights must be f32, bf16 or f16");
@@ -78,7 +78,7 @@ void cuda_conv2d(struct weft_kctx *c, const float *x, const void *wt, enum weft_
                  const float *b, float *y, int64_t h, int64_t w, int64_t cin, int64_t cout,
                  int64_t k, int accumulate, void *ws)
 {
-    if (!cuda_ok(c) || h <= 0 || w <= 0 || cin <= 0 || cout <= 0)
+    if (!cuda_begin(c) || h <= 0 || w <= 0 || cin <= 0 || cout <= 0)
         return;
     if (k != 1 && k != 3) {
         cuda_refuse(c, "conv2d", "kernel size must be 1 or 3");

@@ -47,7 +47,7 @@ __global__ static void convert_rows_kernel(void *dst, int dt, const float *src, 
 void cuda_convert(struct weft_kctx *c, void *dst, enum weft_dtype dst_type, const void *src,
                   enum weft_dtype src_type, int64_t n)
 {
-    if (!cuda_ok(c) || n <= 0)
+    if (!cuda_begin(c) || n <= 0)
         return;
     convert_kernel<<<cuda_blocks(n, 256), 256, 0, c->stream>>>(dst, (int)dst_type, src,
                                                                 (int)src_type, n);
@@ -57,7 +57,7 @@ void cuda_convert(struct weft_kctx *c, void *dst, enum weft_dtype dst_type, cons
 void cuda_convert_rows(struct weft_kctx *c, void *dst, enum weft_dtype dst_type,
                        const float *src, int64_t ld, int64_t rows, int64_t cols)
 {
-    if (!cuda_ok(c) || rows <= 0 || cols <= 0)
+    if (!cuda_begin(c) || rows <= 0 || cols <= 0)
         return;
     convert_rows_kernel<<<cuda_blocks(rows * cols, 256), 256, 0, c->stream>>>(
         dst, (int)dst_type, src, ld, rows, cols);

@@ -6,7 +6,7 @@
 void cuda_copy_rows(struct weft_kctx *c, float *dst, int64_t ld_dst, const float *src,
                     int64_t ld_src, int64_t rows, int64_t cols)
 {
-    if (!cuda_ok(c) || rows <= 0 || cols <= 0)
+    if (!cuda_begin(c) || rows <= 0 || cols <= 0)
         return;
     (void)cuda_check(c,
                      cudaMemcpy2DAsync(dst, (size_t)ld_dst * sizeof(float), src,

@@ -22,6 +22,7 @@ struct weft_cuda_device_info {
     size_t total_mem;
     int cc_major, cc_minor;
     int sm_count;
+    uint64_t peers; /* bit j: cudaDeviceCanAccessPeer(index, j) */
 };
 
 /* Number of usable devices; WEFT_ERR_NO_DEVICE (logged at debug level) when there are none,

@@ -70,6 +70,16 @@ static inline bool cuda_ok(const struct weft_kctx *c)
 {
     return c->status == WEFT_OK;
 }
+/* The context's device made current on the calling thread (a worker computes on a thread of
+ * its own, not the one that created the context; the runtime's current device is per thread),
+ * a failure recorded. */
+void cuda_enter(struct weft_kctx *c);
+/* cuda_enter, then cuda_ok: the start of every op. */
+static inline bool cuda_begin(struct weft_kctx *c)
+{
+    cuda_enter(c);
+    return cuda_ok(c);
+}
 /* s grown to at least bytes (stream-ordered); NULL with the error recorded. */
 void *cuda_scratch_get(struct weft_kctx *c, struct cuda_scratch *s, size_t bytes);
 void cuda_scratch_free(struct weft_kctx *c, struct cuda_scratch *s);

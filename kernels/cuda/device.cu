@@ -57,6 +57,15 @@ void cuda_launched(struct weft_kctx *c, const char *what)
     (void)cuda_check(c, cudaGetLastError(), what);
 }
 
+void cuda_enter(struct weft_kctx *c)
+{
+    static thread_local int current = -1; /* this thread's device, as far as we set it */
+    if (current == c->device)
+        return;
+    if (cuda_check(c, cudaSetDevice(c->device), "cudaSetDevice") == WEFT_OK)
+        current = c->device;
+}
+
 void cuda_refuse(struct weft_kctx *c, const char *op, const char *why)
 {
     if (c->status == WEFT_OK) {
@@ -95,6 +104,15 @@ extern "C" weft_status_t weft_cuda_device_info(int index, struct weft_cuda_devic
     info.cc_major = prop.major;
     info.cc_minor = prop.minor;
     info.sm_count = prop.multiProcessorCount;
+    info.peers = 0;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess)
+        for (int j = 0; j < n && j < 64; j++) {
+            int can = 0;
+            if (j != index && cudaDeviceCanAccessPeer(&can, index, j) == cudaSuccess && can)
+                info.peers |= 1ull << j;
+        }
+    (void)cudaGetLastError();
     *info_p = info;
     return WEFT_OK;
 }

@@ -12,7 +12,7 @@ __global__ static void fill_kernel(float *dst, float value, int64_t n)
 
 void cuda_fill(struct weft_kctx *c, float *dst, float value, int64_t n)
 {
-    if (!cuda_ok(c) || n <= 0)
+    if (!cuda_begin(c) || n <= 0)
         return;
     fill_kernel<<<cuda_blocks(n, 256), 256, 0, c->stream>>>(dst, value, n);
     cuda_launched(c, "fill");

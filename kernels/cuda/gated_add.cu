@@ -18,7 +18,7 @@ __global__ static void gated_add_kernel(float *x, int64_t ldx, const float *gate
 void cuda_gated_add(struct weft_kctx *c, float *x, int64_t ldx, const float *gate,
                     const float *y, int64_t ldy, int64_t rows, int64_t d)
 {
-    if (!cuda_ok(c) || rows <= 0 || d <= 0)
+    if (!cuda_begin(c) || rows <= 0 || d <= 0)
         return;
     gated_add_kernel<<<cuda_blocks(rows * d, 256), 256, 0, c->stream>>>(x, ldx, gate, y, ldy,
                                                                         rows, d);

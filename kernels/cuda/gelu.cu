@@ -19,7 +19,7 @@ __global__ static void gelu_kernel(const float *x, int64_t ldx, float *y, int64_
 void cuda_gelu_tanh(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
                     int64_t rows, int64_t n)
 {
-    if (!cuda_ok(c) || rows <= 0 || n <= 0)
+    if (!cuda_begin(c) || rows <= 0 || n <= 0)
         return;
     gelu_kernel<<<cuda_blocks(rows * n, 256), 256, 0, c->stream>>>(x, ldx, y, ldy, rows, n);
     cuda_launched(c, "gelu_tanh");

@@ -61,7 +61,7 @@ void cuda_groupnorm(struct weft_kctx *c, const float *x, float *y, const float *
                     const float *beta, int64_t n, int64_t ch, int64_t groups, float eps,
                     int silu)
 {
-    if (!cuda_ok(c) || n <= 0 || ch <= 0 || groups <= 0)
+    if (!cuda_begin(c) || n <= 0 || ch <= 0 || groups <= 0)
         return;
     if (ch % groups || groups > 65535) {
         cuda_refuse(c, "groupnorm", "channels must be a multiple of groups (at most 65535)");

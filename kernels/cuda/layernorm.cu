@@ -28,7 +28,7 @@ __global__ static void layernorm_kernel(const float *x, int64_t ldx, float *y, i
 void cuda_layernorm(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
                     int64_t rows, int64_t d, float eps)
 {
-    if (!cuda_ok(c) || rows <= 0 || d <= 0)
+    if (!cuda_begin(c) || rows <= 0 || d <= 0)
         return;
     /* one block per row (grids in x reach 2^31 - 1 blocks) */
     layernorm_kernel<<<(unsigned)rows, d >= 1024 ? 256 : 128, 0, c->stream>>>(x, ldx, y, ldy, d,

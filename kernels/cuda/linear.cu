@@ -226,7 +226,7 @@ void cuda_gemm(struct weft_kctx *c, const float *x, int64_t ldx, const void *w,
                enum weft_dtype wdt, const float *b, float *y, int64_t ldy, int64_t m, int64_t n,
                int64_t k, int accumulate)
 {
-    if (!cuda_ok(c) || m <= 0 || n <= 0)
+    if (!cuda_begin(c) || m <= 0 || n <= 0)
         return;
     if (k <= 0) {
         bias_rows<<<cuda_blocks(m * n, 256), 256, 0, c->stream>>>(b, y, ldy, m, n, accumulate);
@@ -265,7 +265,7 @@ void cuda_gemm(struct weft_kctx *c, const float *x, int64_t ldx, const void *w,
         B = xh;
         ldb = k;
     }
-    if (!cuda_ok(c) || lt_matmul(c, A, ab, B, ldb, b, y, ldy, m, n, k, accumulate))
+    if (!cuda_begin(c) || lt_matmul(c, A, ab, B, ldb, b, y, ldy, m, n, k, accumulate))
         return;
     /* no cuBLASLt algorithm for this shape: the plain kernel, on the operands as given (it
      * rounds them to the products' dtype itself) */

@@ -17,7 +17,7 @@ __global__ static void modulate_kernel(const float *x, int64_t ldx, const float 
 void cuda_modulate(struct weft_kctx *c, const float *x, int64_t ldx, const float *shift,
                    const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d)
 {
-    if (!cuda_ok(c) || rows <= 0 || d <= 0)
+    if (!cuda_begin(c) || rows <= 0 || d <= 0)
         return;
     modulate_kernel<<<cuda_blocks(rows * d, 256), 256, 0, c->stream>>>(x, ldx, shift, scale, y,
                                                                        ldy, rows, d);

@@ -23,7 +23,7 @@ __global__ static void rmsnorm_kernel(float *x, int64_t ld, const float *w, int6
 void cuda_rmsnorm(struct weft_kctx *c, float *x, int64_t ld, const float *w, int64_t rows,
                   int64_t heads, int64_t d, float eps)
 {
-    if (!cuda_ok(c) || rows <= 0 || heads <= 0 || d <= 0)
+    if (!cuda_begin(c) || rows <= 0 || heads <= 0 || d <= 0)
         return;
     const int64_t warps = rows * heads; /* 8 per block: grids in x reach 2^31 - 1 blocks */
     rmsnorm_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, c->stream>>>(x, ld, w, rows, heads, d,

@@ -25,7 +25,7 @@ void cuda_rope(struct weft_kctx *c, float *x, int64_t ld, const float *cs, const
                int64_t rows, int64_t heads, int64_t d)
 {
     const int64_t n = rows * heads * (d / 2);
-    if (!cuda_ok(c) || rows <= 0 || heads <= 0 || n <= 0)
+    if (!cuda_begin(c) || rows <= 0 || heads <= 0 || n <= 0)
         return;
     rope_kernel<<<cuda_blocks(n, 256), 256, 0, c->stream>>>(x, ld, cs, sn, rows, heads, d);
     cuda_launched(c, "rope");

@@ -14,7 +14,7 @@ __global__ static void silu_kernel(const float *x, float *y, int64_t n)
 
 void cuda_silu(struct weft_kctx *c, const float *x, float *y, int64_t n)
 {
-    if (!cuda_ok(c) || n <= 0)
+    if (!cuda_begin(c) || n <= 0)
         return;
     silu_kernel<<<cuda_blocks(n, 256), 256, 0, c->stream>>>(x, y, n);
     cuda_launched(c, "silu");

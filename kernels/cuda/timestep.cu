@@ -28,7 +28,7 @@ __global__ static void timestep_kernel(const float *t, int64_t n, float *out, in
 void cuda_timestep_embed(struct weft_kctx *c, const float *t, int64_t n, float *out,
                          int64_t dim)
 {
-    if (!cuda_ok(c) || n <= 0 || dim <= 0)
+    if (!cuda_begin(c) || n <= 0 || dim <= 0)
         return;
     timestep_kernel<<<cuda_blocks(n * dim, 256), 256, 0, c->stream>>>(t, n, out, dim);
     cuda_launched(c, "timestep_embed");

@@ -17,7 +17,7 @@ __global__ static void upsample_kernel(const float *x, float *y, int64_t h, int6
 void cuda_upsample2x(struct weft_kctx *c, const float *x, float *y, int64_t h, int64_t w,
                      int64_t ch)
 {
-    if (!cuda_ok(c) || h <= 0 || w <= 0 || ch <= 0)
+    if (!cuda_begin(c) || h <= 0 || w <= 0 || ch <= 0)
         return;
     upsample_kernel<<<cuda_blocks(4 * h * w * ch, 256), 256, 0, c->stream>>>(x, y, h, w, ch);
     cuda_launched(c, "upsample2x");
