@@ -1,7 +1,8 @@
-/* The kernel backend a test runs on: the CPU backend, or with WEFT_TEST_KERNELS=cpu-devmem in
- * the environment its devmem variant (buffers that are not host-visible, every pointer checked:
+/* The kernel backend a test runs on: the CPU backend; with WEFT_TEST_KERNELS=cpu-devmem in the
+ * environment its devmem variant (buffers that are not host-visible, every pointer checked:
  * kernels/kernels.h), so the same test checks the device-memory discipline of the code it
- * drives. meson runs the parity suite both ways (the _devmem tests). */
+ * drives (meson runs the parity suite both ways: the _devmem tests); with
+ * WEFT_TEST_KERNELS=cuda the CUDA backend on cuda:0 (tests/gpu/run.sh; exit 77 without a GPU). */
 #ifndef WEFT_TESTS_BACKEND_H
 #define WEFT_TESTS_BACKEND_H
 
@@ -11,24 +12,40 @@
 #include "kernels/kernels.h"
 #include "test.h"
 
+static inline const char *test_kernels_name(void)
+{
+    const char *v = getenv("WEFT_TEST_KERNELS");
+    return v && *v ? v : "cpu";
+}
+
 /* Whether this run is on the devmem variant. */
 static inline int test_devmem(void)
 {
-    const char *v = getenv("WEFT_TEST_KERNELS");
-    return v && strcmp(v, "cpu-devmem") == 0;
+    return strcmp(test_kernels_name(), "cpu-devmem") == 0;
 }
 
 static inline void test_kernels_create(int threads, const struct weft_kernels **ops_p,
                                        struct weft_kctx **ctx_p)
 {
-    const char *v = getenv("WEFT_TEST_KERNELS");
-    if (v && *v && strcmp(v, "cpu") != 0 && strcmp(v, "cpu-devmem") != 0) {
-        fprintf(stderr, "WEFT_TEST_KERNELS=%s: not cpu or cpu-devmem\n", v);
+    const char *v = test_kernels_name();
+    struct weft_device dev;
+    char why[300];
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cpu-devmem") != 0 && strcmp(v, "cuda") != 0) {
+        fprintf(stderr, "WEFT_TEST_KERNELS=%s: not cpu, cpu-devmem or cuda\n", v);
         exit(1);
     }
-    CHECK_OK(test_devmem() ? weft_kernels_cpu_devmem_create(threads, ops_p, ctx_p)
-                           : weft_kernels_cpu_create(threads, ops_p, ctx_p));
-    CHECK((*ops_p)->host_visible == !test_devmem());
+    CHECK_OK(weft_device_parse(strcmp(v, "cuda") == 0 ? "cuda:0" : v, -1, &dev, why,
+                               sizeof(why)));
+    weft_status_t st = weft_kernels_create(&dev, threads, ops_p, ctx_p, why, sizeof(why));
+    if (st != WEFT_OK && dev.kind == WEFT_DEVICE_CUDA) {
+        printf("skipped: %s\n", why);
+        exit(TEST_SKIP);
+    }
+    if (st != WEFT_OK) {
+        fprintf(stderr, "%s\n", why);
+        exit(1);
+    }
+    CHECK((*ops_p)->host_visible == (dev.kind == WEFT_DEVICE_CPU));
 }
 
 /* A device copy of n floats of host memory (buf_free with n * 4 bytes). */

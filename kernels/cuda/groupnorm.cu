@@ -38,16 +38,27 @@ __global__ static void gn_stats(const float *x, int64_t n, int64_t c, int64_t cg
         atomicAdd(&stats[pass * groups + g], s);
 }
 
-__global__ static void gn_norm(const float *x, float *y, const float *gamma, const float *beta,
-                               int64_t n, int64_t c, int64_t cg, int64_t groups,
-                               const double *stats, double count, float eps, int silu)
+/* Per channel: the group's mean and a_c = gamma_c / sqrt(var_g + eps), rounded to f32 once. */
+__global__ static void gn_coefs(const float *gamma, int64_t c, int64_t cg, int64_t groups,
+                                const double *stats, double count, float eps, float *mean,
+                                float *scale)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < c;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t g = j / cg;
+        const double rstd = 1.0 / sqrt(stats[groups + g] / count + (double)eps);
+        mean[j] = (float)(stats[g] / count);
+        scale[j] = (float)((double)gamma[j] * rstd);
+    }
+}
+
+__global__ static void gn_norm(const float *x, float *y, const float *mean, const float *scale,
+                               const float *beta, int64_t n, int64_t c, int silu)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * c;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t j = i % c, g = j / cg;
-        const double rstd = 1.0 / sqrt(stats[groups + g] / count + (double)eps);
-        const float mean = (float)(stats[g] / count), a = (float)((double)gamma[j] * rstd);
-        const float v = (x[i] - mean) * a + beta[j];
+        const int64_t j = i % c;
+        const float v = (x[i] - mean[j]) * scale[j] + beta[j];
         if (!silu) {
             y[i] = v;
             continue;
@@ -67,7 +78,9 @@ void cuda_groupnorm(struct weft_kctx *c, const float *x, float *y, const float *
         cuda_refuse(c, "groupnorm", "channels must be a multiple of groups (at most 65535)");
         return;
     }
-    double *stats = (double *)cuda_scratch_get(c, &c->stats, 2 * (size_t)groups * sizeof(double));
+    /* scratch: 2 x groups doubles of sums, then the mean and scale of each channel */
+    const size_t sb = 2 * (size_t)groups * sizeof(double);
+    double *stats = (double *)cuda_scratch_get(c, &c->stats, sb + 2 * (size_t)ch * sizeof(float));
     if (!stats ||
         cuda_check(c, cudaMemsetAsync(stats, 0, 2 * (size_t)groups * sizeof(double), c->stream),
                    "groupnorm (cudaMemsetAsync)") != WEFT_OK)
@@ -82,7 +95,10 @@ void cuda_groupnorm(struct weft_kctx *c, const float *x, float *y, const float *
         gn_stats<<<grid, 256, 0, c->stream>>>(x, n, ch, cg, groups, stats, pass, count);
         cuda_launched(c, "groupnorm (statistics)");
     }
-    gn_norm<<<cuda_blocks(n * ch, 256), 256, 0, c->stream>>>(x, y, gamma, beta, n, ch, cg, groups,
-                                                            stats, count, eps, silu);
+    float *mean = (float *)((char *)stats + sb), *scale = mean + ch;
+    gn_coefs<<<cuda_blocks(ch, 256), 256, 0, c->stream>>>(gamma, ch, cg, groups, stats, count, eps,
+                                                         mean, scale);
+    cuda_launched(c, "groupnorm (coefficients)");
+    gn_norm<<<cuda_blocks(n * ch, 256), 256, 0, c->stream>>>(x, y, mean, scale, beta, n, ch, silu);
     cuda_launched(c, "groupnorm");
 }

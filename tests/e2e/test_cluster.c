@@ -511,25 +511,33 @@ static void expect_fail(const char *const *args, const char *sub, double max_ms,
 /* The device-memory discipline of the whole cluster path: workers on the CPU's devmem variant
  * (buffers that are not host-visible; collectives staged through host memory, as on a GPU with
  * Debian's UCX) give the one-device image in a tensor-parallel, a Ulysses and a ring layout,
- * and weft generate on it the same PNG bit for bit. Without a GPU, a worker and weft generate
- * asked for cuda:0 stop at once with one line naming it. */
+ * and weft generate on it the same PNG bit for bit. WEFT_TEST_DEVICE=cuda:0 runs the same on a
+ * GPU (tests/gpu/run.sh: two workers sharing it), within one level of the CPU's image. Without
+ * a GPU, a worker and weft generate asked for cuda:0 stop at once with one line naming it. */
 static int case_device(void)
 {
-    char ref[512], out[512];
+    const char *dev = getenv("WEFT_TEST_DEVICE") && *getenv("WEFT_TEST_DEVICE")
+                          ? getenv("WEFT_TEST_DEVICE")
+                          : "cpu-devmem";
+    const bool exact = strcmp(dev, "cpu-devmem") == 0;
+    char ref[512], out[512], over[96];
+    snprintf(over, sizeof(over), "--worker.device=%s", dev);
     one_device(ref, sizeof(ref));
-    snprintf(out, sizeof(out), "%s/gen-devmem.png", tmp);
+    snprintf(out, sizeof(out), "%s/gen-device.png", tmp);
     const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
-                         "--prompt-embeds", "red-fox", "--seed", "7", "--device", "cpu-devmem",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--device", dev,
                          "--out", out, NULL};
     CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
-    CHECK_EQ(png_max_diff(ref, out), 0);
-    static const char *const layouts[][6] = {
-        {"--tp", "2", "--worker.device=cpu-devmem", NULL},
-        {"--ulysses", "2", "--worker.device=cpu-devmem", NULL},
-        {"--ring", "2", "--parallel.ring_rotation=p2p", "--worker.device=cpu-devmem", NULL},
+    const int d = png_max_diff(ref, out);
+    printf("weft generate --device %s: max pixel difference to the CPU %d\n", dev, d);
+    CHECK(exact ? d == 0 : d <= 1);
+    const char *const layouts[][6] = {
+        {"--tp", "2", over, NULL},
+        {"--ulysses", "2", over, NULL},
+        {"--ring", "2", "--parallel.ring_rotation=p2p", over, NULL},
     };
     for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
-        snprintf(out, sizeof(out), "%s/devmem%zu.png", tmp, l);
+        snprintf(out, sizeof(out), "%s/device%zu.png", tmp, l);
         run_vs_ref(ref, out, layouts[l], NULL, -1);
     }
     if (weft_gpu_count() > 0) {

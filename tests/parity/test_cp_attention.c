@@ -81,7 +81,7 @@ static int run_case(struct weft_transport *tp, const int64_t *rows, const char *
     K->buf_free(kc, dv, all * 4 + 1), K->buf_free(kc, dref, all * 4 + 1);
     K->buf_free(kc, dout, n_out * 4 + 1);
     CHECK_OK(K->status(kc));
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     weft_par_transport_destroy(pt);
     return 0;
 }

@@ -179,7 +179,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
         }
         free(ref), free(ref_loop);
     }
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     weft_tp_layout_destroy(rc.lay);
     weft_ckpt_close(ck);
     weft_par_transport_destroy(pt);

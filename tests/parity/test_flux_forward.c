@@ -124,6 +124,6 @@ int main(void)
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return 0;
 }

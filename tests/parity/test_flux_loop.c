@@ -139,6 +139,6 @@ int main(void)
             run_loop_in(K, kc, "tiny-bf16",
                         "tests/data/flux1/golden/loop_tiny-bf16_15x13_t7_bf16.safetensors",
                         WEFT_DTYPE_BF16, 1e-2);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return 0;
 }

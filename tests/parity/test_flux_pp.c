@@ -148,7 +148,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
 
     free(want), free(got), free(loop_one), free(loop_pp);
     golden_close(&g);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     weft_par_transport_destroy(pt);
     return 0;
 }

@@ -96,7 +96,7 @@ static void unload(struct loaded *l)
     weft_flux_destroy(l->m);
     weft_tp_layout_destroy(l->lay);
     weft_ckpt_close(l->ck);
-    weft_kernels_cpu_destroy(l->kc);
+    l->K->destroy(l->kc);
 }
 
 /* Load with a plan (NULL: single device), forward, return the output. */

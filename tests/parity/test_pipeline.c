@@ -111,6 +111,6 @@ int main(void)
     golden_close(&g);
     weft_rt_result_cleanup(&staged);
     weft_rt_result_cleanup(&resident);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return 0;
 }
