@@ -5,14 +5,20 @@
  * job list holds exactly the ids the submissions got back, each done with its image. Reports the
  * submit latency (p50, p99, max) and the accept and completion throughput.
  *
+ * Rounds (bench/stats.h): a warm-up round, then --rounds N (at least 5 unless --quick); in each
+ * round every side of --sides (local, dpN, tpN; "/nojournal" turns the journal off) is started,
+ * loaded and stopped in turn, so the sides share the machine's moments. Each figure is printed as
+ * its median [min-max] over the rounds, throughput ratios against the first side from the paired
+ * rounds, with the load average before and after (--json: the same as one document).
+ *
  * With --spawn it starts the server itself: `weft serve` with the local runner, or with
  * --cluster N `weft serve --runner cluster` and N `weft worker` processes (a fresh cluster secret
  * in their environment, a dp or tp mesh of N ranks), and waits until GET /v1/cluster says ready.
  * Whatever it started is stopped at the end, also when something failed: SIGTERM to the server
  * (which tells its workers to exit), every exit status checked, SIGKILL after a bounded grace.
  *
- *   weft-api-load --spawn build/weft [--cluster N [--mesh dp|tp]] [--jobs 200] [--clients 1]
- *                 [--no-journal]
+ *   weft-api-load --spawn build/weft [--sides local,dp2,tp2 | --cluster N [--mesh dp|tp]]
+ *                 [--jobs 200] [--clients 1] [--no-journal] [--rounds N] [--quick] [--json]
  *   weft-api-load --server 127.0.0.1:8642 [--token T] ...   (a server with nothing else to do) */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +35,7 @@
 
 #include <cJSON.h>
 
+#include "bench/stats.h"
 #include "client/weft.h"
 
 #define MAX_JOBS 100000
@@ -36,6 +43,7 @@
 #define SERVE_GRACE_S 30.0  /* SIGTERM to the server, then SIGKILL */
 #define WORKER_GRACE_S 15.0 /* after the server is gone, for its workers to exit by themselves */
 #define READY_TIMEOUT_S 120.0
+#define MAX_SIDES 8
 
 extern char **environ;
 
@@ -94,17 +102,6 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-static void loadavg(char *out, size_t len)
-{
-    snprintf(out, len, "?");
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (!f)
-        return;
-    if (fgets(out, (int)len, f))
-        out[strcspn(out, "\n")] = '\0';
-    (void)fclose(f);
-}
-
 static void *submitter(void *arg)
 {
     struct worker *w = arg;
@@ -143,14 +140,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int count(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p++)
-        n++;
-    return n;
-}
-
 /* Wait (bounded) for every job to finish; returns the number done with their one image. */
 static int wait_all(struct load *l, double deadline_s)
 {
@@ -185,29 +174,53 @@ static int wait_all(struct load *l, double deadline_s)
     return done;
 }
 
-/* The server lists exactly our ids, once each. */
+/* The server lists exactly our ids, once each: every page of GET /v1/jobs (its "jobs" array,
+ * "next" the id to continue after). */
 static int check_list(struct load *l)
 {
     struct weft_client_opts o = {.address = l->server, .token = l->token, .timeout_ms = 60000};
     struct weft_client *c;
     if (weft_client_connect(&o, &c) != WEFT_OK)
         return -1;
-    int code, bad = 0;
-    char *list = NULL;
-    if (weft_client_request(c, "GET", "/v1/jobs", NULL, 0, &code, &list, NULL) != WEFT_OK ||
-        code != 200) {
-        fprintf(stderr, "GET /v1/jobs: %s\n", weft_client_error(c));
+    int *seen = calloc((size_t)l->jobs + 1, sizeof(*seen));
+    int listed = 0, bad = 0, rc = 0;
+    char target[160] = "/v1/jobs?limit=1000";
+    for (int page = 0; seen && page < 10000; page++) {
+        int code;
+        char *list = NULL;
+        if (weft_client_request(c, "GET", target, NULL, 0, &code, &list, NULL) != WEFT_OK ||
+            code != 200) {
+            fprintf(stderr, "GET %s: %s\n", target, weft_client_error(c));
+            weft_client_free(list);
+            rc = -1;
+            break;
+        }
+        cJSON *j = cJSON_Parse(list);
         weft_client_free(list);
-        weft_client_close(c);
-        return -1;
+        const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(j, "jobs"), *e;
+        cJSON_ArrayForEach(e, jobs)
+        {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+            listed++;
+            for (int i = 0; cJSON_IsString(id) && i < l->jobs; i++)
+                if (l->ids[i][0] && strcmp(l->ids[i], id->valuestring) == 0)
+                    seen[i]++;
+        }
+        const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next");
+        const bool more = cJSON_IsString(next);
+        if (more)
+            snprintf(target, sizeof(target), "/v1/jobs?limit=1000&after=%s", next->valuestring);
+        cJSON_Delete(j);
+        if (!more)
+            break;
     }
-    int listed = count(list, "\"id\"");
-    for (int i = 0; i < l->jobs; i++)
-        if (l->ids[i][0] && count(list, l->ids[i]) != 1)
-            bad++;
-    weft_client_free(list);
+    for (int i = 0; seen && rc == 0 && i < l->jobs; i++)
+        bad += l->ids[i][0] && seen[i] != 1;
+    free(seen);
     weft_client_close(c);
-    printf("server lists %d jobs; %d of ours missing or repeated\n", listed, bad);
+    if (rc != 0 || !seen)
+        return -1;
+    fprintf(stderr, "server lists %d jobs; %d of ours missing or repeated\n", listed, bad);
     return bad == 0 && listed == l->jobs - l->failed ? 0 : 1;
 }
 
@@ -372,8 +385,8 @@ static int wait_ready(struct procs *p)
             int dp = json_int(mesh, "dp"), tp = json_int(mesh, "tp");
             int nw = cJSON_GetArraySize(cJSON_GetObjectItem(j, "workers"));
             bool want_dp = strcmp(p->mesh, "dp") == 0;
-            printf("cluster ready in %.1f s: %d workers, mesh dp %d x tp %d\n", now() - t0, nw,
-                   dp, tp);
+            fprintf(stderr, "cluster ready in %.1f s: %d workers, mesh dp %d x tp %d\n",
+                    now() - t0, nw, dp, tp);
             rc = nw == p->cluster && dp == (want_dp ? p->cluster : 1) &&
                          tp == (want_dp ? 1 : p->cluster)
                      ? 0
@@ -475,58 +488,150 @@ static int stop(struct procs *p, bool ok)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: weft-api-load (--spawn WEFT_BINARY [--cluster N [--mesh dp|tp]] "
-            "[--no-journal]\n"
+            "usage: weft-api-load (--spawn WEFT_BINARY [--sides LIST | --cluster N [--mesh dp|tp]]"
+            " [--no-journal]\n"
             "                      | --server ADDR [--token T])\n"
             "                     [--jobs N] [--clients N] [--size PX] [--steps N] "
-            "[--timeout S]\n");
+            "[--timeout S]\n"
+            "                     [--rounds N] [--warmup N] [--quick] [--json]\n"
+            "LIST: sides separated by commas, each local, dpN or tpN (N workers), optionally\n"
+            "followed by /nojournal; every side once per round, in turn.\n");
 }
 
-static int parse(int argc, char **argv, struct load *l, struct procs *p)
+/* One configuration of the server, and its figures over the rounds. */
+struct side {
+    struct weft_bench_series p50_ms, p99_ms, max_ms, accepted, completed;
+    const char *mesh;
+    int cluster; /* workers; 0: the local runner */
+    bool journal;
+    char name[32];
+};
+
+enum { FIG_P50, FIG_P99, FIG_MAX, FIG_ACCEPTED, FIG_COMPLETED, FIG_COUNT };
+
+static struct weft_bench_series *side_fig(struct side *sd, int k)
+{
+    struct weft_bench_series *f[] = {&sd->p50_ms, &sd->p99_ms, &sd->max_ms, &sd->accepted,
+                                     &sd->completed};
+    return f[k];
+}
+
+/* "local", "dp2", "tp4", each optionally "/nojournal". */
+static int side_parse(const char *spec, bool journal, struct side *sd)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "%s", spec);
+    char *slash = strchr(name, '/');
+    *sd = (struct side){.mesh = "dp", .journal = journal};
+    if (slash) {
+        if (strcmp(slash, "/nojournal") != 0)
+            return -1;
+        sd->journal = false;
+        *slash = '\0';
+    }
+    if (strcmp(name, "local") != 0) {
+        char *end = NULL;
+        if (strncmp(name, "dp", 2) != 0 && strncmp(name, "tp", 2) != 0)
+            return -1;
+        long n = strtol(name + 2, &end, 10);
+        if (!end || *end || n < 1 || n > MAX_WORKERS)
+            return -1;
+        sd->mesh = name[0] == 'd' ? "dp" : "tp";
+        sd->cluster = (int)n;
+    }
+    snprintf(sd->name, sizeof(sd->name), "%s", spec);
+    return 0;
+}
+
+struct args {
+    const char *weft, *sides, *mesh;
+    int cluster;
+    bool journal, jobs_set;
+    struct weft_bench b;
+};
+
+static int parse(int argc, char **argv, struct load *l, struct args *a)
 {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--spawn") == 0 && v)
-            p->weft = argv[++i];
-        else if (strcmp(a, "--cluster") == 0 && v)
-            p->cluster = atoi(argv[++i]);
-        else if (strcmp(a, "--mesh") == 0 && v)
-            p->mesh = argv[++i];
-        else if (strcmp(a, "--server") == 0 && v)
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int hit = weft_bench_opt(&a->b, argc, argv, &i);
+        if (hit < 0)
+            return -1;
+        if (hit)
+            continue;
+        if (strcmp(o, "--spawn") == 0 && v)
+            a->weft = argv[++i];
+        else if (strcmp(o, "--sides") == 0 && v)
+            a->sides = argv[++i];
+        else if (strcmp(o, "--cluster") == 0 && v)
+            a->cluster = atoi(argv[++i]);
+        else if (strcmp(o, "--mesh") == 0 && v)
+            a->mesh = argv[++i];
+        else if (strcmp(o, "--server") == 0 && v)
             l->server = argv[++i];
-        else if (strcmp(a, "--token") == 0 && v)
+        else if (strcmp(o, "--token") == 0 && v)
             l->token = argv[++i];
-        else if (strcmp(a, "--jobs") == 0 && v)
-            l->jobs = atoi(argv[++i]);
-        else if (strcmp(a, "--clients") == 0 && v)
+        else if (strcmp(o, "--jobs") == 0 && v)
+            l->jobs = atoi(argv[++i]), a->jobs_set = true;
+        else if (strcmp(o, "--clients") == 0 && v)
             l->clients = atoi(argv[++i]);
-        else if (strcmp(a, "--size") == 0 && v)
+        else if (strcmp(o, "--size") == 0 && v)
             l->size = atoi(argv[++i]);
-        else if (strcmp(a, "--steps") == 0 && v)
+        else if (strcmp(o, "--steps") == 0 && v)
             l->steps = atoi(argv[++i]);
-        else if (strcmp(a, "--timeout") == 0 && v)
+        else if (strcmp(o, "--timeout") == 0 && v)
             l->timeout_s = atof(argv[++i]);
-        else if (strcmp(a, "--no-journal") == 0)
-            p->journal = false;
+        else if (strcmp(o, "--no-journal") == 0)
+            a->journal = false;
         else
             return -1;
     }
-    bool mesh_ok = strcmp(p->mesh, "dp") == 0 || strcmp(p->mesh, "tp") == 0;
-    if ((!p->weft == !l->server) || l->jobs < 1 || l->jobs > MAX_JOBS || l->clients < 1 ||
-        l->clients > 64 || l->clients > l->jobs || p->cluster < 0 ||
-        p->cluster > MAX_WORKERS || (p->cluster && !p->weft) || !mesh_ok || l->timeout_s <= 0)
+    if (a->b.quick && !a->jobs_set)
+        l->jobs = 10;
+    bool mesh_ok = strcmp(a->mesh, "dp") == 0 || strcmp(a->mesh, "tp") == 0;
+    if ((!a->weft == !l->server) || l->jobs < 1 || l->jobs > MAX_JOBS || l->clients < 1 ||
+        l->clients > 64 || l->clients > l->jobs || a->cluster < 0 ||
+        a->cluster > MAX_WORKERS || (a->cluster && !a->weft) || (a->sides && !a->weft) ||
+        !mesh_ok || l->timeout_s <= 0)
         return -1;
     return 0;
 }
 
-/* Submit from the client threads, wait for all, check; prints the figures. */
-static int run(struct load *l, const char *runner, const char *journal)
+/* The sides: --sides, else the one --cluster/--mesh/--no-journal (or --server) describe. */
+static int sides_make(const struct args *a, struct side *sd)
+{
+    if (!a->sides) {
+        sd[0] = (struct side){.cluster = a->cluster, .mesh = a->mesh, .journal = a->journal};
+        if (!a->weft)
+            snprintf(sd[0].name, sizeof(sd[0].name), "server");
+        else if (a->cluster)
+            snprintf(sd[0].name, sizeof(sd[0].name), "%s%d%s", a->mesh, a->cluster,
+                     a->journal ? "" : "/nojournal");
+        else
+            snprintf(sd[0].name, sizeof(sd[0].name), "local%s", a->journal ? "" : "/nojournal");
+        return 1;
+    }
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", a->sides);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == MAX_SIDES || side_parse(t, a->journal, &sd[n]) != 0) {
+            fprintf(stderr, "weft-api-load: --sides: '%s' is not local, dpN or tpN "
+                            "(/nojournal), or more than %d sides\n", t, MAX_SIDES);
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* Submit from the client threads, wait for all, check; the run's figures. */
+static int run(struct load *l, double fig[FIG_COUNT])
 {
     struct worker w[64];
     pthread_t th[64];
     int started = 0, rc = 0;
-    char load0[128], load1[128];
-    loadavg(load0, sizeof(load0));
     double t0 = now();
     for (int k = 0; k < l->clients; k++) {
         int per = l->jobs / l->clients, extra = l->jobs % l->clients;
@@ -546,33 +651,128 @@ static int run(struct load *l, const char *runner, const char *journal)
     double t_sub = now() - t0;
     int done = wait_all(l, l->timeout_s);
     double t_all = now() - t0;
-    loadavg(load1, sizeof(load1));
     rc |= check_list(l) != 0;
     qsort(l->latency, (size_t)l->jobs, sizeof(double), cmp_double);
-    printf("%d jobs (%dx%d, %d step%s), %d client%s, %s, journal %s\n", l->jobs, l->size,
-           l->size, l->steps, l->steps == 1 ? "" : "s", l->clients, l->clients == 1 ? "" : "s",
-           runner, journal);
-    printf("submit latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-           l->latency[l->jobs / 2] * 1e3, l->latency[(int)(l->jobs * 0.99)] * 1e3,
-           l->latency[l->jobs - 1] * 1e3);
-    printf("accepted %d in %.2f s (%.0f jobs/s); all %d done in %.2f s (%.1f jobs/s); "
-           "failed submissions %d\n",
-           l->jobs - l->failed, t_sub, (l->jobs - l->failed) / t_sub, done, t_all,
-           done / t_all, l->failed);
-    printf("load average at start: %s; at end: %s\n", load0, load1);
+    fig[FIG_P50] = l->latency[l->jobs / 2] * 1e3;
+    fig[FIG_P99] = l->latency[(int)(l->jobs * 0.99)] * 1e3;
+    fig[FIG_MAX] = l->latency[l->jobs - 1] * 1e3;
+    fig[FIG_ACCEPTED] = (l->jobs - l->failed) / t_sub;
+    fig[FIG_COMPLETED] = done / t_all;
+    fprintf(stderr, "submit p50 %.2f ms, p99 %.2f ms, max %.2f ms; accepted %d in %.2f s; "
+                    "%d done in %.2f s; failed submissions %d\n",
+            fig[FIG_P50], fig[FIG_P99], fig[FIG_MAX], l->jobs - l->failed, t_sub, done, t_all,
+            l->failed);
     if (done != l->jobs - l->failed || l->failed)
         rc = 1;
     return rc;
 }
 
+/* One side once: start what it needs (with --spawn), load it, stop it. */
+static int run_side(struct load *l, const char *weft, struct side *sd, int round)
+{
+    static struct procs p;
+    p = (struct procs){.weft = weft, .journal = sd->journal, .cluster = sd->cluster,
+                       .mesh = sd->mesh};
+    g_forwarded = 0;
+    memset(l->ids, 0, (size_t)l->jobs * sizeof(*l->ids));
+    memset(l->latency, 0, (size_t)l->jobs * sizeof(double));
+    l->failed = 0;
+    int rc = 1;
+    if (weft) {
+        if (spawn(&p)) {
+            fprintf(stderr, "weft-api-load: cannot start %s serve%s\n", weft,
+                    p.cluster ? " and its workers" : "");
+            goto out;
+        }
+        l->server = p.addr;
+    }
+    double fig[FIG_COUNT];
+    rc = run(l, fig);
+    for (int k = 0; k < FIG_COUNT && rc == 0; k++)
+        weft_bench_series_set(side_fig(sd, k), round, fig[k]);
+out:
+    if (weft && stop(&p, rc == 0))
+        rc = 1;
+    return rc;
+}
+
+static const char *const fig_keys[] = {"submit_p50_ms", "submit_p99_ms", "submit_max_ms",
+                                       "accepted_per_s", "completed_per_s"};
+
+static void report_json(const struct weft_bench *b, const struct load *l, struct side *sd,
+                        int n)
+{
+    cJSON *root = weft_bench_json_context(b);
+    cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddNumberToObject(cfg, "jobs", l->jobs);
+    cJSON_AddNumberToObject(cfg, "clients", l->clients);
+    cJSON_AddNumberToObject(cfg, "size", l->size);
+    cJSON_AddNumberToObject(cfg, "steps", l->steps);
+    cJSON *rows = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "side", sd[i].name);
+        cJSON_AddBoolToObject(e, "journal", sd[i].journal);
+        for (int k = 0; k < FIG_COUNT; k++)
+            cJSON_AddItemToObject(e, fig_keys[k], weft_bench_json_fig(side_fig(&sd[i], k), 1));
+        for (int k = FIG_ACCEPTED; k <= FIG_COMPLETED && i > 0; k++) {
+            struct weft_bench_cmp c;
+            char key[64];
+            weft_bench_compare(side_fig(&sd[i], k), side_fig(&sd[0], k), &c);
+            snprintf(key, sizeof(key), "%s_over_first", fig_keys[k]);
+            cJSON_AddItemToObject(e, key, weft_bench_json_cmp(&c, "higher", "lower"));
+        }
+        cJSON_AddItemToArray(rows, e);
+    }
+    char *text = cJSON_Print(root);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+static void report_table(const struct weft_bench *b, const struct load *l, struct side *sd,
+                         int n)
+{
+    weft_bench_print_context(b, stdout);
+    printf("# %d jobs (%dx%d, %d step%s) per side and round, %d client%s; none lost, none "
+           "duplicated in any round\n", l->jobs, l->size, l->size, l->steps,
+           l->steps == 1 ? "" : "s", l->clients, l->clients == 1 ? "" : "s");
+    printf("%-16s %-7s %-22s %-22s %-24s %-22s %-20s %s\n", "side", "journal", "submit p50 ms",
+           "submit p99 ms", "accepted jobs/s", "completed jobs/s", "completed / first",
+           "verdict");
+    for (int i = 0; i < n; i++) {
+        char f[FIG_COUNT][96], r[96] = "-", words[2][64];
+        for (int k = 0; k < FIG_COUNT; k++)
+            weft_bench_fmt(side_fig(&sd[i], k), 1.0, k < FIG_ACCEPTED ? 2 : 0, f[k],
+                           sizeof(f[k]));
+        const char *verdict = "";
+        if (i > 0) {
+            struct weft_bench_cmp c;
+            weft_bench_compare(&sd[i].completed, &sd[0].completed, &c);
+            weft_bench_fmt_cmp(&c, 2, r, sizeof(r));
+            snprintf(words[0], sizeof(words[0]), "%s completes more", sd[i].name);
+            snprintf(words[1], sizeof(words[1]), "%s completes more", sd[0].name);
+            verdict = weft_bench_verdict_str(&c, words[0], words[1]);
+        }
+        printf("%-16s %-7s %-22s %-22s %-24s %-22s %-20s %s\n", sd[i].name,
+               sd[i].journal ? "on" : "off", f[FIG_P50], f[FIG_P99], f[FIG_ACCEPTED],
+               f[FIG_COMPLETED], r, verdict);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static struct load l = {.jobs = 200, .clients = 1, .size = 32, .steps = 1, .timeout_s = 3600};
-    static struct procs p = {.journal = true, .mesh = "dp"};
-    if (parse(argc, argv, &l, &p)) {
+    static struct args a = {.mesh = "dp", .journal = true};
+    weft_bench_init(&a.b, "weft-api-load");
+    static struct side sd[MAX_SIDES];
+    int n = 0;
+    if (parse(argc, argv, &l, &a) || (n = sides_make(&a, sd)) <= 0) {
         usage();
         return 2;
     }
+    if (weft_bench_begin(&a.b) != 0)
+        return 2;
     l.ids = calloc((size_t)l.jobs, sizeof(*l.ids));
     l.latency = calloc((size_t)l.jobs, sizeof(double));
     if (!l.ids || !l.latency) {
@@ -580,33 +780,27 @@ int main(int argc, char **argv)
         return 1;
     }
     pthread_mutex_init(&l.mu, NULL);
-    char runner[64] = "server's runner";
-    int rc = 1;
-    if (p.weft) {
+    if (a.weft) {
         struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
-        if (p.cluster)
-            snprintf(runner, sizeof(runner), "cluster runner (%s %d)", p.mesh, p.cluster);
-        else
-            snprintf(runner, sizeof(runner), "local runner");
-        if (spawn(&p)) {
-            fprintf(stderr, "weft-api-load: cannot start %s serve%s\n", p.weft,
-                    p.cluster ? " and its workers" : "");
-            goto out;
-        }
-        l.server = p.addr;
     }
-    rc = run(&l, runner,
-             !p.weft ? "(server's)" : p.journal ? "on (fsync per accepted job)" : "off");
-out:
-    if (p.weft && stop(&p, rc == 0))
-        rc = 1;
-    if (rc == 0)
-        printf("none lost, none duplicated%s\n", p.weft ? ", everything stopped cleanly" : "");
+    int rc = 0;
+    for (int r = -a.b.warmup; r < a.b.rounds && rc == 0 && !g_interrupted; r++) {
+        weft_bench_round_note(&a.b, r);
+        for (int i = 0; i < n && rc == 0; i++) { /* every side in turn */
+            fprintf(stderr, "side %s\n", sd[i].name);
+            rc = run_side(&l, a.weft, &sd[i], r);
+        }
+    }
+    weft_bench_end(&a.b);
+    if (rc == 0 && a.b.json)
+        report_json(&a.b, &l, sd, n);
+    else if (rc == 0)
+        report_table(&a.b, &l, sd, n);
     else
-        printf("%s\n", g_interrupted ? "INTERRUPTED" : "FAILED");
+        fprintf(stderr, "%s\n", g_interrupted ? "INTERRUPTED" : "FAILED");
     free(l.ids);
     free(l.latency);
     return rc;

@@ -333,7 +333,8 @@ static void help(FILE *out)
             "                run on)\n"
             "  --m M         rows (tokens) for the default shapes (default 4608: a 1024x1024\n"
             "                image's 4096 + 512 text tokens)\n"
-            "  --shapes S    M,N,K triples separated by ':' instead of the default shapes\n");
+            "  --shapes S    M,N,K triples separated by ':' instead of the default shapes\n"
+            "  (--quick: two small shapes, for a smoke test)\n");
     weft_bench_opt_help(out);
 }
 
@@ -389,6 +390,10 @@ int main(int argc, char **argv)
             if (*p == ':')
                 p++;
         }
+    } else if (bench.quick) { /* the same kinds of shape, small */
+        const struct shape d[] = {{"quick 256->384", 96, 384, 256}, {"quick 1 row", 1, 500, 300}};
+        for (; n_shapes < 2; n_shapes++)
+            shapes[n_shapes] = d[n_shapes];
     } else {
         const struct shape d[] = {{"attn qkv/out 3072->3072", m_rows, 3072, 3072},
                                   {"mlp up 3072->12288", m_rows, 12288, 3072},

@@ -14,6 +14,8 @@
 #include "common/log.h"
 #include "common/tensor.h"
 #include "model/safetensors.h"
+#include "model/vae.h"
+#include "worker/noise.h"
 
 void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
                             int64_t double_blocks, int64_t single_blocks)
@@ -218,3 +220,158 @@ out:
     weft_free(outs);
     return st;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* FLUX.1's VAE and a whole pipeline                                                         */
+
+void weft_synth_vae_config(struct weft_vae_config *c)
+{
+    *c = (struct weft_vae_config){
+        .in_channels = 3, .out_channels = 3, .latent_channels = 16, .n_blocks = 4,
+        .block_out_channels = {128, 256, 512, 512}, .layers_per_block = 2,
+        .norm_num_groups = 32, .sample_size = 1024, .scaling_factor = 0.3611,
+        .shift_factor = 0.1159, .use_quant_conv = false, .use_post_quant_conv = false,
+        .mid_block_add_attention = true, .scale = 8,
+    };
+}
+
+struct vae_fill_ctx {
+    const struct weft_vae_param *params;
+    enum weft_dtype dtype;
+};
+
+/* torch's default init bound 1/sqrt(fan_in) for weights and biases; norms weight 1, bias 0. */
+static weft_status_t vae_fill(void *arg, size_t i, uint64_t offset, void *buf, size_t bytes)
+{
+    const struct vae_fill_ctx *fc = arg;
+    const struct weft_vae_param *params = fc->params, *p = &params[i];
+    const size_t esz = weft_dtype_size(fc->dtype);
+    const bool norm = strstr(p->name, "norm") != NULL;
+    const bool bias = p->ndim == 1 && strstr(p->name, ".bias") != NULL;
+    const struct weft_vae_param *w = bias && i > 0 ? &params[i - 1] : p;
+    int64_t fan_in = w->ndim == 4 ? w->shape[1] * w->shape[2] * w->shape[3]
+                                  : w->ndim == 2 ? w->shape[1] : 1;
+    float bound = 1.0f / sqrtf((float)fan_in);
+    for (size_t k = 0; k < bytes / esz; k++) {
+        uint64_t r = mix(((uint64_t)i << 40) + offset / esz + k);
+        float u = (float)(r >> 40) / 16777216.0f * 2.0f - 1.0f;
+        const float v = norm ? (bias ? 0.0f : 1.0f) : u * bound;
+        if (fc->dtype == WEFT_DTYPE_BF16)
+            ((uint16_t *)buf)[k] = weft_f32_to_bf16(v);
+        else if (fc->dtype == WEFT_DTYPE_F16)
+            ((uint16_t *)buf)[k] = weft_f32_to_f16(v);
+        else
+            ((float *)buf)[k] = v;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        WEFT_LOG_ERROR("bench", "%s: %s", path, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    bool ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    return ok ? WEFT_OK : WEFT_ERR_IO;
+}
+
+weft_status_t weft_synth_vae_write(const char *dir, enum weft_dtype dtype)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return WEFT_ERR_IO;
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    weft_status_t st = write_text(path,
+        "{\"_class_name\": \"AutoencoderKL\", \"_diffusers_version\": \"0.42.1\",\n"
+        " \"act_fn\": \"silu\", \"block_out_channels\": [128, 256, 512, 512],\n"
+        " \"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\", "
+        "\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"],\n"
+        " \"force_upcast\": true, \"in_channels\": 3, \"latent_channels\": 16,\n"
+        " \"latents_mean\": null, \"latents_std\": null, \"layers_per_block\": 2,\n"
+        " \"mid_block_add_attention\": true, \"norm_num_groups\": 32, \"out_channels\": 3,\n"
+        " \"sample_size\": 1024, \"scaling_factor\": 0.3611, \"shift_factor\": 0.1159,\n"
+        " \"up_block_types\": [\"UpDecoderBlock2D\", \"UpDecoderBlock2D\", "
+        "\"UpDecoderBlock2D\", \"UpDecoderBlock2D\"],\n"
+        " \"use_post_quant_conv\": false, \"use_quant_conv\": false}\n");
+    if (st != WEFT_OK)
+        return st;
+    struct weft_vae_config c;
+    weft_synth_vae_config(&c);
+    size_t n = weft_vae_params(&c, NULL);
+    struct weft_vae_param *params = weft_calloc(n, sizeof(*params));
+    struct weft_st_out *outs = weft_calloc(n, sizeof(*outs));
+    if (params && outs) {
+        weft_vae_params(&c, params);
+        for (size_t i = 0; i < n; i++)
+            outs[i] = (struct weft_st_out){params[i].name, dtype, params[i].ndim,
+                                           params[i].shape, NULL};
+        snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
+        const struct weft_st_meta meta[] = {{"format", "pt"}};
+        struct vae_fill_ctx fc = {params, dtype};
+        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, &fc, NULL);
+    } else {
+        st = WEFT_ERR_NOMEM;
+    }
+    weft_free(params);
+    weft_free(outs);
+    return st;
+}
+
+weft_status_t weft_synth_pipeline_write(const char *dir, const struct weft_flux_config *cfg,
+                                        enum weft_dtype tf_dtype, enum weft_dtype vae_dtype,
+                                        int64_t text)
+{
+    char path[2048];
+    const struct weft_flux_config fc = *cfg;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        WEFT_LOG_ERROR("bench", "%s: cannot create: %s", dir, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    snprintf(path, sizeof(path), "%s/model_index.json", dir);
+    weft_status_t st = write_text(path,
+        "{\"_class_name\": \"FluxPipeline\", \"_diffusers_version\": \"0.42.1\",\n"
+        " \"scheduler\": [\"diffusers\", \"FlowMatchEulerDiscreteScheduler\"],\n"
+        " \"transformer\": [\"diffusers\", \"FluxTransformer2DModel\"],\n"
+        " \"vae\": [\"diffusers\", \"AutoencoderKL\"]}\n");
+    snprintf(path, sizeof(path), "%s/transformer", dir);
+    if (st == WEFT_OK)
+        st = weft_synth_flux_write(path, &fc, tf_dtype, 7);
+    snprintf(path, sizeof(path), "%s/vae", dir);
+    if (st == WEFT_OK)
+        st = weft_synth_vae_write(path, vae_dtype);
+    snprintf(path, sizeof(path), "%s/scheduler", dir);
+    if (st == WEFT_OK && mkdir(path, 0755) != 0)
+        st = WEFT_ERR_IO;
+    snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", dir);
+    if (st == WEFT_OK) /* FLUX.1-dev's */
+        st = write_text(path,
+            "{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"base_image_seq_len\": 256,\n"
+            " \"base_shift\": 0.5, \"max_image_seq_len\": 4096, \"max_shift\": 1.15,\n"
+            " \"num_train_timesteps\": 1000, \"shift\": 3.0, \"use_dynamic_shifting\": true}\n");
+    snprintf(path, sizeof(path), "%s/prompts", dir);
+    if (st == WEFT_OK && mkdir(path, 0755) != 0)
+        st = WEFT_ERR_IO;
+    if (st != WEFT_OK)
+        return st;
+    const int64_t pe_shape[3] = {1, text, fc.joint_attention_dim};
+    const int64_t po_shape[2] = {1, fc.pooled_projection_dim};
+    float *pe = weft_malloc((size_t)(text * fc.joint_attention_dim) * sizeof(float));
+    float *po = weft_malloc((size_t)fc.pooled_projection_dim * sizeof(float));
+    if (pe && po) {
+        weft_noise_normal(11, 0, text * fc.joint_attention_dim, pe);
+        weft_noise_normal(12, 0, fc.pooled_projection_dim, po);
+        const struct weft_st_out t[2] = {{"prompt_embeds", WEFT_DTYPE_F32, 3, pe_shape, pe},
+                                         {"pooled_prompt_embeds", WEFT_DTYPE_F32, 2, po_shape, po}};
+        snprintf(path, sizeof(path), "%s/prompts/bench.safetensors", dir);
+        st = weft_st_write(path, 2, t, 0, NULL, NULL);
+    } else {
+        st = WEFT_ERR_NOMEM;
+    }
+    weft_free(pe);
+    weft_free(po);
+    return st;
+}
+

@@ -24,4 +24,16 @@ weft_status_t weft_synth_flux_write_sharded(const char *dir, const struct weft_f
                                             enum weft_dtype dtype, uint64_t shard_bytes,
                                             bool sparse, uint64_t seed);
 
+/* FLUX.1's AutoencoderKL config (16 latent channels, 128-256-512-512, 2 layers per block) and a
+ * folder of it with random weights in dtype (torch's init bounds; norms 1 and 0). */
+struct weft_vae_config;
+void weft_synth_vae_config(struct weft_vae_config *c);
+weft_status_t weft_synth_vae_write(const char *dir, enum weft_dtype dtype);
+/* A FluxPipeline folder: model_index.json, transformer/ (cfg, tf_dtype), vae/ (FLUX.1's, in
+ * vae_dtype), scheduler/ (FLUX.1-dev's), prompts/bench.safetensors (random embeddings of text
+ * tokens). */
+weft_status_t weft_synth_pipeline_write(const char *dir, const struct weft_flux_config *cfg,
+                                        enum weft_dtype tf_dtype, enum weft_dtype vae_dtype,
+                                        int64_t text);
+
 #endif

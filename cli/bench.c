@@ -19,6 +19,8 @@ static const struct bench benches[] = {
     {"cp", weft_bench_cp, "context parallelism: every mode and shape vs one process"},
     {"cp-run", weft_bench_cp_run, "(internal) one rank of `bench cp`"},
     {"comm", weft_bench_comm, "collectives on N processes vs Open MPI and memcpy"},
+    {"generate", weft_bench_generate, "one whole image, weft generate vs FluxPipeline on torch"},
+    {"gemm", weft_bench_gemm, "CPU GEMM: weft, OpenBLAS, BLIS, oneDNN on FLUX.1's shapes"},
     {"vae", weft_bench_vae, "VAE decode: conv2d GEMM vs direct, tiling, staged pipeline memory"},
     {"vae-run", weft_bench_vae_run, "(internal) one child of `bench vae`"},
 };

@@ -2,6 +2,7 @@
  * same operation through Open MPI (default and with its malloc tuned) and a single-core memcpy
  * of the same size, the physical limit on one host. nccl-tests style table or JSON. */
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/stats.h"
 #include "cli/child.h"
 #include "cli/cli.h"
 #include "worker/par_transport.h"
@@ -22,7 +24,6 @@
 extern char **environ;
 
 #define MAX_SIZES 32
-#define MAX_REPEATS 15
 #define RANK_TIMEOUT_S 300
 
 enum bench_op { BOP_ALLREDUCE, BOP_ALLGATHER, BOP_ALLTOALL };
@@ -37,30 +38,32 @@ struct params {
     size_t bytes[MAX_SIZES];
     int nsizes;
     int iters[MAX_SIZES];
-    int repeats;
-    bool json, no_mpi, bind;
+    struct weft_bench b; /* rounds, --json, --quick */
+    bool no_mpi, bind;
     const char *mpi_helper;
     struct weft_transport_opts opts;
     char tls[WEFT_CONF_STR];
-    /* microseconds per call, [size][column][repeat] */
-    double us[MAX_SIZES][COL_COUNT][MAX_REPEATS];
+    /* microseconds per call, [size][column], by round (warm-up rounds are not kept) */
+    struct weft_bench_series us[MAX_SIZES][COL_COUNT];
 };
 
 static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft bench comm --op allreduce|allgather|alltoall --np N --bytes LIST [--json]\n"
-        "                       [--repeats R] [--iters N] [--no-mpi] [--no-bind]\n"
-        "                       [--mpi-helper PATH]\n"
+        "                       [--rounds N] [--warmup N] [--quick] [--iters N] [--no-mpi]\n"
+        "                       [--no-bind] [--mpi-helper PATH]\n"
         "\n"
         "Runs the collective on N forked weft processes (f32, out of place, on huge-page\n"
         "buffers), then the same through Open MPI (mpirun --oversubscribe -np N, default and with\n"
         "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=16GiB), then a one-core memcpy of the same\n"
-        "size; R rounds (default 5) and medians. LIST: sizes such as 1MiB,16MiB,64MiB (the\n"
+        "size, in turn in every round. LIST: sizes such as 1MiB,16MiB,64MiB (the\n"
         "per-rank buffer: the input of all-reduce, the output of all-gather, the send buffer of\n"
         "all-to-all). busbw as nccl-tests: algbw x 2(n-1)/n for all-reduce, x (n-1)/n else.\n"
         "Weft rank r runs on core r mod cores (--no-bind: where the scheduler puts it).\n"
-        "[transport] options apply to weft (--transport.chunk_bytes=1MiB ...).\n");
+        "[transport] options apply to weft (--transport.chunk_bytes=1MiB ...). --quick: 2\n"
+        "calls per size.\n\n");
+    weft_bench_opt_help(out);
 }
 
 /* ---- the weft side: N forked ranks ----------------------------------------------------- */
@@ -144,7 +147,7 @@ static void rank_main(int rank, const struct params *p, const char *where, int o
 }
 
 /* One weft round: fork the ranks, host their rendezvous, read rank 0's figures. */
-static int run_weft(struct params *p, int rep)
+static int run_weft(struct params *p, int round)
 {
     struct weft_rdv_server *srv;
     if (weft_rdv_server_create("127.0.0.1", 0, p->np, &srv, NULL) != WEFT_OK)
@@ -180,7 +183,7 @@ static int run_weft(struct params *p, int rep)
     size_t b;
     double us;
     while (f && got < p->nsizes && fscanf(f, "%zu %lf", &b, &us) == 2)
-        p->us[got++][COL_WEFT][rep] = us;
+        weft_bench_series_set(&p->us[got++][COL_WEFT], round, us);
     if (f)
         (void)fclose(f); /* a read-only pipe: nothing to lose */
     else
@@ -202,7 +205,7 @@ static int run_weft(struct params *p, int rep)
 
 /* ---- the MPI side and memcpy -------------------------------------------------------------- */
 
-static int run_mpi(struct params *p, int rep, bool tuned)
+static int run_mpi(struct params *p, int round, bool tuned)
 {
     /* one mpirun per size, so every size gets its own iteration count */
     for (int k = 0; k < p->nsizes; k++) {
@@ -228,18 +231,18 @@ static int run_mpi(struct params *p, int rep, bool tuned)
             WEFT_LOG_ERROR("bench", "Open MPI run failed: %s", cmd);
             return 1;
         }
-        p->us[k][tuned ? COL_MPI_TUNED : COL_MPI][rep] = us;
+        weft_bench_series_set(&p->us[k][tuned ? COL_MPI_TUNED : COL_MPI], round, us);
     }
     return 0;
 }
 
-static void run_memcpy(struct params *p, int rep)
+static void run_memcpy(struct params *p, int round)
 {
     for (int k = 0; k < p->nsizes; k++) {
         size_t b = p->bytes[k];
         char *s = weft_big_alloc(b), *d = weft_big_alloc(b);
         if (!s || !d) {
-            p->us[k][COL_MEMCPY][rep] = -1;
+            weft_bench_series_set(&p->us[k][COL_MEMCPY], round, NAN);
             continue;
         }
         memset(s, 1, b);
@@ -251,7 +254,7 @@ static void run_memcpy(struct params *p, int rep)
             s[i % b] = (char)i; /* a use of the copy, so it is not elided */
             memcpy(d, s, b);
         }
-        p->us[k][COL_MEMCPY][rep] = (weft_now() - t0) / iters * 1e6;
+        weft_bench_series_set(&p->us[k][COL_MEMCPY], round, (weft_now() - t0) / iters * 1e6);
         weft_big_free(s, b);
         weft_big_free(d, b);
     }
@@ -259,20 +262,25 @@ static void run_memcpy(struct params *p, int rep)
 
 /* ---- report ------------------------------------------------------------------------------- */
 
-/* The median of a round's figures, which stay in round order. */
-static double median(const double *v, int n)
-{
-    double t[MAX_REPEATS];
-    memcpy(t, v, (size_t)n * sizeof(double));
-    return weft_median(t, n);
-}
-
 static double busbw(const struct params *p, size_t bytes, double us)
 {
-    if (us <= 0)
-        return 0;
+    if (!(us > 0))
+        return NAN;
     double alg = (double)bytes / (us * 1e3), n = p->np;
     return p->op == BOP_ALLREDUCE ? alg * 2 * (n - 1) / n : alg * (n - 1) / n;
+}
+
+/* The rounds' bandwidths (GB/s) of a column: bus bandwidth, or the copy rate of memcpy. */
+static void gbs_series(const struct params *p, int k, int col, struct weft_bench_series *out)
+{
+    memset(out, 0, sizeof(*out));
+    const struct weft_bench_series *us = &p->us[k][col];
+    for (int r = 0; r < us->n; r++) {
+        double v = us->v[r];
+        weft_bench_series_set(out, r,
+                              col == COL_MEMCPY ? (v > 0 ? (double)p->bytes[k] / (v * 1e3) : NAN)
+                                                : busbw(p, p->bytes[k], v));
+    }
 }
 
 static void env_describe(const struct params *p, char *buf, size_t len)
@@ -285,14 +293,6 @@ static void env_describe(const struct params *p, char *buf, size_t len)
         (void)fclose(f);
         thp[strcspn(thp, "\n")] = '\0';
     }
-    char load[64] = "?";
-    f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (!fgets(load, sizeof(load), f))
-            load[0] = '\0';
-        (void)fclose(f);
-        load[strcspn(load, "\n")] = '\0';
-    }
     char ucx[256] = "";
     for (char **e = environ; *e; e++)
         if (strncmp(*e, "UCX_", 4) == 0 && strlen(ucx) + strlen(*e) + 2 < sizeof(ucx))
@@ -300,51 +300,93 @@ static void env_describe(const struct params *p, char *buf, size_t len)
     snprintf(buf, len,
              "[transport] tls = '%s' (empty: UCX's choice), chunk_bytes = %zu, "
              "pipeline_depth = %d, spin_us = %d (-1: auto); UCX environment: %s; THP: %s (weft "
-             "buffers and memcpy use MADV_HUGEPAGE); /proc/loadavg after the run: %s",
+             "buffers and memcpy use MADV_HUGEPAGE)",
              p->tls, p->opts.chunk_bytes, p->opts.pipeline_depth, p->opts.spin_us,
-             *ucx ? ucx : "none", thp, load);
+             *ucx ? ucx : "none", thp);
+}
+
+static const char *const col_names[] = {"weft", "mpi", "mpi-tuned", "memcpy"};
+static const char *const col_keys[] = {"weft", "mpi", "mpi_tuned", "memcpy"};
+static const char *const col_wins[] = {"", "mpi faster", "mpi-tuned faster", "memcpy faster"};
+
+static void report_json(const struct params *p, const char *env)
+{
+    cJSON *root = weft_bench_json_context(&p->b);
+    cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddStringToObject(cfg, "op", bop_names[p->op]);
+    cJSON_AddNumberToObject(cfg, "np", p->np);
+    cJSON_AddStringToObject(cfg, "environment", env);
+    cJSON *rows = cJSON_AddArrayToObject(root, "rows");
+    for (int k = 0; k < p->nsizes; k++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "bytes", (double)p->bytes[k]);
+        cJSON_AddNumberToObject(e, "iters", p->iters[k]);
+        struct weft_bench_series g[COL_COUNT];
+        for (int col = 0; col < COL_COUNT; col++) {
+            if (p->no_mpi && (col == COL_MPI || col == COL_MPI_TUNED))
+                continue;
+            char key[64];
+            gbs_series(p, k, col, &g[col]);
+            if (col != COL_MEMCPY) {
+                snprintf(key, sizeof(key), "%s_us", col_keys[col]);
+                cJSON_AddItemToObject(e, key, weft_bench_json_fig(&p->us[k][col], 1.0));
+            }
+            snprintf(key, sizeof(key), "%s_%s", col_keys[col],
+                     col == COL_MEMCPY ? "gbs" : "busbw");
+            cJSON_AddItemToObject(e, key, weft_bench_json_fig(&g[col], 1.0));
+            if (col == COL_WEFT)
+                continue;
+            struct weft_bench_cmp c;
+            weft_bench_compare(&g[COL_WEFT], &g[col], &c);
+            snprintf(key, sizeof(key), "weft_over_%s", col_keys[col]);
+            cJSON_AddItemToObject(e, key, weft_bench_json_cmp(&c, "weft faster", col_wins[col]));
+        }
+        cJSON_AddItemToArray(rows, e);
+    }
+    char *text = cJSON_Print(root);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+static void report_table(const struct params *p, const char *env)
+{
+    weft_bench_print_context(&p->b, stdout);
+    printf("# %s, %d processes, f32; %s\n", bop_names[p->op], p->np, env);
+    printf("# busbw as nccl-tests; memcpy: bytes copied per second on one core\n");
+    printf("%12s %-10s %-30s %-30s %-26s %s\n", "bytes", "side", "us / call",
+           "busbw GB/s (memcpy: GB/s)", "weft / side (paired)", "verdict");
+    for (int k = 0; k < p->nsizes; k++) {
+        struct weft_bench_series g[COL_COUNT];
+        for (int col = 0; col < COL_COUNT; col++) {
+            if (p->no_mpi && (col == COL_MPI || col == COL_MPI_TUNED))
+                continue;
+            char f1[96] = "", f2[96], f3[96] = "";
+            const char *verdict = "";
+            gbs_series(p, k, col, &g[col]);
+            if (col != COL_MEMCPY)
+                weft_bench_fmt(&p->us[k][col], 1.0, 1, f1, sizeof(f1));
+            weft_bench_fmt(&g[col], 1.0, 2, f2, sizeof(f2));
+            if (col != COL_WEFT) {
+                struct weft_bench_cmp c;
+                weft_bench_compare(&g[COL_WEFT], &g[col], &c);
+                weft_bench_fmt_cmp(&c, 2, f3, sizeof(f3));
+                verdict = weft_bench_verdict_str(&c, "weft faster", col_wins[col]);
+            }
+            printf("%12zu %-10s %-30s %-30s %-26s %s\n", p->bytes[k], col_names[col], f1, f2,
+                   f3, verdict);
+        }
+    }
 }
 
 static void report(const struct params *p)
 {
     char env[1024];
     env_describe(p, env, sizeof(env));
-    int R = p->repeats;
-    if (p->json) {
-        printf("{\"op\": \"%s\", \"np\": %d, \"repeats\": %d, \"environment\": \"%s\", "
-               "\"rows\": [", bop_names[p->op], p->np, R, env);
-    } else {
-        printf("# weft bench comm: %s, %d processes, f32, median of %d rounds\n# %s\n",
-               bop_names[p->op], p->np, R, env);
-        printf("#%11s %10s %8s %8s | %8s %8s | %8s | %8s %8s %8s\n", "bytes", "weft us",
-               "algbw", "busbw", "mpi", "mpi-tune", "memcpy", "w/mpi", "w/tuned", "w/memcpy");
-        printf("#%11s %10s %8s %8s | %8s %8s | %8s | %8s %8s %8s\n", "", "", "GB/s", "GB/s",
-               "busbw", "busbw", "GB/s", "", "", "");
-    }
-    for (int k = 0; k < p->nsizes; k++) {
-        size_t b = p->bytes[k];
-        double w = median(p->us[k][COL_WEFT], R);
-        double m = p->no_mpi ? 0 : median(p->us[k][COL_MPI], R);
-        double mt = p->no_mpi ? 0 : median(p->us[k][COL_MPI_TUNED], R);
-        double mc = median(p->us[k][COL_MEMCPY], R);
-        double wb = busbw(p, b, w), mb = busbw(p, b, m), mtb = busbw(p, b, mt);
-        double mcb = mc > 0 ? (double)b / (mc * 1e3) : 0;
-        double r1 = mb > 0 ? wb / mb : 0, r2 = mtb > 0 ? wb / mtb : 0, r3 = mcb > 0 ? wb / mcb : 0;
-        if (p->json) {
-            printf("%s\n  {\"bytes\": %zu, \"weft_us\": %.1f, \"weft_algbw\": %.3f, "
-                   "\"weft_busbw\": %.3f, \"mpi_us\": %.1f, \"mpi_busbw\": %.3f, "
-                   "\"mpi_tuned_us\": %.1f, \"mpi_tuned_busbw\": %.3f, \"memcpy_gbs\": %.3f, "
-                   "\"weft_over_mpi\": %.2f, \"weft_over_mpi_tuned\": %.2f, "
-                   "\"weft_over_memcpy\": %.2f}",
-                   k ? "," : "", b, w, (double)b / (w * 1e3), wb, m, mb, mt, mtb, mcb, r1, r2,
-                   r3);
-        } else {
-            printf("%12zu %10.1f %8.2f %8.2f | %8.2f %8.2f | %8.2f | %8.2f %8.2f %8.2f\n", b, w,
-                   (double)b / (w * 1e3), wb, mb, mtb, mcb, r1, r2, r3);
-        }
-    }
-    if (p->json)
-        printf("\n]}\n");
+    if (p->b.json)
+        report_json(p, env);
+    else
+        report_table(p, env);
 }
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -370,11 +412,16 @@ static int parse(struct weft_cli *cli, struct params *p)
 {
     const char *v;
     int iters = 0;
-    p->repeats = 5;
+    weft_bench_init(&p->b, "weft bench comm");
     p->np = 2;
     p->bind = true;
     p->mpi_helper = WEFT_BENCH_MPI;
     for (int i = 1; i < cli->argc; i++) {
+        int hit = weft_bench_opt(&p->b, cli->argc, cli->argv, &i);
+        if (hit < 0)
+            return -1;
+        if (hit)
+            continue;
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--op"))) {
             int k = 0;
             while (k < 3 && strcmp(v, bop_names[k]) != 0)
@@ -392,11 +439,6 @@ static int parse(struct weft_cli *cli, struct params *p)
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--bytes"))) {
             if (parse_sizes(p, v) != 0)
                 return -1;
-        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--repeats"))) {
-            long long x;
-            if (weft_cli_parse_int("--repeats", v, 1, MAX_REPEATS, &x) != 0)
-                return -1;
-            p->repeats = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--iters"))) {
             long long x;
             if (weft_cli_parse_int("--iters", v, 1, 1000000, &x) != 0)
@@ -404,8 +446,6 @@ static int parse(struct weft_cli *cli, struct params *p)
             iters = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--mpi-helper"))) {
             p->mpi_helper = v;
-        } else if (strcmp(cli->argv[i], "--json") == 0) {
-            p->json = true;
         } else if (strcmp(cli->argv[i], "--no-mpi") == 0) {
             p->no_mpi = true;
         } else if (strcmp(cli->argv[i], "--no-bind") == 0) {
@@ -416,10 +456,12 @@ static int parse(struct weft_cli *cli, struct params *p)
             return -1;
         }
     }
-    if (p->np < 1 || p->np > 64 || p->repeats < 1 || p->repeats > MAX_REPEATS || !p->nsizes) {
-        WEFT_LOG_ERROR("bench", "need --bytes, --np 1..64 and --repeats 1..%d", MAX_REPEATS);
+    if (p->np < 1 || p->np > 64 || !p->nsizes) {
+        WEFT_LOG_ERROR("bench", "need --bytes and --np 1..64");
         return -1;
     }
+    if (weft_bench_begin(&p->b) != 0)
+        return -1;
     if (!p->no_mpi && !p->mpi_helper[0]) {
         WEFT_LOG_ERROR("bench", "no Open MPI helper was built (mpicc missing): use --no-mpi");
         return -1;
@@ -427,7 +469,11 @@ static int parse(struct weft_cli *cli, struct params *p)
     for (int k = 0; k < p->nsizes; k++) {
         /* about a quarter of a second per size at 2 GB/s, 3 calls at least */
         size_t want = (size_t)5e8 / (p->bytes[k] + 4096);
-        p->iters[k] = iters > 0 ? iters : want < 3 ? 3 : want > 1000 ? 1000 : (int)want;
+        p->iters[k] = iters > 0      ? iters
+                      : p->b.quick   ? 2
+                      : want < 3     ? 3
+                      : want > 1000  ? 1000
+                                     : (int)want;
     }
     snprintf(p->tls, sizeof(p->tls), "%s", cli->conf.transport.tls);
     weft_transport_opts_from_conf(&cli->conf.transport, &p->opts);
@@ -447,17 +493,18 @@ int weft_bench_comm(struct weft_cli *cli)
     if (!p)
         return 1;
     int rc = parse(cli, p);
-    for (int rep = 0; rc == 0 && rep < p->repeats; rep++) {
-        if (!p->json)
-            fprintf(stderr, "weft bench comm: round %d of %d\n", rep + 1, p->repeats);
-        rc = run_weft(p, rep);
+    for (int r = rc == 0 ? -p->b.warmup : 0; rc == 0 && r < p->b.rounds; r++) {
+        weft_bench_round_note(&p->b, r); /* weft, mpi, mpi tuned, memcpy; weft, ... */
+        rc = run_weft(p, r);
         if (rc == 0 && !p->no_mpi)
-            rc = run_mpi(p, rep, false) || run_mpi(p, rep, true);
+            rc = run_mpi(p, r, false) || run_mpi(p, r, true);
         if (rc == 0)
-            run_memcpy(p, rep);
+            run_memcpy(p, r);
     }
-    if (rc == 0)
+    if (rc == 0) {
+        weft_bench_end(&p->b);
         report(p);
+    }
     weft_free(p);
     return rc < 0 ? 2 : rc;
 }

@@ -1,11 +1,13 @@
 /* weft bench cp: the seed's context-parallel table on this machine. Every mode on N processes
  * (one thread each) against one process (one thread), for a square and a non-divisible image,
- * with ms per step, peak memory per rank and the share of the step spent in collectives. */
+ * with ms per step, peak memory per rank and the share of the step spent in collectives; every
+ * row once per round, the speed-up from each round's pair of baseline and mode. */
 #include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/stats.h"
 #include "bench/synth.h"
 #include "cli/child.h"
 #include "cli/cli.h"
@@ -24,14 +26,18 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench cp [--np LIST] [--steps N] [--json]\n"
+        "usage: weft bench cp [--np LIST] [--steps N] [--rounds N] [--warmup N] [--quick]\n"
+        "                     [--json]\n"
         "\n"
         "Context parallelism on this machine: a FLUX-shaped model scaled to a few CPU cores\n"
         "(8 heads x 64 = 512 wide, 2 double + 4 single blocks, random f32 weights) denoising a\n"
         "square image (32x32 tokens, 64 text tokens) and a non-divisible one (31x33, 63), in\n"
         "every mode (ulysses, ring all-gather, ring p2p, unified, and their anything forms) on\n"
         "N processes of one thread each, against one process of one thread. Default --np 2,4,\n"
-        "--steps 3 (after one warm-up step).\n");
+        "--steps 3 (after one warm-up step in every process). A round runs every row once,\n"
+        "in table order; a mode that refuses a shape is not run again. --quick: 2 heads x 16,\n"
+        "1 + 1 blocks, 8x8 + 8 and 7x9 + 7 tokens, --np 2, 1 step.\n\n");
+    weft_bench_opt_help(out);
 }
 
 struct run_params {
@@ -213,117 +219,320 @@ static int run_mode(struct run_params p, const char *self, struct result *res)
     return 0;
 }
 
-int weft_bench_cp(struct weft_cli *cli)
+/* One row of the table: a mode on np processes for a shape, or the one-process baseline. */
+struct row {
+    int shape, mode; /* mode -1: one process */
+    struct run_params p;
+    bool refused;
+    char why[256];
+    struct weft_bench_series ms, comm_share, rss_mib;
+};
+
+struct cp_opts {
+    int nps[4], n_np, steps;
+    struct weft_bench b;
+};
+
+static const struct {
+    const char *name;
+    int gh, gw, text;
+} shapes[2][2] = {{{"32x32 (1024+64)", 32, 32, 64}, {"31x33 (1023+63)", 31, 33, 63}},
+                  {{"8x8 (64+8)", 8, 8, 8}, {"7x9 (63+7)", 7, 9, 7}}}; /* [quick] */
+
+static const struct {
+    const char *name;
+    int ring_only, uly_only, unified, anything, p2p;
+} modes[] = {
+    {"ulysses", 0, 1, 0, 0, 0},          {"ring all-gather", 1, 0, 0, 0, 0},
+    {"ring p2p", 1, 0, 0, 0, 1},         {"unified 2-D", 0, 0, 1, 0, 0},
+    {"ulysses_anything", 0, 1, 0, 1, 0}, {"ring_anything ag", 1, 0, 0, 1, 0},
+    {"ring_anything p2p", 1, 0, 0, 1, 1}, {"unified anything", 0, 0, 1, 1, 0},
+};
+#define N_MODES (int)(sizeof(modes) / sizeof(modes[0]))
+#define MAX_ROWS (2 * (1 + 4 * N_MODES))
+
+/* Every row in table order: per shape the baseline, then every mode at every --np. */
+static int rows_plan(const struct cp_opts *o, const char *dir, struct row *rows)
 {
-    int nps[4] = {2, 4}, n_np = 2, json = 0, steps = 3;
+    int n = 0;
+    for (int s = 0; s < 2; s++) {
+        const int q = o->b.quick;
+        struct run_params base = {.model = dir, .np = 1, .ring = 1, .ulysses = 1,
+                                  .steps = o->steps, .gh = shapes[q][s].gh,
+                                  .gw = shapes[q][s].gw, .text = shapes[q][s].text};
+        rows[n++] = (struct row){.shape = s, .mode = -1, .p = base};
+        for (int k = 0; k < o->n_np; k++) {
+            for (int md = 0; md < N_MODES; md++) {
+                struct run_params p = base;
+                p.np = o->nps[k];
+                if (modes[md].unified) {
+                    if (o->nps[k] != 4)
+                        continue;
+                    p.ring = 2, p.ulysses = 2;
+                } else if (modes[md].ring_only) {
+                    p.ring = o->nps[k];
+                } else {
+                    p.ulysses = o->nps[k];
+                }
+                p.anything = modes[md].anything, p.p2p = modes[md].p2p;
+                rows[n++] = (struct row){.shape = s, .mode = md, .p = p};
+            }
+        }
+    }
+    return n;
+}
+
+/* One round: every row once, in table order. A mode that refused a shape is not run again. */
+static void run_round(struct row *rows, int n, const char *self, int round)
+{
+    for (int i = 0; i < n; i++) {
+        struct row *w = &rows[i];
+        if (w->refused)
+            continue;
+        struct result r = {0};
+        if (run_mode(w->p, self, &r) != 0 || !r.ok) {
+            w->refused = true;
+            snprintf(w->why, sizeof(w->why), "%s", r.refused[0] ? r.refused : "failed to run");
+            continue;
+        }
+        weft_bench_series_set(&w->ms, round, r.ms);
+        weft_bench_series_set(&w->comm_share, round, r.comm_ms / r.ms);
+        weft_bench_series_set(&w->rss_mib, round, r.rss_mib);
+    }
+}
+
+/* The baseline row of w's shape. */
+static const struct row *baseline(const struct row *rows, const struct row *w)
+{
+    while (rows->shape != w->shape || rows->mode != -1)
+        rows++;
+    return rows;
+}
+
+static const char *row_name(const struct row *w)
+{
+    return w->mode < 0 ? "one process" : modes[w->mode].name;
+}
+
+/* Modes against each other, from the paired rounds: each anything mode against its plain form
+ * (what the generality costs), ring p2p against all-gather (what the memory saving costs). */
+static const struct {
+    int a, b;
+    const char *higher, *lower;
+} mode_pairs[] = {
+    {4, 0, "anything slower", "anything faster"}, {5, 1, "anything slower", "anything faster"},
+    {6, 2, "anything slower", "anything faster"}, {7, 3, "anything slower", "anything faster"},
+    {2, 1, "p2p slower", "p2p faster"},           {6, 5, "p2p slower", "p2p faster"},
+};
+#define N_PAIRS (int)(sizeof(mode_pairs) / sizeof(mode_pairs[0]))
+
+static const struct row *find_row(const struct row *rows, int n, int shape, int mode, int np)
+{
+    for (int i = 0; i < n; i++)
+        if (rows[i].shape == shape && rows[i].mode == mode && rows[i].p.np == np &&
+            !rows[i].refused)
+            return &rows[i];
+    return NULL;
+}
+
+/* Calls f for every pair both of whose rows ran, with its ratio a / b. */
+static void for_pairs(const struct cp_opts *o, const struct row *rows, int n,
+                      void (*f)(void *arg, int pair, const struct row *a,
+                                const struct weft_bench_cmp *c),
+                      void *arg)
+{
+    for (int s = 0; s < 2; s++) {
+        for (int k = 0; k < o->n_np; k++) {
+            for (int q = 0; q < N_PAIRS; q++) {
+                const struct row *a = find_row(rows, n, s, mode_pairs[q].a, o->nps[k]);
+                const struct row *b = find_row(rows, n, s, mode_pairs[q].b, o->nps[k]);
+                if (!a || !b)
+                    continue;
+                struct weft_bench_cmp c;
+                weft_bench_compare(&a->ms, &b->ms, &c);
+                f(arg, q, a, &c);
+            }
+        }
+    }
+}
+
+struct pair_out {
+    const struct cp_opts *o;
+    cJSON *arr; /* --json: the pairs go here; else they are printed */
+};
+
+static void pair_json(void *arg, int q, const struct row *a, const struct weft_bench_cmp *c)
+{
+    const struct cp_opts *o = ((struct pair_out *)arg)->o;
+    cJSON *arr = ((struct pair_out *)arg)->arr;
+    char what[96];
+    snprintf(what, sizeof(what), "%s / %s", modes[mode_pairs[q].a].name,
+             modes[mode_pairs[q].b].name);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "pair", what);
+    cJSON_AddStringToObject(e, "shape", shapes[o->b.quick][a->shape].name);
+    cJSON_AddNumberToObject(e, "np", a->p.np);
+    cJSON_AddItemToObject(e, "ms_ratio",
+                          weft_bench_json_cmp(c, mode_pairs[q].higher, mode_pairs[q].lower));
+    cJSON_AddItemToArray(arr, e);
+}
+
+static void pair_print(void *arg, int q, const struct row *a, const struct weft_bench_cmp *c)
+{
+    const struct cp_opts *o = ((struct pair_out *)arg)->o;
+    char what[96], r[96];
+    snprintf(what, sizeof(what), "%s / %s", modes[mode_pairs[q].a].name,
+             modes[mode_pairs[q].b].name);
+    printf("%-38s %-16s %3d %-22s %s\n", what, shapes[o->b.quick][a->shape].name, a->p.np,
+           weft_bench_fmt_cmp(c, 3, r, sizeof(r)),
+           weft_bench_verdict_str(c, mode_pairs[q].higher, mode_pairs[q].lower));
+}
+
+static void report_json(const struct cp_opts *o, const struct row *rows, int n)
+{
+    cJSON *root = weft_bench_json_context(&o->b);
+    cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddNumberToObject(cfg, "heads", o->b.quick ? 2 : HEADS);
+    cJSON_AddNumberToObject(cfg, "head_dim", o->b.quick ? 16 : HEAD_DIM);
+    cJSON_AddNumberToObject(cfg, "steps", o->steps);
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < n; i++) {
+        const struct row *w = &rows[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "mode", row_name(w));
+        cJSON_AddStringToObject(e, "shape", shapes[o->b.quick][w->shape].name);
+        cJSON_AddNumberToObject(e, "np", w->p.np);
+        if (w->refused) {
+            cJSON_AddStringToObject(e, "fails", w->why);
+        } else {
+            struct weft_bench_cmp c;
+            weft_bench_compare(&baseline(rows, w)->ms, &w->ms, &c);
+            cJSON_AddItemToObject(e, "ms_per_step", weft_bench_json_fig(&w->ms, 1.0));
+            cJSON_AddItemToObject(e, "speedup", w->mode < 0 ? cJSON_CreateNull()
+                                                            : weft_bench_json_cmp(&c, "faster",
+                                                                                  "slower"));
+            cJSON_AddItemToObject(e, "comm_share", weft_bench_json_fig(&w->comm_share, 1.0));
+            cJSON_AddItemToObject(e, "peak_rss_mib", weft_bench_json_fig(&w->rss_mib, 1.0));
+        }
+        cJSON_AddItemToArray(arr, e);
+    }
+    struct pair_out po = {o, cJSON_AddArrayToObject(root, "pairs")};
+    for_pairs(o, rows, n, pair_json, &po);
+    char *text = cJSON_Print(root);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+static void report_table(const struct cp_opts *o, const struct row *rows, int n)
+{
+    weft_bench_print_context(&o->b, stdout);
+    printf("# FLUX-shaped: %d heads x %d, %s blocks, f32, 1 thread per process, %d step(s) after "
+           "1 warm-up step; speed-up: one process / this, paired by round\n",
+           o->b.quick ? 2 : HEADS, o->b.quick ? 16 : HEAD_DIM,
+           o->b.quick ? "1 double + 1 single" : "2 double + 4 single", o->steps);
+    printf("%-18s %-16s %3s %-26s %-22s %-14s %8s %7s\n", "mode", "shape", "np", "ms / step",
+           "speed-up", "verdict", "RSS MiB", "comm %");
+    for (int i = 0; i < n; i++) {
+        const struct row *w = &rows[i];
+        const char *shape = shapes[o->b.quick][w->shape].name;
+        if (w->refused) {
+            printf("%-18s %-16s %3d fails (%.70s)\n", row_name(w), shape, w->p.np, w->why);
+            continue;
+        }
+        char f1[96], f2[96] = "1.00";
+        const char *verdict = "-";
+        if (w->mode >= 0) {
+            struct weft_bench_cmp c;
+            weft_bench_compare(&baseline(rows, w)->ms, &w->ms, &c);
+            weft_bench_fmt_cmp(&c, 2, f2, sizeof(f2));
+            verdict = weft_bench_verdict_str(&c, "faster", "slower");
+        }
+        struct weft_bench_stats rss, share;
+        weft_bench_stats_of(&w->rss_mib, &rss);
+        weft_bench_stats_of(&w->comm_share, &share);
+        char pct[16] = "-";
+        if (w->mode >= 0)
+            snprintf(pct, sizeof(pct), "%.0f%%", 100.0 * share.median);
+        printf("%-18s %-16s %3d %-26s %-22s %-14s %8.0f %7s\n", row_name(w), shape, w->p.np,
+               weft_bench_fmt(&w->ms, 1.0, 1, f1, sizeof(f1)), f2, verdict, rss.median, pct);
+    }
+    printf("\nmodes against each other (ms / step, paired by round):\n%-38s %-16s %3s %-22s %s\n",
+           "pair", "shape", "np", "ratio", "verdict");
+    struct pair_out po = {o, NULL};
+    for_pairs(o, rows, n, pair_print, &po);
+}
+
+static int parse(struct weft_cli *cli, struct cp_opts *o)
+{
+    *o = (struct cp_opts){{2, 4}, 0, -1, {0}};
+    weft_bench_init(&o->b, "weft bench cp");
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
+        int hit = weft_bench_opt(&o->b, cli->argc, cli->argv, &i);
+        if (hit < 0)
+            return -1;
+        if (hit)
+            continue;
         if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
-            return 0;
-        } else if (!strcmp(cli->argv[i], "--json")) {
-            json = 1;
+            return 1;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--steps"))) {
             long long x;
             if (weft_cli_parse_int("--steps", v, 1, 1000, &x) != 0)
-                return 2;
-            steps = (int)x;
+                return -1;
+            o->steps = (int)x;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--np"))) {
-            if ((n_np = weft_cli_parse_int_list("--np", v, 2, 16, nps, 4)) < 0)
-                return 2;
+            if ((o->n_np = weft_cli_parse_int_list("--np", v, 2, 16, o->nps, 4)) < 0)
+                return -1;
         } else {
             WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench cp --help`)",
                            cli->argv[i]);
-            return 2;
+            return -1;
         }
     }
+    if (weft_bench_begin(&o->b) != 0)
+        return -1;
+    if (o->n_np == 0) /* the defaults: --np 2,4 --steps 3; --quick: --np 2 --steps 1 */
+        o->n_np = o->b.quick ? 1 : 2;
+    if (o->steps < 0)
+        o->steps = o->b.quick ? 1 : 3;
+    return 0;
+}
+
+int weft_bench_cp(struct weft_cli *cli)
+{
+    static struct cp_opts o;
+    int rc = parse(cli, &o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
     char dir[] = "/tmp/weft_bench_cp_XXXXXX";
     if (!mkdtemp(dir))
         return 1;
     struct weft_flux_config c;
-    weft_synth_flux_config(&c, HEADS, HEAD_DIM, 2, 4);
-    c.joint_attention_dim = 256;
-    c.pooled_projection_dim = 256;
-    if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_F32, 1) != WEFT_OK)
-        return 1;
+    if (o.b.quick)
+        weft_synth_flux_config(&c, 2, 16, 1, 1);
+    else
+        weft_synth_flux_config(&c, HEADS, HEAD_DIM, 2, 4);
+    c.joint_attention_dim = o.b.quick ? 32 : 256;
+    c.pooled_projection_dim = o.b.quick ? 32 : 256;
     char self[4096];
-    if (weft_self_path(self, sizeof(self)) != 0)
+    if (weft_synth_flux_write(dir, &c, WEFT_DTYPE_F32, 1) != WEFT_OK ||
+        weft_self_path(self, sizeof(self)) != 0) {
+        weft_remove_tree(dir);
         return 1;
-    static const struct {
-        const char *name;
-        int gh, gw, text;
-    } shapes[] = {{"32x32 (1024+64)", 32, 32, 64}, {"31x33 (1023+63)", 31, 33, 63}};
-    static const struct {
-        const char *name;
-        int ring_only, uly_only, unified, anything, p2p;
-    } modes[] = {
-        {"ulysses", 0, 1, 0, 0, 0},         {"ring all-gather", 1, 0, 0, 0, 0},
-        {"ring p2p", 1, 0, 0, 0, 1},        {"unified 2-D", 0, 0, 1, 0, 0},
-        {"ulysses_anything", 0, 1, 0, 1, 0}, {"ring_anything ag", 1, 0, 0, 1, 0},
-        {"ring_anything p2p", 1, 0, 0, 1, 1}, {"unified anything", 0, 0, 1, 1, 0},
-    };
-    cJSON *rows = cJSON_CreateArray();
-    if (!json)
-        printf("FLUX-shaped: %d heads x %d, 2 double + 4 single blocks, f32, 1 thread per "
-               "process\n%-18s %-16s %3s %9s %8s %10s %8s %7s\n",
-               HEADS, HEAD_DIM, "mode", "shape", "np", "ms/step", "steps/s", "RSS MiB",
-               "speed-up", "comm %");
-    for (size_t s = 0; s < 2; s++) {
-        struct run_params base = {.model = dir, .np = 1, .ring = 1, .ulysses = 1,
-                                  .steps = steps, .gh = shapes[s].gh, .gw = shapes[s].gw,
-                                  .text = shapes[s].text};
-        struct result one = {0};
-        run_mode(base, self, &one);
-        if (!json)
-            printf("%-18s %-16s %3d %9.1f %8.2f %10.0f %8s %7s\n", "one process",
-                   shapes[s].name, 1, one.ms, 1e3 / one.ms, one.rss_mib, "1.00", "-");
-        for (int k = 0; k < n_np; k++) {
-            for (size_t md = 0; md < sizeof(modes) / sizeof(modes[0]); md++) {
-                struct run_params p = base;
-                p.np = nps[k];
-                if (modes[md].unified) {
-                    if (nps[k] != 4)
-                        continue;
-                    p.ring = 2, p.ulysses = 2;
-                } else if (modes[md].ring_only) {
-                    p.ring = nps[k];
-                } else {
-                    p.ulysses = nps[k];
-                }
-                p.anything = modes[md].anything, p.p2p = modes[md].p2p;
-                struct result r = {0};
-                run_mode(p, self, &r);
-                if (json) {
-                    cJSON *e = cJSON_CreateObject();
-                    cJSON_AddStringToObject(e, "mode", modes[md].name);
-                    cJSON_AddStringToObject(e, "shape", shapes[s].name);
-                    cJSON_AddNumberToObject(e, "np", nps[k]);
-                    if (r.ok) {
-                        cJSON_AddNumberToObject(e, "ms_per_step", r.ms);
-                        cJSON_AddNumberToObject(e, "speedup", one.ms / r.ms);
-                        cJSON_AddNumberToObject(e, "comm_share", r.comm_ms / r.ms);
-                        cJSON_AddNumberToObject(e, "peak_rss_mib", r.rss_mib);
-                    } else {
-                        cJSON_AddStringToObject(e, "fails", r.refused);
-                    }
-                    cJSON_AddItemToArray(rows, e);
-                } else if (r.ok) {
-                    printf("%-18s %-16s %3d %9.1f %8.2f %10.0f %8.2f %6.0f%%\n", modes[md].name,
-                           shapes[s].name, nps[k], r.ms, 1e3 / r.ms, r.rss_mib, one.ms / r.ms,
-                           100.0 * r.comm_ms / r.ms);
-                } else {
-                    printf("%-18s %-16s %3d %9s   (%.60s)\n", modes[md].name, shapes[s].name,
-                           nps[k], "fails", r.refused);
-                }
-            }
-        }
     }
-    if (json) {
-        char *text = cJSON_Print(rows);
-        printf("%s\n", text ? text : "[]");
-        cJSON_free(text);
+    static struct row rows[MAX_ROWS];
+    int n = rows_plan(&o, dir, rows);
+    for (int r = -o.b.warmup; r < o.b.rounds; r++) {
+        weft_bench_round_note(&o.b, r);
+        run_round(rows, n, self, r);
     }
-    cJSON_Delete(rows);
+    weft_bench_end(&o.b);
+    if (o.b.json)
+        report_json(&o, rows, n);
+    else
+        report_table(&o, rows, n);
     weft_remove_tree(dir);
-    return 0;
+    return rows[0].refused ? 1 : 0;
 }

@@ -11,6 +11,7 @@
  * end), so no configuration inherits another's pages. Figures go to bench/README.md. */
 #include <cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "bench/stats.h"
 #include "bench/synth.h"
 #include "cli/child.h"
 #include "cli/cli.h"
@@ -31,16 +33,18 @@
 #include "worker/vae.h"
 
 struct vae_bench_opts {
-    long long size, tile, pipe_size, steps, repeats, text;
-    const char *only, *mode, *dir, *algo;
+    long long size, tile, pipe_size, steps, text;
+    const char *only, *mode, *dir;
     int keep;
+    struct weft_bench b;
 };
 
 static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft bench vae [--only convs|decode|pipeline] [--size PX] [--tile PX]\n"
-        "                      [--pipe-size PX] [--steps N] [--repeats N]\n"
+        "                      [--pipe-size PX] [--steps N] [--rounds N] [--warmup N]\n"
+        "                      [--quick] [--json]\n"
         "\n"
         "VAE decode costs on an AutoencoderKL with FLUX.1's config (block_out_channels 128,\n"
         "256, 512, 512; 2 layers per block; 16 latent channels) and random f32 weights:\n"
@@ -48,7 +52,11 @@ static void help(FILE *out)
         "decode time and peak RSS in one piece and in --tile pixel tiles (default 512), and\n"
         "the staged pipeline vs all components resident (a 1024-wide FLUX-shaped transformer,\n"
         "4 double + 8 single blocks, at --pipe-size, default 512, --steps 1). Each memory\n"
-        "figure is one child process's ru_maxrss.\n");
+        "figure is one child process's ru_maxrss. Rounds: convs, one call of every shape with\n"
+        "each kernel in turn (two processes kept loaded: OPENBLAS_CORETYPE as set and unset);\n"
+        "decode and pipeline, one process per mode in turn. --quick: --size 64 --tile 32\n"
+        "--pipe-size 64 and a 2 x 32, 1 + 1-block transformer.\n\n");
+    weft_bench_opt_help(out);
 }
 
 static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long lo, long long *out)
@@ -61,17 +69,22 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long lo, 
 
 static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
 {
-    *o = (struct vae_bench_opts){1024, 512, 512, 1, 3, 128, NULL, NULL, NULL, NULL, 0};
-    static const char *const names[] = {"--size", "--tile", "--pipe-size", "--steps",
-                                        "--repeats", "--keep"};
+    *o = (struct vae_bench_opts){-1, -1, -1, 1, 128, NULL, NULL, NULL, 0, {0}};
+    weft_bench_init(&o->b, "weft bench vae");
+    static const char *const names[] = {"--size", "--tile", "--pipe-size", "--steps", "--keep"};
     long long keep = 0;
-    long long *fields[] = {&o->size, &o->tile, &o->pipe_size, &o->steps, &o->repeats, &keep};
-    static const long long lows[] = {64, 0, 64, 1, 1, 0};
+    long long *fields[] = {&o->size, &o->tile, &o->pipe_size, &o->steps, &keep};
+    static const long long lows[] = {64, 0, 64, 1, 0};
     for (int i = 1; i < cli->argc; i++) {
         if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
             return 1;
         }
+        int hit = weft_bench_opt(&o->b, cli->argc, cli->argv, &i);
+        if (hit < 0)
+            return -1;
+        if (hit)
+            continue;
         const char *v;
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--only")))
             o->only = v;
@@ -79,10 +92,7 @@ static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
             o->mode = v;
         else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dir")))
             o->dir = v;
-        else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--algo")))
-            o->algo = v;
         else {
-            int hit = 0;
             for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
                 if ((hit = opt_ll(cli, &i, names[k], lows[k], fields[k])) < 0)
                     return -1;
@@ -94,6 +104,10 @@ static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
         }
     }
     o->keep = keep != 0;
+    static const long long full[] = {1024, 512, 512}, quick[] = {64, 32, 64};
+    for (int k = 0; k < 3; k++)
+        if (*fields[k] < 0)
+            *fields[k] = o->b.quick ? quick[k] : full[k];
     if (o->size % 16 || o->pipe_size % 16 || o->tile % 8) {
         WEFT_LOG_ERROR("bench", "--size and --pipe-size must be multiples of 16, --tile of 8");
         return -1;
@@ -104,147 +118,6 @@ static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
 /* ---------------------------------------------------------------------------------------- */
 /* A FLUX.1-config AutoencoderKL with random weights                                         */
 
-static void flux_vae_config(struct weft_vae_config *c)
-{
-    *c = (struct weft_vae_config){
-        .in_channels = 3, .out_channels = 3, .latent_channels = 16, .n_blocks = 4,
-        .block_out_channels = {128, 256, 512, 512}, .layers_per_block = 2,
-        .norm_num_groups = 32, .sample_size = 1024, .scaling_factor = 0.3611,
-        .shift_factor = 0.1159, .use_quant_conv = false, .use_post_quant_conv = false,
-        .mid_block_add_attention = true, .scale = 8,
-    };
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* torch's default init bound 1/sqrt(fan_in) for weights and biases; norms weight 1, bias 0. */
-static weft_status_t vae_fill(void *arg, size_t i, uint64_t offset, void *buf, size_t bytes)
-{
-    const struct weft_vae_param *params = arg, *p = &params[i];
-    const bool norm = strstr(p->name, "norm") != NULL;
-    const bool bias = p->ndim == 1 && strstr(p->name, ".bias") != NULL;
-    const struct weft_vae_param *w = bias && i > 0 ? &params[i - 1] : p;
-    int64_t fan_in = w->ndim == 4 ? w->shape[1] * w->shape[2] * w->shape[3]
-                                  : w->ndim == 2 ? w->shape[1] : 1;
-    float bound = 1.0f / sqrtf((float)fan_in);
-    float *f = buf;
-    for (size_t k = 0; k < bytes / 4; k++) {
-        uint64_t r = mix(((uint64_t)i << 40) + offset / 4 + k);
-        float u = (float)(r >> 40) / 16777216.0f * 2.0f - 1.0f;
-        f[k] = norm ? (bias ? 0.0f : 1.0f) : u * bound;
-    }
-    return WEFT_OK;
-}
-
-static weft_status_t write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        WEFT_LOG_ERROR("bench", "%s: %s", path, strerror(errno));
-        return WEFT_ERR_IO;
-    }
-    bool ok = fputs(text, f) >= 0;
-    ok = fclose(f) == 0 && ok;
-    return ok ? WEFT_OK : WEFT_ERR_IO;
-}
-
-static weft_status_t write_vae(const char *dir)
-{
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return WEFT_ERR_IO;
-    char path[2048];
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    weft_status_t st = write_text(path,
-        "{\"_class_name\": \"AutoencoderKL\", \"_diffusers_version\": \"0.42.1\",\n"
-        " \"act_fn\": \"silu\", \"block_out_channels\": [128, 256, 512, 512],\n"
-        " \"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\", "
-        "\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"],\n"
-        " \"force_upcast\": true, \"in_channels\": 3, \"latent_channels\": 16,\n"
-        " \"latents_mean\": null, \"latents_std\": null, \"layers_per_block\": 2,\n"
-        " \"mid_block_add_attention\": true, \"norm_num_groups\": 32, \"out_channels\": 3,\n"
-        " \"sample_size\": 1024, \"scaling_factor\": 0.3611, \"shift_factor\": 0.1159,\n"
-        " \"up_block_types\": [\"UpDecoderBlock2D\", \"UpDecoderBlock2D\", "
-        "\"UpDecoderBlock2D\", \"UpDecoderBlock2D\"],\n"
-        " \"use_post_quant_conv\": false, \"use_quant_conv\": false}\n");
-    if (st != WEFT_OK)
-        return st;
-    struct weft_vae_config c;
-    flux_vae_config(&c);
-    size_t n = weft_vae_params(&c, NULL);
-    struct weft_vae_param *params = weft_calloc(n, sizeof(*params));
-    struct weft_st_out *outs = weft_calloc(n, sizeof(*outs));
-    if (params && outs) {
-        weft_vae_params(&c, params);
-        for (size_t i = 0; i < n; i++)
-            outs[i] = (struct weft_st_out){params[i].name, WEFT_DTYPE_F32, params[i].ndim,
-                                           params[i].shape, NULL};
-        snprintf(path, sizeof(path), "%s/diffusion_pytorch_model.safetensors", dir);
-        const struct weft_st_meta meta[] = {{"format", "pt"}};
-        st = weft_st_write_stream(path, n, outs, 1, meta, vae_fill, params, NULL);
-    } else {
-        st = WEFT_ERR_NOMEM;
-    }
-    weft_free(params);
-    weft_free(outs);
-    return st;
-}
-
-/* A pipeline folder: model_index.json, transformer/, vae/, scheduler/, prompts/bench. */
-static weft_status_t write_pipeline(const char *dir, long long text)
-{
-    char path[2048];
-    struct weft_flux_config fc;
-    weft_synth_flux_config(&fc, 8, 128, 4, 8);
-    snprintf(path, sizeof(path), "%s/model_index.json", dir);
-    weft_status_t st = write_text(path,
-        "{\"_class_name\": \"FluxPipeline\", \"_diffusers_version\": \"0.42.1\",\n"
-        " \"scheduler\": [\"diffusers\", \"FlowMatchEulerDiscreteScheduler\"],\n"
-        " \"transformer\": [\"diffusers\", \"FluxTransformer2DModel\"],\n"
-        " \"vae\": [\"diffusers\", \"AutoencoderKL\"]}\n");
-    snprintf(path, sizeof(path), "%s/transformer", dir);
-    if (st == WEFT_OK)
-        st = weft_synth_flux_write(path, &fc, WEFT_DTYPE_BF16, 7);
-    snprintf(path, sizeof(path), "%s/vae", dir);
-    if (st == WEFT_OK)
-        st = write_vae(path);
-    snprintf(path, sizeof(path), "%s/scheduler", dir);
-    if (st == WEFT_OK && mkdir(path, 0755) != 0)
-        st = WEFT_ERR_IO;
-    snprintf(path, sizeof(path), "%s/scheduler/scheduler_config.json", dir);
-    if (st == WEFT_OK) /* FLUX.1-dev's */
-        st = write_text(path,
-            "{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"base_image_seq_len\": 256,\n"
-            " \"base_shift\": 0.5, \"max_image_seq_len\": 4096, \"max_shift\": 1.15,\n"
-            " \"num_train_timesteps\": 1000, \"shift\": 3.0, \"use_dynamic_shifting\": true}\n");
-    snprintf(path, sizeof(path), "%s/prompts", dir);
-    if (st == WEFT_OK && mkdir(path, 0755) != 0)
-        st = WEFT_ERR_IO;
-    if (st != WEFT_OK)
-        return st;
-    const int64_t pe_shape[3] = {1, text, fc.joint_attention_dim};
-    const int64_t po_shape[2] = {1, fc.pooled_projection_dim};
-    float *pe = weft_malloc((size_t)(text * fc.joint_attention_dim) * sizeof(float));
-    float *po = weft_malloc((size_t)fc.pooled_projection_dim * sizeof(float));
-    if (pe && po) {
-        weft_noise_normal(11, 0, text * fc.joint_attention_dim, pe);
-        weft_noise_normal(12, 0, fc.pooled_projection_dim, po);
-        const struct weft_st_out t[2] = {{"prompt_embeds", WEFT_DTYPE_F32, 3, pe_shape, pe},
-                                         {"pooled_prompt_embeds", WEFT_DTYPE_F32, 2, po_shape, po}};
-        snprintf(path, sizeof(path), "%s/prompts/bench.safetensors", dir);
-        st = weft_st_write(path, 2, t, 0, NULL, NULL);
-    } else {
-        st = WEFT_ERR_NOMEM;
-    }
-    weft_free(pe);
-    weft_free(po);
-    return st;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Child runs                                                                                */
@@ -300,7 +173,7 @@ static int run_convs(const struct vae_bench_opts *o, const struct weft_kernels *
                      struct weft_kctx *kc)
 {
     struct weft_vae_config c;
-    flux_vae_config(&c);
+    weft_synth_vae_config(&c);
     struct conv_shape s[64];
     int n = decode_convs(&c, o->size, s);
     size_t max_x = 0, max_y = 0, max_w = 0, max_ws = 0;
@@ -319,29 +192,27 @@ static int run_convs(const struct vae_bench_opts *o, const struct weft_kernels *
     weft_noise_normal(1, 0, (int64_t)max_x, x);
     weft_noise_normal(2, 0, (int64_t)max_w, w);
     memset(y, 0, max_y * 4);
-    printf("{\"coretype\": \"%s\", \"shapes\": [", getenv("OPENBLAS_CORETYPE")
-                                                       ? getenv("OPENBLAS_CORETYPE") : "auto");
-    for (int i = 0; i < n; i++) {
-        double ms[2] = {0, 0};
-        for (int a = 0; a < 2; a++) {
-            if (o->algo && strcmp(o->algo, a ? "direct" : "gemm") != 0)
-                continue;
-            weft_kernels_cpu_set_conv_algo(kc, a ? WEFT_CONV_DIRECT : WEFT_CONV_GEMM);
-            for (long long r = 0; r < o->repeats; r++) {
-                double t = weft_now();
-                K->conv2d(kc, x, w, WEFT_DTYPE_F32, b, y, s[i].h, s[i].w, s[i].cin, s[i].cout,
-                          s[i].k, 0, ws);
-                t = (weft_now() - t) * 1e3;
-                ms[a] = r == 0 || t < ms[a] ? t : ms[a];
-            }
-        }
-        printf("%s\n  {\"h\": %lld, \"cin\": %lld, \"cout\": %lld, \"k\": %lld, \"count\": %lld, "
-               "\"gemm_ms\": %.2f, \"direct_ms\": %.2f}", i ? "," : "", (long long)s[i].h,
-               (long long)s[i].cin, (long long)s[i].cout, (long long)s[i].k,
-               (long long)s[i].count, ms[0], ms[1]);
+    /* one line: ready, then one call per request line "gemm I" or "direct I" */
+    printf("{\"ready\": true, \"coretype\": \"%s\", \"shapes\": [",
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "auto");
+    for (int i = 0; i < n; i++)
+        printf("%s{\"h\": %lld, \"cin\": %lld, \"cout\": %lld, \"k\": %lld, \"count\": %lld}",
+               i ? ", " : "", (long long)s[i].h, (long long)s[i].cin, (long long)s[i].cout,
+               (long long)s[i].k, (long long)s[i].count);
+    printf("]}\n");
+    (void)fflush(stdout);
+    char line[64], algo[16];
+    int i;
+    while (fgets(line, sizeof(line), stdin) && sscanf(line, "%15s %d", algo, &i) == 2 && i >= 0 &&
+           i < n) {
+        bool direct = strcmp(algo, "direct") == 0;
+        weft_kernels_cpu_set_conv_algo(kc, direct ? WEFT_CONV_DIRECT : WEFT_CONV_GEMM);
+        double t = weft_now();
+        K->conv2d(kc, x, w, WEFT_DTYPE_F32, b, y, s[i].h, s[i].w, s[i].cin, s[i].cout, s[i].k, 0,
+                  ws);
+        printf("{\"ms\": %.3f}\n", (weft_now() - t) * 1e3);
         (void)fflush(stdout);
     }
-    printf("]}\n");
     weft_big_free(x, max_x * 4), weft_big_free(y, max_y * 4), weft_big_free(w, max_w * 4);
     weft_big_free(b, (size_t)4096 * 4), weft_big_free(ws, max_ws + 64);
     return 0;
@@ -443,7 +314,7 @@ int weft_bench_vae_run(struct weft_cli *cli)
     else if (strcmp(o.mode, "pipeline") == 0 && o.dir)
         rc = run_pipeline(&o, K, kc);
     else if (strcmp(o.mode, "write-vae") == 0 && o.dir) /* for profiling by hand */
-        rc = write_vae(o.dir) != WEFT_OK;
+        rc = weft_synth_vae_write(o.dir, WEFT_DTYPE_F32) != WEFT_OK;
     weft_kernels_cpu_destroy(kc);
     return rc;
 }
@@ -451,18 +322,24 @@ int weft_bench_vae_run(struct weft_cli *cli)
 /* ---------------------------------------------------------------------------------------- */
 /* The orchestrator                                                                          */
 
+#define CHILD_TIMEOUT_S 3600.0
+#define MAX_SHAPES 64
+
 struct child {
-    char self[4096], threads[64], size[32], tile[32], pipe_size[32], steps[32], repeats[32];
+    char self[4096], threads[64], size[32], tile[32], pipe_size[32], steps[32], quick[16];
     char out[1 << 16];
 };
 
-static cJSON *child_run(struct child *ch, char **env, const char *mode, const char *dir,
-                        const char *extra_name, const char *extra_value)
+static void child_argv(struct child *ch, char **argv, const char *mode, const char *dir,
+                       const char *extra_name, const char *extra_value)
 {
-    char *argv[24] = {ch->self, ch->threads, "bench", "vae-run", "--mode", (char *)mode,
-                      "--size", ch->size, "--tile", ch->tile, "--pipe-size", ch->pipe_size,
-                      "--steps", ch->steps, "--repeats", ch->repeats};
-    int n = 16;
+    char *base[] = {ch->self, ch->threads, "bench", "vae-run", "--mode", (char *)mode,
+                    "--size", ch->size, "--tile", ch->tile, "--pipe-size", ch->pipe_size,
+                    "--steps", ch->steps, ch->quick};
+    int n = 0;
+    for (size_t k = 0; k < sizeof(base) / sizeof(base[0]); k++)
+        if (base[k][0])
+            argv[n++] = base[k];
     if (dir) {
         argv[n++] = "--dir";
         argv[n++] = (char *)dir;
@@ -472,7 +349,15 @@ static cJSON *child_run(struct child *ch, char **env, const char *mode, const ch
         argv[n++] = (char *)extra_value;
     }
     argv[n] = NULL;
-    int rc = weft_child_run(argv, env, ch->out, sizeof(ch->out), NULL);
+}
+
+/* A one-shot child (its own process: its peak RSS is its own); its JSON line or NULL. */
+static cJSON *child_run(struct child *ch, const char *mode, const char *dir,
+                        const char *extra_name, const char *extra_value)
+{
+    char *argv[24];
+    child_argv(ch, argv, mode, dir, extra_name, extra_value);
+    int rc = weft_child_run(argv, NULL, ch->out, sizeof(ch->out), NULL);
     cJSON *j = rc == 0 ? cJSON_Parse(ch->out) : NULL;
     if (!j)
         WEFT_LOG_ERROR("bench", "vae-run --mode %s %s %s failed (status %d)", mode,
@@ -486,87 +371,403 @@ static double num(const cJSON *j, const char *key)
     return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
 }
 
-static void print_convs(struct child *ch, long long size)
+static void print_json(cJSON *j)
 {
-    char **env = getenv("OPENBLAS_CORETYPE") ? weft_env_edit("OPENBLAS_CORETYPE=", NULL) : NULL;
-    cJSON *a = child_run(ch, NULL, "convs", NULL, NULL, NULL);
-    cJSON *b = env ? child_run(ch, env, "convs", NULL, "--algo", "gemm") : NULL;
+    char *text = cJSON_Print(j);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+}
+
+/* ---- convs: two processes kept loaded, every shape with every kernel in turn ------------- */
+
+enum { CONV_GEMM_SET, CONV_GEMM_AUTO, CONV_DIRECT, CONV_KINDS };
+static const char *const conv_keys[] = {"gemm_as_set", "gemm_auto", "direct"};
+
+struct convs {
+    int n;
+    cJSON *shapes; /* as the child listed them: h, cin, cout, k, count */
+    bool have_auto;
+    char coretype[64];
+    struct weft_bench_series ms[MAX_SHAPES][CONV_KINDS];
+    struct weft_bench_series total_s[CONV_KINDS]; /* the decode's convs, weighted by count */
+};
+
+/* Child 0 runs with the environment as it is (gemm as set, and direct), child 1 with
+ * OPENBLAS_CORETYPE unset (gemm auto), when it is set. */
+static int convs_start(struct child *ch, struct weft_child kids[2], bool alive[2],
+                       struct convs *cv)
+{
+    const char *set = getenv("OPENBLAS_CORETYPE");
+    char **env = set ? weft_env_edit("OPENBLAS_CORETYPE=", NULL) : NULL;
+    char *argv[24];
+    child_argv(ch, argv, "convs", NULL, NULL, NULL);
+    snprintf(cv->coretype, sizeof(cv->coretype), "%s", set ? set : "unset");
+    for (int k = 0; k < (env ? 2 : 1); k++) {
+        if (weft_child_start_duplex(argv, k ? env : NULL, &kids[k]) != 0)
+            continue;
+        cJSON *j = weft_child_ask_json(&kids[k], NULL, CHILD_TIMEOUT_S);
+        alive[k] = j && cJSON_IsArray(cJSON_GetObjectItem(j, "shapes"));
+        if (alive[k] && k == 0)
+            cv->shapes = cJSON_DetachItemFromObject(j, "shapes");
+        if (!alive[k]) {
+            kill(kids[k].pid, SIGKILL);
+            (void)weft_child_finish(&kids[k], NULL, 0, NULL);
+        }
+        cJSON_Delete(j);
+    }
     weft_free(env);
-    if (!a)
-        return;
-    const cJSON *sa = cJSON_GetObjectItem(a, "shapes"), *sb = b ? cJSON_GetObjectItem(b, "shapes")
-                                                              : NULL;
-    printf("conv2d on every conv of a %lldx%lld FLUX.1 VAE decode (ms, best of the repeats):\n",
-           size, size);
-    printf("%10s %12s %2s %5s %14s %14s %11s\n", "pixels", "cin->cout", "k", "runs",
-           "gemm (as set)", "gemm (auto)", "direct");
-    double tot[3] = {0, 0, 0};
-    int i = 0;
-    for (const cJSON *e = sa ? sa->child : NULL; e; e = e->next, i++) {
-        const cJSON *eb = sb ? cJSON_GetArrayItem(sb, i) : NULL;
-        double g = num(e, "gemm_ms"), ga = eb ? num(eb, "gemm_ms") : -1, d = num(e, "direct_ms");
-        double cnt = num(e, "count");
+    cv->have_auto = alive[1];
+    cv->n = cv->shapes ? cJSON_GetArraySize(cv->shapes) : 0;
+    cv->n = cv->n > MAX_SHAPES ? MAX_SHAPES : cv->n;
+    return alive[0] ? 0 : -1;
+}
+
+/* One round: per shape gemm (as set), gemm (auto), direct. */
+static int convs_round(struct weft_child kids[2], const bool alive[2], struct convs *cv,
+                       int round)
+{
+    double tot[CONV_KINDS] = {0, 0, 0};
+    int last = -1; /* the child that answered last */
+    for (int i = 0; i < cv->n; i++) {
+        double count = num(cJSON_GetArrayItem(cv->shapes, i), "count");
+        for (int kind = 0; kind < CONV_KINDS; kind++) {
+            int who = kind == CONV_GEMM_AUTO;
+            if (!alive[who])
+                continue;
+            char req[32];
+            snprintf(req, sizeof(req), "%s %d", kind == CONV_DIRECT ? "direct" : "gemm", i);
+            if (last >= 0 && last != who)
+                weft_child_settle();
+            last = who;
+            cJSON *j = weft_child_ask_json(&kids[who], req, CHILD_TIMEOUT_S);
+            double ms = j ? num(j, "ms") : -1;
+            cJSON_Delete(j);
+            if (ms < 0)
+                return -1;
+            weft_bench_series_set(&cv->ms[i][kind], round, ms);
+            tot[kind] += ms * count;
+        }
+    }
+    for (int kind = 0; kind < CONV_KINDS; kind++)
+        if (alive[kind == CONV_GEMM_AUTO])
+            weft_bench_series_set(&cv->total_s[kind], round, tot[kind] / 1e3);
+    return 0;
+}
+
+static int measure_convs(struct child *ch, struct weft_bench *b, struct convs *cv)
+{
+    struct weft_child kids[2];
+    bool alive[2] = {false, false};
+    int rc = convs_start(ch, kids, alive, cv);
+    for (int r = -b->warmup; r < b->rounds && rc == 0; r++) {
+        weft_bench_round_note(b, r);
+        rc = convs_round(kids, alive, cv, r);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!alive[k])
+            continue;
+        if (rc)
+            kill(kids[k].pid, SIGKILL);
+        (void)weft_child_finish(&kids[k], NULL, 0, NULL);
+    }
+    return rc;
+}
+
+static void print_convs(const struct convs *cv, long long size)
+{
+    printf("conv2d on every conv of a %lldx%lld FLUX.1 VAE decode (ms per call):\n", size, size);
+    printf("%10s %12s %2s %5s %-26s %-26s %-26s %-22s %s\n", "pixels", "cin->cout", "k", "runs",
+           "gemm (as set)", "gemm (auto)", "direct", "direct / gemm (as set)", "verdict");
+    char f[CONV_KINDS][96], r[96];
+    for (int i = 0; i < cv->n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(cv->shapes, i);
         char io[32], px[32];
         snprintf(io, sizeof(io), "%.0f->%.0f", num(e, "cin"), num(e, "cout"));
         snprintf(px, sizeof(px), "%.0fx%.0f", num(e, "h"), num(e, "h"));
-        printf("%10s %12s %2.0f %5.0f %14.1f %14.1f %11.1f\n", px, io, num(e, "k"), cnt, g, ga,
-               d);
-        tot[0] += g * cnt, tot[1] += ga * cnt, tot[2] += d * cnt;
+        for (int kind = 0; kind < CONV_KINDS; kind++)
+            weft_bench_fmt(&cv->ms[i][kind], 1.0, 1, f[kind], sizeof(f[kind]));
+        struct weft_bench_cmp c;
+        weft_bench_compare(&cv->ms[i][CONV_DIRECT], &cv->ms[i][CONV_GEMM_SET], &c);
+        printf("%10s %12s %2.0f %5.0f %-26s %-26s %-26s %-22s %s\n", px, io, num(e, "k"),
+               num(e, "count"), f[0], f[1], f[2], weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
+               weft_bench_verdict_str(&c, "gemm faster", "direct faster"));
     }
-    printf("%10s %12s %2s %5s %13.2fs %13.2fs %10.2fs\n", "all convs", "", "", "",
-           tot[0] / 1e3, tot[1] / 1e3, tot[2] / 1e3);
+    for (int kind = 0; kind < CONV_KINDS; kind++)
+        weft_bench_fmt(&cv->total_s[kind], 1.0, 2, f[kind], sizeof(f[kind]));
+    printf("%10s %12s %2s %5s %-26s %-26s %-26s (s, each shape x runs)\n", "all convs", "", "",
+           "", f[0], f[1], f[2]);
+    for (int kind = 0; kind < CONV_DIRECT; kind++) {
+        struct weft_bench_cmp c;
+        weft_bench_compare(&cv->total_s[CONV_DIRECT], &cv->total_s[kind], &c);
+        printf("all convs, direct / %s (paired): %s, %s\n", kind ? "gemm (auto)" : "gemm (as set)",
+               weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
+               weft_bench_verdict_str(&c, "gemm faster", "direct faster"));
+    }
     printf("(gemm as set: OPENBLAS_CORETYPE=%s; auto: unset, OpenBLAS detects the CPU)\n\n",
-           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
-    cJSON_Delete(a);
-    cJSON_Delete(b);
+           cv->coretype);
 }
 
-static void print_decode(struct child *ch, const char *dir, long long size, long long tile)
+static cJSON *convs_json(const struct convs *cv)
 {
-    printf("decode %lldx%lld (latents %lldx%lld):\n", size, size, size / 8, size / 8);
-    printf("%-22s %9s %11s %13s %13s %13s\n", "mode", "decode s", "weights MB", "reserved MB",
-           "RSS load MB", "peak RSS MB");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "openblas_coretype_as_set", cv->coretype);
+    cJSON *arr = cJSON_AddArrayToObject(o, "shapes");
+    for (int i = 0; i < cv->n; i++) {
+        cJSON *e = cJSON_Duplicate(cJSON_GetArrayItem(cv->shapes, i), 1);
+        for (int kind = 0; kind < CONV_KINDS; kind++)
+            cJSON_AddItemToObject(e, conv_keys[kind], weft_bench_json_fig(&cv->ms[i][kind], 1));
+        struct weft_bench_cmp c;
+        weft_bench_compare(&cv->ms[i][CONV_DIRECT], &cv->ms[i][CONV_GEMM_SET], &c);
+        cJSON_AddItemToObject(e, "direct_over_gemm_as_set",
+                              weft_bench_json_cmp(&c, "gemm faster", "direct faster"));
+        cJSON_AddItemToArray(arr, e);
+    }
+    cJSON *tot = cJSON_AddObjectToObject(o, "total_s");
+    for (int kind = 0; kind < CONV_KINDS; kind++)
+        cJSON_AddItemToObject(tot, conv_keys[kind], weft_bench_json_fig(&cv->total_s[kind], 1));
+    for (int kind = 0; kind < CONV_DIRECT; kind++) {
+        struct weft_bench_cmp c;
+        weft_bench_compare(&cv->total_s[CONV_DIRECT], &cv->total_s[kind], &c);
+        cJSON_AddItemToObject(o, kind ? "direct_over_gemm_auto" : "direct_over_gemm_as_set",
+                              weft_bench_json_cmp(&c, "gemm faster", "direct faster"));
+    }
+    return o;
+}
+
+/* ---- decode and pipeline: one process per mode, the two modes in turn ------------------- */
+
+/* Two modes of one part, each figure a series per mode. */
+struct pair {
+    struct weft_bench_series fig[2][4];
+    double fixed[2][3];  /* figures that do not vary: the last round's */
+    cJSON *components;   /* pipeline: the resident child's list */
+    bool ok;
+};
+
+static int measure_decode(struct child *ch, struct weft_bench *b, const char *dir,
+                          long long tile, struct pair *d)
+{
+    for (int r = -b->warmup; r < b->rounds; r++) {
+        weft_bench_round_note(b, r);
+        for (int t = 0; t < 2; t++) { /* one piece, tiled */
+            char tl[32];
+            snprintf(tl, sizeof(tl), "%lld", t ? tile : 0LL);
+            cJSON *j = child_run(ch, "decode", dir, "--tile", tl);
+            if (!j)
+                return -1;
+            weft_bench_series_set(&d->fig[t][0], r, num(j, "decode_s"));
+            weft_bench_series_set(&d->fig[t][1], r, num(j, "peak_kib") / 1024);
+            d->fixed[t][0] = num(j, "weights") / 1048576;
+            d->fixed[t][1] = num(j, "reserved") / 1048576;
+            d->fixed[t][2] = num(j, "rss_after_load_kib") / 1024;
+            cJSON_Delete(j);
+        }
+    }
+    d->ok = true;
+    return 0;
+}
+
+static void print_decode(const struct pair *d, long long size, long long tile)
+{
+    printf("decode %lldx%lld (latents %lldx%lld), one process per mode and round:\n", size, size,
+           size / 8, size / 8);
+    printf("%-22s %-26s %11s %12s %12s %-26s\n", "mode", "decode s", "weights MB",
+           "reserved MB", "RSS load MB", "peak RSS MB");
+    char f1[96], f2[96];
     for (int t = 0; t < 2; t++) {
-        char tl[32];
-        snprintf(tl, sizeof(tl), "%lld", t ? tile : 0LL);
-        cJSON *j = child_run(ch, NULL, "decode", dir, "--tile", tl);
         char mode[64];
         snprintf(mode, sizeof(mode), t ? "tiled, %lld px tiles" : "one piece", tile);
-        if (j)
-            printf("%-22s %9.2f %11.0f %13.0f %13.0f %13.0f\n", mode, num(j, "decode_s"),
-                   num(j, "weights") / 1048576, num(j, "reserved") / 1048576,
-                   num(j, "rss_after_load_kib") / 1024, num(j, "peak_kib") / 1024);
-        cJSON_Delete(j);
+        printf("%-22s %-26s %11.0f %12.0f %12.0f %-26s\n", mode,
+               weft_bench_fmt(&d->fig[t][0], 1.0, 2, f1, sizeof(f1)), d->fixed[t][0],
+               d->fixed[t][1], d->fixed[t][2], weft_bench_fmt(&d->fig[t][1], 1.0, 0, f2,
+                                                              sizeof(f2)));
     }
-    printf("\n");
+    struct weft_bench_cmp c, m;
+    weft_bench_compare(&d->fig[1][0], &d->fig[0][0], &c);
+    weft_bench_compare(&d->fig[1][1], &d->fig[0][1], &m);
+    printf("tiled / one piece (paired): decode %s, %s; peak RSS %s, %s\n\n",
+           weft_bench_fmt_cmp(&c, 2, f1, sizeof(f1)),
+           weft_bench_verdict_str(&c, "one piece faster", "tiled faster"),
+           weft_bench_fmt_cmp(&m, 2, f2, sizeof(f2)),
+           weft_bench_verdict_str(&m, "one piece smaller", "tiled smaller"));
 }
 
-static void print_pipeline(struct child *ch, const char *dir, long long size, long long steps)
+static cJSON *decode_json(const struct pair *d, long long tile)
 {
-    printf("pipeline %lldx%lld, %lld step(s): FLUX-shaped transformer (8 x 128, 4 + 8 blocks, "
-           "bf16 on disk) + the VAE:\n", size, size, steps);
-    printf("%-36s %13s %10s %10s\n", "mode", "peak RSS MB", "denoise s", "decode s");
-    for (int keep = 0; keep < 2; keep++) {
-        cJSON *j = child_run(ch, NULL, "pipeline", dir, "--keep", keep ? "1" : "0");
-        if (j)
-            printf("%-36s %13.0f %10.2f %10.2f\n",
-                   keep ? "resident (all components kept)" : "staged (freed after each stage)",
-                   num(j, "peak_kib") / 1024, num(j, "denoise_s"), num(j, "decode_s"));
-        const cJSON *comps = j ? cJSON_GetObjectItem(j, "components") : NULL;
-        for (const cJSON *c = comps ? comps->child : NULL; c && keep; c = c->next)
-            printf("  component %-14s %8.0f MB loaded (%0.f MB on disk)\n",
-                   cJSON_GetObjectItem(c, "name")->valuestring, num(c, "weight_bytes") / 1048576,
-                   num(c, "file_bytes") / 1048576);
-        cJSON_Delete(j);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *rows = cJSON_AddArrayToObject(o, "rows");
+    for (int t = 0; t < 2; t++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "mode", t ? "tiled" : "one_piece");
+        cJSON_AddNumberToObject(e, "tile_px", t ? (double)tile : 0);
+        cJSON_AddItemToObject(e, "decode_s", weft_bench_json_fig(&d->fig[t][0], 1));
+        cJSON_AddItemToObject(e, "peak_rss_mb", weft_bench_json_fig(&d->fig[t][1], 1));
+        cJSON_AddNumberToObject(e, "weights_mb", d->fixed[t][0]);
+        cJSON_AddNumberToObject(e, "reserved_mb", d->fixed[t][1]);
+        cJSON_AddNumberToObject(e, "rss_after_load_mb", d->fixed[t][2]);
+        cJSON_AddItemToArray(rows, e);
     }
+    struct weft_bench_cmp c;
+    weft_bench_compare(&d->fig[1][0], &d->fig[0][0], &c);
+    cJSON_AddItemToObject(o, "tiled_over_one_piece_decode",
+                          weft_bench_json_cmp(&c, "one piece faster", "tiled faster"));
+    weft_bench_compare(&d->fig[1][1], &d->fig[0][1], &c);
+    cJSON_AddItemToObject(o, "tiled_over_one_piece_peak_rss",
+                          weft_bench_json_cmp(&c, "one piece smaller", "tiled smaller"));
+    return o;
+}
+
+static int measure_pipeline(struct child *ch, struct weft_bench *b, const char *dir,
+                            struct pair *p)
+{
+    for (int r = -b->warmup; r < b->rounds; r++) {
+        weft_bench_round_note(b, r);
+        for (int keep = 0; keep < 2; keep++) { /* staged, resident */
+            cJSON *j = child_run(ch, "pipeline", dir, "--keep", keep ? "1" : "0");
+            if (!j)
+                return -1;
+            weft_bench_series_set(&p->fig[keep][0], r, num(j, "peak_kib") / 1024);
+            weft_bench_series_set(&p->fig[keep][1], r, num(j, "denoise_s"));
+            weft_bench_series_set(&p->fig[keep][2], r, num(j, "decode_s"));
+            if (keep) {
+                cJSON_Delete(p->components);
+                p->components = cJSON_DetachItemFromObject(j, "components");
+            }
+            cJSON_Delete(j);
+        }
+    }
+    p->ok = true;
+    return 0;
+}
+
+static const char *const pipe_keys[] = {"peak_rss_mb", "denoise_s", "decode_s"};
+static const char *const pipe_words[] = {"peak RSS", "denoise", "decode"};
+
+static void print_pipeline(const struct pair *p, long long size, long long steps, bool quick)
+{
+    printf("pipeline %lldx%lld, %lld step(s): FLUX-shaped transformer (%s, bf16 on disk) + the "
+           "VAE, one process per mode and round:\n", size, size, steps,
+           quick ? "2 x 32, 1 + 1 blocks" : "8 x 128, 4 + 8 blocks");
+    printf("%-32s %-26s %-26s %-26s\n", "mode", "peak RSS MB", "denoise s", "decode s");
+    char f[3][96];
+    for (int keep = 0; keep < 2; keep++) {
+        for (int k = 0; k < 3; k++)
+            weft_bench_fmt(&p->fig[keep][k], 1.0, k ? 2 : 0, f[k], sizeof(f[k]));
+        printf("%-32s %-26s %-26s %-26s\n",
+               keep ? "resident (all components kept)" : "staged (freed after each stage)",
+               f[0], f[1], f[2]);
+    }
+    printf("resident / staged (paired):");
+    for (int k = 0; k < 3; k++) {
+        struct weft_bench_cmp c;
+        weft_bench_compare(&p->fig[1][k], &p->fig[0][k], &c);
+        printf("%s %s %s, %s", k ? ";" : "", pipe_words[k],
+               weft_bench_fmt_cmp(&c, 2, f[0], sizeof(f[0])),
+               weft_bench_verdict_str(&c, k ? "staged faster" : "staged smaller",
+                                      k ? "resident faster" : "resident smaller"));
+    }
+    printf("\n");
+    for (const cJSON *c = p->components ? p->components->child : NULL; c; c = c->next)
+        printf("  component %-14s %8.0f MB loaded (%0.f MB on disk)\n",
+               cJSON_GetObjectItem(c, "name")->valuestring, num(c, "weight_bytes") / 1048576,
+               num(c, "file_bytes") / 1048576);
+}
+
+static cJSON *pipeline_json(const struct pair *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *rows = cJSON_AddArrayToObject(o, "rows");
+    for (int keep = 0; keep < 2; keep++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "mode", keep ? "resident" : "staged");
+        for (int k = 0; k < 3; k++)
+            cJSON_AddItemToObject(e, pipe_keys[k], weft_bench_json_fig(&p->fig[keep][k], 1));
+        cJSON_AddItemToArray(rows, e);
+    }
+    for (int k = 0; k < 3; k++) {
+        struct weft_bench_cmp c;
+        char key[64];
+        weft_bench_compare(&p->fig[1][k], &p->fig[0][k], &c);
+        snprintf(key, sizeof(key), "resident_over_staged_%s", pipe_keys[k]);
+        cJSON_AddItemToObject(o, key, weft_bench_json_cmp(&c, k ? "staged faster"
+                                                                : "staged smaller",
+                                                          k ? "resident faster"
+                                                            : "resident smaller"));
+    }
+    cJSON_AddItemToObject(o, "components", p->components ? cJSON_Duplicate(p->components, 1)
+                                                         : cJSON_CreateNull());
+    return o;
+}
+
+/* ---- the three parts --------------------------------------------------------------------- */
+
+struct vae_results {
+    struct convs convs;
+    struct pair decode, pipeline;
+    bool did[3];
+};
+
+static int run_parts(struct child *ch, struct vae_bench_opts *o, const char *dir,
+                     struct vae_results *res)
+{
+    int rc = 0;
+    char sub[128];
+    if ((res->did[0] = !o->only || strcmp(o->only, "convs") == 0))
+        rc |= measure_convs(ch, &o->b, &res->convs) != 0;
+    snprintf(sub, sizeof(sub), "%s/vae", dir);
+    if ((res->did[1] = !o->only || strcmp(o->only, "decode") == 0))
+        rc |= weft_synth_vae_write(sub, WEFT_DTYPE_F32) != WEFT_OK || measure_decode(ch, &o->b, sub, o->tile,
+                                                          &res->decode) != 0;
+    if ((res->did[2] = !o->only || strcmp(o->only, "pipeline") == 0)) {
+        WEFT_LOG_INFO("bench", "writing a synthetic pipeline to %s", dir);
+        struct weft_flux_config fc;
+        if (o->b.quick)
+            weft_synth_flux_config(&fc, 2, 32, 1, 1);
+        else
+            weft_synth_flux_config(&fc, 8, 128, 4, 8);
+        rc |= weft_synth_pipeline_write(dir, &fc, WEFT_DTYPE_BF16, WEFT_DTYPE_F32, o->text) !=
+                  WEFT_OK ||
+              measure_pipeline(ch, &o->b, dir, &res->pipeline) != 0;
+    }
+    return rc;
+}
+
+static void report(const struct vae_bench_opts *o, const struct vae_results *res)
+{
+    if (!o->b.json) {
+        weft_bench_print_context(&o->b, stdout);
+        if (res->did[0] && res->convs.n)
+            print_convs(&res->convs, o->size);
+        if (res->did[1] && res->decode.ok)
+            print_decode(&res->decode, o->size, o->tile);
+        if (res->did[2] && res->pipeline.ok)
+            print_pipeline(&res->pipeline, o->pipe_size, o->steps, o->b.quick);
+        return;
+    }
+    cJSON *root = weft_bench_json_context(&o->b);
+    cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddNumberToObject(cfg, "size", (double)o->size);
+    cJSON_AddNumberToObject(cfg, "tile", (double)o->tile);
+    cJSON_AddNumberToObject(cfg, "pipe_size", (double)o->pipe_size);
+    cJSON_AddNumberToObject(cfg, "steps", (double)o->steps);
+    if (res->did[0] && res->convs.n)
+        cJSON_AddItemToObject(root, "convs", convs_json(&res->convs));
+    if (res->did[1] && res->decode.ok)
+        cJSON_AddItemToObject(root, "decode", decode_json(&res->decode, o->tile));
+    if (res->did[2] && res->pipeline.ok)
+        cJSON_AddItemToObject(root, "pipeline", pipeline_json(&res->pipeline));
+    print_json(root);
+    cJSON_Delete(root);
 }
 
 int weft_bench_vae(struct weft_cli *cli)
 {
-    struct vae_bench_opts o;
+    static struct vae_bench_opts o;
     int rc = parse(cli, &o);
     if (rc)
         return rc > 0 ? 0 : 2;
+    if (weft_bench_begin(&o.b) != 0)
+        return 2;
     static struct child ch;
     if (weft_self_path(ch.self, sizeof(ch.self)) != 0)
         return 1;
@@ -576,25 +777,18 @@ int weft_bench_vae(struct weft_cli *cli)
     snprintf(ch.tile, sizeof(ch.tile), "%lld", o.tile);
     snprintf(ch.pipe_size, sizeof(ch.pipe_size), "%lld", o.pipe_size);
     snprintf(ch.steps, sizeof(ch.steps), "%lld", o.steps);
-    snprintf(ch.repeats, sizeof(ch.repeats), "%lld", o.repeats);
-    char dir[] = "/tmp/weft_bench_vae_XXXXXX", sub[128];
+    snprintf(ch.quick, sizeof(ch.quick), "%s", o.b.quick ? "--quick" : "");
+    char dir[] = "/tmp/weft_bench_vae_XXXXXX";
     if (!mkdtemp(dir)) {
         WEFT_LOG_ERROR("bench", "cannot create a temporary folder: %s", strerror(errno));
         return 1;
     }
-    if (!o.only || strcmp(o.only, "convs") == 0)
-        print_convs(&ch, o.size);
-    snprintf(sub, sizeof(sub), "%s/vae", dir);
-    if (!o.only || strcmp(o.only, "decode") == 0) {
-        if (write_vae(sub) == WEFT_OK)
-            print_decode(&ch, sub, o.size, o.tile);
-    }
-    snprintf(sub, sizeof(sub), "%s", dir);
-    if (!o.only || strcmp(o.only, "pipeline") == 0) {
-        WEFT_LOG_INFO("bench", "writing a synthetic pipeline to %s", dir);
-        if (write_pipeline(sub, o.text) == WEFT_OK)
-            print_pipeline(&ch, sub, o.pipe_size, o.steps);
-    }
+    static struct vae_results res;
+    rc = run_parts(&ch, &o, dir, &res);
+    weft_bench_end(&o.b);
+    report(&o, &res);
+    cJSON_Delete(res.convs.shapes);
+    cJSON_Delete(res.pipeline.components);
     weft_remove_tree(dir);
-    return 0;
+    return rc;
 }

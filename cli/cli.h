@@ -21,6 +21,7 @@ struct weft_cli {
 
 int weft_cmd_inspect(struct weft_cli *cli);
 int weft_cmd_generate(struct weft_cli *cli);
+int weft_cmd_tokenize(struct weft_cli *cli);
 int weft_cmd_bench(struct weft_cli *cli);
 int weft_cmd_plan(struct weft_cli *cli);
 int weft_cmd_worker(struct weft_cli *cli);
@@ -37,6 +38,8 @@ int weft_bench_cp(struct weft_cli *cli);
 int weft_bench_cp_run(struct weft_cli *cli);
 int weft_bench_comm(struct weft_cli *cli);
 int weft_bench_vae(struct weft_cli *cli);
+int weft_bench_gemm(struct weft_cli *cli);
+int weft_bench_generate(struct weft_cli *cli);
 int weft_bench_vae_run(struct weft_cli *cli);
 
 /* The embedded default model: the source tree's models/flux-tiny while it is there (a build

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/progress.h"
@@ -23,23 +24,31 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft generate [--model DIR] [--prompt-embeds FILE|NAME] [--height N] [--width N]\n"
-        "                     [--steps N] [--guidance G] [--seed S] [--latents FILE]\n"
-        "                     [--vae-tiling] [--vae-tile PX] [--device DEV]\n"
-        "                     --out FILE.png|FILE.safetensors\n"
+        "usage: weft generate [--model DIR] [--prompt TEXT | --prompt-embeds FILE|NAME]\n"
+        "                     [--max-sequence-length N] [--height N] [--width N] [--steps N]\n"
+        "                     [--guidance G] [--seed S] [--latents FILE] [--vae-tiling]\n"
+        "                     [--vae-tile PX] [--device DEV] --out FILE.png|FILE.safetensors\n"
         "\n"
-        "Run a FLUX.1 pipeline on this machine (one device), stage by stage: read the\n"
-        "prompt embeddings, denoise with the transformer, decode with the VAE. Each stage\n"
-        "loads its component and frees it when done. A .png output is the decoded image with\n"
-        "the generation parameters in text chunks; a .safetensors output is the final packed\n"
-        "latents (tensor \"latents\" [1, tokens, channels]) and needs no VAE.\n"
+        "Run a FLUX.1 pipeline on this machine (one device), stage by stage: encode the\n"
+        "prompt with the text encoders (CLIP, T5), denoise with the transformer, decode with\n"
+        "the VAE. Each stage loads its component and frees it when done. A .png output is the\n"
+        "decoded image with the generation parameters in text chunks; a .safetensors output is\n"
+        "the final packed latents (tensor \"latents\" [1, tokens, channels]) and needs no VAE.\n"
         "\n"
-        "  --model DIR          Diffusers pipeline folder (transformer/, vae/, scheduler/) or a\n"
-        "                       transformer folder (latents only); default [model] path, else\n"
-        "                       the embedded models/flux-tiny (random weights: noise images)\n"
-        "  --prompt-embeds F    safetensors with prompt_embeds [1, T, joint_dim] and\n"
-        "                       pooled_prompt_embeds [1, pooled_dim]; a bare NAME means\n"
-        "                       DIR/prompts/NAME.safetensors; default: the first in DIR/prompts\n"
+        "  --model DIR          Diffusers pipeline folder (transformer/, vae/, scheduler/, and\n"
+        "                       tokenizer/, text_encoder/, tokenizer_2/, text_encoder_2/ to\n"
+        "                       encode text) or a transformer folder (latents only); default\n"
+        "                       [model] path, else the embedded models/flux-tiny (random\n"
+        "                       weights, no text encoders: noise images)\n"
+        "  --prompt TEXT        the prompt, encoded as FluxPipeline encodes it (CLIP's pooled\n"
+        "                       output, T5's embeddings). A model without text encoders takes\n"
+        "                       only the name of one of its precomputed prompts (DIR/prompts)\n"
+        "  --max-sequence-length N  T5 tokens of the prompt, 1..512 (default 512; FLUX.1-schnell\n"
+        "                       uses 256)\n"
+        "  --prompt-embeds F    precomputed embeddings instead of text: safetensors with\n"
+        "                       prompt_embeds [1, T, joint_dim] and pooled_prompt_embeds\n"
+        "                       [1, pooled_dim]; a bare NAME means DIR/prompts/NAME.safetensors;\n"
+        "                       with neither option: the first file of DIR/prompts\n"
         "  --height, --width N  image size in pixels, multiples of 16 (default 1024)\n"
         "  --steps N            denoising steps (default 28)\n"
         "  --guidance G         embedded guidance scale (default 3.5; guidance-distilled models)\n"
@@ -57,8 +66,8 @@ static void help(FILE *out)
 }
 
 struct gen_opts {
-    const char *model, *prompt, *latents, *out, *device;
-    long long height, width, steps, vae_tile;
+    const char *model, *prompt, *text, *latents, *out, *device;
+    long long height, width, steps, vae_tile, max_sequence_length;
     double guidance;
     unsigned long long seed;
     int vae_tiling;
@@ -76,6 +85,11 @@ static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
         o->device = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt-embeds")))
         o->prompt = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt")))
+        o->text = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--max-sequence-length")))
+        return weft_cli_parse_int("--max-sequence-length", v, 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH,
+                                  &o->max_sequence_length);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--latents")))
         o->latents = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--out")))
@@ -107,7 +121,8 @@ static bool ends_with(const char *s, const char *suffix)
 
 static int parse_args(struct weft_cli *cli, struct gen_opts *o)
 {
-    *o = (struct gen_opts){.height = 1024, .width = 1024, .steps = 28, .guidance = 3.5};
+    *o = (struct gen_opts){.height = 1024, .width = 1024, .steps = 28, .guidance = 3.5,
+                           .max_sequence_length = WEFT_MODEL_MAX_SEQUENCE_LENGTH};
     for (int i = 1; i < cli->argc; i++) {
         if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
@@ -124,6 +139,10 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
     }
     if (!o->out) {
         WEFT_LOG_ERROR("generate", "--out FILE is required (see `weft generate --help`)");
+        return -1;
+    }
+    if (o->text && o->prompt) {
+        WEFT_LOG_ERROR("generate", "give --prompt TEXT or --prompt-embeds FILE|NAME, not both");
         return -1;
     }
     o->png = ends_with(o->out, ".png");
@@ -168,6 +187,40 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
     }
     snprintf(path, len, "%s/%s", pdir, best);
     return WEFT_OK;
+}
+
+/* --prompt on a model that cannot encode text: the name of a precomputed prompt, the one
+ * meaning text has there (as the job API takes it); else why the text cannot be encoded. An
+ * empty path means: encode o->text. */
+static weft_status_t text_or_embeds(const char *dir, struct gen_opts *o, char *path, size_t len,
+                                    struct weft_error *err)
+{
+    if (!o->text)
+        return resolve_prompt(dir, o->prompt, path, len);
+    struct weft_model *m;
+    weft_status_t st = weft_model_open(dir, &m, err);
+    if (st != WEFT_OK)
+        return st;
+    char why[400];
+    const char *missing = weft_model_text_missing(m, why, sizeof(why));
+    weft_model_close(m);
+    if (!missing)
+        return WEFT_OK;
+    const size_t n = strlen(o->text);
+    bool name = n > 0 && n < 64 && o->text[0] != '.' &&
+                strspn(o->text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                "0123456789._-") == n;
+    if (name) {
+        snprintf(path, len, "%s/prompts/%s.safetensors", dir, o->text);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            (void)fclose(f);
+            return WEFT_OK;
+        }
+    }
+    path[0] = '\0';
+    return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "--prompt: %s; give precomputed "
+                             "embeddings with --prompt-embeds FILE|NAME", missing);
 }
 
 /* --latents: tensor "latents" or "latents_init" with exactly numel elements (caller frees). */
@@ -264,17 +317,36 @@ static void log_components(const struct weft_runtime *rt)
                        WEFT_VAE_CLASS, (double)m->vae_file_bytes / 1e6, (double)vb / 1e6);
 }
 
+/* The prompt's embeddings: the text encoded (the stage "encode"), or read from the file. */
+static weft_status_t prompt_embeds(const struct gen_opts *o, const char *prompt_path,
+                                   struct weft_runtime *rt, struct weft_prompt_embeds *pe,
+                                   struct weft_error *err)
+{
+    if (prompt_path[0])
+        return weft_model_prompt_read(weft_runtime_model(rt), prompt_path, pe, err);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    weft_status_t st = weft_runtime_encode(rt, o->text, o->max_sequence_length, pe, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st == WEFT_OK)
+        WEFT_LOG_INFO("generate", "encoded the prompt: %lld T5 tokens (%.2f s)",
+                      (long long)pe->tokens,
+                      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return st;
+}
+
 static weft_status_t run(const struct gen_opts *o, const char *dir, const char *prompt_path,
                          struct weft_runtime *rt, struct weft_error *err)
 {
     const struct weft_model *m = weft_runtime_model(rt);
     struct weft_prompt_embeds pe = {0};
     float *init = NULL;
-    weft_status_t st = weft_model_prompt_read(m, prompt_path, &pe, err);
+    weft_status_t st = prompt_embeds(o, prompt_path, rt, &pe, err);
     if (st == WEFT_OK && o->latents)
         st = read_latents(o->latents, weft_job_latent_elems(m, o->height, o->width), &init, err);
     char name[256];
-    prompt_name(prompt_path, name, sizeof(name));
+    if (prompt_path[0])
+        prompt_name(prompt_path, name, sizeof(name));
     struct weft_vae_tiling tiling;
     struct step_ui ui;
     const struct weft_rt_image img = {
@@ -282,7 +354,8 @@ static weft_status_t run(const struct gen_opts *o, const char *dir, const char *
         .height = o->height, .width = o->width, .steps = (int)o->steps,
         .guidance = (float)o->guidance, .seed = o->seed, .latents_init = init,
         .tiling = tiling_of(o, m, &tiling), .decode = o->png != 0, .keep_latents = !o->png,
-        .png_prompt = name, .png_model = dir, .png_prompt_index = -1,
+        .png_prompt = prompt_path[0] ? name : o->text, .png_model = dir,
+        .png_prompt_index = -1,
     };
     struct weft_rt_result r = {0};
     if (st == WEFT_OK) {
@@ -294,7 +367,7 @@ static weft_status_t run(const struct gen_opts *o, const char *dir, const char *
     weft_prompt_embeds_cleanup(&pe);
     if (st == WEFT_OK)
         st = o->png ? weft_files_save(o->out, r.png, r.png_len, err)
-                    : write_latents(o, dir, name, &r, err);
+                    : write_latents(o, dir, prompt_path[0] ? name : o->text, &r, err);
     if (st == WEFT_OK)
         WEFT_LOG_INFO("generate", "wrote %s (%lldx%lld, %lld steps; denoise %.2f s, decode "
                                   "%.2f s)", o->out, o->width, o->height, o->steps, r.denoise_s,
@@ -329,8 +402,10 @@ int weft_cmd_generate(struct weft_cli *cli)
         if (st != WEFT_OK)
             WEFT_LOG_ERROR("generate", "%s", why);
     }
-    if (st == WEFT_OK && (st = resolve_prompt(dir, o.prompt, prompt, sizeof(prompt))) == WEFT_OK) {
-        const struct weft_rt_opts ro = {K, kc, true}; /* one job: each stage frees its part */
+    prompt[0] = '\0';
+    if (st == WEFT_OK && (st = text_or_embeds(dir, &o, prompt, sizeof(prompt), &err)) == WEFT_OK) {
+        /* one job: each stage frees its part (nothing to cache) */
+        const struct weft_rt_opts ro = {K, kc, true, 0};
         st = weft_runtime_create(&ro, &rt);
     }
     if (st == WEFT_OK) {

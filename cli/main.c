@@ -23,6 +23,7 @@ struct command {
 static const struct command commands[] = {
     {"inspect", weft_cmd_inspect, "show a checkpoint: class, config, parameters, tensor table"},
     {"generate", weft_cmd_generate, "run a pipeline on this machine: write a PNG (or latents)"},
+    {"tokenize", weft_cmd_tokenize, "the token ids a model's tokenizers make of a prompt"},
     {"run", weft_cmd_run, "a coordinator, N workers and one job on this machine; writes PNGs"},
     {"worker", weft_cmd_worker, "join a coordinator as one device and run what it assigns"},
     {"plan", weft_cmd_plan, "show how a parallel layout splits a model (loads nothing)"},

@@ -30,7 +30,8 @@ static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
-        "                [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
+        "                [--prompt TEXT]... [--prompt-embeds NAME]... [--max-sequence-length N]\n"
+        "                [--height N] [--width N] [--steps N]\n"
         "                [--guidance G] [--seed S] [-n|--count N] [-o|--out FILE.png|DIR] [-v]\n"
         "                [--progress auto|bar|plain|none]\n"
         "                [--device-map balanced|auto --np N [--max-memory 0:SIZE,1:SIZE,cpu:SIZE]]\n"
@@ -47,8 +48,12 @@ static void help(FILE *out)
         "                      the transformer is split by blocks where one device is too\n"
         "                      small; --max-memory bounds each device (and cpu: host memory)\n"
         "  --tp/--ulysses/--ring/--dp N  parallel degrees\n"
-        "  --prompt NAME|FILE  a name in the model's prompts/ folder or a safetensors file;\n"
-        "                      repeat for a batch (split across the dp replicas)\n"
+        "  --prompt TEXT       a prompt, encoded by the model's text encoders on each replica's\n"
+        "                      first rank (a model without them takes only the name of one\n"
+        "                      of its precomputed prompts); repeat for a batch (split across\n"
+        "                      the dp replicas)\n"
+        "  --prompt-embeds NAME  precomputed embeddings of the model's prompts/ folder instead\n"
+        "  --max-sequence-length N  T5 tokens of each text prompt, 1..512 (default 512)\n"
         "  -o, --out PATH      PATH ending in .png: that file (several images: PATH-<i>.png);\n"
         "                      any other PATH is a folder: PATH/<i>.png (created, and checked\n"
         "                      writable, before anything starts). Default weft.png\n"
@@ -65,8 +70,9 @@ static void help(FILE *out)
 struct run_opts {
     const char *model, *out;
     const char *prompts[MAX_PROMPTS];
+    bool embeds[MAX_PROMPTS]; /* --prompt-embeds (else --prompt: text) */
     int n_prompts;
-    long long np, tp, uly, ring, dp, height, width, steps, count;
+    long long np, tp, uly, ring, dp, height, width, steps, count, max_sequence_length;
     double guidance;
     unsigned long long seed;
     bool verbose;
@@ -85,6 +91,7 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
     for (int i = 1; i < cli->argc; i++) {
         char **argv = cli->argv;
         const char *v;
+        bool embeds = false;
         if (weft_cli_is_help(argv[i])) {
             help(stdout);
             return 1;
@@ -119,13 +126,19 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out")) ||
                    (v = weft_cli_opt_value(cli->argc, argv, &i, "-o"))) {
             o->out = v;
-        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt")) ||
-                   (v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt-embeds"))) {
+        } else if ((embeds = (v = weft_cli_opt_value(cli->argc, argv, &i,
+                                                     "--prompt-embeds")) != NULL) ||
+                   (v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt"))) {
             if (o->n_prompts == MAX_PROMPTS) {
                 WEFT_LOG_ERROR("run", "more than %d prompts", MAX_PROMPTS);
                 return -1;
             }
+            o->embeds[o->n_prompts] = embeds;
             o->prompts[o->n_prompts++] = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-sequence-length"))) {
+            if (weft_cli_parse_int("--max-sequence-length", v, 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH,
+                                   &o->max_sequence_length))
+                return -1;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--seed"))) {
             if (weft_cli_parse_seed("--seed", v, &o->seed))
                 return -1;
@@ -331,6 +344,10 @@ static int submit_and_fetch(const struct run_opts *o, const char *api)
         n_prompts = 1;
     }
     for (int i = 0; i < o->n_prompts; i++) {
+        if (!o->embeds[i]) {
+            prompts[i] = (struct weft_prompt){.text = o->prompts[i]};
+            continue;
+        }
         prompts[i] = (struct weft_prompt){.name = o->prompts[i]};
         if (strchr(o->prompts[i], '/') || strstr(o->prompts[i], ".safetensors")) {
             FILE *f = fopen(o->prompts[i], "rb");
@@ -350,7 +367,8 @@ static int submit_and_fetch(const struct run_opts *o, const char *api)
     struct weft_job_request req = {.prompts = prompts,
                                    .n_prompts = (size_t)n_prompts,
                                    .height = o->height, .width = o->width, .steps = o->steps,
-                                   .count = o->count, .guidance = o->guidance, .seed = o->seed};
+                                   .count = o->count, .guidance = o->guidance, .seed = o->seed,
+                                   .max_sequence_length = o->max_sequence_length};
     char id[WEFT_CLIENT_ID_MAX];
     if (weft_client_submit(c, &req, id) != WEFT_OK) {
         WEFT_LOG_ERROR("run", "submit: %s", weft_client_error(c));

@@ -55,7 +55,8 @@ static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
     if (strcmp(name, "local") == 0) {
         struct weft_local_runner_opts o = {.model_dir = model,
                                            .threads = (int)cli->conf.kernels.threads,
-                                           .compute = cli->conf.model.dtype};
+                                           .compute = cli->conf.model.dtype,
+                                           .prompt_cache = cli->conf.model.prompt_cache};
         char why[300];
         if (weft_device_parse(cli->conf.worker.device, -1, &o.device, why, sizeof(why)) !=
             WEFT_OK)

@@ -19,21 +19,27 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft submit [--prompt NAME|FILE]... [--height N] [--width N] [--steps N]\n"
+        "usage: weft submit [--prompt TEXT]... [--prompt-embeds NAME|FILE]...\n"
+        "                   [--max-sequence-length N] [--height N] [--width N] [--steps N]\n"
         "                   [--guidance G] [--seed S] [-n|--count N] [-o|--out DIR] [--no-wait]\n"
         "                   [--progress auto|bar|plain|none] [--timeout SECONDS]\n"
         "                   [--server ADDR] [--token TOKEN]\n"
         "\n"
-        "Submit one job to a `weft serve` (one prompt, or a batch with several --prompt), follow\n"
+        "Submit one job to a `weft serve` (one prompt, or a batch with several), follow\n"
         "its progress as the server pushes it (GET /v1/jobs/{id}/events), and save its PNGs:\n"
         "with --out DIR as DIR/<i>.png, else as ./<job id>-<i>.png; image i belongs to prompt\n"
         "i / count. DIR is created (and checked writable) before the job is submitted. Exit\n"
         "status: 0 when the job is done, 1 when it failed, was cancelled or could not be\n"
         "submitted, 2 on bad usage.\n"
         "\n"
-        "  --prompt NAME|FILE  a name of the served model's prompts/ folder, or a local\n"
-        "                      safetensors file (prompt_embeds, pooled_prompt_embeds) sent\n"
-        "                      inline; repeat for a batch. Default: the server's first prompt\n"
+        "  --prompt TEXT       a prompt, encoded by the served model's text encoders (a model\n"
+        "                      without them takes only the name of one of its precomputed\n"
+        "                      prompts); repeat for a batch\n"
+        "  --prompt-embeds NAME|FILE  precomputed embeddings instead: a name of the served\n"
+        "                      model's prompts/ folder, or a local safetensors file\n"
+        "                      (prompt_embeds, pooled_prompt_embeds) sent inline; repeatable.\n"
+        "                      With no prompt at all: the server's first precomputed prompt\n"
+        "  --max-sequence-length N  T5 tokens of each text prompt, 1..512 (server default 512)\n"
         "  --height, --width N image size in pixels, multiples of 16 (server default 1024)\n"
         "  --steps N           denoising steps (server default 28)\n"
         "  --guidance G        embedded guidance scale (server default 3.5)\n"
@@ -52,8 +58,9 @@ static void help(FILE *out)
 struct submit_opts {
     const char *server, *token, *out;
     const char *prompts[MAX_PROMPTS];
+    bool embeds[MAX_PROMPTS]; /* --prompt-embeds (else --prompt: text) */
     int n_prompts;
-    long long height, width, steps, count, timeout_s;
+    long long height, width, steps, count, timeout_s, max_sequence_length;
     double guidance;
     unsigned long long seed;
     bool seed_random;
@@ -74,12 +81,17 @@ static int parse_args(struct weft_cli *cli, struct submit_opts *o)
             help(stdout);
             return 1;
         }
-        if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt"))) {
+        bool embeds = (v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt-embeds")) != NULL;
+        if (embeds || (v = weft_cli_opt_value(cli->argc, argv, &i, "--prompt"))) {
             if (o->n_prompts == MAX_PROMPTS) {
-                WEFT_LOG_ERROR("submit", "more than %d --prompt", MAX_PROMPTS);
+                WEFT_LOG_ERROR("submit", "more than %d prompts", MAX_PROMPTS);
                 return -1;
             }
+            o->embeds[o->n_prompts] = embeds;
             o->prompts[o->n_prompts++] = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-sequence-length"))) {
+            bad = weft_cli_parse_int("--max-sequence-length", v, 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH,
+                                     &o->max_sequence_length);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--height"))) {
             bad = weft_cli_parse_int("--height", v, 1, WEFT_JOB_MAX_SIDE, &o->height);
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--width"))) {
@@ -228,7 +240,7 @@ static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
     struct weft_job_request req = {
         .prompts = prompts, .n_prompts = (size_t)n, .height = o->height, .width = o->width,
         .steps = o->steps, .count = o->count, .guidance = o->guidance, .seed = o->seed,
-        .seed_random = o->seed_random,
+        .seed_random = o->seed_random, .max_sequence_length = o->max_sequence_length,
     };
     char id[WEFT_CLIENT_ID_MAX];
     if (weft_client_submit(c, &req, id) != WEFT_OK) {
@@ -283,6 +295,10 @@ int weft_cmd_submit(struct weft_cli *cli)
         prompts[0].name = first;
     }
     for (int i = 0; rc == 0 && i < o.n_prompts; i++) {
+        if (!o.embeds[i]) {
+            prompts[i].text = o.prompts[i];
+            continue;
+        }
         if (!is_file(o.prompts[i])) {
             prompts[i].name = o.prompts[i];
             continue;

@@ -625,7 +625,9 @@ static cJSON *request_json(const struct weft_job_request *req)
     for (size_t i = 0; i < req->n_prompts; i++) {
         const struct weft_prompt *p = &req->prompts[i];
         cJSON *item;
-        if (p->safetensors) {
+        if (p->text) {
+            item = cJSON_CreateString(p->text);
+        } else if (p->safetensors) {
             char *b = base64(p->safetensors, p->safetensors_len);
             item = b ? cJSON_CreateObject() : NULL;
             if (item && !cJSON_AddStringToObject(item, "safetensors", b)) {
@@ -633,8 +635,12 @@ static cJSON *request_json(const struct weft_job_request *req)
                 item = NULL;
             }
             weft_free(b);
-        } else {
-            item = cJSON_CreateString(p->name ? p->name : "");
+        } else { /* precomputed embeddings by name: the object, never mistaken for text */
+            item = cJSON_CreateObject();
+            if (item && !cJSON_AddStringToObject(item, "name", p->name ? p->name : "")) {
+                cJSON_Delete(item);
+                item = NULL;
+            }
         }
         if (!item)
             goto err;
@@ -649,6 +655,8 @@ static cJSON *request_json(const struct weft_job_request *req)
         (req->steps && !cJSON_AddNumberToObject(o, "steps", (double)req->steps)) ||
         (req->count && !cJSON_AddNumberToObject(o, "count", (double)req->count)) ||
         (req->guidance > 0 && !cJSON_AddNumberToObject(o, "guidance", req->guidance)) ||
+        (req->max_sequence_length &&
+         !cJSON_AddNumberToObject(o, "max_sequence_length", (double)req->max_sequence_length)) ||
         !cJSON_AddStringToObject(o, "seed", seed))
         goto err;
     return o;

@@ -9,7 +9,7 @@
  *   struct weft_client *c;
  *   struct weft_client_opts o = {.address = "127.0.0.1:8642", .token = NULL};
  *   weft_client_connect(&o, &c);
- *   struct weft_prompt p = {.name = "red-fox"};
+ *   struct weft_prompt p = {.text = "a photo of a red fox in the snow"};
  *   struct weft_job_request r = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 512};
  *   char id[WEFT_CLIENT_ID_MAX];
  *   weft_client_submit(c, &r, id);
@@ -49,12 +49,16 @@ const char *weft_client_error(const struct weft_client *c);
 /* The HTTP status of the last answer (0 when none came). */
 int weft_client_http_status(const struct weft_client *c);
 
-/* A prompt: the name of a file in the served model's prompts/ folder, or a safetensors image
- * (prompt_embeds [1, T, joint], pooled_prompt_embeds [1, pooled]) sent inline. */
+/* A prompt, one of: text (UTF-8), encoded by the served model's text encoders (a model without
+ * them takes only the name of one of its precomputed prompts as text); the name of a file of
+ * the model's prompts/ folder (precomputed embeddings); or a safetensors image (prompt_embeds
+ * [1, T, joint], pooled_prompt_embeds [1, pooled]) sent inline. The first of text,
+ * safetensors and name that is set is sent. */
 struct weft_prompt {
     const char *name;
     const void *safetensors;
     size_t safetensors_len;
+    const char *text;
 };
 
 struct weft_job_request {
@@ -66,6 +70,7 @@ struct weft_job_request {
     double guidance;       /* 0: 3.5 (for exactly 0, use weft_client_submit_json) */
     uint64_t seed;
     int seed_random;       /* non-zero: the server draws the seed (seed -1); seed is ignored */
+    int64_t max_sequence_length; /* T5 tokens of each text prompt; 0: 512 */
 };
 
 /* Submit; id gets the job's id. */

@@ -87,6 +87,10 @@ static const struct conf_key model_keys[] = {
     KEY_ENUM(weft_conf_model, dtype, "f32", compute_dtypes,
              "Dtype of the products (f32 accumulation either way): bf16 needs AVX512_BF16 on "
              "the CPU, else f32 is used. Weights stay as stored (f32, bf16 or f16)."),
+    KEY_SIZE(weft_conf_model, prompt_cache, "256MiB", 0, 1ll << 40,
+             "Bytes of text prompts' embeddings kept by the rank that encodes text (the key: the "
+             "text, max_sequence_length and the model), so a served stream of repeated prompts "
+             "encodes each once; least recently used ones go first. 0: no cache."),
 };
 
 static const struct conf_key kernels_keys[] = {

@@ -25,6 +25,7 @@ struct weft_conf_log {
 struct weft_conf_model {
     char path[WEFT_CONF_PATH];
     int dtype; /* compute dtype: enum weft_dtype (f32, bf16, f16) */
+    uint64_t prompt_cache; /* bytes of encoded prompts kept by the rank that encodes text */
 };
 
 struct weft_conf_kernels {

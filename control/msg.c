@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/utf8.h"
 #include "control/wire.h"
 
 const char *weft_msg_name(unsigned type)
@@ -18,7 +19,7 @@ const char *weft_msg_name(unsigned type)
 
 size_t weft_msg_prompt_floats(const struct weft_msg_prompt *p)
 {
-    return (size_t)(p->tokens * p->joint + p->pooled);
+    return p->is_text ? 0 : (size_t)(p->tokens * p->joint + p->pooled);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -122,6 +123,13 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
         if (!in(p->tokens, 1, WEFT_JOB_MAX_TEXT_TOKENS) || !in(p->joint, 1, 65536) ||
             !in(p->pooled, 1, 65536))
             return bad(err, w, "prompt", "has a shape out of bounds");
+        if (p->is_text && (!p->text || strlen(p->text) > WEFT_JOB_MAX_TEXT_BYTES ||
+                           !weft_utf8_valid(p->text, strlen(p->text), NULL) ||
+                           !in(p->tokens, 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH)))
+            return bad(err, w, "prompt text", "is missing, too long, not UTF-8, or its "
+                       "max_sequence_length is outside 1..512");
+        if (!p->is_text && p->text)
+            return bad(err, w, "prompt", "has a text but is not a text prompt");
         floats += weft_msg_prompt_floats(p);
     }
     for (int i = 0; i < r->n_images; i++)
@@ -324,6 +332,7 @@ static void f_assigned(struct codec *c, struct weft_msg_assigned *a)
     F_STR(c, a->error, "error");
     f_u64(c, &a->transformer_bytes, "transformer_bytes");
     f_u64(c, &a->vae_bytes, "vae_bytes");
+    f_u64(c, &a->text_bytes, "text_bytes");
     f_i32(c, &a->threads, "threads");
 }
 
@@ -360,6 +369,11 @@ static weft_status_t f_run(struct codec *c, struct weft_msg_run *r)
         f_i64(c, &p->joint, "prompt joint");
         f_i64(c, &p->pooled, "prompt pooled");
         F_STR(c, p->name, "prompt name");
+        f_bool(c, &p->is_text, "prompt is_text");
+        if (c->w && p->is_text)
+            weft_wire_put_str(c->w, p->text ? p->text : "");
+        else if (c->r && p->is_text && !c->r->failed)
+            p->text = weft_wire_get_str_alloc(c->r, "prompt text", WEFT_JOB_MAX_TEXT_BYTES);
     }
     for (int i = 0; i < r->n_images; i++) {
         f_i64(c, &r->images[i].index, "image index");
@@ -406,6 +420,8 @@ static void f_done(struct codec *c, struct weft_msg_done *d)
         f_f64(c, &e->bytes, "comm bytes");
         f_u64(c, &e->calls, "comm calls");
     }
+    f_u64(c, &d->prompt_cache_hits, "prompt_cache_hits");
+    f_u64(c, &d->prompt_cache_misses, "prompt_cache_misses");
 }
 
 /* The fields of type between the version byte and the tail. */
@@ -563,6 +579,8 @@ void weft_msg_cleanup(unsigned type, union weft_msg *msg)
 {
     if (type != WEFT_MSG_RUN)
         return;
+    for (int i = 0; msg->run.prompts && i < msg->run.n_prompts; i++)
+        weft_free(msg->run.prompts[i].text);
     weft_free(msg->run.prompts);
     weft_free(msg->run.images);
     weft_free(msg->run.embeds);

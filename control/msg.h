@@ -23,7 +23,7 @@
 #include "model/job.h"
 #include "model/model.h"
 
-#define WEFT_MSG_VERSION 2
+#define WEFT_MSG_VERSION 3
 #define WEFT_MSG_ID_MAX 16      /* a worker's id: "w12" */
 #define WEFT_MSG_ADDR_MAX 300   /* host:port */
 #define WEFT_MSG_NAME_MAX 64    /* a prompt's name */
@@ -82,13 +82,20 @@ struct weft_msg_assigned {
     int32_t status; /* weft_status_t */
     char error[WEFT_ERROR_MSG];
     uint64_t transformer_bytes, vae_bytes;
+    uint64_t text_bytes; /* the text encoders this rank holds (the replica's first rank) */
     int32_t threads; /* its CPU kernel threads now */
 };
 
+/* A prompt: precomputed embeddings (in RUN's tail), or text the replica encodes (its first rank
+ * runs the encoders and shares the result: tokens is then max_sequence_length, and the tail
+ * holds nothing for it). */
 struct weft_msg_prompt {
     int64_t tokens;               /* T of prompt_embeds [1, T, joint] */
     int64_t joint, pooled;        /* the model's joint_attention_dim, pooled_projection_dim */
-    char name[WEFT_MSG_NAME_MAX]; /* for the PNG ("" for an inline prompt) */
+    char name[WEFT_MSG_NAME_MAX]; /* for the PNG ("" for an inline prompt or text) */
+    bool is_text;
+    char *text;                   /* is_text: the prompt (owned by a decoded RUN, borrowed when
+                                   * encoding; "" is a text too); NULL otherwise */
 };
 
 struct weft_msg_image_ref {
@@ -96,7 +103,8 @@ struct weft_msg_image_ref {
     int32_t prompt; /* its prompt, an index into prompts[] */
 };
 
-/* RUN's tail: for each prompt in order, prompt_embeds [T, joint] then pooled [pooled], f32. */
+/* RUN's tail: for each embeddings prompt in order, prompt_embeds [T, joint] then pooled [pooled],
+ * f32. */
 struct weft_msg_run {
     uint64_t job; /* the job's key: first on the wire */
     uint64_t epoch;
@@ -140,6 +148,7 @@ struct weft_msg_done {
     char error[WEFT_ERROR_MSG];
     int32_t n_comm;
     struct weft_msg_comm comm[WEFT_MSG_COMM_MAX]; /* the job's collectives on this rank */
+    uint64_t prompt_cache_hits, prompt_cache_misses; /* this job's text prompts on this rank */
 };
 
 struct weft_msg_job {
@@ -181,7 +190,7 @@ void weft_msg_cleanup(unsigned type, union weft_msg *msg);
 /* The same bounds, for the sender's own structures (encode calls it). */
 weft_status_t weft_msg_check(unsigned type, const union weft_msg *msg, struct weft_error *err);
 
-/* A prompt's floats in RUN's tail: tokens x joint + pooled. */
+/* A prompt's floats in RUN's tail: tokens x joint + pooled (0 for a text prompt). */
 size_t weft_msg_prompt_floats(const struct weft_msg_prompt *p);
 
 #endif

@@ -25,6 +25,7 @@
 #define WEFT_CONTROL_RUNNER_H
 
 #include <cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,8 +42,11 @@ struct weft_runner_job {
     int n_prompts;
     const char *const *prompt_paths; /* [n_prompts] safetensors files, each with prompt_embeds
                                         [1, T, joint_attention_dim] and pooled_prompt_embeds
-                                        [1, pooled_projection_dim] */
+                                        [1, pooled_projection_dim]; NULL for a text prompt */
     const char *const *prompt_names; /* [n_prompts] names for the PNGs ("" for inline ones) */
+    const char *const *prompt_texts; /* [n_prompts] the text of a text prompt (the runner's
+                                        devices encode it), NULL for embeddings */
+    int64_t max_sequence_length;     /* T5 tokens of each text prompt */
     int64_t height, width; /* pixels */
     int64_t steps;
     int64_t count;         /* images per prompt */
@@ -137,6 +141,29 @@ static inline void weft_runner_post(struct weft_runner_sink *sink,
                                     const struct weft_runner_event *ev)
 {
     sink->post(sink, ev);
+}
+
+/* The encoded-prompt cache's metrics, the same from every runner: hits and misses summed over
+ * the ranks that encode text, and (has_bytes) the bytes it holds. */
+static inline void weft_prompt_cache_metrics(struct weft_sbuf *out, uint64_t hits,
+                                             uint64_t misses, uint64_t bytes, bool has_bytes)
+{
+    weft_sbuf_printf(out,
+                     "# HELP weft_prompt_cache_hits_total Text prompts whose embeddings came "
+                     "from the cache of the rank that encodes text.\n"
+                     "# TYPE weft_prompt_cache_hits_total counter\n"
+                     "weft_prompt_cache_hits_total %llu\n"
+                     "# HELP weft_prompt_cache_misses_total Text prompts the text encoders ran "
+                     "for.\n"
+                     "# TYPE weft_prompt_cache_misses_total counter\n"
+                     "weft_prompt_cache_misses_total %llu\n",
+                     (unsigned long long)hits, (unsigned long long)misses);
+    if (has_bytes)
+        weft_sbuf_printf(out,
+                         "# HELP weft_prompt_cache_bytes Bytes of encoded prompts the cache "
+                         "holds ([model] prompt_cache bounds it).\n"
+                         "# TYPE weft_prompt_cache_bytes gauge\nweft_prompt_cache_bytes %llu\n",
+                         (unsigned long long)bytes);
 }
 
 #endif

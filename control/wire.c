@@ -178,6 +178,29 @@ void weft_wire_get_str(struct weft_wire_r *r, const char *field, char *out, size
     out[n] = '\0';
 }
 
+char *weft_wire_get_str_alloc(struct weft_wire_r *r, const char *field, size_t max)
+{
+    uint32_t n = weft_wire_get_u32(r, field);
+    if (r->failed)
+        return NULL;
+    if (n > max) {
+        r->failed = field;
+        return NULL;
+    }
+    const uint8_t *p = take(r, n, field);
+    if (!p)
+        return NULL;
+    char *out = weft_malloc((size_t)n + 1);
+    if (!out || memchr(p, 0, n) || !weft_utf8_valid((const char *)p, n, NULL)) {
+        weft_free(out);
+        r->failed = field;
+        return NULL;
+    }
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return out;
+}
+
 const void *weft_wire_rest(const struct weft_wire_r *r, size_t *len_p)
 {
     *len_p = r->len - r->off;

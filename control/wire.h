@@ -45,6 +45,9 @@ bool weft_wire_get_bool(struct weft_wire_r *r, const char *field);
 /* A string into out[cap] (NUL-terminated): fails when it is cap bytes or longer, holds a NUL,
  * or is not UTF-8. */
 void weft_wire_get_str(struct weft_wire_r *r, const char *field, char *out, size_t cap);
+/* The same into a new buffer (weft_free) of the string's size: fails when it is longer than
+ * max bytes (or memory runs out). NULL on failure. */
+char *weft_wire_get_str_alloc(struct weft_wire_r *r, const char *field, size_t max);
 /* The bytes left, without copying. */
 const void *weft_wire_rest(const struct weft_wire_r *r, size_t *len_p);
 

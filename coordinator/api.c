@@ -384,10 +384,17 @@ cJSON *weft_api_job_json(struct weft_coord *c, const struct job *j)
 
     cJSON *r = cJSON_AddObjectToObject(o, "request");
     cJSON *ps = cJSON_AddArrayToObject(r, "prompts");
-    for (int i = 0; i < j->spec.n_prompts; i++)
-        cJSON_AddItemToArray(ps, cJSON_CreateString(j->spec.prompts[i].name[0]
-                                                         ? j->spec.prompts[i].name
-                                                         : "(inline)"));
+    cJSON *kinds = cJSON_AddArrayToObject(r, "prompt_types");
+    for (int i = 0; i < j->spec.n_prompts; i++) {
+        const struct weft_job_prompt *jp = &j->spec.prompts[i];
+        cJSON_AddItemToArray(ps, cJSON_CreateString(jp->text      ? jp->text
+                                                    : jp->name[0] ? jp->name
+                                                                 : "(inline)"));
+        cJSON_AddItemToArray(kinds, cJSON_CreateString(jp->text      ? "text"
+                                                       : jp->name[0] ? "name"
+                                                                    : "inline"));
+    }
+    cJSON_AddNumberToObject(r, "max_sequence_length", (double)j->spec.max_sequence_length);
     cJSON_AddNumberToObject(r, "height", (double)j->spec.height);
     cJSON_AddNumberToObject(r, "width", (double)j->spec.width);
     cJSON_AddNumberToObject(r, "steps", (double)j->spec.steps);

@@ -381,12 +381,18 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
     char (*paths)[2400] = weft_calloc((size_t)n, sizeof(*paths));
     const char **ptrs = weft_calloc((size_t)n, sizeof(*ptrs));
     const char **names = weft_calloc((size_t)n, sizeof(*names));
-    if (st == WEFT_OK && (!paths || !ptrs || !names)) {
+    const char **texts = weft_calloc((size_t)n, sizeof(*texts));
+    if (st == WEFT_OK && (!paths || !ptrs || !names || !texts)) {
         st = WEFT_ERR_NOMEM;
         weft_error_refuse(err, st, "out of memory");
     }
     for (int i = 0; st == WEFT_OK && i < n; i++) {
         const struct weft_job_prompt *p = &j->spec.prompts[i];
+        if (p->text) {
+            texts[i] = p->text;
+            names[i] = "";
+            continue;
+        }
         if (p->name[0])
             snprintf(paths[i], sizeof(paths[i]), "%s/%s.safetensors", c->model->prompts_dir,
                      p->name);
@@ -407,7 +413,9 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
     if (st == WEFT_OK) {
         struct weft_runner_job rj = {
             .key = j->key, .id = j->id, .n_prompts = n, .prompt_paths = ptrs,
-            .prompt_names = names, .height = j->spec.height, .width = j->spec.width,
+            .prompt_names = names, .prompt_texts = texts,
+            .max_sequence_length = j->spec.max_sequence_length,
+            .height = j->spec.height, .width = j->spec.width,
             .steps = j->spec.steps, .count = j->spec.count, .guidance = j->spec.guidance,
             .seed = j->spec.seed, .out_dir = dir,
         };
@@ -416,6 +424,7 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
     weft_free(paths);
     weft_free(ptrs);
     weft_free(names);
+    weft_free(texts);
     return st;
 }
 
@@ -505,7 +514,7 @@ static weft_status_t store_inline(struct weft_coord *c, struct job *j, struct we
     weft_status_t st = weft_files_mkdirs(dir, err);
     for (int i = 0; st == WEFT_OK && i < j->spec.n_prompts; i++) {
         struct weft_job_prompt *p = &j->spec.prompts[i];
-        if (p->name[0])
+        if (p->name[0] || p->text)
             continue;
         char path[2400];
         snprintf(path, sizeof(path), "%s/prompt-%d.safetensors", dir, i);

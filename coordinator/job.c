@@ -117,8 +117,13 @@ static weft_status_t scan_prompts(struct weft_job_model *m)
 {
     DIR *d = opendir(m->prompts_dir);
     if (!d) {
-        WEFT_LOG_WARN("api", "%s: %s; jobs can use inline prompt embeddings only",
-                      m->prompts_dir, strerror(errno));
+        char why[8];
+        if (weft_model_text_missing(m->desc, why, sizeof(why)))
+            WEFT_LOG_WARN("api", "%s: %s; jobs can use inline prompt embeddings only",
+                          m->prompts_dir, strerror(errno));
+        else /* a model that encodes text needs no precomputed prompts */
+            WEFT_LOG_DEBUG("api", "%s: %s; no precomputed prompts", m->prompts_dir,
+                           strerror(errno));
         return WEFT_OK;
     }
     size_t cap = 0;
@@ -279,11 +284,62 @@ static weft_status_t get_seed(const cJSON *obj, uint64_t *out, bool *random_p, c
 /* ---------------------------------------------------------------------------------------- */
 /* Requests                                                                                  */
 
-static weft_status_t parse_prompt(const cJSON *v, int i, const struct weft_job_model *m,
-                                  struct weft_job_prompt *p, char *err, size_t len)
+/* "a, b, c" (cut to len, ending in ", ..." when it does not fit). */
+static void names_list(const struct weft_job_model *m, char *out, size_t len)
 {
-    char where[48];
-    snprintf(where, sizeof(where), "\"prompts\"[%d]: ", i);
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < m->n_names; i++) {
+        size_t n = strlen(m->names[i]);
+        if (o + n + 8 >= len) {
+            snprintf(out + o, len - o, ", ...");
+            return;
+        }
+        o += (size_t)snprintf(out + o, len - o, "%s%s", i ? ", " : "", m->names[i]);
+    }
+}
+
+weft_status_t weft_job_prompt_from_text(const struct weft_job_model *m, const char *text,
+                                        int64_t max_sequence_length, const char *where,
+                                        bool embeds_field, struct weft_job_prompt *p, char *err,
+                                        size_t err_len)
+{
+    char why[400];
+    const char *missing = weft_model_text_missing(m->desc, why, sizeof(why));
+    const size_t n = strlen(text);
+    if (!missing) {
+        if (n > WEFT_JOB_MAX_TEXT_BYTES)
+            return errf(err, err_len, WEFT_ERR_RANGE, "%s: %zu bytes of text; at most %d",
+                        where, n, WEFT_JOB_MAX_TEXT_BYTES);
+        char *t = weft_strdup(text);
+        if (!t)
+            return WEFT_ERR_NOMEM;
+        *p = (struct weft_job_prompt){.text = t, .tokens = max_sequence_length};
+        return WEFT_OK;
+    }
+    int64_t tokens = n < WEFT_JOB_NAME_MAX && name_ok(text, n) ? model_tokens(m, text) : -1;
+    if (tokens > 0) {
+        *p = (struct weft_job_prompt){.tokens = tokens};
+        snprintf(p->name, sizeof(p->name), "%s", text);
+        return WEFT_OK;
+    }
+    char names[300];
+    names_list(m, names, sizeof(names));
+    if (m->n_names == 0)
+        return errf(err, err_len, WEFT_ERR_UNSUPPORTED,
+                    "%s: %s; and it has no precomputed prompts (its prompts/ folder is empty)",
+                    where, missing);
+    return errf(err, err_len, WEFT_ERR_UNSUPPORTED,
+                "%s: %s; a prompt for it is the name of one of its precomputed prompts (%s)%s",
+                where, missing, names,
+                embeds_field ? ", or embeddings in \"prompt_embeds\"" : "");
+}
+
+/* E: "name", {"name": "name"} or {"safetensors": "<base64>"}; where names it in errors. */
+static weft_status_t parse_embeds(const cJSON *v, const char *where, int i,
+                                  const struct weft_job_model *m, struct weft_job_prompt *p,
+                                  char *err, size_t len)
+{
     const char *name = NULL;
     if (cJSON_IsString(v)) {
         name = v->valuestring;
@@ -334,7 +390,8 @@ static weft_status_t parse_prompt(const cJSON *v, int i, const struct weft_job_m
         }
     } else {
         return errf(err, len, WEFT_ERR_INVALID,
-                    "%sa prompt is a name or an object {\"name\"} or {\"safetensors\"}", where);
+                    "%sprecomputed embeddings are a name or an object {\"name\"} or "
+                    "{\"safetensors\"}", where);
     }
     if (!name_ok(name, strlen(name)))
         return errf(err, len, WEFT_ERR_INVALID,
@@ -347,23 +404,57 @@ static weft_status_t parse_prompt(const cJSON *v, int i, const struct weft_job_m
     return WEFT_OK;
 }
 
+/* P of "prompt"/"prompts": text (or, on a model without text encoders, a precomputed
+ * prompt's name), or an embeddings object. */
+static weft_status_t parse_prompt(const cJSON *v, const char *key, int i, bool many,
+                                  const struct weft_job_model *m, int64_t msl,
+                                  struct weft_job_prompt *p, char *err, size_t len)
+{
+    char where[48];
+    if (many)
+        snprintf(where, sizeof(where), "\"%s\"[%d]", key, i);
+    else
+        snprintf(where, sizeof(where), "\"%s\"", key);
+    const bool embeds = strcmp(key, "prompt_embeds") == 0;
+    if (cJSON_IsString(v) && !embeds)
+        return weft_job_prompt_from_text(m, v->valuestring, msl, where, true, p, err, len);
+    if (!embeds && !cJSON_IsString(v) && !cJSON_IsObject(v))
+        return errf(err, len, WEFT_ERR_INVALID,
+                    "%s: a prompt is text, or precomputed embeddings {\"name\"} or "
+                    "{\"safetensors\"}", where);
+    char w[56];
+    snprintf(w, sizeof(w), "%s: ", where);
+    return parse_embeds(v, w, i, m, p, err, len);
+}
+
 static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limits *lim,
                                    const struct weft_job_model *m, struct weft_job_spec *spec,
                                    char *err, size_t len)
 {
-    const cJSON *one = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    const cJSON *many = cJSON_GetObjectItemCaseSensitive(root, "prompts");
-    if ((one != NULL) == (many != NULL))
-        return errf(err, len, WEFT_ERR_INVALID, "give one of \"prompt\" or \"prompts\"");
+    static const char *const keys[] = {"prompt", "prompts", "prompt_embeds"};
+    const cJSON *given = NULL;
+    const char *key = NULL;
+    for (int k = 0; k < 3; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+        if (v && given)
+            return errf(err, len, WEFT_ERR_INVALID,
+                        "give one of \"prompt\", \"prompts\" or \"prompt_embeds\"");
+        if (v)
+            given = v, key = keys[k];
+    }
+    if (!given)
+        return errf(err, len, WEFT_ERR_INVALID,
+                    "give one of \"prompt\", \"prompts\" or \"prompt_embeds\"");
+    const bool many = cJSON_IsArray(given);
+    if (strcmp(key, "prompts") == 0 && !many)
+        return errf(err, len, WEFT_ERR_INVALID, "\"prompts\" must be an array");
     int n = 1;
     if (many) {
-        if (!cJSON_IsArray(many))
-            return errf(err, len, WEFT_ERR_INVALID, "\"prompts\" must be an array");
-        int size = cJSON_GetArraySize(many);
+        int size = cJSON_GetArraySize(given);
         const int64_t max = limit(lim->max_prompts, WEFT_JOB_MAX_PROMPTS);
         if (size < 1 || size > max)
             return errf(err, len, WEFT_ERR_RANGE,
-                        "\"prompts\" has %d entries; 1..%lld allowed ([api] max_prompts)", size,
+                        "\"%s\" has %d entries; 1..%lld allowed ([api] max_prompts)", key, size,
                         (long long)max);
         n = size;
     }
@@ -371,9 +462,10 @@ static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limi
     if (!spec->prompts)
         return WEFT_ERR_NOMEM;
     spec->n_prompts = n;
-    const cJSON *v = many ? many->child : one;
+    const cJSON *v = many ? given->child : given;
     for (int i = 0; i < n; i++, v = v->next) {
-        weft_status_t st = parse_prompt(v, i, m, &spec->prompts[i], err, len);
+        weft_status_t st = parse_prompt(v, key, i, many, m, spec->max_sequence_length,
+                                        &spec->prompts[i], err, len);
         if (st != WEFT_OK)
             return st;
     }
@@ -392,6 +484,8 @@ static weft_status_t parse_numbers(const cJSON *root, const struct weft_job_limi
                       len)) ||
         (st = get_int(root, "count", 1, 1, max_images, " ([api] max_images)", &s->count, err,
                       len)) ||
+        (st = get_int(root, "max_sequence_length", WEFT_MODEL_MAX_SEQUENCE_LENGTH, 1,
+                      WEFT_MODEL_MAX_SEQUENCE_LENGTH, "", &s->max_sequence_length, err, len)) ||
         (st = get_seed(root, &s->seed, &s->seed_random, err, len)))
         return st;
     s->guidance = 3.5;
@@ -440,11 +534,12 @@ weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct wef
         errf(err, err_len, st, "the request body must be a JSON object");
         goto out;
     }
-    static const char *const known[] = {"prompt", "prompts", "height", "width", "steps",
-                                        "guidance", "seed", "count"};
+    static const char *const known[] = {"prompt", "prompts", "prompt_embeds", "height", "width",
+                                        "steps", "guidance", "seed", "count",
+                                        "max_sequence_length"};
     if ((st = check_fields(root, "", known, sizeof(known) / sizeof(known[0]), err, err_len)) ||
-        (st = parse_prompts(root, lim, model, &s, err, err_len)) ||
-        (st = parse_numbers(root, lim, &s, err, err_len)))
+        (st = parse_numbers(root, lim, &s, err, err_len)) ||
+        (st = parse_prompts(root, lim, model, &s, err, err_len)))
         goto out;
     *spec = s;
     s = (struct weft_job_spec){0};
@@ -458,8 +553,10 @@ out:
 
 void weft_job_spec_cleanup(struct weft_job_spec *spec)
 {
-    for (int i = 0; spec->prompts && i < spec->n_prompts; i++)
+    for (int i = 0; spec->prompts && i < spec->n_prompts; i++) {
         weft_free(spec->prompts[i].data);
+        weft_free(spec->prompts[i].text);
+    }
     weft_free(spec->prompts);
     *spec = (struct weft_job_spec){0};
 }
@@ -495,8 +592,10 @@ cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec)
         if (!p)
             goto err;
         cJSON_AddItemToArray(ps, p);
-        if (spec->prompts[i].name[0] ? !cJSON_AddStringToObject(p, "name", spec->prompts[i].name)
-                                     : !cJSON_AddNumberToObject(p, "file", i))
+        const struct weft_job_prompt *jp = &spec->prompts[i];
+        if (jp->text ? !cJSON_AddStringToObject(p, "text", jp->text)
+            : jp->name[0] ? !cJSON_AddStringToObject(p, "name", jp->name)
+                          : !cJSON_AddNumberToObject(p, "file", i))
             goto err;
         if (!cJSON_AddNumberToObject(p, "tokens", (double)spec->prompts[i].tokens))
             goto err;
@@ -508,6 +607,7 @@ cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec)
         !cJSON_AddNumberToObject(j, "steps", (double)spec->steps) ||
         !cJSON_AddNumberToObject(j, "count", (double)spec->count) ||
         !cJSON_AddNumberToObject(j, "guidance", spec->guidance) ||
+        !cJSON_AddNumberToObject(j, "max_sequence_length", (double)spec->max_sequence_length) ||
         !cJSON_AddStringToObject(j, "seed", seed))
         goto err;
     return j;
@@ -532,8 +632,29 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_m
         goto out;
     }
     s.n_prompts = n;
+    /* the bounds of the API's fields, without the configurable limits (which may have changed
+     * since the job was accepted: an accepted job stays accepted) */
+    static const struct weft_job_limits wide = {0, 0, 0, 0};
+    if ((st = parse_numbers(json, &wide, &s, err, err_len)) != WEFT_OK) {
+        st = st == WEFT_ERR_NOMEM ? st : WEFT_ERR_FORMAT;
+        goto out;
+    }
+    st = WEFT_ERR_FORMAT;
     int i = 0;
     for (const cJSON *p = ps->child; p; p = p->next, i++) {
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (cJSON_IsString(text)) {
+            char where[32];
+            snprintf(where, sizeof(where), "prompt %d", i);
+            weft_status_t ts = weft_job_prompt_from_text(model, text->valuestring,
+                                                         s.max_sequence_length, where, false,
+                                                         &s.prompts[i], err, err_len);
+            if (ts != WEFT_OK) {
+                st = ts == WEFT_ERR_NOMEM ? ts : WEFT_ERR_FORMAT;
+                goto out;
+            }
+            continue;
+        }
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(p, "name");
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(p, "file");
         const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(p, "tokens");
@@ -553,13 +674,7 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_m
             goto out;
         }
     }
-    /* the bounds of the API's fields, without the configurable limits (which may have changed
-     * since the job was accepted: an accepted job stays accepted) */
-    static const struct weft_job_limits wide = {0, 0, 0, 0};
-    if ((st = parse_numbers(json, &wide, &s, err, err_len)) != WEFT_OK) {
-        st = st == WEFT_ERR_NOMEM ? st : WEFT_ERR_FORMAT;
-        goto out;
-    }
+    st = WEFT_OK;
     *spec = s;
     s = (struct weft_job_spec){0};
 out:

@@ -4,10 +4,16 @@
  * the layout) are model/job.h's weft_job_check, applied by the coordinator at submission.
  *
  * Request (every field optional but the prompts; unknown fields are refused by name):
- *   {"prompt": P} or {"prompts": [P, ...]}   P: "name" (a file of the model's prompts/ folder),
+ *   {"prompt": P | [P, ...]} or {"prompts": [P, ...]}
+ *                                             P: text, encoded by the model's text encoders (a
+ *                                             model without them takes only the name of one of
+ *                                             its precomputed prompts: the one meaning text has
+ *                                             there), or an embeddings object E
+ *   or {"prompt_embeds": E | [E, ...]}        E: "name" (a file of the model's prompts/ folder),
  *                                             {"name": "name"}, or {"safetensors": "<base64 of
  *                                             a safetensors file with prompt_embeds [1, T, joint]
  *                                             and pooled_prompt_embeds [1, pooled]>"}
+ *   "max_sequence_length": T5 tokens of each text prompt (512; 1..512)
  *   "height", "width": pixels (1024)          "steps": denoising steps (28)
  *   "guidance": embedded guidance scale (3.5) "seed": integer, decimal string, or -1
  *                                             (or absent): drawn at random and recorded
@@ -48,8 +54,9 @@ void weft_job_model_destroy(struct weft_job_model *model);
 int64_t weft_job_model_prompt_tokens(const struct weft_job_model *model, const char *name);
 
 struct weft_job_prompt {
-    char name[WEFT_JOB_NAME_MAX]; /* a prompts/ entry; "" for an inline one */
-    int64_t tokens;               /* T of its prompt_embeds */
+    char name[WEFT_JOB_NAME_MAX]; /* a prompts/ entry; "" for an inline one or text */
+    char *text;                   /* a text prompt (owned, UTF-8, may be ""); NULL otherwise */
+    int64_t tokens;               /* T of its prompt_embeds (text: max_sequence_length) */
     void *data;                   /* inline: the decoded safetensors (owned), until stored */
     size_t len;
 };
@@ -61,6 +68,7 @@ struct weft_job_spec {
     double guidance;
     uint64_t seed;
     bool seed_random; /* seed -1 or absent: the coordinator draws one at submission */
+    int64_t max_sequence_length; /* of its text prompts */
 };
 
 /* Parse a request body. On failure err names the field and the cause (the request's fault:
@@ -77,11 +85,22 @@ void weft_job_spec_desc(const struct weft_job_spec *spec, int64_t *tokens,
                         struct weft_job_desc *desc);
 
 /* Journal form: inline prompts become {"file": i, "tokens": T} (stored as
- * prompt-<i>.safetensors in the job's folder). NULL when out of memory. */
+ * prompt-<i>.safetensors in the job's folder), text prompts {"text": "...", "tokens": T}. NULL
+ * when out of memory. */
 cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec);
 /* Back from the journal form; the same bounds are checked (a journal is input too). */
 weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_model *model,
                                       struct weft_job_spec *spec, char *err, size_t err_len);
+
+/* A text prompt (p->text, tokens max_sequence_length) when the model encodes text; on a model
+ * that cannot, the name of one of its precomputed prompts (the one meaning text has there);
+ * else err says why (what the model lacks, and its names), as where ("prompt"): the request's
+ * fault (a 400); embeds_field: the request has a "prompt_embeds" field to point to. p is written
+ * only on success. */
+weft_status_t weft_job_prompt_from_text(const struct weft_job_model *model, const char *text,
+                                        int64_t max_sequence_length, const char *where,
+                                        bool embeds_field, struct weft_job_prompt *p, char *err,
+                                        size_t err_len);
 
 /* True when the JSON text holds a \u0000 escape inside a string (cJSON would cut the string
  * there, so "steps\u0000evil" would read as "steps"). */

@@ -171,7 +171,7 @@ static bool check_known(const cJSON *root, struct oa_fail *f)
         "model", "prompt", "n", "size", "response_format", "output_format",
         "output_compression", "quality", "style", "background", "moderation", "user", "seed",
         "steps", "num_inference_steps", "guidance", "guidance_scale", "negative_prompt",
-        "true_cfg_scale", "stream", "partial_images", NULL};
+        "true_cfg_scale", "stream", "partial_images", "max_sequence_length", NULL};
     for (const cJSON *m = root->child; m; m = m->next) {
         if (!is_one_of(m->string, known))
             return fail(f, 400, m->string, "unknown field '%.64s'", m->string);
@@ -295,15 +295,22 @@ static bool parse_request(const struct weft_job_model *m, const struct weft_conf
     if (!prompt || !prompt[0])
         return fail(f, 400, "prompt", "'prompt' is required");
     r->spec = (struct weft_job_spec){.height = 1024, .width = 1024, .steps = 28, .count = 1,
-                                     .guidance = 3.5};
+                                     .guidance = 3.5,
+                                     .max_sequence_length = WEFT_MODEL_MAX_SEQUENCE_LENGTH};
     const char *size = "auto";
-    if (!get_int(root, "n", 1, api->max_images, &r->spec.count, f) ||
+    if (!get_int(root, "max_sequence_length", 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH,
+                 &r->spec.max_sequence_length, f) ||
+        !get_int(root, "n", 1, api->max_images, &r->spec.count, f) ||
         !get_str(root, "size", &size, f) || !parse_size(size, &r->spec, f) ||
         !parse_weft_fields(root, api, &r->spec, f) || !parse_output(root, api, r, f))
         return false;
     struct weft_job_prompt p;
     char err[480];
-    if (weft_prompt_resolve(m, prompt, "prompt", &p, err, sizeof(err)) != WEFT_OK)
+    weft_status_t st = weft_prompt_resolve(m, prompt, r->spec.max_sequence_length,
+                                           "\"prompt\"", &p, err, sizeof(err));
+    if (st == WEFT_ERR_NOMEM)
+        return fail(f, 500, NULL, "out of memory");
+    if (st != WEFT_OK)
         return fail(f, 400, "prompt", "%s", err);
     r->spec.prompts = weft_calloc(1, sizeof(*r->spec.prompts));
     if (!r->spec.prompts)

@@ -84,6 +84,13 @@ struct weft_kernels {
     void (*attention)(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
                       int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
                       float *lse, int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale);
+    /* The same with an additive bias on the scaled scores, bias [heads, sq, sk] contiguous
+     * (NULL: none; T5's relative position bias), and with causal set, query i attends to keys
+     * j <= i only (CLIP's causal mask; sq == sk). No log-sum-exp. */
+    void (*attention_masked)(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
+                             int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                             int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                             const float *bias, int causal);
     /* Merge a partial attention result into an accumulated one by their LSEs (ring attention):
      * out = (e^lse out + e^lse_i out_i) / (e^lse + e^lse_i), lse = log(e^lse + e^lse_i). */
     void (*attn_merge)(struct weft_kctx *ctx, float *out, int64_t ldo, float *lse,
@@ -93,6 +100,16 @@ struct weft_kernels {
     void (*gelu_tanh)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                       int64_t rows, int64_t n);
     void (*silu)(struct weft_kctx *ctx, const float *x, float *y, int64_t n);
+    /* y = x sigmoid(1.702 x) (CLIP's quick_gelu), rows x n with strides ldx, ldy. */
+    void (*quick_gelu)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t rows, int64_t n);
+    /* y *= x elementwise, rows x n with strides (a gated feed-forward's product). */
+    void (*mul)(struct weft_kctx *ctx, float *y, int64_t ldy, const float *x, int64_t ldx,
+                int64_t rows, int64_t n);
+    /* y = x w + b, w and b [d] broadcast over rows (b may be NULL): a norm's affine part. y may
+     * be x. */
+    void (*scale_shift)(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
+                        const float *b, float *y, int64_t ldy, int64_t rows, int64_t d);
     /* AdaLN modulation: y = x * (1 + scale) + shift, scale/shift [d] broadcast over rows. */
     void (*modulate)(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *shift,
                      const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d);

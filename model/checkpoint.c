@@ -279,47 +279,66 @@ static weft_status_t build_table(struct weft_ckpt *ck, struct weft_error *err)
     return WEFT_OK;
 }
 
+/* The weights' file names: Diffusers' first, then transformers' (the text encoders). */
+static const char *const weight_names[][3] = {
+    {INDEX_NAME, WEIGHTS_NAME, "diffusion_pytorch_model.bin"},
+    {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin"},
+};
+
 weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p, struct weft_error *err)
 {
     struct weft_ckpt *ck = weft_calloc(1, sizeof(*ck));
     if (!ck)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st = WEFT_ERR_NOMEM;
-    char *config = NULL, *index = NULL, *single = NULL, *bin = NULL;
+    char *config = NULL, *paths[2][3] = {{NULL}};
     ck->dir = weft_strdup(dir);
     config = path_join(dir, "config.json");
-    index = path_join(dir, INDEX_NAME);
-    single = path_join(dir, WEIGHTS_NAME);
-    bin = path_join(dir, "diffusion_pytorch_model.bin");
-    if (!ck->dir || !config || !index || !single || !bin) {
+    bool ok = ck->dir && config;
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++)
+            ok = ok && (paths[k][j] = path_join(dir, weight_names[k][j]));
+    if (!ok) {
         weft_error_refuse(err, st, "out of memory");
         goto err;
     }
     if ((st = weft_json_read_file(config, CONFIG_MAX_BYTES, &ck->config, err)) != WEFT_OK)
         goto err;
-    if (is_file(index))
-        st = open_sharded(ck, index, err);
-    else if (is_file(single))
-        st = add_file(ck, WEIGHTS_NAME, err);
-    else if (is_file(bin))
-        st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
-                                      "%s: only non-safetensors weights "
-                                      "(diffusion_pytorch_model.bin); weft reads safetensors "
-                                      "only: convert the checkpoint", dir);
-    else
+    bool found = false;
+    for (int k = 0; k < 2 && !found; k++) {
+        found = true;
+        if (is_file(paths[k][0]))
+            st = open_sharded(ck, paths[k][0], err);
+        else if (is_file(paths[k][1]))
+            st = add_file(ck, weight_names[k][1], err);
+        else if (is_file(paths[k][2]))
+            st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                          "%s: only non-safetensors weights (%s); weft reads "
+                                          "safetensors only: convert the checkpoint", dir,
+                                          weight_names[k][2]);
+        else
+            found = false;
+    }
+    if (!found)
         st = weft_error_refuse_or_log(err, WEFT_ERR_NOT_FOUND, "model",
-                                      "%s: no weights (%s or %s)", dir, WEIGHTS_NAME, INDEX_NAME);
+                                      "%s: no weights (%s or %s; %s or %s)", dir, WEIGHTS_NAME,
+                                      INDEX_NAME, weight_names[1][1], weight_names[1][0]);
     if (st != WEFT_OK)
         goto err;
     if ((st = build_table(ck, err)) != WEFT_OK)
         goto err;
-    weft_free(config), weft_free(index), weft_free(single), weft_free(bin);
+    st = WEFT_OK;
+err:
+    weft_free(config);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++)
+            weft_free(paths[k][j]);
+    if (st != WEFT_OK) {
+        weft_ckpt_close(ck);
+        return st;
+    }
     *ck_p = ck;
     return WEFT_OK;
-err:
-    weft_free(config), weft_free(index), weft_free(single), weft_free(bin);
-    weft_ckpt_close(ck);
-    return st;
 }
 
 void weft_ckpt_close(struct weft_ckpt *ck)
@@ -343,7 +362,12 @@ const char *weft_ckpt_dir(const struct weft_ckpt *ck)
 const char *weft_ckpt_class(const struct weft_ckpt *ck)
 {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(ck->config, "_class_name");
-    return cJSON_IsString(c) ? c->valuestring : "";
+    if (cJSON_IsString(c))
+        return c->valuestring;
+    /* transformers: "architectures": ["CLIPTextModel"] */
+    const cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ck->config,
+                                                                         "architectures"), 0);
+    return cJSON_IsString(a) ? a->valuestring : "";
 }
 
 const cJSON *weft_ckpt_config(const struct weft_ckpt *ck)

@@ -22,13 +22,15 @@ struct weft_ckpt_tensor {
 
 struct weft_ckpt;
 
-/* Open a model folder (config.json + weights). Causes go to err as weft_st_open's do (a folder
+/* Open a model folder (config.json + weights: Diffusers' diffusion_pytorch_model.safetensors or
+ * transformers' model.safetensors, single or sharded with an index). Causes go to err as weft_st_open's do (a folder
  * that is missing or malformed is recorded, or logged at ERROR with NULL err). */
 weft_status_t weft_ckpt_open(const char *dir, struct weft_ckpt **ck_p, struct weft_error *err);
 void weft_ckpt_close(struct weft_ckpt *ck);
 
 const char *weft_ckpt_dir(const struct weft_ckpt *ck);
-/* config.json's "_class_name" ("" when absent). */
+/* config.json's "_class_name" (Diffusers), else its "architectures"[0] (transformers); "" when
+ * neither. */
 const char *weft_ckpt_class(const struct weft_ckpt *ck);
 const cJSON *weft_ckpt_config(const struct weft_ckpt *ck);
 bool weft_ckpt_sharded(const struct weft_ckpt *ck);

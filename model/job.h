@@ -22,6 +22,7 @@
 #define WEFT_JOB_MAX_PROMPTS 4096
 #define WEFT_JOB_MAX_IMAGES 65536       /* prompts x count */
 #define WEFT_JOB_MAX_GUIDANCE 1000.0
+#define WEFT_JOB_MAX_TEXT_BYTES 65536   /* one text prompt, UTF-8 */
 
 /* Configurable bounds ([api]); 0 means the hard bound. */
 struct weft_job_limits {

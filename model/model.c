@@ -88,6 +88,60 @@ static weft_status_t index_entry(const struct weft_pipe *pipe, const char *name,
     return WEFT_OK;
 }
 
+/* A tokenizer folder: the files its class reads are there. */
+static weft_status_t check_tokenizer(struct weft_model_text *t, const char *dir, const char *name,
+                                     const char *cls, struct weft_error *err)
+{
+    snprintf(t->tokenizer_dir, sizeof(t->tokenizer_dir), "%s/%s", dir, name);
+    snprintf(t->tokenizer_class, sizeof(t->tokenizer_class), "%s", cls);
+    const bool clip = strncmp(cls, "CLIP", 4) == 0;
+    const char *need[] = {clip ? "vocab.json" : "spiece.model", clip ? "merges.txt" : NULL};
+    for (int k = 0; k < 2 && need[k]; k++) {
+        char path[WEFT_CONF_PATH + 64];
+        snprintf(path, sizeof(path), "%s/%s", t->tokenizer_dir, need[k]);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return weft_error_refuse(err, WEFT_ERR_NOT_FOUND,
+                                     "%s: missing (model_index.json names %s for \"%s\"%s)", path,
+                                     cls, name, clip ? "" : "; weft reads T5's spiece.model");
+        (void)fclose(f);
+    }
+    return WEFT_OK;
+}
+
+/* model_index.json's text components, each optional; each one there is checked. */
+static weft_status_t text_entries(struct weft_model *m, const struct weft_pipe *pipe,
+                                  struct weft_error *err)
+{
+    static const struct {
+        const char *tok, *enc, *enc_class;
+        const char *tok_classes[2];
+    } e[2] = {{"tokenizer", "text_encoder", WEFT_CLIP_TEXT_CLASS,
+               {"CLIPTokenizer", "CLIPTokenizerFast"}},
+              {"tokenizer_2", "text_encoder_2", WEFT_T5_ENCODER_CLASS,
+               {"T5TokenizerFast", "T5Tokenizer"}}};
+    struct weft_model_text *t[2] = {&m->clip, &m->t5};
+    weft_status_t st = WEFT_OK;
+    for (int k = 0; k < 2 && st == WEFT_OK; k++) {
+        const struct weft_pipe_component *c = weft_pipe_find(pipe, e[k].tok);
+        if (c && c->class_name && strcmp(c->class_name, e[k].tok_classes[1]) == 0)
+            st = index_entry(pipe, e[k].tok, "transformers", e[k].tok_classes[1], true,
+                             &t[k]->tokenizer, err);
+        else
+            st = index_entry(pipe, e[k].tok, "transformers", e[k].tok_classes[0], true,
+                             &t[k]->tokenizer, err);
+        if (st == WEFT_OK && t[k]->tokenizer)
+            st = check_tokenizer(t[k], m->dir, e[k].tok, weft_pipe_find(pipe, e[k].tok)->class_name,
+                                 err);
+        if (st == WEFT_OK)
+            st = index_entry(pipe, e[k].enc, "transformers", e[k].enc_class, true,
+                             &t[k]->encoder, err);
+        if (st == WEFT_OK && t[k]->encoder)
+            snprintf(t[k]->encoder_dir, sizeof(t[k]->encoder_dir), "%s/%s", m->dir, e[k].enc);
+    }
+    return st;
+}
+
 static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
 {
     struct weft_pipe *pipe;
@@ -108,6 +162,8 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
         st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
                          err);
     }
+    if (st == WEFT_OK)
+        st = text_entries(m, pipe, err);
     weft_pipe_close(pipe);
     if (st != WEFT_OK)
         return st;
@@ -129,6 +185,78 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
         cJSON_Delete(json);
     }
     return st;
+}
+
+/* The text encoders' configs, and their widths against the transformer's. */
+static weft_status_t open_text(struct weft_model *m, struct weft_error *err)
+{
+    weft_status_t st = WEFT_OK;
+    char origin[WEFT_CONF_PATH + 48];
+    for (int k = 0; k < 2 && st == WEFT_OK; k++) {
+        struct weft_model_text *t = k ? &m->t5 : &m->clip;
+        if (!t->encoder)
+            continue;
+        struct weft_ckpt *ck;
+        if ((st = open_component(t->encoder_dir, k ? WEFT_T5_ENCODER_CLASS : WEFT_CLIP_TEXT_CLASS,
+                                 &ck, err)) != WEFT_OK)
+            break;
+        snprintf(origin, sizeof(origin), "%s/config.json", t->encoder_dir);
+        st = k ? weft_t5_config_parse(weft_ckpt_config(ck), origin, &m->t5_cfg, err)
+               : weft_clip_text_config_parse(weft_ckpt_config(ck), origin, &m->clip_cfg, err);
+        t->file_bytes = file_bytes(ck);
+        if (st == WEFT_OK)
+            t->held_bytes = k ? weft_t5_held_bytes(&m->t5_cfg, ck)
+                              : weft_clip_text_held_bytes(&m->clip_cfg, ck);
+        weft_ckpt_close(ck);
+    }
+    if (st == WEFT_OK && m->clip.encoder &&
+        m->clip_cfg.hidden_size != m->flux.pooled_projection_dim)
+        st = weft_error_refuse(err, WEFT_ERR_FORMAT,
+                               "%s/config.json: hidden_size %lld is not the transformer's "
+                               "pooled_projection_dim %lld (FluxPipeline pools CLIP's output into "
+                               "it)", m->clip.encoder_dir, (long long)m->clip_cfg.hidden_size,
+                               (long long)m->flux.pooled_projection_dim);
+    if (st == WEFT_OK && m->t5.encoder && m->t5_cfg.d_model != m->flux.joint_attention_dim)
+        st = weft_error_refuse(err, WEFT_ERR_FORMAT,
+                               "%s/config.json: d_model %lld is not the transformer's "
+                               "joint_attention_dim %lld", m->t5.encoder_dir,
+                               (long long)m->t5_cfg.d_model,
+                               (long long)m->flux.joint_attention_dim);
+    return st;
+}
+
+const char *weft_model_text_missing(const struct weft_model *m, char *buf, size_t len)
+{
+    const char *name = strrchr(m->dir, '/');
+    name = name && name[1] ? name + 1 : m->dir;
+    if (!m->pipeline) {
+        snprintf(buf, len, "%s is a transformer folder: it has no text encoders (a pipeline "
+                 "folder's tokenizer, text_encoder, tokenizer_2 and text_encoder_2 encode text)",
+                 name);
+        return buf;
+    }
+    const struct {
+        bool present;
+        const char *what;
+    } c[4] = {{m->clip.tokenizer, "tokenizer (CLIPTokenizer)"},
+              {m->clip.encoder, "text_encoder (CLIPTextModel)"},
+              {m->t5.tokenizer, "tokenizer_2 (T5TokenizerFast)"},
+              {m->t5.encoder, "text_encoder_2 (T5EncoderModel)"}};
+    size_t o = 0;
+    int missing = 0;
+    for (int k = 0; k < 4; k++)
+        missing += !c[k].present;
+    if (missing == 0)
+        return NULL;
+    o += (size_t)snprintf(buf, len, "%s cannot encode text: its model_index.json names no ", name);
+    for (int k = 0, seen = 0; k < 4 && o < len; k++) {
+        if (c[k].present)
+            continue;
+        seen++;
+        o += (size_t)snprintf(buf + o, len - o, "%s%s",
+                              seen == 1 ? "" : (seen == missing ? " or " : ", "), c[k].what);
+    }
+    return buf;
 }
 
 /* The transformer's channels are the VAE's latents packed 2 x 2 (FluxPipeline:
@@ -186,6 +314,8 @@ weft_status_t weft_model_open(const char *dir, struct weft_model **model_p,
         st = open_vae(m, err);
     if (st == WEFT_OK)
         st = check_channels(m, err);
+    if (st == WEFT_OK)
+        st = open_text(m, err);
     if (st != WEFT_OK) {
         weft_free(m);
         return st;

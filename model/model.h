@@ -21,10 +21,22 @@
 #include "model/registry.h"
 #include "model/safetensors.h"
 #include "model/scheduler.h"
+#include "model/text_encoder.h"
 #include "model/vae.h"
 
 #define WEFT_FLUX_PIPELINE_CLASS "FluxPipeline"
 #define WEFT_MODEL_MAX_TEXT_TOKENS 4096 /* tokens of one prompt's embeddings */
+#define WEFT_MODEL_MAX_SEQUENCE_LENGTH 512 /* T5 tokens of a text prompt (FluxPipeline's limit) */
+
+/* One text encoder with its tokenizer: FluxPipeline's tokenizer + text_encoder (CLIP: the pooled
+ * embedding) and tokenizer_2 + text_encoder_2 (T5: the token embeddings). */
+struct weft_model_text {
+    bool tokenizer, encoder; /* present in model_index.json (and their files there) */
+    char tokenizer_dir[WEFT_CONF_PATH + 16];
+    char encoder_dir[WEFT_CONF_PATH + 16];
+    char tokenizer_class[48]; /* model_index.json's class of the tokenizer */
+    uint64_t file_bytes, held_bytes; /* the encoder's checkpoint, and as held */
+};
 
 struct weft_model {
     char dir[WEFT_CONF_PATH];
@@ -37,6 +49,11 @@ struct weft_model {
     struct weft_model_info info;         /* heads and packed blocks, for tensor parallelism */
     bool has_vae;
     struct weft_vae_config vae;
+    /* text: CLIP (tokenizer/, text_encoder/) and T5 (tokenizer_2/, text_encoder_2/); a pipeline
+     * encodes text when all four are there (weft_model_text_missing) */
+    struct weft_model_text clip, t5;
+    struct weft_clip_text_config clip_cfg; /* valid when clip.encoder */
+    struct weft_t5_config t5_cfg;          /* valid when t5.encoder */
     struct weft_sched_config sched;
     /* derived: the latent grid. Pixels per latent along an edge (the VAE's, or FluxPipeline's
      * default 8 without one), and the unit every side is a multiple of: latents are packed
@@ -54,6 +71,11 @@ struct weft_model {
 weft_status_t weft_model_open(const char *dir, struct weft_model **model_p,
                               struct weft_error *err);
 void weft_model_close(struct weft_model *model);
+
+/* Whether the model can encode text prompts: NULL when it can, else one line saying what is
+ * missing ("flux-tiny has no text encoders: model_index.json names no tokenizer, text_encoder,
+ * tokenizer_2 or text_encoder_2"), written into buf. */
+const char *weft_model_text_missing(const struct weft_model *model, char *buf, size_t len);
 
 /* The layout a job runs on: the mesh (dp x pp x ring x ulysses x tp) and its options. */
 struct weft_layout {

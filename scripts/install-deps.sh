@@ -6,11 +6,12 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 $SUDO apt-get update
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
-    gcc clang clang-tidy meson ninja-build pkg-config \
+    gcc g++ clang clang-tidy meson ninja-build pkg-config \
     libucx-dev ucx-utils libuv1-dev libinih-dev libopenblas-dev libspng-dev libcjson-dev \
-    libjpeg62-turbo-dev libwebp-dev \
+    libjpeg62-turbo-dev libwebp-dev libutf8proc-dev libsentencepiece-dev \
     python3 python3-jsonschema python3-yaml yamllint prometheus systemd man-db \
     chromium chromium-driver python3-selenium \
     libhwloc-dev libibverbs-dev \
     openmpi-bin libopenmpi-dev \
+    libdnnl-dev libblis-dev \
     node-llhttp iproute2 procps

@@ -272,18 +272,44 @@ static int is_cancelled(void *arg)
     return atomic_load(&rc->a->cancel_job) == rc->job || atomic_load(&rc->a->stop_all);
 }
 
+/* The text prompts of a RUN's images encoded over the replica (its first rank encodes, in
+ * prompt order on every rank), each into text[i]; embeds[i] and pooled[i] point at each
+ * prompt's embeddings (from the text, or in the RUN's tail). */
+static weft_status_t encode_texts(struct agent *a, const struct weft_msg_run *r,
+                                  struct weft_prompt_embeds *text, const float **embeds,
+                                  const float **pooled, struct weft_error *err)
+{
+    weft_status_t st = WEFT_OK;
+    size_t off = 0;
+    for (int i = 0; i < r->n_prompts && st == WEFT_OK; i++) {
+        const struct weft_msg_prompt *p = &r->prompts[i];
+        bool used = false; /* only the prompts of this replica's images */
+        for (int k = 0; k < r->n_images && !used; k++)
+            used = r->images[k].prompt == i;
+        if (p->is_text && used) {
+            st = weft_runtime_encode(a->rt, p->text, p->tokens, &text[i], err);
+            embeds[i] = text[i].embeds;
+            pooled[i] = text[i].pooled;
+            continue;
+        }
+        embeds[i] = r->embeds + off;
+        pooled[i] = r->embeds + off + p->tokens * p->joint;
+        off += weft_msg_prompt_floats(p);
+    }
+    return st;
+}
+
 /* Every image of a RUN in order; the decoding rank sends each one. */
 static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struct weft_error *err)
 {
     const float **embeds = weft_calloc((size_t)r->n_prompts, sizeof(*embeds));
-    if (!embeds)
-        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
-    size_t off = 0;
-    for (int i = 0; i < r->n_prompts; i++) {
-        embeds[i] = r->embeds + off;
-        off += weft_msg_prompt_floats(&r->prompts[i]);
-    }
-    weft_status_t st = WEFT_OK;
+    const float **pooled = weft_calloc((size_t)r->n_prompts, sizeof(*pooled));
+    struct weft_prompt_embeds *text = weft_calloc((size_t)r->n_prompts, sizeof(*text));
+    weft_status_t st = embeds && pooled && text ? WEFT_OK
+                                                : weft_error_refuse(err, WEFT_ERR_NOMEM,
+                                                                    "out of memory");
+    if (st == WEFT_OK)
+        st = encode_texts(a, r, text, embeds, pooled, err);
     for (int k = 0; k < r->n_images && st == WEFT_OK; k++) {
         const struct weft_msg_image_ref *ref = &r->images[k];
         const struct weft_msg_prompt *p = &r->prompts[ref->prompt];
@@ -291,7 +317,7 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
         const struct weft_rt_image img = {
             .prompt_embeds = embeds[ref->prompt],
             .s_txt = p->tokens,
-            .pooled = embeds[ref->prompt] + p->tokens * p->joint,
+            .pooled = pooled[ref->prompt],
             .height = r->height,
             .width = r->width,
             .steps = (int)r->steps,
@@ -299,7 +325,7 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
             .seed = r->seed,
             .noise_index = ref->index,
             .decode = true,
-            .png_prompt = p->name,
+            .png_prompt = p->is_text ? p->text : p->name,
             .png_model = r->model_name[0] ? r->model_name : NULL,
             .png_job = r->job_id,
             .png_prompt_index = ref->prompt,
@@ -334,7 +360,11 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
         res.png = NULL;
         weft_rt_result_cleanup(&res);
     }
-    weft_free(embeds);
+    for (int i = 0; text && i < r->n_prompts; i++)
+        weft_prompt_embeds_cleanup(&text[i]);
+    weft_free(text);
+    weft_free((void *)embeds);
+    weft_free((void *)pooled);
     return st;
 }
 
@@ -358,7 +388,7 @@ static void comm_stats(struct weft_msg_done *d, const struct weft_par_stats *bef
 }
 
 static void done(struct agent *a, uint64_t job, weft_status_t st, const struct weft_error *err,
-                 const struct weft_par_stats *before)
+                 const struct weft_par_stats *before, const struct weft_rt_text_stats *text)
 {
     union weft_msg *m = msg_new();
     if (!m) {
@@ -375,6 +405,12 @@ static void done(struct agent *a, uint64_t job, weft_status_t st, const struct w
         weft_runtime_comm_stats(a->rt, &after);
         comm_stats(&m->done, before, &after);
     }
+    if (text) {
+        struct weft_rt_text_stats now;
+        weft_runtime_text_stats(a->rt, &now);
+        m->done.prompt_cache_hits = now.hits - text->hits;
+        m->done.prompt_cache_misses = now.misses - text->misses;
+    }
     reply(a, WEFT_MSG_DONE, m, NULL);
 }
 
@@ -384,6 +420,8 @@ static void exec_run(struct agent *a, struct qitem *it)
     struct weft_error err = WEFT_ERROR_INIT;
     struct weft_par_stats before;
     weft_runtime_comm_stats(a->rt, &before);
+    struct weft_rt_text_stats text;
+    weft_runtime_text_stats(a->rt, &text);
     weft_status_t st;
     if (!weft_runtime_model(a->rt))
         st = weft_error_set(&err, WEFT_ERR_PROTOCOL, "worker",
@@ -396,7 +434,7 @@ static void exec_run(struct agent *a, struct qitem *it)
         st = do_run(a, r, &err);
     if (WEFT_STATUS_IS_PEER_LOST(st))
         drop_world(a); /* the world is failed for good: wait for a new assignment */
-    done(a, r->job, st, &err, &before);
+    done(a, r->job, st, &err, &before, &text);
 }
 
 static void exec_assign(struct agent *a, struct qitem *it)
@@ -414,6 +452,7 @@ static void exec_assign(struct agent *a, struct qitem *it)
     r->assigned.status = st;
     snprintf(r->assigned.error, sizeof(r->assigned.error), "%s", weft_error_text(&err));
     weft_runtime_bytes(a->rt, &r->assigned.transformer_bytes, &r->assigned.vae_bytes);
+    r->assigned.text_bytes = weft_runtime_text_bytes(a->rt);
     r->assigned.threads = weft_kernels_is_cpu(a->K) ? weft_kernels_cpu_threads(a->kc) : 0;
     reply(a, WEFT_MSG_ASSIGNED, r, NULL);
 }
@@ -816,7 +855,7 @@ int weft_agent_main(const struct weft_agent_opts *opts)
         a.K->describe(a.kc, what, sizeof(what));
         WEFT_LOG_INFO("worker", "computing on %s: %s", device, what);
     }
-    const struct weft_rt_opts ro = {a.K, a.kc, false};
+    const struct weft_rt_opts ro = {a.K, a.kc, false, opts->conf->model.prompt_cache};
     if (st == WEFT_OK)
         st = weft_runtime_create(&ro, &a.rt);
     if (st == WEFT_OK)

@@ -47,7 +47,8 @@ struct acts {
     void *base;
     float *h;        /* [B, S, D] hidden states, text rows first */
     float *xn;       /* [B, S, D] modulated norm output */
-    float *q, *k, *v; /* [B, S, Dl] this rank's heads */
+    float *q, *k, *v; /* [B, S] rows of stride ldqkv: this rank's heads */
+    int64_t ldqkv;    /* Dl in their own buffers; Dl + mlpl inside cat's MLP columns */
     float *cat;      /* [B, S, Dl + mlpl]: attention output | MLP hidden */
     float *tmp;      /* [B, S, D] projection output before gating */
     float *cos, *sin; /* [S, head_dim] */
@@ -605,9 +606,14 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     weft_cp_chunk(s_txt, m->cp_size, m->cp_rank, &txt0, &nt);
     const int64_t B = batch, S = ni + nt, D = c->inner_dim, Dl = m->dim_l;
     const int64_t hd = c->attention_head_dim;
+    /* Q, K and V live in cat's MLP columns (stride Dl + mlpl) when they fit there: each
+     * block's MLP hidden states are made after its attention (the single block's from xn,
+     * which attention leaves alone), so the two never coexist. FLUX's 4x MLP always fits. */
+    const bool shared = m->mlp_l >= 3 * Dl;
+    const int64_t nqkv = shared ? 0 : B * S * Dl;
     /* sizes in floats, each rounded up to 16 floats (64 bytes) */
     int64_t sizes[] = {
-        B * S * D,         B * S * D,      B * S * Dl, B * S * Dl, B * S * Dl,
+        B * S * D,         B * S * D,      nqkv,       nqkv,       nqkv,
         B * S * (Dl + m->mlp_l), B * S * D, S * hd,   S * hd,    B * ni * c->in_channels,
         B * nt * c->joint_attention_dim, B * s_img * c->out_channels,
         B * D,             B * D,          B * D,     B * TIME_PROJ_DIM,
@@ -638,6 +644,11 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         *ptrs[i] = p;
         p += ((size_t)sizes[i] + 15) / 16 * 16;
+    }
+    a->ldqkv = Dl;
+    if (shared) {
+        a->q = a->cat + Dl, a->k = a->cat + 2 * Dl, a->v = a->cat + 3 * Dl;
+        a->ldqkv = Dl + m->mlp_l;
     }
     if (!m->K->host_visible) {
         a->host_floats = (size_t)(2 * B + 2 * S * hd);
@@ -773,16 +784,17 @@ static void qkv(struct weft_flux *m, const struct linear *lq, const struct linea
 {
     struct acts *a = &m->a;
     const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, hd = m->cfg.attention_head_dim;
-    const int64_t H = m->heads_l, Dl = m->dim_l;
+    const int64_t H = m->heads_l, Dl = m->dim_l, ld = a->ldqkv;
     for (int64_t b = 0; b < a->batch; b++) {
         const float *x = a->xn + (b * S + r0) * D;
-        int64_t o = (b * S + r0) * Dl;
-        lin(m, lq, x, D, a->q + o, Dl, n);
-        lin(m, lk, x, D, a->k + o, Dl, n);
-        lin(m, lv, x, D, a->v + o, Dl, n);
-        m->K->rmsnorm(m->kc, a->q + o, Dl, nq, n, H, hd, FLUX_EPS);
-        m->K->rmsnorm(m->kc, a->k + o, Dl, nk, n, H, hd, FLUX_EPS);
+        int64_t o = (b * S + r0) * ld;
+        lin(m, lq, x, D, a->q + o, ld, n);
+        lin(m, lk, x, D, a->k + o, ld, n);
+        lin(m, lv, x, D, a->v + o, ld, n);
+        m->K->rmsnorm(m->kc, a->q + o, ld, nq, n, H, hd, FLUX_EPS);
+        m->K->rmsnorm(m->kc, a->k + o, ld, nk, n, H, hd, FLUX_EPS);
     }
+    (void)Dl;
 }
 
 /* RoPE on all of Q and K, then attention per batch element into cat[:, :, 0:Dl]; across the
@@ -791,19 +803,19 @@ static void attend(struct weft_flux *m)
 {
     struct acts *a = &m->a;
     const int64_t S = a->s_img + a->s_txt, Dl = m->dim_l, hd = m->cfg.attention_head_dim;
-    const int64_t H = m->heads_l, ldc = Dl + m->mlp_l;
+    const int64_t H = m->heads_l, ldc = Dl + m->mlp_l, ld = a->ldqkv;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t b = 0; b < a->batch; b++) {
-        float *q = a->q + b * S * Dl, *k = a->k + b * S * Dl, *v = a->v + b * S * Dl;
-        m->K->rope(m->kc, q, Dl, a->cos, a->sin, S, H, hd);
-        m->K->rope(m->kc, k, Dl, a->cos, a->sin, S, H, hd);
+        float *q = a->q + b * S * ld, *k = a->k + b * S * ld, *v = a->v + b * S * ld;
+        m->K->rope(m->kc, q, ld, a->cos, a->sin, S, H, hd);
+        m->K->rope(m->kc, k, ld, a->cos, a->sin, S, H, hd);
         if (!a->cpa) {
-            m->K->attention(m->kc, q, Dl, k, Dl, v, Dl, a->cat + b * S * ldc, ldc, NULL, S, S, H,
+            m->K->attention(m->kc, q, ld, k, ld, v, ld, a->cat + b * S * ldc, ldc, NULL, S, S, H,
                             hd, scale);
             continue;
         }
         if (m->comm_status == WEFT_OK)
-            m->comm_status = weft_cp_attn_run(a->cpa, q, k, v, Dl, a->cat + b * S * ldc, ldc,
+            m->comm_status = weft_cp_attn_run(a->cpa, q, k, v, ld, a->cat + b * S * ldc, ldc,
                                               scale);
     }
 }
@@ -876,15 +888,16 @@ static void single_block(struct weft_flux *m, const struct single_block *blk)
         float *h = a->h + b * S * D, *xn = a->xn + b * S * D;
         K->layernorm(m->kc, h, D, xn, D, S, D, FLUX_EPS);
         K->modulate(m->kc, xn, D, md, md + D, xn, D, S, D);
-        float *hid = a->cat + b * S * ldc + m->dim_l;
-        lin(m, &blk->l[WEFT_FLUX_S_PROJ_MLP], xn, D, hid, ldc, S);
-        K->gelu_tanh(m->kc, hid, ldc, hid, ldc, S, mlp);
     }
     qkv(m, &blk->l[WEFT_FLUX_S_TO_Q], &blk->l[WEFT_FLUX_S_TO_K], &blk->l[WEFT_FLUX_S_TO_V],
         blk->qk_norm[WEFT_FLUX_NORM_Q], blk->qk_norm[WEFT_FLUX_NORM_K], 0, S);
     attend(m);
+    /* the MLP branch after attention: its hidden states take the columns Q, K, V held */
     for (int64_t b = 0; b < B; b++) {
         const float *md = a->mod + b * 3 * D;
+        float *hid = a->cat + b * S * ldc + m->dim_l;
+        lin(m, &blk->l[WEFT_FLUX_S_PROJ_MLP], a->xn + b * S * D, D, hid, ldc, S);
+        K->gelu_tanh(m->kc, hid, ldc, hid, ldc, S, mlp);
         lin(m, &blk->l[WEFT_FLUX_S_PROJ_OUT], a->cat + b * S * ldc, ldc, a->tmp + b * S * D, D,
             S);
         K->gated_add(m->kc, a->h + b * S * D, D, md + 2 * D, a->tmp + b * S * D, D, S, D);

@@ -21,7 +21,7 @@
 struct lr_job {
     struct weft_runner_job job; /* strings below are owned copies */
     char *id, *out_dir;
-    char **prompt_paths, **prompt_names;
+    char **prompt_paths, **prompt_names, **prompt_texts; /* NULL entries: the other kind */
     struct lr_job *next;
 };
 
@@ -31,6 +31,7 @@ struct local_runner {
     char model_dir[WEFT_CONF_PATH];
     int threads, compute;
     struct weft_device device;
+    uint64_t prompt_cache;
     pthread_t thread;
     bool thread_started;
     /* owned by the thread */
@@ -49,6 +50,8 @@ struct local_runner {
     struct weft_model model;    /* a copy of the description, once loaded */
     uint64_t transformer_bytes, vae_bytes;
     uint64_t jobs_done, images_done;
+    struct weft_rt_text_stats text; /* the runtime's, copied after each job */
+    uint64_t text_bytes;            /* the text encoders', once loaded (or as they will be) */
     atomic_bool cancel;         /* the current job stops at its next step */
 };
 
@@ -72,6 +75,7 @@ static void lr_job_free(struct lr_job *j)
         return;
     strv_free(j->prompt_paths, j->job.n_prompts);
     strv_free(j->prompt_names, j->job.n_prompts);
+    strv_free(j->prompt_texts, j->job.n_prompts);
     weft_free(j->id);
     weft_free(j->out_dir);
     weft_free(j);
@@ -103,7 +107,8 @@ static weft_status_t load_model(struct local_runner *r, struct weft_error *err)
                                            sizeof(why));
     if (st != WEFT_OK)
         return weft_error_set(err, st, "local", "cannot start the kernels: %s", why);
-    const struct weft_rt_opts ro = {r->K, r->kc, false}; /* a server: everything resident */
+    /* a server: everything resident, encoded prompts cached */
+    const struct weft_rt_opts ro = {r->K, r->kc, false, r->prompt_cache};
     if ((st = weft_runtime_create(&ro, &r->rt)) != WEFT_OK)
         return weft_error_refuse(err, st, "out of memory");
     struct weft_rt_assign *a = weft_calloc(1, sizeof(*a));
@@ -155,7 +160,10 @@ static weft_status_t run_image(struct local_runner *r, const struct weft_runner_
         .prompt_embeds = pe->embeds, .s_txt = pe->tokens, .pooled = pe->pooled,
         .height = job->height, .width = job->width, .steps = (int)job->steps,
         .guidance = (float)job->guidance, .seed = job->seed, .noise_index = image,
-        .decode = true, .png_prompt = job->prompt_names[prompt], .png_model = r->model_dir,
+        .decode = true,
+        .png_prompt = job->prompt_texts[prompt] ? job->prompt_texts[prompt]
+                                                : job->prompt_names[prompt],
+        .png_model = r->model_dir,
         .png_job = job->id, .png_prompt_index = prompt,
     };
     struct weft_rt_result res;
@@ -192,7 +200,10 @@ static weft_status_t run_job(struct local_runner *r, const struct weft_runner_jo
     double t0 = now_s();
     weft_status_t st = WEFT_OK;
     for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++)
-        st = weft_model_prompt_read(m, job->prompt_paths[i], &pe[i], err);
+        st = job->prompt_texts[i]
+                 ? weft_runtime_encode(r->rt, job->prompt_texts[i], job->max_sequence_length,
+                                       &pe[i], err)
+                 : weft_model_prompt_read(m, job->prompt_paths[i], &pe[i], err);
     post_stage(r, job->key, "encode", now_s() - t0);
     const int64_t images = (int64_t)job->n_prompts * job->count;
     for (int64_t i = 0; st == WEFT_OK && i < images; i++)
@@ -261,9 +272,14 @@ static void *thread_main(void *arg)
         post_finished(r, j->job.key, st,
                       st != WEFT_OK && st != WEFT_ERR_CANCELLED ? weft_error_text(&err) : NULL);
         lr_job_free(j);
+        struct weft_rt_text_stats text;
+        weft_runtime_text_stats(r->rt, &text);
+        const uint64_t text_bytes = load == WEFT_OK ? weft_runtime_text_bytes(r->rt) : 0;
         pthread_mutex_lock(&r->mu);
         r->current = 0;
         r->jobs_done++;
+        r->text = text;
+        r->text_bytes = text_bytes;
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -276,7 +292,7 @@ static char **strv_copy(const char *const *src, int n)
 {
     char **v = weft_calloc((size_t)n + 1, sizeof(char *));
     for (int i = 0; v && i < n; i++) {
-        if (!(v[i] = weft_strdup(src[i]))) {
+        if (src && src[i] && !(v[i] = weft_strdup(src[i]))) {
             strv_free(v, n);
             return NULL;
         }
@@ -294,7 +310,8 @@ static struct lr_job *job_copy(const struct weft_runner_job *src)
     j->out_dir = weft_strdup(src->out_dir);
     j->prompt_paths = strv_copy(src->prompt_paths, src->n_prompts);
     j->prompt_names = strv_copy(src->prompt_names, src->n_prompts);
-    if (!j->id || !j->out_dir || !j->prompt_paths || !j->prompt_names) {
+    j->prompt_texts = strv_copy(src->prompt_texts, src->n_prompts);
+    if (!j->id || !j->out_dir || !j->prompt_paths || !j->prompt_names || !j->prompt_texts) {
         lr_job_free(j);
         return NULL;
     }
@@ -302,6 +319,7 @@ static struct lr_job *job_copy(const struct weft_runner_job *src)
     j->job.out_dir = j->out_dir;
     j->job.prompt_paths = (const char *const *)j->prompt_paths;
     j->job.prompt_names = (const char *const *)j->prompt_names;
+    j->job.prompt_texts = (const char *const *)j->prompt_texts;
     return j;
 }
 
@@ -420,6 +438,15 @@ static cJSON *lr_describe(struct weft_runner *base)
     cJSON *comps = cJSON_AddArrayToObject(o, "components");
     if (r->loaded) {
         add_component(comps, dm, "prompt_embeds", "precomputed (safetensors)", "encode", 0, 0);
+        if (r->model.clip.encoder && r->model.t5.encoder) {
+            const uint64_t t5 = r->text_bytes > r->model.clip.held_bytes
+                                    ? r->text_bytes - r->model.clip.held_bytes
+                                    : r->model.t5.held_bytes;
+            add_component(comps, dm, "text_encoder", WEFT_CLIP_TEXT_CLASS, "encode",
+                          r->model.clip.file_bytes, r->model.clip.held_bytes);
+            add_component(comps, dm, "text_encoder_2", WEFT_T5_ENCODER_CLASS, "encode",
+                          r->model.t5.file_bytes, t5);
+        }
         add_component(comps, dm, "transformer", WEFT_FLUX_CLASS, "denoise",
                       r->model.transformer_file_bytes, r->transformer_bytes);
         add_component(comps, dm, "vae", WEFT_VAE_CLASS, "decode", r->model.vae_file_bytes,
@@ -439,6 +466,7 @@ static void lr_metrics(struct weft_runner *base, struct weft_sbuf *out)
     pthread_mutex_lock(&r->mu);
     uint64_t images = r->images_done;
     bool ok = r->loaded;
+    const struct weft_rt_text_stats t = r->text;
     pthread_mutex_unlock(&r->mu);
     weft_sbuf_printf(out,
                      "# HELP weft_local_model_loaded The local runner's model is loaded.\n"
@@ -446,6 +474,7 @@ static void lr_metrics(struct weft_runner *base, struct weft_sbuf *out)
                      "# HELP weft_local_images_total Images the local runner made.\n"
                      "# TYPE weft_local_images_total counter\nweft_local_images_total %llu\n",
                      ok ? 1 : 0, (unsigned long long)images);
+    weft_prompt_cache_metrics(out, t.hits, t.misses, t.bytes, true);
 }
 
 static void lr_stop(struct weft_runner *base)
@@ -510,6 +539,7 @@ weft_status_t weft_local_runner_create(const struct weft_local_runner_opts *opts
     r->threads = opts->threads;
     r->compute = opts->compute;
     r->device = opts->device;
+    r->prompt_cache = opts->prompt_cache;
     snprintf(r->model_dir, sizeof(r->model_dir), "%s", opts->model_dir);
     atomic_init(&r->cancel, false);
     pthread_mutex_init(&r->mu, NULL);

@@ -14,6 +14,7 @@ struct weft_local_runner_opts {
     int threads;           /* CPU kernel threads; 0: every core */
     int compute;           /* [model] dtype: enum weft_dtype */
     struct weft_device device; /* [worker] device (zeroed: the CPU) */
+    uint64_t prompt_cache; /* [model] prompt_cache: bytes of encoded text prompts kept */
 };
 
 /* Starts its thread, which loads the model; jobs started before the load ends wait for it (a

@@ -16,6 +16,9 @@
 #include "worker/flux.h"
 #include "worker/noise.h"
 #include "worker/png.h"
+#include "worker/prompt_cache.h"
+#include "worker/text_encoder.h"
+#include "text/tokenizer.h"
 
 struct weft_runtime {
     struct weft_rt_opts opts;
@@ -29,6 +32,11 @@ struct weft_runtime {
     struct weft_vae *vae;
     struct weft_schedule sched;
     char layout_name[96];
+    /* text (the replica's first rank): loaded on first use, kept unless staged */
+    struct weft_tokenizer *tok_clip, *tok_t5;
+    struct weft_clip_text *clip;
+    struct weft_t5 *t5;
+    struct weft_prompt_cache *cache; /* outlives assignments: its keys name the model */
 };
 
 static double now_s(void)
@@ -53,6 +61,10 @@ weft_status_t weft_runtime_create(const struct weft_rt_opts *opts, struct weft_r
     if (!rt)
         return WEFT_ERR_NOMEM;
     rt->opts = *opts;
+    if (weft_prompt_cache_create(opts->prompt_cache_bytes, &rt->cache) != WEFT_OK) {
+        weft_free(rt);
+        return WEFT_ERR_NOMEM;
+    }
     *rt_p = rt;
     return WEFT_OK;
 }
@@ -63,6 +75,11 @@ void weft_runtime_unassign(struct weft_runtime *rt)
         return;
     weft_flux_destroy(rt->flux);
     weft_vae_destroy(rt->vae);
+    weft_clip_text_destroy(rt->clip);
+    weft_t5_destroy(rt->t5);
+    weft_tokenizer_close(rt->tok_clip);
+    weft_tokenizer_close(rt->tok_t5);
+    rt->clip = NULL, rt->t5 = NULL, rt->tok_clip = NULL, rt->tok_t5 = NULL;
     weft_tp_layout_destroy(rt->layout);
     weft_par_transport_destroy(rt->pt);
     weft_model_close(rt->model);
@@ -72,7 +89,10 @@ void weft_runtime_unassign(struct weft_runtime *rt)
 
 void weft_runtime_destroy(struct weft_runtime *rt)
 {
+    if (!rt)
+        return;
     weft_runtime_unassign(rt);
+    weft_prompt_cache_destroy(rt->cache);
     weft_free(rt);
 }
 
@@ -186,6 +206,208 @@ void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stat
     memset(out, 0, sizeof(*out));
     if (rt->pt)
         weft_par_transport_stats(rt->pt, out);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Text                                                                                      */
+
+/* The replica's first rank encodes; the others receive. */
+static bool encodes_here(const struct weft_runtime *rt)
+{
+    return rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0 && rt->me.tp == 0;
+}
+
+uint64_t weft_runtime_text_bytes(const struct weft_runtime *rt)
+{
+    if (!rt->model || !encodes_here(rt) || weft_model_text_missing(rt->model, (char[8]){0}, 8))
+        return 0;
+    if (rt->clip || rt->t5)
+        return (rt->clip ? weft_clip_text_weight_bytes(rt->clip) : 0) +
+               (rt->t5 ? weft_t5_weight_bytes(rt->t5) : 0);
+    return rt->model->clip.held_bytes + rt->model->t5.held_bytes;
+}
+
+void weft_runtime_text_stats(const struct weft_runtime *rt, struct weft_rt_text_stats *out)
+{
+    weft_prompt_cache_stats(rt->cache, &out->hits, &out->misses, &out->entries, &out->bytes);
+}
+
+/* Diffusers' warning for a truncated prompt, with what was dropped. */
+static void warn_truncated(const char *which, const struct weft_tokens *t, int64_t max_len)
+{
+    if (strcmp(which, "CLIP") == 0)
+        WEFT_LOG_WARN("text", "The following part of your input was truncated because CLIP can "
+                      "only handle sequences up to %lld tokens: ['%s']", (long long)max_len,
+                      t->dropped ? t->dropped : "");
+    else
+        WEFT_LOG_WARN("text", "The following part of your input was truncated because "
+                      "`max_sequence_length` is set to %lld tokens: ['%s']", (long long)max_len,
+                      t->dropped ? t->dropped : "");
+}
+
+static weft_status_t clip_pooled(struct weft_runtime *rt, const char *text, float *pooled,
+                                 struct weft_error *err)
+{
+    const struct weft_model *m = rt->model;
+    struct weft_text_opts o = {.kernels = rt->opts.kernels, .kctx = rt->opts.kctx,
+                               .dtype = rt->a.compute};
+    weft_status_t st = WEFT_OK;
+    if (!rt->tok_clip)
+        st = weft_tokenizer_open(m->clip.tokenizer_dir, WEFT_TOKENIZER_CLIP, &rt->tok_clip, err);
+    if (st == WEFT_OK && !rt->clip)
+        st = weft_clip_text_load(m->clip.encoder_dir, &o, &rt->clip, err);
+    if (st != WEFT_OK)
+        return st;
+    /* FluxPipeline: max_length=self.tokenizer.model_max_length (77 for CLIP-L) */
+    const int64_t max_len = weft_tokenizer_model_max_length(rt->tok_clip);
+    if (max_len > m->clip_cfg.max_position_embeddings)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: model_max_length %lld is above the "
+                                 "encoder's max_position_embeddings %lld", m->clip.tokenizer_dir,
+                                 (long long)max_len,
+                                 (long long)m->clip_cfg.max_position_embeddings);
+    struct weft_tokens t;
+    if ((st = weft_tokenizer_encode(rt->tok_clip, text, strlen(text), max_len, "prompt", &t,
+                                    err)) != WEFT_OK)
+        return st;
+    if (t.truncated)
+        warn_truncated("CLIP", &t, max_len);
+    st = weft_clip_text_forward(rt->clip, t.ids, t.len, NULL, pooled, err);
+    weft_tokens_cleanup(&t);
+    if (rt->opts.staged) {
+        weft_clip_text_destroy(rt->clip);
+        rt->clip = NULL;
+    } else {
+        weft_clip_text_release(rt->clip);
+    }
+    return st;
+}
+
+static weft_status_t t5_embeds(struct weft_runtime *rt, const char *text, int64_t msl,
+                               float *embeds, struct weft_error *err)
+{
+    const struct weft_model *m = rt->model;
+    struct weft_text_opts o = {.kernels = rt->opts.kernels, .kctx = rt->opts.kctx,
+                               .dtype = rt->a.compute};
+    weft_status_t st = WEFT_OK;
+    if (!rt->tok_t5)
+        st = weft_tokenizer_open(m->t5.tokenizer_dir, WEFT_TOKENIZER_T5, &rt->tok_t5, err);
+    if (st == WEFT_OK && !rt->t5)
+        st = weft_t5_load(m->t5.encoder_dir, &o, &rt->t5, err);
+    if (st != WEFT_OK)
+        return st;
+    struct weft_tokens t;
+    if ((st = weft_tokenizer_encode(rt->tok_t5, text, strlen(text), msl, "prompt", &t, err)) !=
+        WEFT_OK)
+        return st;
+    if (t.truncated)
+        warn_truncated("T5", &t, msl);
+    st = weft_t5_forward(rt->t5, t.ids, t.len, embeds, err);
+    weft_tokens_cleanup(&t);
+    if (rt->opts.staged) {
+        weft_t5_destroy(rt->t5);
+        rt->t5 = NULL;
+    } else {
+        weft_t5_release(rt->t5);
+    }
+    return st;
+}
+
+static weft_status_t embeds_alloc(const struct weft_model *m, int64_t tokens,
+                                  struct weft_prompt_embeds *pe, struct weft_error *err)
+{
+    pe->embeds = weft_malloc((size_t)(tokens * m->flux.joint_attention_dim) * sizeof(float));
+    pe->pooled = weft_malloc((size_t)m->flux.pooled_projection_dim * sizeof(float));
+    pe->tokens = tokens;
+    if (!pe->embeds || !pe->pooled) {
+        weft_prompt_embeds_cleanup(pe);
+        return weft_error_set(err, WEFT_ERR_NOMEM, "worker", "out of memory for a prompt's "
+                              "embeddings");
+    }
+    return WEFT_OK;
+}
+
+/* On the encoding rank: from the cache, or through both encoders. */
+static weft_status_t encode_local(struct weft_runtime *rt, const char *text, int64_t msl,
+                                  struct weft_prompt_embeds *out, struct weft_error *err)
+{
+    const struct weft_model *m = rt->model;
+    const int64_t joint = m->flux.joint_attention_dim, pooled = m->flux.pooled_projection_dim;
+    const struct weft_prompt_key key = {rt->a.model, (int)rt->a.compute, msl, text};
+    if (weft_prompt_cache_get(rt->cache, &key, joint, pooled, out))
+        return WEFT_OK;
+    struct weft_prompt_embeds pe = {0};
+    weft_status_t st = embeds_alloc(m, msl, &pe, err);
+    if (st == WEFT_OK)
+        st = clip_pooled(rt, text, pe.pooled, err);
+    if (st == WEFT_OK)
+        st = t5_embeds(rt, text, msl, pe.embeds, err);
+    if (st != WEFT_OK) {
+        weft_prompt_embeds_cleanup(&pe);
+        return st;
+    }
+    weft_prompt_cache_put(rt->cache, &key, joint, pooled, &pe);
+    *out = pe;
+    return WEFT_OK;
+}
+
+/* The encoding rank's outcome and result to the whole replica: a header {status} first, so
+ * that a failure there fails every rank instead of leaving them waiting. */
+static weft_status_t share(struct weft_runtime *rt, weft_status_t mine, int64_t msl,
+                           struct weft_prompt_embeds *pe, struct weft_error *err)
+{
+    const struct weft_par_comm *c = rt->comm;
+    const bool root = encodes_here(rt);
+    float head = root ? (float)mine : 0.0f;
+    weft_status_t st = c->bcast(c->replica, &head, 1, 0);
+    if (st != WEFT_OK) { /* the transport logged why */
+        if (root)
+            weft_prompt_embeds_cleanup(pe);
+        return weft_error_refuse(err, st, "sharing a prompt's embeddings over the replica: %s",
+                                 weft_status_str(st));
+    }
+    if (root && mine != WEFT_OK)
+        return mine;
+    if ((weft_status_t)head != WEFT_OK)
+        return weft_error_refuse(err, (weft_status_t)head, "the replica's first rank could not "
+                                 "encode the prompt: %s (its report says why)",
+                                 weft_status_str((weft_status_t)head));
+    const struct weft_model *m = rt->model;
+    if (!root && (st = embeds_alloc(m, msl, pe, err)) != WEFT_OK)
+        return st; /* the peers go on: this rank's failure ends the replica's job */
+    st = c->bcast(c->replica, pe->embeds, (size_t)(msl * m->flux.joint_attention_dim), 0);
+    if (st == WEFT_OK)
+        st = c->bcast(c->replica, pe->pooled, (size_t)m->flux.pooled_projection_dim, 0);
+    if (st != WEFT_OK) {
+        weft_prompt_embeds_cleanup(pe);
+        return weft_error_refuse(err, st, "sharing a prompt's embeddings over the replica: %s",
+                                 weft_status_str(st));
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_runtime_encode(struct weft_runtime *rt, const char *text,
+                                  int64_t max_sequence_length, struct weft_prompt_embeds *out,
+                                  struct weft_error *err)
+{
+    if (!rt->model)
+        return weft_error_set(err, WEFT_ERR_PROTOCOL, "worker",
+                              "a prompt was given to encode to a worker with no assignment");
+    char why[400];
+    if (weft_model_text_missing(rt->model, why, sizeof(why)))
+        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s", why);
+    if (max_sequence_length < 1 || max_sequence_length > WEFT_MODEL_MAX_SEQUENCE_LENGTH)
+        return weft_error_refuse(err, WEFT_ERR_RANGE, "max_sequence_length %lld: 1..%d allowed",
+                                 (long long)max_sequence_length, WEFT_MODEL_MAX_SEQUENCE_LENGTH);
+    struct weft_prompt_embeds pe = {0};
+    weft_status_t st = WEFT_OK;
+    if (encodes_here(rt))
+        st = encode_local(rt, text, max_sequence_length, &pe, err);
+    if (rt->comm)
+        st = share(rt, st, max_sequence_length, &pe, err);
+    if (st != WEFT_OK)
+        return st;
+    *out = pe;
+    return WEFT_OK;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -36,6 +36,8 @@ struct weft_rt_opts {
      * starts and freed, activations included, when it ends, so the peak is the largest stage.
      * Otherwise every component stays loaded from the assignment on. */
     bool staged;
+    /* Bytes of encoded text prompts kept for reuse ([model] prompt_cache; 0: none). */
+    uint64_t prompt_cache_bytes;
 };
 
 struct weft_rt_assign {
@@ -75,6 +77,27 @@ void weft_runtime_bytes(const struct weft_runtime *rt, uint64_t *transformer_p, 
 /* The collectives' time, bytes and calls per group and kind since the assignment (zeros for a
  * one-rank mesh). */
 void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stats *out);
+
+/* One text prompt encoded as FluxPipeline.encode_prompt does: CLIP's pooled output and T5's
+ * token embeddings at max_sequence_length (1..WEFT_MODEL_MAX_SEQUENCE_LENGTH), in the model's
+ * dtype. The replica's first rank (tensor, context and pipeline rank 0) tokenizes and encodes
+ * (loading the tokenizers and encoders on first use; in staged mode each encoder is freed after
+ * its pass) and keeps the result in its cache; every other rank of the replica receives it.
+ * Collective over the replica: every rank calls it with the same text, in the same order. A text
+ * the tokenizers refuse (not UTF-8) is WEFT_ERR_INVALID on every rank; a model that cannot encode
+ * text, WEFT_ERR_UNSUPPORTED naming what is missing. out is written only on success. */
+weft_status_t weft_runtime_encode(struct weft_runtime *rt, const char *text,
+                                  int64_t max_sequence_length, struct weft_prompt_embeds *out,
+                                  struct weft_error *err);
+
+/* The text prompt cache of this rank, since the runtime was created. */
+struct weft_rt_text_stats {
+    uint64_t hits, misses;  /* prompts found in the cache / encoded */
+    uint64_t entries, bytes; /* held now */
+};
+void weft_runtime_text_stats(const struct weft_runtime *rt, struct weft_rt_text_stats *out);
+/* Bytes the text encoders hold on this rank (or will hold, when staged or not loaded yet). */
+uint64_t weft_runtime_text_bytes(const struct weft_runtime *rt);
 
 struct weft_rt_image {
     const float *prompt_embeds; /* [1, s_txt, joint_attention_dim] */

@@ -91,7 +91,8 @@ void weft_cr_jobs_interrupt(struct cluster_runner *r, const struct worker *lost,
 /* Starting                                                                                  */
 
 /* Every prompt's embeddings, read and checked against the model, into one RUN's prompts and
- * tail (prompt_embeds then pooled, f32, prompt after prompt). */
+ * tail (prompt_embeds then pooled, f32, prompt after prompt); a text prompt travels as its
+ * text (borrowed from the job), for the replica to encode. */
 static weft_status_t load_prompts(struct cluster_runner *r, const struct weft_runner_job *job,
                                   struct weft_msg_run *m, struct weft_error *err)
 {
@@ -103,6 +104,13 @@ static weft_status_t load_prompts(struct cluster_runner *r, const struct weft_ru
     size_t total = 0;
     weft_status_t st = WEFT_OK;
     for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++) {
+        if (job->prompt_texts && job->prompt_texts[i]) { /* encoded by the replica */
+            m->prompts[i] = (struct weft_msg_prompt){
+                .tokens = job->max_sequence_length, .joint = fc->joint_attention_dim,
+                .pooled = fc->pooled_projection_dim, .is_text = true,
+                .text = (char *)job->prompt_texts[i]};
+            continue;
+        }
         struct weft_prompt_embeds pe;
         if ((st = weft_model_prompt_read(r->model, job->prompt_paths[i], &pe, err)) != WEFT_OK)
             break;
@@ -201,6 +209,8 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
         const int64_t count = n_img / dp + (k < n_img % dp);
         st = run_message(job, first, count, &m, &bufs[k], &lens[k], err);
     }
+    for (int i = 0; m.prompts && i < m.n_prompts; i++)
+        m.prompts[i].text = NULL; /* the job's, borrowed */
     weft_msg_cleanup(WEFT_MSG_RUN, (union weft_msg *)&m);
     if (st == WEFT_OK) {
         struct job_run *jr = &r->jobs[slot];
@@ -317,6 +327,8 @@ static void add_comm(struct cluster_runner *r, const struct weft_msg_done *m)
 static void on_done(struct cluster_runner *r, struct worker *w, const struct weft_msg_done *m)
 {
     add_comm(r, m); /* the collectives ran, whatever became of the job */
+    r->prompt_cache_hits += m->prompt_cache_hits;
+    r->prompt_cache_misses += m->prompt_cache_misses;
     struct job_run *jr = job_of(r, w, m->job, "done");
     if (!jr)
         return;

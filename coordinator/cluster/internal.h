@@ -69,7 +69,7 @@ struct worker {
     /* the current plan */
     int rank; /* world rank, -1 when outside the mesh */
     int replica, decode, assigned;
-    uint64_t transformer_bytes, vae_bytes;
+    uint64_t transformer_bytes, vae_bytes, text_bytes;
     int threads; /* its kernel threads, as its assignment left them */
 };
 
@@ -133,6 +133,7 @@ struct cluster_runner {
     /* the workers' collectives, summed over jobs and ranks, per process-group kind and op */
     struct comm_total comm[32];
     int n_comm;
+    uint64_t prompt_cache_hits, prompt_cache_misses; /* reported by the encoding ranks */
 };
 
 double weft_cr_now(void);

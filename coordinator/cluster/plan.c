@@ -316,6 +316,7 @@ void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,
     w->transformer_bytes = m->transformer_bytes;
     w->threads = m->threads;
     w->vae_bytes = m->vae_bytes;
+    w->text_bytes = m->text_bytes;
     w->assigned = 1;
     int done = 0;
     for (int i = 0; i < MAX_WORKERS; i++)

@@ -148,7 +148,7 @@ static cJSON *cr_describe(struct weft_runner *base)
     if (r->plan_error[0])
         cJSON_AddStringToObject(d, "error", r->plan_error);
     cJSON *ws = cJSON_AddArrayToObject(d, "workers");
-    cJSON *tf = cJSON_CreateArray(), *vae = cJSON_CreateArray();
+    cJSON *tf = cJSON_CreateArray(), *vae = cJSON_CreateArray(), *te = cJSON_CreateArray();
     for (int i = 0; i < MAX_WORKERS; i++) {
         const struct worker *w = &r->w[i];
         if (w->state != W_JOINED && w->state != W_AUTHED)
@@ -161,11 +161,14 @@ static cJSON *cr_describe(struct weft_runner *base)
             cJSON_AddNumberToObject(e, "replica", w->replica);
             cJSON_AddNumberToObject(e, "transformer_bytes", (double)w->transformer_bytes);
             cJSON_AddNumberToObject(e, "vae_bytes", (double)w->vae_bytes);
+            cJSON_AddNumberToObject(e, "text_bytes", (double)w->text_bytes);
             if (w->assigned)
                 cJSON_ReplaceItemInObject(e, "threads", cJSON_CreateNumber(w->threads));
             cJSON_AddItemToArray(tf, cJSON_CreateString(w->id));
             if (w->decode)
                 cJSON_AddItemToArray(vae, cJSON_CreateString(w->id));
+            if (w->text_bytes)
+                cJSON_AddItemToArray(te, cJSON_CreateString(w->id));
         }
         cJSON_AddItemToArray(ws, e);
     }
@@ -178,10 +181,23 @@ static cJSON *cr_describe(struct weft_runner *base)
         cJSON_AddNumberToObject(mesh, "stages", r->mesh.pp);
         cJSON_Delete(tf), cJSON_Delete(vae);
         describe_devmap(r, d);
+        if (cJSON_GetArraySize(te)) { /* the replicas' first ranks encode text */
+            cJSON *dm = cJSON_GetObjectItemCaseSensitive(d, "device_map");
+            cJSON_AddItemToObject(dm, "text_encoder", cJSON_Duplicate(te, 1));
+            cJSON_AddItemToObject(dm, "text_encoder_2", te);
+        } else {
+            cJSON_Delete(te);
+        }
     } else {
         cJSON *dm = cJSON_AddObjectToObject(d, "device_map");
         cJSON_AddStringToObject(dm, "prompt_embeds",
                                 "coordinator (precomputed, sent with each job)");
+        if (cJSON_GetArraySize(te)) {
+            cJSON_AddItemToObject(dm, "text_encoder", cJSON_Duplicate(te, 1));
+            cJSON_AddItemToObject(dm, "text_encoder_2", te);
+        } else {
+            cJSON_Delete(te);
+        }
         cJSON_AddItemToObject(dm, "transformer", tf);
         cJSON_AddItemToObject(dm, "vae", vae);
     }
@@ -211,6 +227,7 @@ static void cr_metrics(struct weft_runner *base, struct weft_sbuf *out)
                      weft_cr_joined(r), (unsigned long long)r->workers_lost,
                      (unsigned long long)r->jobs_stalled, (unsigned long long)r->refused,
                      (unsigned long long)r->epoch);
+    weft_prompt_cache_metrics(out, r->prompt_cache_hits, r->prompt_cache_misses, 0, false);
     static const char *const kinds[3][2] = {
         {"seconds", "Time the workers spent in collectives (summed over ranks)."},
         {"bytes", "Bytes the workers' collectives sent (summed over ranks)."},

@@ -151,6 +151,25 @@ void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
         l[i] = l[i] * corr[i] + sum[i];
 }
 
+/* The bias and the causal mask on a scores tile st [nk keys][BQ queries]. Every query keeps
+ * key 0 (causal: j <= i), so no row is masked whole and the running max stays finite. */
+static void bias_mask(const struct attn_arg *a, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                      int64_t nk, float *st)
+{
+    for (int64_t j = 0; j < nk; j++) {
+        float *row = st + j * BQ;
+        if (a->bias) {
+            const float *b = a->bias + (h * a->sq + i0) * a->sk + j0 + j;
+            for (int64_t i = 0; i < nq; i++)
+                row[i] += b[i * a->sk];
+        }
+        if (a->causal)
+            for (int64_t i = 0; i < nq; i++)
+                if (j0 + j > i0 + i)
+                    row[i] = -INFINITY;
+    }
+}
+
 static void attn_block(const struct attn_arg *a, int64_t h, int64_t i0, float *scratch)
 {
     float *qt = scratch, *st = qt + (int64_t)D_MAX * BQ, *acc = st + (int64_t)BK * BQ;
@@ -170,10 +189,14 @@ static void attn_block(const struct attn_arg *a, int64_t h, int64_t i0, float *s
     }
     for (int64_t i = 0; i < nq; i++)
         memset(acc + i * D_MAX, 0, (size_t)d * sizeof(float));
-    for (int64_t j0 = 0; j0 < a->sk; j0 += BK) {
-        const int64_t nk = a->sk - j0 < BK ? a->sk - j0 : BK;
+    /* causal: key tiles after the block's last query are masked for all of it */
+    const int64_t sk = a->causal && i0 + nq < a->sk ? i0 + nq : a->sk;
+    for (int64_t j0 = 0; j0 < sk; j0 += BK) {
+        const int64_t nk = sk - j0 < BK ? sk - j0 : BK;
         const float *k = a->k + j0 * a->ldk + h * d, *v = a->v + j0 * a->ldv + h * d;
         SCORES(k, a->ldk, qt, st, nk, d);
+        if (a->bias || a->causal)
+            bias_mask(a, h, i0, nq, j0, nk, st);
         cpu_softmax_tile(st, nk, m, l, corr);
         for (int64_t i = 0; i < nq; i++) {
             if (corr[i] == 1.0f)
@@ -226,6 +249,20 @@ void cpu_attention(struct weft_kctx *ctx, const float *q, int64_t ldq, const flo
     /* bf16 products where the compute dtype says so and the CPU has them */
     const bool bf16 = ctx->compute_bf16 && ctx->gemm_bf16.bf16 && d % 2 == 0;
     struct attn_arg a = {ctx->scratch, q, k, v, out, lse, ldq, ldk, ldv, ldo, sq, sk, heads, d,
-                         scale, bf16};
+                         scale, bf16, NULL, false};
+    cpu_parallel(ctx, heads * ((sq + BQ - 1) / BQ), 1, attn_tasks, &a);
+}
+
+/* With a bias and/or the causal mask: the f32 path (the text encoders'; their attention is a
+ * small part of their time). */
+void cpu_attention_masked(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
+                          int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                          int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                          const float *bias, int causal)
+{
+    if (sq <= 0 || sk <= 0 || heads <= 0 || d > D_MAX)
+        return;
+    struct attn_arg a = {ctx->scratch, q, k, v, out, NULL, ldq, ldk, ldv, ldo, sq, sk, heads, d,
+                         scale, false, bias, causal != 0};
     cpu_parallel(ctx, heads * ((sq + BQ - 1) / BQ), 1, attn_tasks, &a);
 }

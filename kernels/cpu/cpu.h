@@ -89,7 +89,13 @@ struct cpu_attn_arg {
     int64_t ldq, ldk, ldv, ldo, sq, sk, heads, d;
     float scale;
     bool bf16; /* products in bf16 pairs (attention_bf16.c) */
+    const float *bias; /* [heads, sq, sk] added to the scaled scores, or NULL (f32 path only) */
+    bool causal;       /* keys after the query masked (f32 path only) */
 };
+void cpu_attention_masked(struct weft_kctx *ctx, const float *q, int64_t ldq, const float *k,
+                          int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                          int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                          const float *bias, int causal);
 void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr);
 /* The bf16 path of one (head, query block), AVX512-BF16 by target attributes: Q, K, V and the
  * probabilities rounded to bf16 as they enter the products (torch's bf16 flash attention on the
@@ -101,6 +107,12 @@ void cpu_attn_merge(struct weft_kctx *ctx, float *out, int64_t ldo, float *lse,
 void cpu_gelu_tanh(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                    int64_t rows, int64_t n);
 void cpu_silu(struct weft_kctx *ctx, const float *x, float *y, int64_t n);
+void cpu_quick_gelu(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                    int64_t rows, int64_t n);
+void cpu_mul(struct weft_kctx *ctx, float *y, int64_t ldy, const float *x, int64_t ldx,
+             int64_t rows, int64_t n);
+void cpu_scale_shift(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
+                     const float *b, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_modulate(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *shift,
                   const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_gated_add(struct weft_kctx *ctx, float *x, int64_t ldx, const float *gate,
@@ -141,7 +153,7 @@ void cpu_upsample2x(struct weft_kctx *ctx, const float *x, float *y, int64_t h, 
 
 /* exp(x) for x <= 0 (the softmax and SiLU/GELU range; larger x is clamped to 88), branch-free
  * so loops over it vectorize: 2^n * p(r) with |r| <= ln2/2 and a degree-6 polynomial; relative
- * error below 2 ulp. Below -87.3 it returns 0. */
+ * error below 2 ulp. Below -87.3 it returns 0; NaN stays NaN. */
 static inline float cpu_expf(float x)
 {
     const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
@@ -158,7 +170,9 @@ static inline float cpu_expf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t e = (int32_t)fn + 127;
+    /* NaN in gives NaN out (through p), and the exponent is built from a finite fn: a NaN
+     * cast to an integer is undefined. */
+    int32_t e = (int32_t)(fn == fn ? fn : 0.0f) + 127;
     union { int32_t i; float f; } s = {.i = e << 23};
     return p * s.f;
 }

@@ -442,6 +442,23 @@ static void attention(struct weft_kctx *c, const float *q, int64_t ldq, const fl
                                    scale);
 }
 
+static void attention_masked(struct weft_kctx *c, const float *q, int64_t ldq, const float *kx,
+                             int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                             int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                             const float *bias, int causal)
+{
+    struct call k = {c, "attention_masked", false};
+    const int64_t w = heads * d, kv = sq > 0 ? sk : 0;
+    const float *Q = at(&k, q, span(sq, ldq, w, F), "q", false);
+    const float *K = at(&k, kx, span(kv, ldk, w, F), "k", false);
+    const float *V = at(&k, v, span(kv, ldv, w, F), "v", false);
+    float *O = at(&k, out, span(sq, ldo, w, F), "out", false);
+    const float *Bi = at(&k, bias, heads * sq * kv * F, "bias", true);
+    if (go(&k))
+        cpu_host_kernels.attention_masked(c, Q, ldq, K, ldk, V, ldv, O, ldo, sq, sk, heads, d,
+                                          scale, Bi, causal);
+}
+
 static void attn_merge(struct weft_kctx *c, float *out, int64_t ldo, float *lse,
                        const float *out_i, int64_t ldi, const float *lse_i, int64_t rows,
                        int64_t heads, int64_t d)
@@ -472,6 +489,38 @@ static void silu(struct weft_kctx *c, const float *x, float *y, int64_t n)
     float *Y = at(&k, y, n * F, "y", false);
     if (go(&k))
         cpu_host_kernels.silu(c, X, Y, n);
+}
+
+static void quick_gelu(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t rows, int64_t n)
+{
+    struct call k = {c, "quick_gelu", false};
+    const float *X = at(&k, x, span(rows, ldx, n, F), "x", false);
+    float *Y = at(&k, y, span(rows, ldy, n, F), "y", false);
+    if (go(&k))
+        cpu_host_kernels.quick_gelu(c, X, ldx, Y, ldy, rows, n);
+}
+
+static void mul(struct weft_kctx *c, float *y, int64_t ldy, const float *x, int64_t ldx,
+                int64_t rows, int64_t n)
+{
+    struct call k = {c, "mul", false};
+    float *Y = at(&k, y, span(rows, ldy, n, F), "y", false);
+    const float *X = at(&k, x, span(rows, ldx, n, F), "x", false);
+    if (go(&k))
+        cpu_host_kernels.mul(c, Y, ldy, X, ldx, rows, n);
+}
+
+static void scale_shift(struct weft_kctx *c, const float *x, int64_t ldx, const float *w,
+                        const float *b, float *y, int64_t ldy, int64_t rows, int64_t d)
+{
+    struct call k = {c, "scale_shift", false};
+    const float *X = at(&k, x, span(rows, ldx, d, F), "x", false);
+    const float *W = at(&k, w, rows > 0 ? d * F : 0, "w", false);
+    const float *B = at(&k, b, rows > 0 ? d * F : 0, "b", true);
+    float *Y = at(&k, y, span(rows, ldy, d, F), "y", false);
+    if (go(&k))
+        cpu_host_kernels.scale_shift(c, X, ldx, W, B, Y, ldy, rows, d);
 }
 
 static void modulate(struct weft_kctx *c, const float *x, int64_t ldx, const float *shift,
@@ -577,9 +626,13 @@ static const struct weft_kernels devmem_kernels = {
     .rmsnorm = rmsnorm,
     .rope = rope,
     .attention = attention,
+    .attention_masked = attention_masked,
     .attn_merge = attn_merge,
     .gelu_tanh = gelu_tanh,
     .silu = silu,
+    .quick_gelu = quick_gelu,
+    .mul = mul,
+    .scale_shift = scale_shift,
     .modulate = modulate,
     .gated_add = gated_add,
     .timestep_embed = timestep_embed,

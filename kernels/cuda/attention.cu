@@ -12,7 +12,12 @@
  *
  * Any head_dim up to 512 (the tile sizes shrink as it grows: BQ = 64, 64, 32, 16 for head_dim up
  * to 64, 128, 256, 512), any strides, any lengths. With no keys the output is zero and the LSE
- * -inf, as on the CPU. */
+ * -inf, as on the CPU.
+ *
+ * attention_masked is the same kernel with an additive bias [heads, sq, sk] on the scaled scores
+ * (T5's relative positions) and/or the causal mask (CLIP), no LSE. A masked score is -inf before
+ * the tile's max: the first key tile always holds key 0, which no query masks, so every row's
+ * running max is finite from its first tile on and exp never sees -inf - -inf. */
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
@@ -26,7 +31,7 @@ template <int DMAX, int BQ>
 __global__ void __launch_bounds__(NW * 32)
     flash_f32(const float *q, int64_t ldq, const float *k, int64_t ldk, const float *v,
               int64_t ldv, float *out, int64_t ldo, float *lse, int64_t sq, int64_t sk,
-              int64_t heads, int d, float scale)
+              int64_t heads, int d, float scale, const float *bias, int causal)
 {
     constexpr int ROWS = BQ / NW, COLS = DMAX / 32;
     extern __shared__ float smem[];
@@ -53,8 +58,10 @@ __global__ void __launch_bounds__(NW * 32)
             acc[r][u] = 0.0f;
     }
 
-    for (int64_t j0 = 0; j0 < sk; j0 += BK) {
-        const int nk = sk - j0 < BK ? (int)(sk - j0) : BK;
+    /* causal: the keys after the block's last query are masked for all of it */
+    const int64_t kend = causal && i0 + BQ < sk ? i0 + BQ : sk;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        const int nk = kend - j0 < BK ? (int)(kend - j0) : BK;
         __syncthreads(); /* the last tile's K, V and P are read (and Q is written) */
         for (int idx = tid; idx < BK * d; idx += NW * 32) {
             const int j = idx / d, c = idx - j * d;
@@ -80,10 +87,13 @@ __global__ void __launch_bounds__(NW * 32)
         /* online softmax: every lane of the warp computes the same m, l and rescale */
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
-            const float x = lane < nk ? s[r] : -CUDART_INF_F;
+            const int64_t row = i0 + warp + NW * r, key = j0 + lane;
+            if (bias && lane < nk && row < sq)
+                s[r] += bias[(h * sq + row) * sk + key];
+            const float x = lane < nk && !(causal && key > row) ? s[r] : -CUDART_INF_F;
             const float mn = fmaxf(m[r], warp_max(x)); /* finite: the tile has a key */
             const float corr = m[r] == -CUDART_INF_F ? 0.0f : expf(m[r] - mn);
-            const float p = lane < nk ? expf(x - mn) : 0.0f;
+            const float p = x == -CUDART_INF_F ? 0.0f : expf(x - mn);
             l[r] = l[r] * corr + warp_sum(p);
             m[r] = mn;
             Ps[(warp + NW * r) * BK + lane] = p;
@@ -148,7 +158,7 @@ static size_t smem_bytes(int bq, int d)
 template <int DMAX, int BQ>
 static void launch(struct weft_kctx *c, const float *q, int64_t ldq, const float *k, int64_t ldk,
                    const float *v, int64_t ldv, float *out, int64_t ldo, float *lse, int64_t sq,
-                   int64_t sk, int64_t heads, int d, float scale)
+                   int64_t sk, int64_t heads, int d, float scale, const float *bias, int causal)
 {
     const size_t smem = smem_bytes(BQ, d);
     if (smem > c->smem_optin) {
@@ -163,8 +173,30 @@ static void launch(struct weft_kctx *c, const float *q, int64_t ldq, const float
         return;
     const dim3 grid((unsigned)((sq + BQ - 1) / BQ), (unsigned)heads);
     flash_f32<DMAX, BQ><<<grid, NW * 32, smem, c->stream>>>(q, ldq, k, ldk, v, ldv, out, ldo,
-                                                             lse, sq, sk, heads, d, scale);
+                                                             lse, sq, sk, heads, d, scale, bias,
+                                                             causal);
     cuda_launched(c, "attention");
+}
+
+/* The head_dim's tile sizes. */
+static void dispatch(struct weft_kctx *c, const float *q, int64_t ldq, const float *k,
+                     int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                     float *lse, int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                     const float *bias, int causal)
+{
+    const int di = (int)d;
+    if (d <= 64)
+        launch<64, 64>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale, bias,
+                       causal);
+    else if (d <= 128)
+        launch<128, 64>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale, bias,
+                        causal);
+    else if (d <= 256)
+        launch<256, 32>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale, bias,
+                        causal);
+    else
+        launch<512, 16>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale, bias,
+                        causal);
 }
 
 void cuda_attention(struct weft_kctx *c, const float *q, int64_t ldq, const float *k,
@@ -183,13 +215,21 @@ void cuda_attention(struct weft_kctx *c, const float *q, int64_t ldq, const floa
         cuda_launched(c, "attention (no keys)");
         return;
     }
-    const int di = (int)d;
-    if (d <= 64)
-        launch<64, 64>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale);
-    else if (d <= 128)
-        launch<128, 64>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale);
-    else if (d <= 256)
-        launch<256, 32>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale);
-    else
-        launch<512, 16>(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, di, scale);
+    dispatch(c, q, ldq, k, ldk, v, ldv, out, ldo, lse, sq, sk, heads, d, scale, NULL, 0);
+}
+
+void cuda_attention_masked(struct weft_kctx *c, const float *q, int64_t ldq, const float *k,
+                           int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                           int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                           const float *bias, int causal)
+{
+    /* no keys: nothing written, as the CPU */
+    if (!cuda_begin(c) || sq <= 0 || sk <= 0 || heads <= 0 || d <= 0)
+        return;
+    if (d > 512 || heads > 65535) {
+        cuda_refuse(c, "attention_masked", "head_dim above 512 or more than 65535 heads");
+        return;
+    }
+    dispatch(c, q, ldq, k, ldk, v, ldv, out, ldo, NULL, sq, sk, heads, d, scale, bias,
+             causal != 0);
 }

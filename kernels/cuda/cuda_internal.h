@@ -119,12 +119,22 @@ void cuda_rope(struct weft_kctx *c, float *x, int64_t ld, const float *cs, const
 void cuda_attention(struct weft_kctx *c, const float *q, int64_t ldq, const float *k,
                     int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
                     float *lse, int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale);
+void cuda_attention_masked(struct weft_kctx *c, const float *q, int64_t ldq, const float *k,
+                           int64_t ldk, const float *v, int64_t ldv, float *out, int64_t ldo,
+                           int64_t sq, int64_t sk, int64_t heads, int64_t d, float scale,
+                           const float *bias, int causal);
 void cuda_attn_merge(struct weft_kctx *c, float *out, int64_t ldo, float *lse,
                      const float *out_i, int64_t ldi, const float *lse_i, int64_t rows,
                      int64_t heads, int64_t d);
 void cuda_gelu_tanh(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
                     int64_t rows, int64_t n);
 void cuda_silu(struct weft_kctx *c, const float *x, float *y, int64_t n);
+void cuda_quick_gelu(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
+                     int64_t rows, int64_t n);
+void cuda_mul(struct weft_kctx *c, float *y, int64_t ldy, const float *x, int64_t ldx,
+              int64_t rows, int64_t n);
+void cuda_scale_shift(struct weft_kctx *c, const float *x, int64_t ldx, const float *w,
+                      const float *b, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cuda_modulate(struct weft_kctx *c, const float *x, int64_t ldx, const float *shift,
                    const float *scale, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cuda_gated_add(struct weft_kctx *c, float *x, int64_t ldx, const float *gate,

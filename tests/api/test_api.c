@@ -455,7 +455,9 @@ static int case_errors(void)
                  "max_pixels");
     expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"height\": 100, \"width\": 64}", 400,
                  "multiples of 16");
-    expect_error(c, "POST", J, "{\"prompt\": \"no-such-prompt\"}", 400, "unknown prompt");
+    expect_error(c, "POST", J, "{\"prompt_embeds\": \"no-such-prompt\"}", 400, "unknown prompt");
+    expect_error(c, "POST", J, "{\"prompt\": \"no-such-prompt\"}", 400,
+                 "flux-tiny cannot encode text");
     /* a side no worker takes, a NUL inside a key, a client's broken inline embeddings: 400s,
      * and the last is the client's fault, not logged as the server's error */
     expect_error(c, "POST", J, "{\"prompt\": \"red-fox\", \"height\": 65552, \"width\": 16}",
@@ -1427,7 +1429,7 @@ static int case_openai(void)
 
     /* refusals in OpenAI's shape, naming the field */
     expect_oa_error(c, "{\"prompt\": \"a red fox in the snow\"}", 400, "prompt",
-                    "no text encoder");
+                    "flux-tiny cannot encode text");
     expect_oa_error(c, "{\"prompt\": \"a red fox in the snow\"}", 400, "prompt",
                     "city-night, lighthouse, red-fox");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"model\": \"dall-e-3\"}", 404, "model",
@@ -1952,6 +1954,98 @@ static int case_logs(void)
 
 /* SIGTERM while an OpenAI request waits for a job that has not started: answered 503 at once
  * (the job stays journaled), not left hanging until the connection closes. */
+/* Text prompts served by the local runner on the tiny pipeline with both text encoders: the
+ * image equals `weft generate --prompt` of the same text; the job's record shows the text; the
+ * PNG carries it; a repeated prompt is encoded once (the cache's hits in /metrics); the OpenAI
+ * endpoint takes text; GET /v1/models says it encodes text; precomputed embeddings stay
+ * available as prompt_embeds (none here: refused by name). */
+static int case_text(void)
+{
+    char model[700], modelopt[800];
+    snprintf(model, sizeof(model), "%s/tests/data/text/pipeline", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(modelopt, sizeof(modelopt), "--model=%s", model);
+    struct server s;
+    const char *extra[] = {modelopt, NULL};
+    server_start(&s, NULL, extra);
+    struct weft_client *c = client(&s, NULL);
+    const char *text = "a photo of a red fox \xf0\x9f\xa6\x8a in the snow, caf\xc3\xa9";
+    struct weft_prompt p[2] = {{.text = text}, {.text = text}};
+    struct weft_job_request r = {.prompts = p, .n_prompts = 2, .height = 32, .width = 48,
+                                 .steps = 2, .seed = 11, .max_sequence_length = 64};
+    char id[WEFT_CLIENT_ID_MAX];
+    CHECK_C(c, weft_client_submit(c, &r, id));
+    struct weft_job_status st = {0};
+    wait_done(c, id, &st);
+    CHECK_EQ(st.n_images, 2);
+    unsigned char *a = image(c, id, 0, 48, 32), *b = image(c, id, 1, 48, 32);
+    CHECK(memcmp(a, b, 48 * 32 * 3) != 0); /* one prompt, two noises */
+    char gen[400], cmd[2400];
+    snprintf(gen, sizeof(gen), "%s/generate.png", tmpdir);
+    snprintf(cmd, sizeof(cmd), "'%s' generate --model '%s' --prompt '%s' "
+             "--max-sequence-length 64 --height 32 --width 48 --steps 2 --seed 11 "
+             "--kernels.threads=1 --out '%s' 2>/dev/null", weft_bin, model, text, gen);
+    CHECK(system(cmd) == 0);
+    FILE *gf = fopen(gen, "rb");
+    CHECK(gf);
+    static char gbuf[1 << 20];
+    size_t glen = fread(gbuf, 1, sizeof(gbuf), gf);
+    (void)fclose(gf);
+    uint32_t gw, gh;
+    unsigned char *g = png_pixels(gbuf, glen, &gw, &gh);
+    CHECK(memcmp(a, g, 48 * 32 * 3) == 0);
+    free(a), free(b), free(g);
+    /* the record shows the text; the PNG carries it (UTF-8: an iTXt chunk) */
+    char path[200], *ans;
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    CHECK_EQ(get(c, "GET", path, NULL, &ans), 200);
+    cJSON *o = cJSON_Parse(ans);
+    const cJSON *req = cJSON_GetObjectItem(o, "request");
+    CHECK(strcmp(cJSON_GetArrayItem(cJSON_GetObjectItem(req, "prompts"), 0)->valuestring,
+                 text) == 0);
+    CHECK(strcmp(cJSON_GetArrayItem(cJSON_GetObjectItem(req, "prompt_types"), 0)->valuestring,
+                 "text") == 0);
+    CHECK_EQ(cJSON_GetObjectItem(req, "max_sequence_length")->valuedouble, 64);
+    cJSON_Delete(o);
+    weft_client_free(ans);
+    void *png;
+    size_t len;
+    CHECK_C(c, weft_client_image(c, id, 0, &png, &len));
+    CHECK(memmem(png, len, "weft.prompt", 11) && memmem(png, len, text, strlen(text)));
+    weft_client_free(png);
+    /* the same prompt again, and through the OpenAI endpoint: no encoder run */
+    CHECK_C(c, weft_client_submit(c, &r, id));
+    wait_done(c, id, &st);
+    char oa[600];
+    snprintf(oa, sizeof(oa), "{\"prompt\": \"%s\", \"size\": \"48x32\", \"steps\": 1, "
+             "\"max_sequence_length\": 64}", text);
+    CHECK_EQ(get(c, "POST", "/v1/images/generations", oa, &ans), 200);
+    CHECK(strstr(ans, "\"b64_json\""));
+    weft_client_free(ans);
+    CHECK_EQ(get(c, "GET", "/metrics", NULL, &ans), 200);
+    /* job 1: a miss then a hit (its two prompts are one text); job 2 and the OpenAI one: hits */
+    CHECK(strstr(ans, "\nweft_prompt_cache_hits_total 4\n"));
+    CHECK(strstr(ans, "\nweft_prompt_cache_misses_total 1\n"));
+    CHECK(strstr(ans, "\nweft_prompt_cache_bytes "));
+    weft_client_free(ans);
+    CHECK_EQ(get(c, "GET", "/v1/models", NULL, &ans), 200);
+    CHECK(strstr(ans, "\"text_encoder\":true"));
+    weft_client_free(ans);
+    CHECK_EQ(get(c, "GET", "/v1/cluster", NULL, &ans), 200);
+    CHECK(strstr(ans, "\"text_encoder_2\"") && strstr(ans, "T5EncoderModel"));
+    weft_client_free(ans);
+    /* refusals: embeddings by name on a model without precomputed prompts; a length past 512;
+     * a text prompt that is not UTF-8 never gets past the body check */
+    expect_error(c, "POST", "/v1/jobs", "{\"prompt_embeds\": \"red-fox\"}", 400,
+                 "unknown prompt");
+    expect_error(c, "POST", "/v1/jobs", "{\"prompt\": \"a\", \"max_sequence_length\": 600}", 400,
+                 "max_sequence_length");
+    expect_error(c, "POST", "/v1/jobs", "{\"prompt\": \"caf\xe9\"}", 400, "UTF-8");
+    weft_job_status_cleanup(&st);
+    weft_client_close(c);
+    CHECK_EQ(server_stop(&s, SIGTERM), 0);
+    return 0;
+}
+
 static int case_shutdown_wait(void)
 {
     struct server s;
@@ -2010,7 +2104,7 @@ int main(int argc, char **argv)
         {"openai", case_openai},   {"events", case_events},     {"keepalive", case_keepalive},
         {"idempotency", case_idempotency}, {"pages", case_pages}, {"cors", case_cors},
         {"ready", case_ready},     {"promtool", case_promtool}, {"logs", case_logs},
-        {"shutdown_wait", case_shutdown_wait},
+        {"shutdown_wait", case_shutdown_wait}, {"text", case_text},
     };
     int rc = 2;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)

@@ -154,15 +154,30 @@ static void test_refused(void)
     expect("{\"prompt\": \"red-fox\", \"steps\": 4, \"steps\": 5}", WEFT_ERR_INVALID,
            "\"steps\" given twice");
     expect("{\"prompt\": \"red-fox\xff\"}", WEFT_ERR_INVALID, "UTF-8");
-    expect("{}", WEFT_ERR_INVALID, "\"prompt\" or \"prompts\"");
+    expect("{}", WEFT_ERR_INVALID, "\"prompt\", \"prompts\" or \"prompt_embeds\"");
+    expect("{\"prompt\": \"red-fox\", \"prompt_embeds\": \"red-fox\"}", WEFT_ERR_INVALID,
+           "one of");
     expect("{\"prompt\": \"red-fox\", \"prompts\": [\"red-fox\"]}", WEFT_ERR_INVALID, "one of");
     expect("{\"prompts\": []}", WEFT_ERR_RANGE, "max_prompts");
     expect("{\"prompts\": [\"red-fox\", \"red-fox\", \"red-fox\", \"red-fox\", \"red-fox\"]}",
            WEFT_ERR_RANGE, "max_prompts");
-    expect("{\"prompt\": \"no-such\", \"width\": 64, \"height\": 64}", WEFT_ERR_NOT_FOUND,
-           "unknown prompt \"no-such\"");
-    expect("{\"prompt\": \"../../etc/passwd\"}", WEFT_ERR_INVALID, "not a name");
-    expect("{\"prompt\": \".hidden\"}", WEFT_ERR_INVALID, "not a name");
+    /* text on a model without text encoders: what it lacks, and the names it has */
+    expect("{\"prompt\": \"no-such\", \"width\": 64, \"height\": 64}", WEFT_ERR_UNSUPPORTED,
+           "\"prompt\": flux-tiny cannot encode text");
+    expect("{\"prompt\": \"a photo of a cat\"}", WEFT_ERR_UNSUPPORTED,
+           "text_encoder (CLIPTextModel)");
+    expect("{\"prompts\": [\"red-fox\", \"a cat\"]}", WEFT_ERR_UNSUPPORTED,
+           "\"prompts\"[1]: flux-tiny cannot encode text");
+    expect("{\"prompt\": \"a cat\"}", WEFT_ERR_UNSUPPORTED, "city-night, lighthouse, red-fox");
+    expect("{\"prompt_embeds\": \"no-such\", \"width\": 64, \"height\": 64}",
+           WEFT_ERR_NOT_FOUND, "unknown prompt \"no-such\"");
+    expect("{\"prompt_embeds\": \"../../etc/passwd\"}", WEFT_ERR_INVALID, "not a name");
+    expect("{\"prompt_embeds\": [\".hidden\"]}", WEFT_ERR_INVALID, "not a name");
+    expect("{\"prompt_embeds\": 7}", WEFT_ERR_INVALID, "precomputed embeddings are");
+    expect("{\"prompt\": \"red-fox\", \"max_sequence_length\": 513}", WEFT_ERR_RANGE,
+           "\"max_sequence_length\"");
+    expect("{\"prompt\": \"red-fox\", \"max_sequence_length\": 0}", WEFT_ERR_RANGE,
+           "\"max_sequence_length\"");
     expect("{\"prompt\": 7}", WEFT_ERR_INVALID, "a prompt is");
     expect("{\"prompt\": {\"name\": \"red-fox\", \"x\": 1}}", WEFT_ERR_INVALID,
            "unknown field \"x\"");
@@ -175,7 +190,7 @@ static void test_refused(void)
     expect("{\"prompt\": \"red\\u0000-fox\"}", WEFT_ERR_INVALID, "\\u0000");
     expect("{\"prompt\": \"red-fox\", \"seed\": \"1\\u00002\"}", WEFT_ERR_INVALID, "\\u0000");
     /* an escaped backslash before u0000 is text, not a NUL */
-    expect("{\"prompt\": \"red-fox\\\\u0000\"}", WEFT_ERR_INVALID, "not a name");
+    expect("{\"prompt_embeds\": \"red-fox\\\\u0000\"}", WEFT_ERR_INVALID, "not a name");
     expect("{\"prompt\": \"red-fox\", \"height\": 64.5, \"width\": 64}", WEFT_ERR_INVALID,
            "\"height\" must be an integer");
     expect("{\"prompt\": \"red-fox\", \"height\": \"64\", \"width\": 64}", WEFT_ERR_INVALID,
@@ -319,6 +334,72 @@ static void test_rules(void)
                NULL);
 }
 
+/* A model with text encoders (tests/data/text/pipeline): text is text, names of precomputed
+ * prompts only through prompt_embeds; lists; max_sequence_length; the journal form. */
+static void test_text(const char *root)
+{
+    char dir[1100];
+    snprintf(dir, sizeof(dir), "%s/tests/data/text/pipeline", root);
+    struct weft_job_model *tm;
+    struct weft_error e = WEFT_ERROR_INIT;
+    CHECK_OK(weft_job_model_load(dir, &tm, &e));
+    struct weft_job_spec s;
+    char err[512];
+    const char *body = "{\"prompt\": [\"a photo of a cat\", \"\", \"red-fox\"], "
+                       "\"max_sequence_length\": 64}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, tm, &s, err, sizeof(err)));
+    CHECK_EQ(s.n_prompts, 3);
+    CHECK(strcmp(s.prompts[0].text, "a photo of a cat") == 0 && s.prompts[0].tokens == 64);
+    CHECK(s.prompts[1].text && s.prompts[1].text[0] == '\0'); /* "" is a prompt too */
+    CHECK(strcmp(s.prompts[2].text, "red-fox") == 0 && !s.prompts[2].name[0]);
+    CHECK_EQ(s.max_sequence_length, 64);
+    cJSON *j = weft_job_spec_to_json(&s);
+    struct weft_job_spec back;
+    CHECK_OK(weft_job_spec_from_json(j, tm, &back, err, sizeof(err)));
+    CHECK(strcmp(back.prompts[0].text, "a photo of a cat") == 0 && back.prompts[0].tokens == 64);
+    CHECK_EQ(back.max_sequence_length, 64);
+    weft_job_spec_cleanup(&back);
+    /* the same journal on a model that cannot encode text fails, saying why */
+    CHECK(weft_job_spec_from_json(j, model, &back, err, sizeof(err)) == WEFT_ERR_FORMAT);
+    CHECK(strstr(err, "prompt 0: flux-tiny cannot encode text"));
+    cJSON_Delete(j);
+    weft_job_spec_cleanup(&s);
+    /* the default length; objects and prompt_embeds stay precomputed embeddings */
+    body = "{\"prompts\": [\"a\", {\"name\": \"x\"}]}";
+    char eb[600];
+    CHECK(weft_job_spec_parse(body, strlen(body), &lim, tm, &s, eb, sizeof(eb)) ==
+          WEFT_ERR_NOT_FOUND);
+    CHECK(strstr(eb, "\"prompts\"[1]: unknown prompt \"x\""));
+    body = "{\"prompt\": \"a cat\"}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, tm, &s, err, sizeof(err)));
+    CHECK_EQ(s.prompts[0].tokens, 512);
+    weft_job_spec_cleanup(&s);
+    /* a text past 64 KiB */
+    size_t n = WEFT_JOB_MAX_TEXT_BYTES + 40;
+    char *big = malloc(n + 1);
+    CHECK(big);
+    memset(big, 'a', n);
+    memcpy(big, "{\"prompt\": \"", 12);
+    memcpy(big + n - 2, "\"}", 2);
+    big[n] = '\0';
+    CHECK(weft_job_spec_parse(big, n, &lim, tm, &s, err, sizeof(err)) == WEFT_ERR_RANGE);
+    CHECK(strstr(err, "bytes of text; at most 65536"));
+    free(big);
+    /* the job's tokens are the max_sequence_length: a context-parallel split checks them */
+    struct weft_layout u3 = {.mesh = {1, 1, 3, 1, 1}};
+    body = "{\"prompt\": \"a cat\", \"max_sequence_length\": 64, \"height\": 48, "
+           "\"width\": 48}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, tm, &s, err, sizeof(err)));
+    int64_t tokens[4];
+    struct weft_job_desc desc;
+    weft_job_spec_desc(&s, tokens, &desc);
+    CHECK_EQ(tokens[0], 64);
+    weft_error_clear(&e);
+    CHECK(weft_job_check(tm->desc, &u3, &desc, &lim, &e) == WEFT_ERR_INVALID);
+    weft_job_spec_cleanup(&s);
+    weft_job_model_destroy(tm);
+}
+
 int main(void)
 {
     test_quiet();
@@ -334,6 +415,7 @@ int main(void)
     test_rules();
     test_inline();
     test_base64();
+    test_text(root);
     weft_job_model_destroy(model);
     printf("ok\n");
     return 0;

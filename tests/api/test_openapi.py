@@ -112,6 +112,16 @@ def main():
         if srv.proc.poll() is None:
             print(srv.log_text()[-3000:])
         srv.cleanup()
+    # a model with text encoders: text prompts, their records, the OpenAI endpoint with text
+    text = serve_util.Server(WEFT, "--model=%s" % os.path.join(ROOT, "tests", "data", "text", "pipeline"),
+                             token=tok)
+    try:
+        run_text(text)
+        text.stop()
+    finally:
+        if text.proc.poll() is None:
+            print(text.log_text()[-3000:])
+        text.cleanup()
     # every operation answered at least once with a success
     for method, _, template, op in OPS:
         ok = [s for (m, t, s) in seen if m == method and t == template and s < 300]
@@ -218,6 +228,24 @@ def run(srv):
     call(srv, "POST", "/v1/images/generations", gen, want=503)
     call(srv, "POST", "/v1/images/generations", gen, auth=False, want=401)
     srv.proc.send_signal(signal.SIGTERM)  # the second: stop the running job now
+
+
+def run_text(srv):
+    call(srv, "GET", "/v1/models", want=200)
+    call(srv, "GET", "/v1/cluster", want=200)
+    one = {"prompt": ["a photo of a cat", ""], "width": 48, "height": 32, "steps": 1,
+           "max_sequence_length": 32}
+    _, _, data = call(srv, "POST", "/v1/jobs", one, want=202)
+    job = json.loads(data)["id"]
+    _, _, data = call(srv, "GET", "/v1/jobs/%s/events" % job, want=200)
+    assert [e for e, _ in serve_util.sse_events(data)][-1] == "end"
+    _, _, data = call(srv, "GET", "/v1/jobs/%s" % job, want=200)
+    assert json.loads(data)["request"]["prompt_types"] == ["text", "text"], data
+    call(srv, "POST", "/v1/jobs", {"prompt_embeds": "red-fox"}, want=400)
+    call(srv, "POST", "/v1/jobs", {"prompt": "a", "max_sequence_length": 513}, want=400)
+    gen = {"prompt": "a lighthouse at dusk", "size": "48x32", "steps": 1, "max_sequence_length": 16}
+    call(srv, "POST", "/v1/images/generations", gen, want=200)
+    call(srv, "GET", "/metrics", want=200)
 
 
 if __name__ == "__main__":

@@ -744,7 +744,7 @@ static int case_validate(void)
                              "--prompt-embeds", prompts[i], "--out", out, NULL};
         expect_fail(gen, "tokens", 10000, text, sizeof(text));
         const char *run[] = {"run", "--height", "128", "--width", "128", "--steps", "2",
-                             "--prompt", prompts[i], "--out", out, NULL};
+                             "--prompt-embeds", prompts[i], "--out", out, NULL};
         expect_fail(run, "tokens", 15000, text, sizeof(text));
     }
     /* model folders: an invalid model_index.json, a wrong class, a transformer whose channels
@@ -772,6 +772,87 @@ static int case_validate(void)
     return 0;
 }
 
+/* Text prompts: `weft run` on the tiny pipeline with both text encoders, in several layouts,
+ * against `weft generate --prompt` on one device (the replica's first rank encodes and shares
+ * the embeddings); a served cluster encodes a repeated prompt once (the cache's hits reach
+ * /metrics) and shows where the encoders are; the default model refuses text naming what it
+ * lacks. */
+static int case_text(void)
+{
+    char model[1200], ref[512], out[512];
+    snprintf(model, sizeof(model), "%s/tests/data/text/pipeline", getenv("WEFT_SOURCE_ROOT"));
+    const char *prompt = "a photo of a red fox sitting in the snow, highly detailed";
+    snprintf(ref, sizeof(ref), "%s/text_ref.png", tmp);
+    const char *gen[] = {"generate", "--model", model, "--prompt", prompt,
+                         "--max-sequence-length", "64", "--height", "32", "--width", "48",
+                         "--steps", "3", "--seed", "7", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    static const char *const layouts[][6] = {
+        {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--ulysses", "2", NULL},
+        {"--ring", "2", NULL}, {"--device-map", "balanced", "--np", "2", NULL},
+    };
+    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+        const char *args[40] = {"run", "--model", model, "--prompt", prompt,
+                                "--max-sequence-length", "64", "--height", "32", "--width",
+                                "48", "--steps", "3", "--seed", "7", "--progress", "none",
+                                "--out"};
+        int n = 18;
+        snprintf(out, sizeof(out), "%s/text_run%zu.png", tmp, l);
+        args[n++] = out;
+        for (const char *const *o = layouts[l]; *o; o++)
+            args[n++] = *o;
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        int d = png_max_diff(ref, out);
+        printf("weft run --prompt TEXT %s %s: max pixel difference to one device %d\n",
+               layouts[l][0], layouts[l][1], d);
+        CHECK(d <= 1);
+    }
+    /* served: dp 2, the same prompt in two jobs; another prompt; a prompt as embeddings */
+    const char *extra[] = {"--model", model, "--parallel.dp_degree=2", NULL};
+    struct cluster k;
+    cluster_up(&k, "1", extra, 2);
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 3; i++) {
+        struct weft_prompt p[2] = {{.text = prompt}, {.text = i == 2 ? "a lighthouse" : prompt}};
+        struct weft_job_request req = {.prompts = p, .n_prompts = 2, .height = 32, .width = 48,
+                                       .steps = 2, .seed = 7, .max_sequence_length = 64};
+        CHECK_OK(weft_client_submit(k.c, &req, id));
+        CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
+        CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
+        weft_job_status_cleanup(&st);
+    }
+    int code;
+    char *body;
+    size_t len;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &body, &len));
+    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
+    const char *m = strstr(body, "\nweft_prompt_cache_misses_total ");
+    CHECK(h && m);
+    const double hits = strtod(h + 30, NULL), misses = strtod(m + 32, NULL);
+    /* 6 prompts over 2 replicas, each replica's first rank encoding its own: the first job
+     * misses on both, the second hits on both, the third misses once ("a lighthouse") */
+    printf("served text: prompt cache %.0f hits, %.0f misses\n", hits, misses);
+    CHECK(hits == 3 && misses == 3);
+    weft_client_free(body);
+    CHECK_OK(weft_client_request(k.c, "GET", "/v1/cluster", NULL, 0, &code, &body, &len));
+    CHECK(strstr(body, "\"text_encoder\"") && strstr(body, "\"text_encoder_2\"") &&
+          strstr(body, "\"text_bytes\""));
+    weft_client_free(body);
+    cluster_down(&k);
+    /* the embedded model: text is refused, naming what it lacks */
+    char log[512];
+    snprintf(log, sizeof(log), "%s/text_refused.log", tmp);
+    const char *refused[] = {"run", "--prompt", "a photo of a cat", "--height", "64", "--width",
+                             "64", "--steps", "1", "--progress", "none", "--out", out, NULL};
+    CHECK(wait_pid(run_weft(refused, NULL, log)) != 0);
+    static char text[8192];
+    read_text(log, text, sizeof(text));
+    CHECK(strstr(text, "flux-tiny cannot encode text") && strstr(text, "text_encoder_2"));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct harness_case cases[] = {
@@ -779,7 +860,7 @@ int main(int argc, char **argv)
         {"devmap", case_devmap},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
-        {"threads", case_threads}, {"device", case_device},
+        {"threads", case_threads}, {"device", case_device},   {"text", case_text},
     };
     return harness_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 240);
 }

@@ -27,6 +27,17 @@ static struct weft_model desc = {
              .pooled_projection_dim = 64, .num_attention_heads = 12, .attention_head_dim = 16},
     .vae_scale = 8, .side_unit = 16,
 };
+/* the same with both text encoders: text prompts take the text path */
+static struct weft_model desc_text = {
+    .dir = "fuzz", .pipeline = true, .prompts_dir = "fuzz/prompts", .has_vae = true,
+    .flux = {.in_channels = 64, .out_channels = 64, .joint_attention_dim = 64,
+             .pooled_projection_dim = 64, .num_attention_heads = 12, .attention_head_dim = 16},
+    .vae_scale = 8, .side_unit = 16,
+    .clip = {.tokenizer = true, .encoder = true}, .t5 = {.tokenizer = true, .encoder = true},
+};
+
+static void job(const struct weft_http_request *r, struct weft_job_model *model,
+                const struct weft_model *d_model);
 
 static void request(const struct weft_http_request *r)
 {
@@ -34,7 +45,10 @@ static void request(const struct weft_http_request *r)
         .dir = "fuzz", .prompts_dir = "fuzz/prompts", .desc = &desc, .n_names = 3,
         .names = names, .name_tokens = tokens,
     };
-    static const struct weft_job_limits lim = {64, 64, 4194304, 100};
+    static struct weft_job_model model_text = {
+        .dir = "fuzz", .prompts_dir = "fuzz/prompts", .desc = &desc_text, .n_names = 3,
+        .names = names, .name_tokens = tokens,
+    };
     (void)weft_api_auth_ok("token", r->authorization);
     struct weft_api_route route;
     if (!weft_api_match(r->target, &route))
@@ -47,22 +61,32 @@ static void request(const struct weft_http_request *r)
                                                  .image_quality = 90};
         struct weft_job_spec spec;
         char err[512];
-        if (weft_api_openai_parse(&model, &api, r->body, r->body_len, &spec, err,
-                                  sizeof(err)) == 200)
-            weft_job_spec_cleanup(&spec);
+        for (int k = 0; k < 2; k++)
+            if (weft_api_openai_parse(k ? &model_text : &model, &api, r->body, r->body_len,
+                                      &spec, err, sizeof(err)) == 200)
+                weft_job_spec_cleanup(&spec);
         return;
     }
     if (route.kind != WEFT_ROUTE_JOBS || r->method != WEFT_HTTP_POST)
         return;
+    job(r, &model, &desc);
+    job(r, &model_text, &desc_text);
+}
+
+/* A job request on one model: parsed, through the journal form, checked. */
+static void job(const struct weft_http_request *r, struct weft_job_model *model,
+                const struct weft_model *d_model)
+{
+    static const struct weft_job_limits lim = {64, 64, 4194304, 100};
     struct weft_job_spec spec;
     char err[512];
-    if (weft_job_spec_parse(r->body, r->body_len, &lim, &model, &spec, err, sizeof(err)) !=
+    if (weft_job_spec_parse(r->body, r->body_len, &lim, model, &spec, err, sizeof(err)) !=
         WEFT_OK)
         return;
     /* what was accepted must survive the journal form */
     cJSON *j = weft_job_spec_to_json(&spec);
     struct weft_job_spec back;
-    if (j && weft_job_spec_from_json(j, &model, &back, err, sizeof(err)) == WEFT_OK)
+    if (j && weft_job_spec_from_json(j, model, &back, err, sizeof(err)) == WEFT_OK)
         weft_job_spec_cleanup(&back);
     /* and the job's rules, on one device and on a context-parallel layout */
     int64_t t[WEFT_JOB_MAX_PROMPTS];
@@ -71,9 +95,9 @@ static void request(const struct weft_http_request *r)
     struct weft_layout one, cp = {.mesh = {1, 2, 2, 1, 1}};
     weft_layout_single(&one);
     struct weft_error e = WEFT_ERROR_INIT;
-    (void)weft_job_check(&desc, &one, &d, &lim, &e);
+    (void)weft_job_check(d_model, &one, &d, &lim, &e);
     weft_error_clear(&e);
-    (void)weft_job_check(&desc, &cp, &d, &lim, &e);
+    (void)weft_job_check(d_model, &cp, &d, &lim, &e);
     cJSON_Delete(j);
     weft_job_spec_cleanup(&spec);
 }

@@ -3,11 +3,14 @@
 # machine that reaches nothing: fetches what weft needs to build and run there into
 # tests/gpu/deps/ (ignored by git; name it in the device run's carry):
 #   - the Debian 12 packages of weft's libraries (UCX, libuv, inih, OpenBLAS, libspng, cJSON,
-#     libjpeg-turbo, libwebp, the llhttp sources) with their headers and pkg-config files, and
-#     pkgconf: run.sh unpacks them under /tmp/weft-deps (nothing is installed into /);
+#     libjpeg-turbo, libwebp, the tokenizers' utf8proc and SentencePiece, the llhttp sources)
+#     with their headers and pkg-config files, and pkgconf: run.sh unpacks them under
+#     /tmp/weft-deps (nothing is installed into /). text/'s C++ (SentencePiece's API) builds
+#     with the image's g++, nvcc's host compiler. oneDNN and BLIS are left out: only
+#     `weft bench gemm` uses them, each when it is there;
 #   - with --torch, the wheels of Diffusers (pure Python) and what it needs beyond the GPU
 #     image's torch, for the torch column of the benchmark (Python 3.12 there).
-# About 19 MB of packages (3 MB more with --torch). usage: tests/gpu/fetch-deps.sh [--torch]
+# About 20 MB of packages (3 MB more with --torch). usage: tests/gpu/fetch-deps.sh [--torch]
 set -eu
 cd "$(dirname "$0")"
 mkdir -p deps
@@ -18,7 +21,8 @@ apt-get download \
     libnl-route-3-200 libuv1 libuv1-dev libinih1 libinih-dev libopenblas0-pthread \
     libopenblas-pthread-dev libopenblas-dev libgfortran5 libquadmath0 libspng0 libspng-dev \
     libcjson1 libcjson-dev libjpeg62-turbo libjpeg62-turbo-dev libwebp7 libwebp-dev \
-    libwebpdemux2 libwebpmux3 node-llhttp pkgconf pkgconf-bin libpkgconf3 \
+    libwebpdemux2 libwebpmux3 libutf8proc2 libutf8proc-dev libsentencepiece0 \
+    libsentencepiece-dev node-llhttp pkgconf pkgconf-bin libpkgconf3 \
     zlib1g zlib1g-dev libibverbs-dev librdmacm-dev libnl-3-dev libnl-route-3-dev
 if [ "${1:-}" = --torch ]; then
     rm -rf wheels

@@ -139,7 +139,7 @@ step cluster 75 env WEFT_TEST_DEVICE=cuda:0 meson test -C "$BUILD" --no-rebuild 
 
 # FLUX.1-dev-shaped: 3072 wide (24 x 128), 4096 image + 512 text tokens, a few blocks
 FLUX_DEV=(--heads 24 --head-dim 128 --tokens 4096 --text 512 --double 2 --single 4
-    --repeats 5 --device cuda:0 --python "$PYTHON")
+    --rounds 5 --device cuda:0 --python "$PYTHON")
 step bench 120 "$BUILD/weft" bench flux "${FLUX_DEV[@]}" --dtype bf16
 [ "$(left)" -gt 110 ] && step bench-f32 90 "$BUILD/weft" bench flux "${FLUX_DEV[@]}" --dtype f32
 

@@ -255,7 +255,7 @@ static void test_linear(void)
 static void test_rows_ops(void)
 {
     struct tally tl = {0}, tr = {0}, tp = {0}, tg = {0}, tm = {0}, tga = {0}, ts = {0}, tc = {0},
-                 tf = {0}, tt = {0};
+                 tf = {0}, tt = {0}, tq = {0}, tmu = {0}, tss = {0};
     const double tol = 1e-5;
     for (int c = 0; c < cases; c++) {
         const int64_t rows = c == 0 ? 1 : PICK(1, 3, 64, 129), d = PICK(1, 7, 64, 3072, 5000);
@@ -270,13 +270,13 @@ static void test_rows_ops(void)
                  (long long)d, (long long)ldx, (long long)ldy);
         struct side *both[2] = {&ref, &dut};
         float *outs[2] = {want, got};
-        for (int op = 0; op < 6; op++) {
+        for (int op = 0; op < 9; op++) {
+            size_t n_out = ny;
             for (int i = 0; i < 2; i++) {
                 struct side *s = both[i];
                 float *X = put(s, x, nx * 4), *Y = put(s, y0, ny * 4);
                 float *A = put(s, v1, (size_t)d * 4), *B = put(s, v2, (size_t)d * 4);
                 float *out = Y;
-                size_t n_out = ny;
                 switch (op) {
                 case 0: s->K->layernorm(s->kc, X, ldx, Y, ldy, rows, d, 1e-6f); break;
                 case 1: s->K->gelu_tanh(s->kc, X, ldx, Y, ldy, rows, d); break;
@@ -288,14 +288,25 @@ static void test_rows_ops(void)
                     break;
                 case 4: s->K->copy_rows(s->kc, Y, ldy, X, ldx, rows, d); break;
                 case 5: s->K->silu(s->kc, X, Y, rows * d); break;
+                case 6: s->K->quick_gelu(s->kc, X, ldx, Y, ldy, rows, d); break;
+                case 7: s->K->mul(s->kc, Y, ldy, X, ldx, rows, d); break;
+                case 8: /* with a bias in place (y = x), without one into y */
+                    if (c % 2) {
+                        s->K->scale_shift(s->kc, X, ldx, A, B, X, ldx, rows, d);
+                        out = X, n_out = nx;
+                    } else {
+                        s->K->scale_shift(s->kc, X, ldx, A, NULL, Y, ldy, rows, d);
+                    }
+                    break;
                 }
                 get(s, outs[i], out, n_out * 4);
                 done(s, "rows op");
             }
             static const char *const names[] = {"layernorm", "gelu_tanh", "modulate",
-                                                "gated_add", "copy_rows", "silu"};
-            struct tally *ts_[] = {&tl, &tg, &tm, &tga, &tc, &ts};
-            compare(ts_[op], names[op], shape, "out", want, got, op == 3 ? nx : ny, tol);
+                                                "gated_add", "copy_rows", "silu",
+                                                "quick_gelu", "mul",      "scale_shift"};
+            struct tally *ts_[] = {&tl, &tg, &tm, &tga, &tc, &ts, &tq, &tmu, &tss};
+            compare(ts_[op], names[op], shape, "out", want, got, n_out, tol);
         }
         free(x), free(y0), free(v1), free(v2), free(want), free(got);
     }
@@ -359,6 +370,8 @@ static void test_rows_ops(void)
     report(dut.label, "silu", &ts, tol), report(dut.label, "modulate", &tm, tol);
     report(dut.label, "gated_add", &tga, tol), report(dut.label, "copy_rows", &tc, tol);
     report(dut.label, "fill", &tf, 0), report(dut.label, "timestep_embed", &tt, tol);
+    report(dut.label, "quick_gelu", &tq, tol), report(dut.label, "mul", &tmu, tol);
+    report(dut.label, "scale_shift", &tss, tol);
 }
 
 static void run_attention(struct side *s, const float *q, int64_t ldq, const float *k,
@@ -415,6 +428,48 @@ static void test_attention(void)
     snprintf(name, sizeof(name), "attention/%s", weft_dtype_name(compute));
     report(dut.label, name, &t, tol);
     report(dut.label, "  its lse", &tl, tol);
+}
+
+static void run_attention_masked(struct side *s, const float *q, int64_t ldq, const float *k,
+                                 int64_t ldk, const float *v, const float *o0, int64_t ldo,
+                                 const float *bias, int causal, int64_t sq, int64_t sk,
+                                 int64_t h, int64_t d, float *o)
+{
+    float *Q = put(s, q, (size_t)(sq * ldq) * 4);
+    float *Kx = put(s, k, (size_t)(sk * ldk) * 4), *V = put(s, v, (size_t)(sk * h * d) * 4);
+    float *O = put(s, o0, (size_t)(sq * ldo) * 4);
+    float *B = put_opt(s, bias, (size_t)(h * sq * sk) * 4);
+    s->K->attention_masked(s->kc, Q, ldq, Kx, ldk, V, h * d, O, ldo, sq, sk, h, d,
+                           1.0f / sqrtf((float)d), B, causal);
+    get(s, o, O, (size_t)(sq * ldo) * 4);
+    done(s, "attention_masked");
+}
+
+/* The text encoders' attention: T5's bias, CLIP's causal mask, or both; always f32. */
+static void test_attention_masked(void)
+{
+    struct tally t = {0};
+    const double tol = 2e-5;
+    for (int c = 0; c < cases; c++) {
+        const int causal = c % 3 != 1, with_bias = c % 3 != 0;
+        int64_t sq = PICK(1, 7, 77, 130), sk = causal ? sq : PICK(1, 31, 77, 300);
+        const int64_t h = PICK(1, 4), d = PICK(8, 32, 64, 128);
+        const int64_t ldq = h * d + PICK(0, 4), ldk = h * d + PICK(0, 2);
+        const int64_t ldo = h * d + PICK(0, 3);
+        float *q = rnd(sq * ldq, -2, 2), *k = rnd(sk * ldk, -2, 2), *v = rnd(sk * h * d, -1, 1);
+        float *o0 = rnd(sq * ldo, -1, 1), *bias = with_bias ? rnd(h * sq * sk, -3, 3) : NULL;
+        float *want = malloc((size_t)(sq * ldo) * 4), *got = malloc((size_t)(sq * ldo) * 4);
+        run_attention_masked(&ref, q, ldq, k, ldk, v, o0, ldo, bias, causal, sq, sk, h, d, want);
+        run_attention_masked(&dut, q, ldq, k, ldk, v, o0, ldo, bias, causal, sq, sk, h, d, got);
+        char shape[128];
+        snprintf(shape, sizeof(shape), "q %lld, k %lld, %lld heads x %lld (ld %lld %lld %lld)%s%s",
+                 (long long)sq, (long long)sk, (long long)h, (long long)d, (long long)ldq,
+                 (long long)ldk, (long long)ldo, with_bias ? " +bias" : "",
+                 causal ? " causal" : "");
+        compare(&t, "attention_masked", shape, "out", want, got, (size_t)(sq * ldo), tol);
+        free(q), free(k), free(v), free(o0), free(bias), free(want), free(got);
+    }
+    report(dut.label, "attention_masked", &t, tol);
 }
 
 static void test_attn_merge(void)
@@ -592,6 +647,7 @@ int main(int argc, char **argv)
     }
     set_both(WEFT_DTYPE_F32);
     test_rows_ops();
+    test_attention_masked();
     test_attn_merge();
     dut.K->destroy(dut.kc);
     ref.K->destroy(ref.kc);

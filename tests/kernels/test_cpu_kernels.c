@@ -230,6 +230,57 @@ static void test_attention(void)
     }
 }
 
+/* attention_masked against the double reference with the bias and mask in the scores. */
+static void test_masked_case(int64_t s, int64_t heads, int64_t d, bool with_bias, bool causal)
+{
+    const int64_t ld = heads * d + 2;
+    float *q = rnd(s * ld, 1), *k = rnd(s * ld, 1), *v = rnd(s * ld, 1);
+    float *bias = with_bias ? rnd(heads * s * s, 3) : NULL;
+    float *out = calloc((size_t)(s * ld), sizeof(float));
+    double *ref = malloc((size_t)(s * heads * d) * sizeof(double)), *sc = malloc(s * 8);
+    const double scale = 0.37;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t i = 0; i < s; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double t = 0;
+                for (int64_t c = 0; c < d; c++)
+                    t += (double)q[i * ld + h * d + c] * k[j * ld + h * d + c];
+                t = t * scale + (bias ? bias[(h * s + i) * s + j] : 0.0);
+                sc[j] = causal && j > i ? -INFINITY : t;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += exp(sc[j] - mx);
+            for (int64_t c = 0; c < d; c++) {
+                double o = 0;
+                for (int64_t j = 0; j < s; j++)
+                    o += exp(sc[j] - mx) / sum * v[j * ld + h * d + c];
+                ref[i * heads * d + h * d + c] = o;
+            }
+        }
+    K->attention_masked(ctx, q, ld, k, ld, v, ld, out, ld, s, s, heads, d, (float)scale, bias,
+                        causal);
+    char what[96];
+    snprintf(what, sizeof(what), "attention_masked s=%lld h=%lld d=%lld bias %d causal %d",
+             (long long)s, (long long)heads, (long long)d, with_bias, causal);
+    check_err(what, rel_err(out, ld, ref, heads * d, s, heads * d), 3e-6);
+    free(q), free(k), free(v), free(bias), free(out), free(ref), free(sc);
+}
+
+static void test_masked(void)
+{
+    test_masked_case(1, 1, 8, true, true);
+    test_masked_case(77, 3, 16, false, true);  /* CLIP: causal, tails on both axes */
+    test_masked_case(130, 2, 64, true, false); /* T5: a position bias, several key tiles */
+    test_masked_case(200, 2, 64, true, true);  /* both, tiles skipped past the diagonal */
+    /* in bf16 compute it stays on the f32 path */
+    if (K->set_compute(ctx, WEFT_DTYPE_BF16) == WEFT_OK) {
+        test_masked_case(130, 2, 64, true, true);
+        K->set_compute(ctx, WEFT_DTYPE_F32);
+    }
+}
+
 static void test_elementwise(void)
 {
     const int64_t rows = 7, n = 333, ld = 340;
@@ -242,6 +293,27 @@ static void test_elementwise(void)
         }
     K->gelu_tanh(ctx, x, ld, y, ld, rows, n);
     check_err("gelu_tanh", rel_err(y, ld, ref, n, rows, n), 1e-6);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double v = x[i * ld + j];
+            ref[i * n + j] = v / (1 + exp(-1.702 * v));
+        }
+    K->quick_gelu(ctx, x, ld, y, ld, rows, n);
+    check_err("quick_gelu", rel_err(y, ld, ref, n, rows, n), 1e-6);
+    {
+        float *w = rnd(n, 1), *bb = rnd(n, 1), *z = rnd(rows * ld, 1);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < n; j++)
+                ref[i * n + j] = (double)x[i * ld + j] * w[j] + bb[j];
+        K->scale_shift(ctx, x, ld, w, bb, y, ld, rows, n);
+        check_err("scale_shift", rel_err(y, ld, ref, n, rows, n), 1e-6);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < n; j++)
+                ref[i * n + j] = (double)y[i * ld + j] * z[i * ld + j];
+        K->mul(ctx, y, ld, z, ld, rows, n);
+        check_err("mul", rel_err(y, ld, ref, n, rows, n), 1e-6);
+        free(w), free(bb), free(z);
+    }
 
     float big[] = {-100.0f, -20.0f, -1.0f, 0.0f, 1e-4f, 3.0f, 50.0f, 100.0f};
     float out[8];
@@ -296,6 +368,7 @@ int main(void)
         test_norms();
         test_rope();
         test_attention();
+        test_masked();
         test_elementwise();
         test_timestep();
         weft_kernels_cpu_destroy(ctx);

@@ -139,6 +139,65 @@ static void test_assign(void)
     free(a);
 }
 
+/* Text prompts: carried as their text (any UTF-8, "" included), nothing in the tail for them;
+ * their bounds on both sides. */
+static void test_run_text(const struct weft_msg_run *base)
+{
+    char long_text[WEFT_JOB_MAX_TEXT_BYTES + 2];
+    memset(long_text, 'a', sizeof(long_text) - 1);
+    long_text[sizeof(long_text) - 1] = '\0';
+    struct weft_msg_prompt prompts[3] = {
+        {512, 4, 2, "", true, "a photo of a cat \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x90\xb1"},
+        {1, 4, 2, "red-fox", false, NULL},
+        {77, 4, 2, "", true, ""}};
+    float embeds[6] = {1, 2, 3, 4, 5, 6};
+    struct weft_msg_run m = *base;
+    struct weft_msg_image_ref images[2] = {{0, 0}, {1, 2}};
+    m.prompts = prompts, m.n_prompts = 3, m.embeds = embeds, m.n_embeds = 6;
+    m.images = images, m.n_images = 2;
+    void *buf;
+    size_t len;
+    union weft_msg *b = roundtrip(WEFT_MSG_RUN, (union weft_msg *)&m, &buf, &len);
+    const struct weft_msg_run *r = &b->run;
+    CHECK(r->n_prompts == 3 && r->prompts[0].is_text && !r->prompts[1].is_text);
+    CHECK(strcmp(r->prompts[0].text, prompts[0].text) == 0 && r->prompts[0].tokens == 512);
+    CHECK(r->prompts[1].text == NULL && strcmp(r->prompts[1].name, "red-fox") == 0);
+    CHECK(r->prompts[2].is_text && strcmp(r->prompts[2].text, "") == 0);
+    CHECK(weft_msg_prompt_floats(&r->prompts[0]) == 0 && r->n_embeds == 6);
+    weft_msg_cleanup(WEFT_MSG_RUN, b);
+    free(b), weft_free(buf);
+    struct weft_msg_run bad = m;
+    struct weft_msg_prompt p2[3];
+    memcpy(p2, prompts, sizeof(p2));
+    bad.prompts = p2;
+    p2[0].tokens = 513; /* max_sequence_length is at most 512 */
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "prompt text");
+    memcpy(p2, prompts, sizeof(p2));
+    p2[0].text = long_text;
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "prompt text");
+    memcpy(p2, prompts, sizeof(p2));
+    p2[0].text = "caf\xe9";
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "prompt text");
+    memcpy(p2, prompts, sizeof(p2));
+    p2[0].text = NULL;
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "prompt text");
+    memcpy(p2, prompts, sizeof(p2));
+    p2[1].text = "stray";
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "not a text prompt");
+    /* the decoder refuses invalid UTF-8 a peer put there itself */
+    memcpy(p2, prompts, sizeof(p2));
+    p2[0].text = "cafX";
+    CHECK(weft_msg_encode(WEFT_MSG_RUN, (union weft_msg *)&bad, &buf, &len, TERR) == WEFT_OK);
+    uint8_t *x = memmem(buf, len, "cafX", 4);
+    CHECK(x);
+    x[3] = 0xe9;
+    union weft_msg d;
+    weft_error_clear(TERR);
+    CHECK(weft_msg_decode(WEFT_MSG_RUN, buf, len, &d, TERR) == WEFT_ERR_PROTOCOL);
+    CHECK(d.run.job == m.job && strstr(weft_error_text(TERR), "prompt text"));
+    weft_free(buf);
+}
+
 static void test_run(void)
 {
     struct weft_msg_prompt prompts[2] = {{3, 4, 2, "red-fox"}, {1, 4, 2, ""}};
@@ -199,6 +258,7 @@ static void test_run(void)
     struct weft_msg_prompt empty[2] = {{0, 4, 2, ""}, {1, 4, 2, ""}};
     bad = m, bad.prompts = empty, bad.n_embeds = 8;
     expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "prompt");
+    test_run_text(&m);
 }
 
 static void test_small(void)
@@ -227,20 +287,24 @@ static void test_small(void)
     snprintf(m.done.error, sizeof(m.done.error), "worker w1: a collective timed out");
     m.done.comm[0] = (struct weft_msg_comm){"tp", "allreduce", 0.5, 1e9, 1ull << 40};
     m.done.comm[1] = (struct weft_msg_comm){"ulysses", "alltoall", 0.25, 2e6, 3};
+    m.done.prompt_cache_hits = 5;
+    m.done.prompt_cache_misses = UINT64_MAX;
     b = roundtrip(WEFT_MSG_DONE, &m, &buf, &len);
     CHECK(b->done.job == 77 && b->done.status == WEFT_ERR_TIMEOUT && b->done.n_comm == 2);
+    CHECK(b->done.prompt_cache_hits == 5 && b->done.prompt_cache_misses == UINT64_MAX);
     CHECK(strcmp(b->done.error, m.done.error) == 0 && b->done.comm[0].calls == 1ull << 40);
     CHECK(strcmp(b->done.comm[1].op, "alltoall") == 0);
     free(b), weft_free(buf);
     snprintf(m.done.comm[1].group, sizeof(m.done.comm[1].group), "Bad-Label");
     expect_refused(WEFT_MSG_DONE, &m, "comm");
 
-    m = (union weft_msg){.assigned = {3, WEFT_ERR_FORMAT, "", 123456789012ull, 42, 16}};
+    m = (union weft_msg){.assigned = {3, WEFT_ERR_FORMAT, "", 123456789012ull, 42,
+                                      (1ull << 40) + 3, 16}};
     snprintf(m.assigned.error, sizeof(m.assigned.error), "vae/config.json: bad");
     b = roundtrip(WEFT_MSG_ASSIGNED, &m, &buf, &len);
     CHECK(b->assigned.epoch == 3 && b->assigned.status == WEFT_ERR_FORMAT &&
           b->assigned.transformer_bytes == 123456789012ull && b->assigned.vae_bytes == 42 &&
-          b->assigned.threads == 16);
+          b->assigned.text_bytes == (1ull << 40) + 3 && b->assigned.threads == 16);
     free(b), weft_free(buf);
     m.assigned.threads = 2000;
     expect_refused(WEFT_MSG_ASSIGNED, &m, "threads");
