@@ -1,5 +1,6 @@
 /* weft bench flux: FLUX forward time of weft and of Diffusers on torch, same checkpoint, same
- * machine, same threads, same dtype, in one run, with the environment as the machine sets it.
+ * machine, same device, same threads, same dtype, in one run, with the environment as the
+ * machine sets it.
  * Both sides stay loaded in their processes and take turns, one forward each per round; each
  * side's peak RSS is its process's, from the kernel when it exits. */
 #include <cJSON.h>
@@ -23,6 +24,8 @@
 struct flux_bench_opts {
     long long tokens, text, heads, head_dim, dbl, sgl;
     const char *python, *model;
+    const char *device;       /* --device as given */
+    struct weft_device where; /* what it names (auto: a GPU when there is one) */
     bool no_torch, dev;
     enum weft_dtype dtype; /* the checkpoint's, and the compute dtype of both sides */
     struct weft_bench b;
@@ -31,8 +34,8 @@ struct flux_bench_opts {
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench flux [--dtype f32|bf16] [--dev] [--tokens N] [--text N] [--heads N]\n"
-        "                       [--head-dim N] [--double N] [--single N]\n"
+        "usage: weft bench flux [--dtype f32|bf16] [--device DEV] [--dev] [--tokens N]\n"
+        "                       [--text N] [--heads N] [--head-dim N] [--double N] [--single N]\n"
         "                       [--python PATH | --no-torch] [--rounds N] [--warmup N]\n"
         "                       [--quick] [--json]\n"
         "\n"
@@ -48,7 +51,11 @@ static void help(FILE *out)
         "           text tokens\n"
         "  --dev    FLUX.1-dev's width: 24 heads x 128 = 3072, 2 double + 2 single blocks,\n"
         "           4096 image + 512 text tokens (a 1024x1024 image)\n"
-        "  --quick  2 heads x 32, 1 + 1 blocks, 64 + 16 tokens\n\n");
+        "  --quick  2 heads x 32, 1 + 1 blocks, 64 + 16 tokens\n"
+        "  --device DEV\n"
+        "           cpu (default), cuda:N or auto (a GPU when there is one): weft's kernels on\n"
+        "           that device and torch on the same one (its CPU for cpu and cpu-devmem); a\n"
+        "           GPU that is not there is an error\n\n");
     weft_bench_opt_help(out);
 }
 
@@ -63,8 +70,8 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
 /* Returns 0, 1 (help printed) or -1. */
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 {
-    *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, false, false,
-                                  WEFT_DTYPE_F32, {0}};
+    *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, "cpu", {0}, false,
+                                  false, WEFT_DTYPE_F32, {0}};
     weft_bench_init(&o->b, "weft bench flux");
     static const char *const names[] = {"--tokens", "--text",   "--heads", "--head-dim",
                                         "--double", "--single"};
@@ -92,6 +99,10 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
             o->dtype = v[0] == 'b' ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
             continue;
         }
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--device"))) {
+            o->device = v;
+            continue;
+        }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--python"))) {
             o->python = v;
             continue;
@@ -108,6 +119,11 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
                            cli->argv[i]);
             return -1;
         }
+    }
+    char why[300];
+    if (weft_device_parse(o->device, -1, &o->where, why, sizeof(why)) != WEFT_OK) {
+        WEFT_LOG_ERROR("bench", "--device: %s", why);
+        return -1;
     }
     static const long long full[] = {1024, 128, 8, 128, 4, 8}, quick[] = {64, 16, 2, 32, 1, 1};
     static const long long dev[] = {4096, 512, 24, 128, 2, 2};
@@ -138,16 +154,21 @@ int weft_bench_flux_run(struct weft_cli *cli)
         return 2;
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    if (weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc) != WEFT_OK)
+    char why[300];
+    if (weft_kernels_create(&o.where, (int)cli->conf.kernels.threads, &K, &kc, why,
+                            sizeof(why)) != WEFT_OK) {
+        print_error(why);
         return 1;
+    }
     const enum weft_dtype dt = (enum weft_dtype)cli->conf.model.dtype; /* --model.dtype */
-    (void)K->set_compute(kc, dt); /* f32 products where the CPU has no bf16 ones (described) */
+    (void)K->set_compute(kc, dt); /* f32 products where the device has no bf16 ones (described) */
     double t0 = weft_now();
     struct weft_flux_opts fo = {K, kc, dt};
     struct weft_flux *m;
     struct weft_error err = WEFT_ERROR_INIT;
     if (weft_flux_load(o.model, &fo, &m, &err) != WEFT_OK) {
         print_error(weft_error_text(&err));
+        K->destroy(kc);
         return 1;
     }
     double load_s = weft_now() - t0;
@@ -174,7 +195,9 @@ int weft_bench_flux_run(struct weft_cli *cli)
     cJSON *ready = cJSON_CreateObject();
     cJSON_AddBoolToObject(ready, "ready", true);
     cJSON_AddNumberToObject(ready, "load_s", load_s);
-    cJSON_AddNumberToObject(ready, "threads", weft_kernels_cpu_threads(kc));
+    /* a GPU has no kernel threads (0): torch then launches its kernels from one CPU thread */
+    cJSON_AddNumberToObject(ready, "threads",
+                            weft_kernels_is_cpu(K) ? weft_kernels_cpu_threads(kc) : 0);
     cJSON_AddStringToObject(ready, "about", what);
     char *rl = cJSON_PrintUnformatted(ready);
     printf("%s\n", rl ? rl : "{}");
@@ -197,7 +220,7 @@ int weft_bench_flux_run(struct weft_cli *cli)
     weft_free(hidden), weft_free(enc), weft_free(pooled), weft_free(ids), weft_free(tids);
     weft_free(out);
     weft_flux_destroy(m);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return rc;
 }
 
@@ -269,6 +292,9 @@ static void report_json(const struct flux_bench_opts *o, const struct side *sd, 
     cJSON_AddNumberToObject(cfg, "image_tokens", (double)o->tokens);
     cJSON_AddNumberToObject(cfg, "text_tokens", (double)o->text);
     cJSON_AddStringToObject(cfg, "dtype", weft_dtype_name(o->dtype));
+    char device[32];
+    weft_device_name(&o->where, device, sizeof(device));
+    cJSON_AddStringToObject(cfg, "device", device);
     cJSON_AddNumberToObject(cfg, "threads", threads);
     const char *env = getenv("OPENBLAS_CORETYPE");
     cJSON_AddStringToObject(cfg, "openblas_coretype_env", env ? env : "unset");
@@ -300,9 +326,11 @@ static void report_table(const struct flux_bench_opts *o, const struct side *sd,
 {
     weft_bench_print_context(&o->b, stdout);
     const char *env = getenv("OPENBLAS_CORETYPE");
-    printf("FLUX forward in %s: %lld heads x %lld, %lld double + %lld single blocks, %lld image "
-           "+ %lld text tokens, %d threads (OPENBLAS_CORETYPE %s)\n",
-           weft_dtype_name(o->dtype), o->heads, o->head_dim, o->dbl, o->sgl, o->tokens,
+    char device[32];
+    weft_device_name(&o->where, device, sizeof(device));
+    printf("FLUX forward in %s on %s: %lld heads x %lld, %lld double + %lld single blocks, "
+           "%lld image + %lld text tokens, %d threads (OPENBLAS_CORETYPE %s)\n",
+           weft_dtype_name(o->dtype), device, o->heads, o->head_dim, o->dbl, o->sgl, o->tokens,
            o->text, threads, env ? env : "unset");
     printf("%-16s %-30s %-28s %-10s %-24s %s\n", "impl", "ms / step", "ms / block", "peak RSS",
            "vs torch (paired)", "verdict");
@@ -354,20 +382,25 @@ int weft_bench_flux(struct weft_cli *cli)
         weft_remove_tree(dir);
         return 1;
     }
-    char tok[32], txt[32], thr[64], dts[32], tstr[16], script[2048];
+    char tok[32], txt[32], thr[64], dts[32], tstr[16], script[2048], wdev[32], tdev[32];
     snprintf(tok, sizeof(tok), "%lld", o.tokens);
     snprintf(txt, sizeof(txt), "%lld", o.text);
     snprintf(thr, sizeof(thr), "--kernels.threads=%lld", (long long)cli->conf.kernels.threads);
     snprintf(dts, sizeof(dts), "--model.dtype=%s", weft_dtype_name(o.dtype));
+    /* the device as parsed (auto resolved here, once), and torch's name for it: cuda:N is the
+     * same in both; the CPU backends (cpu, cpu-devmem) are torch's CPU */
+    weft_device_name(&o.where, wdev, sizeof(wdev));
+    snprintf(tdev, sizeof(tdev), "%s", o.where.kind == WEFT_DEVICE_CUDA ? wdev : "cpu");
     static struct side sd[N_SIDES] = {{.impl = "weft"}, {.impl = "diffusers+torch"}};
     char *argv[] = {self, thr, dts, "bench", "flux-run", "--model", dir, "--tokens", tok,
-                    "--text", txt, NULL};
+                    "--text", txt, "--device", wdev, NULL};
     side_start(&sd[0], argv, NULL); /* the environment as the machine sets it */
     int threads = sd[0].threads;
     snprintf(script, sizeof(script), "%s/bench/flux_torch.py", WEFT_SOURCE_ROOT);
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
-                     "--threads", tstr, "--dtype", (char *)weft_dtype_name(o.dtype), NULL};
+                     "--threads", tstr, "--dtype", (char *)weft_dtype_name(o.dtype),
+                     "--device", tdev, NULL};
     if (!o.no_torch)
         side_start(&sd[1], pargv, NULL);
     if (!o.no_torch && !sd[1].alive)

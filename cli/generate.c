@@ -27,9 +27,9 @@ static void help(FILE *out)
         "usage: weft generate [--model DIR] [--prompt TEXT | --prompt-embeds FILE|NAME]\n"
         "                     [--max-sequence-length N] [--height N] [--width N] [--steps N]\n"
         "                     [--guidance G] [--seed S] [--latents FILE] [--vae-tiling]\n"
-        "                     [--vae-tile PX] --out FILE.png|FILE.safetensors\n"
+        "                     [--vae-tile PX] [--device DEV] --out FILE.png|FILE.safetensors\n"
         "\n"
-        "Run a FLUX.1 pipeline on this machine (one CPU device), stage by stage: encode the\n"
+        "Run a FLUX.1 pipeline on this machine (one device), stage by stage: encode the\n"
         "prompt with the text encoders (CLIP, T5), denoise with the transformer, decode with\n"
         "the VAE. Each stage loads its component and frees it when done. A .png output is the\n"
         "decoded image with the generation parameters in text chunks; a .safetensors output is\n"
@@ -60,11 +60,13 @@ static void help(FILE *out)
         "                       (tiles of the VAE's sample_size pixels): bounded memory for\n"
         "                       large images; blended seams differ slightly from one piece\n"
         "  --vae-tile PX        the same with tiles of PX pixels (a multiple of 8)\n"
+        "  --device DEV         cpu, cuda:N or auto (default [worker] device, cpu); a GPU\n"
+        "                       that is not there is an error\n"
         "  --out FILE           output .png or .safetensors\n");
 }
 
 struct gen_opts {
-    const char *model, *prompt, *text, *latents, *out;
+    const char *model, *prompt, *text, *latents, *out, *device;
     long long height, width, steps, vae_tile, max_sequence_length;
     double guidance;
     unsigned long long seed;
@@ -79,6 +81,8 @@ static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
     char **argv = cli->argv;
     if ((v = weft_cli_opt_value(cli->argc, argv, i, "--model")))
         o->model = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--device")))
+        o->device = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt-embeds")))
         o->prompt = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt")))
@@ -387,9 +391,19 @@ int weft_cmd_generate(struct weft_cli *cli)
     struct weft_rt_assign *a = weft_malloc(sizeof(*a));
     struct weft_error err = WEFT_ERROR_INIT;
     weft_status_t st = a ? WEFT_OK : WEFT_ERR_NOMEM;
+    struct weft_device dev;
+    char why[300];
+    if (st == WEFT_OK) { /* the device first: a GPU that is not there fails at once */
+        st = weft_device_parse(o.device ? o.device : cli->conf.worker.device, -1, &dev, why,
+                               sizeof(why));
+        if (st == WEFT_OK)
+            st = weft_kernels_create(&dev, (int)cli->conf.kernels.threads, &K, &kc, why,
+                                     sizeof(why));
+        if (st != WEFT_OK)
+            WEFT_LOG_ERROR("generate", "%s", why);
+    }
     prompt[0] = '\0';
-    if (st == WEFT_OK && (st = text_or_embeds(dir, &o, prompt, sizeof(prompt), &err)) == WEFT_OK &&
-        (st = weft_kernels_cpu_create((int)cli->conf.kernels.threads, &K, &kc)) == WEFT_OK) {
+    if (st == WEFT_OK && (st = text_or_embeds(dir, &o, prompt, sizeof(prompt), &err)) == WEFT_OK) {
         /* one job: each stage frees its part (nothing to cache) */
         const struct weft_rt_opts ro = {K, kc, true, 0};
         st = weft_runtime_create(&ro, &rt);
@@ -408,6 +422,7 @@ int weft_cmd_generate(struct weft_cli *cli)
         weft_error_log(&err, "generate");
     weft_free(a);
     weft_runtime_destroy(rt);
-    weft_kernels_cpu_destroy(kc);
+    if (K)
+        K->destroy(kc);
     return st == WEFT_OK ? 0 : 1;
 }

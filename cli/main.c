@@ -228,6 +228,22 @@ int main(int argc, char **argv)
             printf("cpu backend: %s\n", what);
             weft_kernels_cpu_destroy(kc);
         }
+        /* and the GPUs this process could compute on */
+        const struct weft_device cuda0 = {WEFT_DEVICE_CUDA, 0};
+        char why[300];
+        const int n_gpu = weft_gpu_count();
+        if (n_gpu == 0) {
+            if (weft_kernels_create(&cuda0, 0, &K, &kc, why, sizeof(why)) == WEFT_OK)
+                K->destroy(kc); /* not reached without a GPU: why says what is missing */
+            printf("cuda backend: %s\n", why);
+        }
+        for (int g = 0; g < n_gpu; g++) {
+            struct weft_gpu_info info;
+            if (weft_gpu_info(g, &info) == WEFT_OK)
+                printf("cuda:%d: %s, %.1f GiB, %d SMs, sm_%d%d\n", g, info.name,
+                       (double)info.memory / (double)(1ull << 30), info.sm_count, info.cc_major,
+                       info.cc_minor);
+        }
         rc = 0;
         goto out;
     }

@@ -57,6 +57,10 @@ static weft_status_t runner_create(const char *name, const struct weft_cli *cli,
                                            .threads = (int)cli->conf.kernels.threads,
                                            .compute = cli->conf.model.dtype,
                                            .prompt_cache = cli->conf.model.prompt_cache};
+        char why[300];
+        if (weft_device_parse(cli->conf.worker.device, -1, &o.device, why, sizeof(why)) !=
+            WEFT_OK)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG, "[worker] device: %s", why);
         weft_status_t st = weft_local_runner_create(&o, weft_coord_sink(coord), runner_p);
         return st == WEFT_OK ? st : weft_error_refuse(err, st, "cannot start the local runner");
     }

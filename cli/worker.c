@@ -13,7 +13,7 @@ extern char **environ;
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft worker [--coordinator HOST:PORT]\n"
+        "usage: weft worker [--coordinator HOST:PORT] [--device DEV]\n"
         "\n"
         "Join a coordinator (`weft serve --runner cluster`) as one device: prove the cluster\n"
         "secret ([cluster] secret or secret_file), report this machine's inventory, then load\n"
@@ -24,12 +24,18 @@ static void help(FILE *out)
         "The coordinator is, first found: --coordinator; torchrun's MASTER_ADDR and\n"
         "MASTER_PORT; the first host of Slurm's SLURM_JOB_NODELIST with [cluster] listen's\n"
         "port; [cluster] listen. Launchers (Slurm, torchrun, mpirun) are recognised from their\n"
-        "environment and reported to the coordinator. CPU kernel threads: [kernels] threads.\n");
+        "environment and reported to the coordinator. CPU kernel threads: [kernels] threads.\n"
+        "\n"
+        "--device DEV (default [worker] device, cpu): cpu, cuda:N (GPU N), or auto: the GPU of\n"
+        "this process's local rank (LOCAL_RANK, SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK,\n"
+        "modulo the GPUs present) when there are GPUs, else the CPU; cpu-devmem is the CPU with\n"
+        "device-like memory (tests). A GPU that is not there is an error (exit 1). The\n"
+        "inventory reports the GPUs (name, memory, SMs, peers) and the device's memory.\n");
 }
 
 int weft_cmd_worker(struct weft_cli *cli)
 {
-    const char *coordinator = NULL;
+    const char *coordinator = NULL, *device = cli->conf.worker.device;
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
         if (weft_cli_is_help(cli->argv[i])) {
@@ -38,6 +44,8 @@ int weft_cmd_worker(struct weft_cli *cli)
         }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--coordinator"))) {
             coordinator = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--device"))) {
+            device = v;
         } else {
             WEFT_LOG_ERROR("worker", "unexpected argument '%s' (see `weft worker --help`)",
                            cli->argv[i]);
@@ -49,6 +57,11 @@ int weft_cmd_worker(struct weft_cli *cli)
     if (weft_launch_from_env(environ, &o.launch) != WEFT_OK ||
         weft_cluster_secret(&cli->conf.cluster, secret, sizeof(secret), NULL) != WEFT_OK)
         return 2;
+    char why[300];
+    if (weft_device_parse(device, o.launch.local_rank, &o.device, why, sizeof(why)) != WEFT_OK) {
+        WEFT_LOG_ERROR("worker", "--device: %s", why);
+        return 2;
+    }
     if (!coordinator) {
         const char *listen = cli->conf.cluster.listen, *colon = strrchr(listen, ':');
         int port = o.launch.coordinator_port ? o.launch.coordinator_port

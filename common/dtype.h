@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum weft_dtype {
     WEFT_DTYPE_F32,
     WEFT_DTYPE_BF16,
@@ -64,5 +68,9 @@ void weft_dtype_round_n(enum weft_dtype dtype, float *x, size_t n);
  * do not overlap or are the same pointer (in-place, in a buffer sized for the larger type). */
 void weft_dtype_convert(void *dst, enum weft_dtype dst_type, const void *src,
                         enum weft_dtype src_type, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,17 +12,25 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define WEFT_TENSOR_MAX_DIMS 6
 
+/* Where a backend computes (kernels/kernels.h opens one): the CPU, a CUDA device, or the CPU
+ * with device-like memory (the CPU backend's devmem variant: tests of the device-memory
+ * discipline without a GPU). */
 enum weft_device_kind {
     WEFT_DEVICE_CPU,
     WEFT_DEVICE_CUDA,
+    WEFT_DEVICE_CPU_DEVMEM,
     WEFT_DEVICE_KIND_COUNT
 };
 
 struct weft_device {
     enum weft_device_kind kind;
-    int index;
+    int index; /* CUDA: the device ordinal */
 };
 
 enum weft_tensor_owner {
@@ -56,5 +64,9 @@ void weft_tensor_cleanup(struct weft_tensor *t);
 const char *weft_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 /* Product of dims with overflow check; -1 when it does not fit in int64. */
 int64_t weft_shape_numel(int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -20,6 +20,7 @@ enum conf_type {
     CONF_STRING,
     CONF_ENUM,
     CONF_MAXMEM, /* a string holding a valid max_memory */
+    CONF_DEVICE, /* a string naming a device (weft_conf_device_ok) */
 };
 
 struct conf_key {
@@ -59,6 +60,8 @@ struct conf_section {
     {.name = #f, .type = CONF_STRING, .secret = true, FIELD(s, f), .def = (d), .doc = (doc_)}
 #define KEY_MAXMEM(s, f, d, doc_)                                                            \
     {.name = #f, .type = CONF_MAXMEM, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_DEVICE(s, f, d, doc_)                                                            \
+    {.name = #f, .type = CONF_DEVICE, FIELD(s, f), .def = (d), .doc = (doc_)}
 #define KEY_ENUM(s, f, d, ch, doc_)                                                          \
     {.name = #f, .type = CONF_ENUM, FIELD(s, f), .def = (d), .choices = (ch), .doc = (doc_)}
 #define SECTION(name, keys, doc) {#name, offsetof(struct weft_conf, name), (keys), \
@@ -94,6 +97,16 @@ static const struct conf_key kernels_keys[] = {
     KEY_INT(weft_conf_kernels, threads, "0", 0, 1024,
             "Threads per worker for CPU kernels; 0: a worker in a cluster takes its share of "
             "its host's cores, one process alone every core it may run on."),
+};
+
+static const struct conf_key worker_keys[] = {
+    KEY_DEVICE(weft_conf_worker, device, "cpu",
+               "The device this process computes on (weft worker; weft generate and weft "
+               "serve's local runner too): cpu; cuda:N (GPU N; cuda is cuda:0); auto (the GPU "
+               "of the launcher's local rank, LOCAL_RANK, SLURM_LOCALID or "
+               "OMPI_COMM_WORLD_LOCAL_RANK, modulo the GPUs present, when there are GPUs, else "
+               "the CPU); cpu-devmem (the CPU with buffers that are not host-visible: tests the "
+               "discipline a GPU needs). weft worker --device overrides it."),
 };
 
 /* Orders match enum weft_ring_rotation (model/cp.h). */
@@ -271,6 +284,7 @@ static const struct conf_section sections[] = {
     SECTION(log, log_keys, "Logging."),
     SECTION(model, model_keys, "The model to run."),
     SECTION(kernels, kernels_keys, "Compute kernels."),
+    SECTION(worker, worker_keys, "The device a worker computes on."),
     SECTION(parallel, parallel_keys, "How the work is split across ranks."),
     SECTION(cluster, cluster_keys, "Workers and the coordinator: joining, secrets, liveness."),
     SECTION(transport, transport_keys, "Worker-to-worker communication (UCX) and collectives."),
@@ -455,10 +469,14 @@ static weft_status_t key_set(const struct conf_section *sec, const struct conf_k
         *(uint64_t *)field = x;
         return WEFT_OK;
     }
-    case CONF_MAXMEM: {
+    case CONF_MAXMEM:
+    case CONF_DEVICE: {
         struct weft_max_memory mm;
         char why[200];
-        if (weft_conf_parse_max_memory(value, &mm, why, sizeof(why)) != WEFT_OK) {
+        const bool ok = key->type == CONF_DEVICE
+                            ? weft_conf_device_ok(value, why, sizeof(why))
+                            : weft_conf_parse_max_memory(value, &mm, why, sizeof(why)) == WEFT_OK;
+        if (!ok) {
             WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': %s", origin->text, sec->name, key->name,
                            value, why);
             return WEFT_ERR_CONFIG;
@@ -516,12 +534,30 @@ static void key_format(const struct conf_key *key, const void *sect, char *buf, 
     }
     case CONF_STRING:
     case CONF_MAXMEM:
+    case CONF_DEVICE:
         snprintf(buf, len, "%s", field);
         return;
     case CONF_ENUM:
         snprintf(buf, len, "%s", key->choices[*(const int *)field]);
         return;
     }
+}
+
+bool weft_conf_device_ok(const char *text, char *why, size_t why_len)
+{
+    if (strcmp(text, "cpu") == 0 || strcmp(text, "cpu-devmem") == 0 ||
+        strcmp(text, "auto") == 0 || strcmp(text, "cuda") == 0)
+        return true;
+    if (strncmp(text, "cuda:", 5) == 0) {
+        const char *d = text + 5;
+        size_t n = strspn(d, "0123456789");
+        if (n > 0 && n <= 4 && d[n] == '\0' && atoi(d) <= 1023)
+            return true;
+        snprintf(why, why_len, "the GPU index after cuda: must be a number from 0 to 1023");
+        return false;
+    }
+    snprintf(why, why_len, "expected cpu, cuda:N, auto or cpu-devmem");
+    return false;
 }
 
 weft_status_t weft_conf_parse_max_memory(const char *text, struct weft_max_memory *out,

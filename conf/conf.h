@@ -32,6 +32,14 @@ struct weft_conf_kernels {
     int64_t threads;
 };
 
+/* [worker]: the device this process computes on (weft worker, weft generate, weft serve's local
+ * runner): "cpu", "cuda:N" ("cuda" is cuda:0), "auto" (the GPU of the launcher's local rank
+ * when there are GPUs, else the CPU) or "cpu-devmem" (the CPU with device-like memory, for
+ * tests). Only the syntax is checked here; kernels/kernels.h resolves it. */
+struct weft_conf_worker {
+    char device[64];
+};
+
 struct weft_conf_parallel {
     int64_t tp_degree;
     int64_t ulysses_degree;
@@ -134,6 +142,7 @@ struct weft_conf {
     struct weft_conf_log log;
     struct weft_conf_model model;
     struct weft_conf_kernels kernels;
+    struct weft_conf_worker worker;
     struct weft_conf_parallel parallel;
     struct weft_conf_transport transport;
     struct weft_conf_api api;
@@ -142,6 +151,9 @@ struct weft_conf {
     struct weft_conf_map tp_plan;
     char source[WEFT_CONF_PATH]; /* the INI file read ("" none), for --dump-config */
 };
+
+/* Whether text names a device ([worker] device's syntax); a one-line reason in why when not. */
+bool weft_conf_device_ok(const char *text, char *why, size_t why_len);
 
 /* Fill every key with its default. */
 void weft_conf_defaults(struct weft_conf *conf);

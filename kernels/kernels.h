@@ -10,8 +10,18 @@
  * on column slices (heads of a joint sequence, one half of a packed projection) without copies.
  *
  * Operations return nothing: a backend records its first error (a CUDA launch failure, say) and
- * weft_kernels_status() reports it; model code checks once per block. The CPU backend never
- * fails after its buffers are allocated. */
+ * its status op reports it; model code checks once per block. The CPU backend never fails
+ * after its buffers are allocated.
+ *
+ * Memory. Every pointer an operation takes is the backend's memory (buf_alloc), never host
+ * memory, unless host_visible says the two are the same. Host code reaches a buffer only through
+ * upload, download and the operations; it never reads or writes one directly. Operations run in
+ * order on one stream per context: upload returns once the host memory may be reused; download
+ * fills host memory that may be read only after sync (which waits for everything queued). The
+ * CPU backend's "devmem" variant (weft_kernels_cpu_devmem_create) keeps these rules as a GPU
+ * would, and checks them: its buffers cannot be touched from the host, every pointer an
+ * operation gets must lie in one of its buffers with the extent the operation reads, and a
+ * download's host memory holds NaNs until sync. */
 #ifndef WEFT_KERNELS_KERNELS_H
 #define WEFT_KERNELS_KERNELS_H
 
@@ -20,6 +30,11 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "common/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct weft_kctx; /* a backend instance: the CPU thread pool, or a CUDA stream and handles */
 
@@ -27,6 +42,8 @@ struct weft_kernels {
     const char *name;
     int host_visible; /* buffers are plain host memory (the CPU backend): no staging needed */
 
+    /* The context and everything it holds (NULL: nothing). */
+    void (*destroy)(struct weft_kctx *ctx);
     /* Memory on the backend's device (zeroed). */
     weft_status_t (*buf_alloc)(struct weft_kctx *ctx, size_t bytes, void **ptr_p);
     void (*buf_free)(struct weft_kctx *ctx, void *ptr, size_t bytes);
@@ -133,9 +150,50 @@ struct weft_kernels {
                        int64_t c);
 };
 
+/* Devices (struct weft_device, common/tensor.h) by name. */
+/* "cpu", "cpu-devmem", "cuda" (= cuda:0), "cuda:N", or "auto": the GPU of this process's local
+ * rank (local_rank modulo the GPUs present; GPU 0 when local_rank < 0) when there is a GPU, else
+ * the CPU. WEFT_ERR_INVALID with a one-line reason in why for anything else. */
+weft_status_t weft_device_parse(const char *text, int local_rank, struct weft_device *dev_p,
+                                char *why, size_t why_len);
+/* "cpu", "cpu-devmem", "cuda:N". */
+void weft_device_name(const struct weft_device *dev, char *buf, size_t len);
+/* The backend of dev (threads: the CPU backends' count, 0 every usable core). A CUDA device in
+ * a build without CUDA, or on a machine without that GPU, fails with a one-line reason in why
+ * (WEFT_ERR_UNSUPPORTED, WEFT_ERR_NO_DEVICE). Destroy with ops->destroy(ctx). */
+weft_status_t weft_kernels_create(const struct weft_device *dev, int threads,
+                                  const struct weft_kernels **ops_p, struct weft_kctx **ctx_p,
+                                  char *why, size_t why_len);
+/* The GPUs this process can use (0 in a build without CUDA or without a driver), and what
+ * each is. */
+struct weft_gpu_info {
+    int index;
+    char name[256];
+    uint64_t memory; /* bytes */
+    int sm_count, cc_major, cc_minor;
+    uint64_t peers; /* bit j: it can reach GPU j directly (NVLink or PCIe peer access) */
+};
+int weft_gpu_count(void);
+weft_status_t weft_gpu_info(int index, struct weft_gpu_info *info_p);
+/* Whether ops is one of the CPU backends (weft_kernels_cpu_* apply to its context). */
+int weft_kernels_is_cpu(const struct weft_kernels *ops);
+
+/* The CUDA backend on device ordinal `device` (builds with CUDA only): one stream, a cuBLASLt
+ * handle, buffers in device memory (host_visible 0). WEFT_ERR_NO_DEVICE when there is no such
+ * GPU. */
+weft_status_t weft_kernels_cuda_create(int device, const struct weft_kernels **ops_p,
+                                       struct weft_kctx **ctx_p);
+
 /* The CPU backend: threads 0 = every core this process may run on. */
 weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **ops_p,
                                       struct weft_kctx **ctx_p);
+/* The CPU backend with device-like memory (host_visible 0), to test model and worker code
+ * against the rules above without a GPU: the same kernels, the same results bit for bit. A
+ * pointer that breaks a rule is a recorded error (WEFT_ERR_INTERNAL, logged with the op and the
+ * argument) and the op does nothing; a direct host access to a buffer faults (SIGSEGV). The
+ * weft_kernels_cpu_* functions apply to its context too. */
+weft_status_t weft_kernels_cpu_devmem_create(int threads, const struct weft_kernels **ops_p,
+                                             struct weft_kctx **ctx_p);
 void weft_kernels_cpu_destroy(struct weft_kctx *ctx);
 int weft_kernels_cpu_threads(const struct weft_kctx *ctx);
 /* A new thread count (>= 1), between jobs: the pool and its scratch are remade. On failure the
@@ -158,5 +216,9 @@ enum weft_conv_algo {
     WEFT_CONV_ALGO_COUNT
 };
 void weft_kernels_cpu_set_conv_algo(struct weft_kctx *ctx, enum weft_conv_algo algo);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

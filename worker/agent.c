@@ -212,8 +212,9 @@ static weft_status_t do_assign(struct agent *a, const struct weft_msg_assign *m,
                                struct weft_error *err)
 {
     drop_world(a);
-    /* the cores of this host are the plan's to share out, unless we were given a count */
-    if (m->threads > 0 && !a->opts->conf->kernels.threads &&
+    /* the cores of this host are the plan's to share out, unless we were given a count (or
+     * compute on a GPU) */
+    if (m->threads > 0 && !a->opts->conf->kernels.threads && weft_kernels_is_cpu(a->K) &&
         m->threads != weft_kernels_cpu_threads(a->kc)) {
         WEFT_LOG_INFO("worker", "kernel threads %d -> %d (this worker's share of the host)",
                       weft_kernels_cpu_threads(a->kc), (int)m->threads);
@@ -454,7 +455,7 @@ static void exec_assign(struct agent *a, struct qitem *it)
     snprintf(r->assigned.error, sizeof(r->assigned.error), "%s", weft_error_text(&err));
     weft_runtime_bytes(a->rt, &r->assigned.transformer_bytes, &r->assigned.vae_bytes);
     r->assigned.text_bytes = weft_runtime_text_bytes(a->rt);
-    r->assigned.threads = weft_kernels_cpu_threads(a->kc);
+    r->assigned.threads = weft_kernels_is_cpu(a->K) ? weft_kernels_cpu_threads(a->kc) : 0;
     reply(a, WEFT_MSG_ASSIGNED, r, NULL);
 }
 
@@ -616,9 +617,13 @@ static cJSON *inventory(struct agent *a)
     struct sysinfo si;
     cJSON_AddStringToObject(h, "host", host);
     cJSON_AddNumberToObject(h, "pid", getpid());
-    cJSON_AddStringToObject(h, "device", "cpu");
-    cJSON_AddNumberToObject(h, "threads", weft_kernels_cpu_threads(a->kc));
-    cJSON_AddBoolToObject(h, "threads_fixed", a->opts->conf->kernels.threads != 0);
+    char device[32];
+    weft_device_name(&a->opts->device, device, sizeof(device));
+    cJSON_AddStringToObject(h, "device", device);
+    /* a GPU worker's CPU threads are not the plan's to share out */
+    const bool cpu = weft_kernels_is_cpu(a->K);
+    cJSON_AddNumberToObject(h, "threads", cpu ? weft_kernels_cpu_threads(a->kc) : 0);
+    cJSON_AddBoolToObject(h, "threads_fixed", !cpu || a->opts->conf->kernels.threads != 0);
     cJSON_AddNumberToObject(h, "cores", weft_kernels_cpu_usable_cores());
     char boot_id[64] = "";
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r"); /* one per booted machine */
@@ -629,12 +634,22 @@ static cJSON *inventory(struct agent *a)
     }
     if (boot_id[0])
         cJSON_AddStringToObject(h, "host_id", boot_id);
-    if (sysinfo(&si) == 0)
-        cJSON_AddNumberToObject(h, "memory", (double)si.totalram * si.mem_unit);
+    /* "memory" is the device's (what device_map plans with): a GPU's own, else the host's */
+    struct weft_gpu_info gpu;
+    const bool on_gpu = a->opts->device.kind == WEFT_DEVICE_CUDA &&
+                        weft_gpu_info(a->opts->device.index, &gpu) == WEFT_OK;
+    if (sysinfo(&si) == 0) {
+        cJSON_AddNumberToObject(h, "host_memory", (double)si.totalram * si.mem_unit);
+        if (!on_gpu)
+            cJSON_AddNumberToObject(h, "memory", (double)si.totalram * si.mem_unit);
+    }
+    if (on_gpu)
+        cJSON_AddNumberToObject(h, "memory", (double)gpu.memory);
     cJSON_AddStringToObject(h, "launcher", a->opts->launch.source);
     cJSON_AddNumberToObject(h, "launch_rank", a->opts->launch.rank);
     cJSON_AddNumberToObject(h, "local_rank", a->opts->launch.local_rank);
     cJSON_AddStringToObject(h, "version", WEFT_VERSION);
+    (void)weft_inventory_gpus_add(h); /* best effort, like the NICs */
     (void)weft_inventory_nics_add(h); /* best effort: a failed source is logged, the rest kept */
     return h;
 }
@@ -831,7 +846,17 @@ int weft_agent_main(const struct weft_agent_opts *opts)
     q_init(&a.inbox);
     q_init(&a.outbox);
     pthread_mutex_init(&a.world_mu, NULL);
-    weft_status_t st = weft_kernels_cpu_create((int)opts->conf->kernels.threads, &a.K, &a.kc);
+    char why[300], device[32];
+    weft_device_name(&opts->device, device, sizeof(device));
+    weft_status_t st = weft_kernels_create(&opts->device, (int)opts->conf->kernels.threads, &a.K,
+                                           &a.kc, why, sizeof(why));
+    if (st != WEFT_OK) {
+        WEFT_LOG_ERROR("worker", "%s", why);
+    } else {
+        char what[300];
+        a.K->describe(a.kc, what, sizeof(what));
+        WEFT_LOG_INFO("worker", "computing on %s: %s", device, what);
+    }
     const struct weft_rt_opts ro = {a.K, a.kc, false, opts->conf->model.prompt_cache};
     if (st == WEFT_OK)
         st = weft_runtime_create(&ro, &a.rt);
@@ -848,7 +873,8 @@ int weft_agent_main(const struct weft_agent_opts *opts)
     weft_link_host_destroy(a.host);
     close(a.wake_fd);
     weft_runtime_destroy(a.rt);
-    weft_kernels_cpu_destroy(a.kc);
+    if (a.K)
+        a.K->destroy(a.kc);
     pthread_mutex_destroy(&a.world_mu);
     return st != WEFT_OK ? 1 : a.exit_code;
 }

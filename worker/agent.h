@@ -7,9 +7,11 @@
 
 #include "conf/conf.h"
 #include "conf/launch.h"
+#include "kernels/kernels.h"
 
 struct weft_agent_opts {
     const struct weft_conf *conf;
+    struct weft_device device; /* where it computes ([worker] device, --device, resolved) */
     const char *coordinator; /* host:port of the coordinator's worker port */
     const char *secret;
     struct weft_launch launch; /* what a launcher said (rank, local rank ...) */

@@ -60,6 +60,11 @@ struct acts {
     float *mod;      /* [B, 6D] */
     float *modc;     /* [B, 6D] */
     float *scalars;  /* [4B]: timestep and guidance x 1000, pooled staging follows */
+    /* host memory for what the host computes (RoPE cos and sin [2, S, head_dim], then the
+     * timestep and guidance values [2B]) before its upload, on a backend that is not
+     * host-visible */
+    float *host;
+    size_t host_floats;
 };
 
 struct weft_flux {
@@ -517,6 +522,7 @@ static void acts_release(struct weft_flux *m)
         m->K->buf_free(m->kc, m->a.base, m->a.bytes);
     weft_cp_attn_destroy(m->a.cpa);
     weft_free(m->a.gather_counts);
+    weft_free(m->a.host);
     memset(&m->a, 0, sizeof(m->a));
 }
 
@@ -644,6 +650,13 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
         a->q = a->cat + Dl, a->k = a->cat + 2 * Dl, a->v = a->cat + 3 * Dl;
         a->ldqkv = Dl + m->mlp_l;
     }
+    if (!m->K->host_visible) {
+        a->host_floats = (size_t)(2 * B + 2 * S * hd);
+        if (!(a->host = weft_malloc(a->host_floats * sizeof(float)))) {
+            acts_release(m);
+            return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+        }
+    }
     a->batch = batch;
     a->s_img = ni, a->s_txt = nt, a->img0 = img0, a->txt0 = txt0;
     a->full_img = s_img, a->full_txt = s_txt;
@@ -691,8 +704,8 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
     const struct weft_flux_config *c = &m->cfg;
     const struct acts *a = &m->a;
     const int64_t S = a->s_txt + a->s_img, hd = c->attention_head_dim;
-    float *cs = m->a.cos, *sn = m->a.sin;
-    float *hcos = cs, *hsin = sn;
+    const bool direct = m->K->host_visible;
+    float *hcos = direct ? a->cos : a->host, *hsin = direct ? a->sin : a->host + S * hd;
     for (int64_t r = 0; r < S; r++) {
         const float *ids = r < a->s_txt ? in->txt_ids + (a->txt0 + r) * c->n_axes
                                         : in->img_ids + (a->img0 + r - a->s_txt) * c->n_axes;
@@ -708,6 +721,10 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
             }
             off += dim;
         }
+    }
+    if (!direct) {
+        m->K->upload(m->kc, a->cos, hcos, (size_t)(S * hd) * sizeof(float));
+        m->K->upload(m->kc, a->sin, hsin, (size_t)(S * hd) * sizeof(float));
     }
 }
 
@@ -727,7 +744,10 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
     struct acts *a = &m->a;
     const int64_t B = in->batch, D = m->cfg.inner_dim;
     const struct weft_kernels *K = m->K;
-    float *tval = a->scalars, *gval = a->scalars + B, *pooled = a->scalars + 4 * B;
+    const bool direct = K->host_visible;
+    const int64_t S = a->s_txt + a->s_img, hd = m->cfg.attention_head_dim;
+    float *tval = direct ? a->scalars : a->host + 2 * S * hd, *gval = tval + B;
+    float *pooled = a->scalars + 4 * B;
     for (int64_t b = 0; b < B; b++) {
         /* timestep.to(dtype) * 1000 and guidance.to(dtype) * 1000, the product in dtype too */
         const enum weft_dtype d = m->dtype;
@@ -736,13 +756,15 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
                       ? weft_dtype_round(d, weft_dtype_round(d, in->guidance[b]) * 1000.0f)
                       : 0.0f;
     }
+    if (!direct)
+        K->upload(m->kc, a->scalars, tval, (size_t)(2 * B) * sizeof(float));
     K->upload(m->kc, pooled, in->pooled, (size_t)(B * m->cfg.pooled_projection_dim) * 4);
-    K->timestep_embed(m->kc, tval, B, a->proj, TIME_PROJ_DIM);
+    K->timestep_embed(m->kc, a->scalars, B, a->proj, TIME_PROJ_DIM);
     lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, TIME_PROJ_DIM, a->vec, D, B);
     K->silu(m->kc, a->vec, a->vec, B * D);
     lin(m, &m->top[WEFT_FLUX_TIME_LIN2], a->vec, D, a->temb, D, B);
     if (m->cfg.guidance_embeds) {
-        K->timestep_embed(m->kc, gval, B, a->proj, TIME_PROJ_DIM);
+        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, TIME_PROJ_DIM);
         lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, TIME_PROJ_DIM, a->vec, D, B);
         K->silu(m->kc, a->vec, a->vec, B * D);
         lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN2], a->vec, D, a->act, D, B);

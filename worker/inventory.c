@@ -23,6 +23,7 @@
 #endif
 
 #include "common/log.h"
+#include "kernels/kernels.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* RDMA devices                                                                             */
@@ -331,6 +332,40 @@ static void add_numa(cJSON *arr)
     hwloc_topology_destroy(topo);
 }
 #endif
+
+weft_status_t weft_inventory_gpus_add(cJSON *obj)
+{
+    const int n = weft_gpu_count();
+    if (n <= 0)
+        return WEFT_OK;
+    cJSON *arr = cJSON_AddArrayToObject(obj, "gpus");
+    if (!arr)
+        return WEFT_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        struct weft_gpu_info g;
+        if (weft_gpu_info(i, &g) != WEFT_OK) /* logged by the kernels */
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(arr, e)) {
+            cJSON_Delete(e);
+            return WEFT_ERR_NOMEM;
+        }
+        char cc[16];
+        snprintf(cc, sizeof(cc), "%d.%d", g.cc_major, g.cc_minor);
+        cJSON *peers = NULL;
+        if (!cJSON_AddNumberToObject(e, "index", g.index) ||
+            !cJSON_AddStringToObject(e, "name", g.name) ||
+            !cJSON_AddNumberToObject(e, "memory", (double)g.memory) ||
+            !cJSON_AddNumberToObject(e, "sm_count", g.sm_count) ||
+            !cJSON_AddStringToObject(e, "compute_capability", cc) ||
+            !(peers = cJSON_AddArrayToObject(e, "peers")))
+            return WEFT_ERR_NOMEM;
+        for (int j = 0; j < 64; j++)
+            if ((g.peers >> j) & 1)
+                cJSON_AddItemToArray(peers, cJSON_CreateNumber(j));
+    }
+    return WEFT_OK;
+}
 
 weft_status_t weft_inventory_nics_add(cJSON *obj)
 {

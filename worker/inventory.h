@@ -1,6 +1,6 @@
-/* The worker's network inventory for its hello (agent.c): RDMA devices through libibverbs and
- * IP interfaces through getifaddrs, with the NUMA node of each through hwloc when weft was built
- * with them. The coordinator keeps the hello whole, so GET /v1/cluster and `weft status --json`
+/* The worker's inventory for its hello (agent.c): GPUs through the CUDA runtime, RDMA devices
+ * through libibverbs and IP interfaces through getifaddrs, with the NUMA node of each through
+ * hwloc when weft was built with them. The coordinator keeps the hello whole, so GET /v1/cluster and `weft status --json`
  * show it per worker. */
 #ifndef WEFT_WORKER_INVENTORY_H
 #define WEFT_WORKER_INVENTORY_H
@@ -25,5 +25,13 @@
  * without libibverbs) gives no rdma entry and no message. The array is added even when a source
  * fails (getifaddrs: WEFT_ERR_IO, logged); WEFT_ERR_NOMEM when it cannot be built. */
 weft_status_t weft_inventory_nics_add(cJSON *obj);
+
+/* Add to obj a "gpus" array when this process can use GPUs (none: nothing is added), one object
+ * per GPU as the CUDA runtime reports it:
+ *   {"index": 0, "name": "NVIDIA H200", "memory": 150109880320, "sm_count": 132,
+ *    "compute_capability": "9.0", "peers": [1, 2, 3]}
+ * peers: the GPUs it can reach directly (NVLink or PCIe peer access). WEFT_ERR_NOMEM when it
+ * cannot be built. */
+weft_status_t weft_inventory_gpus_add(cJSON *obj);
 
 #endif

@@ -30,6 +30,7 @@ struct local_runner {
     struct weft_runner_sink *sink;
     char model_dir[WEFT_CONF_PATH];
     int threads, compute;
+    struct weft_device device;
     uint64_t prompt_cache;
     pthread_t thread;
     bool thread_started;
@@ -101,10 +102,11 @@ static void post_stage(struct local_runner *r, uint64_t key, const char *stage, 
 
 static weft_status_t load_model(struct local_runner *r, struct weft_error *err)
 {
-    weft_status_t st = weft_kernels_cpu_create(r->threads, &r->K, &r->kc);
-    if (st != WEFT_OK) /* the kernels logged any cause beyond the status */
-        return weft_error_refuse(err, st, "cannot start the CPU kernels: %s",
-                                 weft_status_str(st));
+    char why[300];
+    weft_status_t st = weft_kernels_create(&r->device, r->threads, &r->K, &r->kc, why,
+                                           sizeof(why));
+    if (st != WEFT_OK)
+        return weft_error_set(err, st, "local", "cannot start the kernels: %s", why);
     /* a server: everything resident, encoded prompts cached */
     const struct weft_rt_opts ro = {r->K, r->kc, false, r->prompt_cache};
     if ((st = weft_runtime_create(&ro, &r->rt)) != WEFT_OK)
@@ -222,7 +224,7 @@ static void loaded(struct local_runner *r, weft_status_t load, const struct weft
     if (load == WEFT_OK) {
         r->model = *weft_runtime_model(r->rt);
         weft_runtime_bytes(r->rt, &r->transformer_bytes, &r->vae_bytes);
-        r->kernel_threads = weft_kernels_cpu_threads(r->kc);
+        r->kernel_threads = weft_kernels_is_cpu(r->K) ? weft_kernels_cpu_threads(r->kc) : 0;
         WEFT_LOG_INFO("local", "pipeline %s loaded (%llu MiB of weights) in %.2f s",
                       r->model_dir,
                       (unsigned long long)((r->transformer_bytes + r->vae_bytes) >> 20),
@@ -417,7 +419,10 @@ static cJSON *lr_describe(struct weft_runner *base)
     (void)gethostname(host, sizeof(host) - 1);
     cJSON_AddStringToObject(w, "id", "local-0");
     cJSON_AddStringToObject(w, "host", host);
-    cJSON_AddStringToObject(w, "device", "cpu:0");
+    char device[32] = "cpu:0";
+    if (r->device.kind != WEFT_DEVICE_CPU)
+        weft_device_name(&r->device, device, sizeof(device));
+    cJSON_AddStringToObject(w, "device", device);
     cJSON_AddStringToObject(w, "state", !r->load_done ? "loading"
                                         : !r->loaded  ? "failed"
                                         : r->current  ? "busy"
@@ -502,7 +507,8 @@ static void lr_destroy(struct weft_runner *base)
         j = next;
     }
     weft_runtime_destroy(r->rt);
-    weft_kernels_cpu_destroy(r->kc);
+    if (r->K)
+        r->K->destroy(r->kc);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     weft_free(r);
@@ -532,6 +538,7 @@ weft_status_t weft_local_runner_create(const struct weft_local_runner_opts *opts
     r->sink = sink;
     r->threads = opts->threads;
     r->compute = opts->compute;
+    r->device = opts->device;
     r->prompt_cache = opts->prompt_cache;
     snprintf(r->model_dir, sizeof(r->model_dir), "%s", opts->model_dir);
     atomic_init(&r->cancel, false);

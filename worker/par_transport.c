@@ -7,10 +7,21 @@
 #include "common/alloc.h"
 #include "common/log.h"
 
+/* Host memory a staged collective moves device buffers through; grown to the largest message
+ * on first use, then reused (no allocation once the shapes are known). */
+struct stage {
+    float *p;
+    size_t floats;
+};
+
 /* What the opaque group pointers of struct weft_par_comm point to. */
 struct par_group {
+    struct weft_par_transport *pt;
     struct weft_comm *comm;
     struct weft_comm_req *xfer[2]; /* one ring exchange in flight at a time */
+    struct stage send, recv;       /* staged collectives: host copies of the device buffers */
+    float *xfer_dst;               /* a staged exchange: where its receive goes at the wait */
+    size_t xfer_n;
     double seconds[WEFT_PAR_OP_COUNT], bytes[WEFT_PAR_OP_COUNT];
     long calls[WEFT_PAR_OP_COUNT];
 };
@@ -41,14 +52,80 @@ static weft_status_t account(struct par_group *g, enum weft_par_op op, double t0
 struct weft_par_transport {
     struct weft_par_comm ops;
     struct par_group groups[WEFT_MESH_GROUP_COUNT];
+    const struct weft_kernels *K; /* whose buffers the callbacks get (NULL: host memory) */
+    struct weft_kctx *kc;
 };
+
+/* ---- staging: device buffers through host memory -----------------------------------------
+ * The transport moves host memory (Debian's UCX has no CUDA transports): a collective on a
+ * backend that is not host-visible downloads what it sends, synchronises the backend's stream,
+ * runs on the host copies and uploads what it received. The sync comes before the transport
+ * touches a staging buffer, so an upload still queued from the last collective has read it. */
+
+static bool staged(const struct par_group *g)
+{
+    return g->pt->K && !g->pt->K->host_visible;
+}
+
+static float *stage_get(struct stage *s, size_t floats)
+{
+    if (floats > s->floats) {
+        weft_big_free(s->p, s->floats * sizeof(float));
+        s->p = weft_big_alloc(floats * sizeof(float));
+        s->floats = s->p ? floats : 0;
+    }
+    return s->p;
+}
+
+/* Host copies of n_send floats from the device (send may be NULL) and room for n_recv. */
+static weft_status_t stage_in(struct par_group *g, const float *send, size_t n_send,
+                              size_t n_recv, float **hs_p, float **hr_p)
+{
+    const struct weft_kernels *K = g->pt->K;
+    float *hs = stage_get(&g->send, n_send), *hr = stage_get(&g->recv, n_recv);
+    if ((n_send && !hs) || (n_recv && !hr)) {
+        WEFT_LOG_ERROR("worker", "out of memory for %zu floats of collective staging",
+                       n_send + n_recv);
+        return WEFT_ERR_NOMEM;
+    }
+    if (send && n_send)
+        K->download(g->pt->kc, hs, send, n_send * sizeof(float));
+    weft_status_t st = K->sync(g->pt->kc);
+    if (st == WEFT_OK) {
+        *hs_p = hs;
+        *hr_p = hr;
+    }
+    return st;
+}
+
+static weft_status_t stage_out(struct par_group *g, weft_status_t st, float *dst,
+                               const float *host, size_t n)
+{
+    if (st == WEFT_OK && n)
+        g->pt->K->upload(g->pt->kc, dst, host, n * sizeof(float));
+    return st;
+}
+
+static size_t sum_counts(const struct par_group *g, const size_t *counts)
+{
+    size_t n = 0;
+    for (int i = 0; i < weft_comm_size(g->comm); i++)
+        n += counts[i];
+    return n;
+}
 
 static weft_status_t allreduce(void *g, float *buf, size_t count)
 {
+    struct par_group *pg = g;
     double t0 = now_s();
-    return account(g, WEFT_PAR_ALLREDUCE, t0, count * sizeof(float),
-                   weft_comm_allreduce(((struct par_group *)g)->comm, buf, buf, count,
-                                       WEFT_DTYPE_F32));
+    weft_status_t st;
+    float *hs, *hr;
+    if (!staged(pg))
+        st = weft_comm_allreduce(pg->comm, buf, buf, count, WEFT_DTYPE_F32);
+    else if ((st = stage_in(pg, buf, count, 0, &hs, &hr)) == WEFT_OK)
+        st = stage_out(pg, weft_comm_allreduce(pg->comm, hs, hs, count, WEFT_DTYPE_F32), buf, hs,
+                       count);
+    return account(pg, WEFT_PAR_ALLREDUCE, t0, count * sizeof(float), st);
 }
 
 static weft_status_t alltoallv(void *g, const float *send, const size_t *send_counts,
@@ -59,17 +136,32 @@ static weft_status_t alltoallv(void *g, const float *send, const size_t *send_co
     for (int i = 0; i < weft_comm_size(pg->comm); i++)
         n += i == weft_comm_rank(pg->comm) ? 0 : send_counts[i];
     double t0 = now_s();
-    return account(pg, WEFT_PAR_ALLTOALL, t0, n * sizeof(float),
-                   weft_comm_alltoallv(pg->comm, send, send_counts, recv, recv_counts,
-                                       WEFT_DTYPE_F32));
+    weft_status_t st;
+    float *hs, *hr;
+    const size_t ns = sum_counts(pg, send_counts), nr = sum_counts(pg, recv_counts);
+    if (!staged(pg))
+        st = weft_comm_alltoallv(pg->comm, send, send_counts, recv, recv_counts, WEFT_DTYPE_F32);
+    else if ((st = stage_in(pg, send, ns, nr, &hs, &hr)) == WEFT_OK)
+        st = stage_out(pg,
+                       weft_comm_alltoallv(pg->comm, hs, send_counts, hr, recv_counts,
+                                           WEFT_DTYPE_F32),
+                       recv, hr, nr);
+    return account(pg, WEFT_PAR_ALLTOALL, t0, n * sizeof(float), st);
 }
 
 static weft_status_t allgatherv(void *g, const float *send, float *recv, const size_t *counts)
 {
     struct par_group *pg = g;
     double t0 = now_s();
-    return account(pg, WEFT_PAR_ALLGATHER, t0, counts[weft_comm_rank(pg->comm)] * sizeof(float),
-                   weft_comm_allgatherv(pg->comm, send, recv, counts, WEFT_DTYPE_F32));
+    const size_t mine = counts[weft_comm_rank(pg->comm)], total = sum_counts(pg, counts);
+    weft_status_t st;
+    float *hs, *hr;
+    if (!staged(pg))
+        st = weft_comm_allgatherv(pg->comm, send, recv, counts, WEFT_DTYPE_F32);
+    else if ((st = stage_in(pg, send, mine, total, &hs, &hr)) == WEFT_OK)
+        st = stage_out(pg, weft_comm_allgatherv(pg->comm, hs, hr, counts, WEFT_DTYPE_F32), recv,
+                       hr, total);
+    return account(pg, WEFT_PAR_ALLGATHER, t0, mine * sizeof(float), st);
 }
 
 static weft_status_t exchange_start(void *g, const float *send, size_t send_n, int to,
@@ -77,6 +169,15 @@ static weft_status_t exchange_start(void *g, const float *send, size_t send_n, i
 {
     struct par_group *pg = g;
     pg->bytes[WEFT_PAR_P2P] += (double)(send_n * sizeof(float));
+    pg->xfer_dst = NULL;
+    if (staged(pg)) { /* the receive is uploaded at the wait */
+        float *hs, *hr;
+        weft_status_t st = stage_in(pg, send, send_n, recv_n, &hs, &hr);
+        if (st != WEFT_OK)
+            return st;
+        pg->xfer_dst = recv, pg->xfer_n = recv_n;
+        send = hs, recv = hr;
+    }
     weft_status_t st =
         weft_comm_irecv(pg->comm, from, 0, recv, recv_n * sizeof(float), &pg->xfer[0]);
     if (st != WEFT_OK)
@@ -93,8 +194,13 @@ static weft_status_t exchange_start(void *g, const float *send, size_t send_n, i
 /* Only the wait counts as communication time: the transfer overlaps the attention. */
 static weft_status_t exchange_wait(void *g, void *handle)
 {
+    struct par_group *pg = g;
     double t0 = now_s();
-    return account(g, WEFT_PAR_P2P, t0, 0, weft_comm_waitall(2, handle));
+    weft_status_t st = weft_comm_waitall(2, handle);
+    if (pg->xfer_dst)
+        st = stage_out(pg, st, pg->xfer_dst, pg->recv.p, pg->xfer_n);
+    pg->xfer_dst = NULL;
+    return account(pg, WEFT_PAR_P2P, t0, 0, st);
 }
 
 /* A stage's hand-over: the sender's time is the send's completion, the receiver's the wait for
@@ -104,7 +210,11 @@ static weft_status_t p2p_send(void *g, const float *buf, size_t count, int peer)
     struct par_group *pg = g;
     double t0 = now_s();
     struct weft_comm_req *req = NULL;
-    weft_status_t st = weft_comm_isend(pg->comm, peer, 1, buf, count * sizeof(float), &req);
+    float *hs, *hr;
+    weft_status_t st = staged(pg) ? stage_in(pg, buf, count, 0, &hs, &hr) : WEFT_OK;
+    if (st == WEFT_OK)
+        st = weft_comm_isend(pg->comm, peer, 1, staged(pg) ? hs : buf, count * sizeof(float),
+                             &req);
     if (st == WEFT_OK)
         st = weft_comm_wait(&req);
     return account(pg, WEFT_PAR_P2P, t0, count * sizeof(float), st);
@@ -115,9 +225,14 @@ static weft_status_t p2p_recv(void *g, float *buf, size_t count, int peer)
     struct par_group *pg = g;
     double t0 = now_s();
     struct weft_comm_req *req = NULL;
-    weft_status_t st = weft_comm_irecv(pg->comm, peer, 1, buf, count * sizeof(float), &req);
+    float *hs, *hr = buf;
+    weft_status_t st = staged(pg) ? stage_in(pg, NULL, 0, count, &hs, &hr) : WEFT_OK;
+    if (st == WEFT_OK)
+        st = weft_comm_irecv(pg->comm, peer, 1, hr, count * sizeof(float), &req);
     if (st == WEFT_OK)
         st = weft_comm_wait(&req);
+    if (staged(pg))
+        st = stage_out(pg, st, buf, hr, count);
     return account(pg, WEFT_PAR_P2P, t0, 0, st);
 }
 
@@ -125,9 +240,32 @@ static weft_status_t bcast(void *g, float *buf, size_t count, int root)
 {
     struct par_group *pg = g;
     double t0 = now_s();
-    return account(pg, WEFT_PAR_BCAST, t0,
-                   weft_comm_rank(pg->comm) == root ? count * sizeof(float) : 0,
-                   weft_comm_bcast(pg->comm, buf, count, WEFT_DTYPE_F32, root));
+    const bool me = weft_comm_rank(pg->comm) == root;
+    weft_status_t st;
+    float *hs, *hr;
+    if (!staged(pg))
+        st = weft_comm_bcast(pg->comm, buf, count, WEFT_DTYPE_F32, root);
+    else if ((st = stage_in(pg, me ? buf : NULL, count, 0, &hs, &hr)) == WEFT_OK)
+        st = stage_out(pg, weft_comm_bcast(pg->comm, hs, count, WEFT_DTYPE_F32, root), buf, hs,
+                       me ? 0 : count);
+    return account(pg, WEFT_PAR_BCAST, t0, me ? count * sizeof(float) : 0, st);
+}
+
+void weft_par_transport_set_device(struct weft_par_transport *pt, const struct weft_kernels *K,
+                                   struct weft_kctx *kc)
+{
+    pt->K = K;
+    pt->kc = kc;
+}
+
+weft_status_t weft_par_transport_host_allreduce(struct weft_par_transport *pt,
+                                                enum weft_mesh_group group, float *buf,
+                                                size_t count)
+{
+    struct par_group *pg = &pt->groups[group];
+    double t0 = now_s();
+    return account(pg, WEFT_PAR_ALLREDUCE, t0, count * sizeof(float),
+                   weft_comm_allreduce(pg->comm, buf, buf, count, WEFT_DTYPE_F32));
 }
 
 void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
@@ -162,6 +300,7 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
     if (st != WEFT_OK)
         weft_error_refuse(err, st, "out of memory");
     for (int k = 0; k < WEFT_MESH_GROUP_COUNT && st == WEFT_OK; k++) {
+        pt->groups[k].pt = pt;
         int index = 0;
         int size = weft_mesh_group(mesh, rank, (enum weft_mesh_group)k, ranks, &index);
         for (int i = 0; i < size; i++)
@@ -201,8 +340,12 @@ void weft_par_transport_destroy(struct weft_par_transport *pt)
 {
     if (!pt)
         return;
-    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++)
-        weft_comm_destroy(pt->groups[k].comm);
+    for (int k = 0; k < WEFT_MESH_GROUP_COUNT; k++) {
+        struct par_group *g = &pt->groups[k];
+        weft_comm_destroy(g->comm);
+        weft_big_free(g->send.p, g->send.floats * sizeof(float));
+        weft_big_free(g->recv.p, g->recv.floats * sizeof(float));
+    }
     weft_free(pt);
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "conf/conf.h"
+#include "kernels/kernels.h"
 #include "model/mesh.h"
 #include "transport/comm.h"
 #include "worker/par.h"
@@ -23,6 +24,17 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
                                         struct weft_error *err);
 void weft_par_transport_destroy(struct weft_par_transport *pt);
 const struct weft_par_comm *weft_par_transport_comm(const struct weft_par_transport *pt);
+/* The buffers the callbacks get are this backend's (NULL K: host memory, the default). On a
+ * backend that is not host-visible every collective stages them through host memory: download
+ * what it sends, sync the backend, move the host copies, upload what it received. The staging
+ * buffers grow to the largest message once and are kept. */
+void weft_par_transport_set_device(struct weft_par_transport *pt, const struct weft_kernels *K,
+                                   struct weft_kctx *kc);
+/* Sum count floats of host memory in place over one of this rank's groups: an agreement
+ * between ranks (the replica's stop flag), never a device buffer. */
+weft_status_t weft_par_transport_host_allreduce(struct weft_par_transport *pt,
+                                                enum weft_mesh_group group, float *buf,
+                                                size_t count);
 
 /* The kinds of collective the model calls. */
 enum weft_par_op { WEFT_PAR_ALLREDUCE, WEFT_PAR_ALLTOALL, WEFT_PAR_ALLGATHER, WEFT_PAR_P2P,

@@ -166,6 +166,8 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
                             "a %d-rank mesh needs a data-plane world", size);
     if (st == WEFT_OK && size > 1) {
         st = weft_par_transport_create(world, &a->layout.mesh, a->world_base, &rt->pt, err);
+        if (st == WEFT_OK)
+            weft_par_transport_set_device(rt->pt, K, rt->opts.kctx);
         rt->comm = st == WEFT_OK ? weft_par_transport_comm(rt->pt) : NULL;
     }
     if (st == WEFT_OK) {
@@ -445,7 +447,8 @@ static weft_status_t step_end(void *varg, int step, int steps, const float *lat,
     sc->last = now;
     float stop = rt->a.decode && sc->cancelled && sc->cancelled(sc->arg) ? 1.0f : 0.0f;
     if (rt->comm && step + 1 < steps) {
-        weft_status_t st = rt->comm->allreduce(rt->comm->replica, &stop, 1);
+        weft_status_t st =
+            weft_par_transport_host_allreduce(rt->pt, WEFT_MESH_REPLICA, &stop, 1);
         if (st != WEFT_OK) /* the transport logged why */
             return weft_error_refuse(sc->err, st, "the replica's agreement after step %d of %d: "
                                      "%s", step + 1, steps, weft_status_str(st));

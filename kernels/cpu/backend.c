@@ -64,9 +64,10 @@ static weft_status_t no_error(struct weft_kctx *ctx)
     return WEFT_OK;
 }
 
-static const struct weft_kernels cpu_kernels = {
+const struct weft_kernels cpu_host_kernels = {
     .name = "cpu",
     .host_visible = 1,
+    .destroy = weft_kernels_cpu_destroy,
     .buf_alloc = buf_alloc,
     .buf_free = buf_free,
     .upload = upload,
@@ -173,7 +174,7 @@ weft_status_t weft_kernels_cpu_create(int threads, const struct weft_kernels **o
     char what[160];
     weft_kernels_cpu_describe(ctx, what, sizeof(what));
     WEFT_LOG_DEBUG("kernels", "cpu backend: %s", what);
-    *ops_p = &cpu_kernels;
+    *ops_p = &cpu_host_kernels;
     *ctx_p = ctx;
     return WEFT_OK;
 }
@@ -196,6 +197,7 @@ void weft_kernels_cpu_destroy(struct weft_kctx *ctx)
 {
     if (!ctx)
         return;
+    cpu_devmem_destroy(ctx);
     threads_fini(ctx);
     weft_big_free(ctx->gemm_xpack, ctx->gemm_xpack_bytes);
     weft_free(ctx);

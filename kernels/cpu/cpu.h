@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 
 struct cpu_pool;
+struct cpu_devmem;
 
 /* Per-thread scratch of the attention kernel, reserved once with the context: f32 QT, scores and
  * accumulators, then the bf16 path's K tile, V and P pairs (attention_bf16.c). */
@@ -37,7 +38,13 @@ struct weft_kctx {
     size_t gemm_scratch_bytes;
     void *gemm_xpack;              /* x packed once for every thread (cpu_gemm_xpack_bytes) */
     size_t gemm_xpack_bytes;
+    struct cpu_devmem *devmem;     /* the devmem variant's buffers (devmem.c); NULL: plain */
 };
+
+/* The plain CPU table (backend.c), which the devmem variant's ops call after translating their
+ * pointers, and the variant's cleanup (devmem.c). */
+extern const struct weft_kernels cpu_host_kernels;
+void cpu_devmem_destroy(struct weft_kctx *ctx);
 
 /* fn(arg, begin, end, thread) over [0, n) split into contiguous ranges, one per thread (the
  * caller is thread 0). Ranges are multiples of grain except the last. Not reentrant. */

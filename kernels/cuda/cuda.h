@@ -1,5 +1,6 @@
-/* CUDA backend: device discovery and the first kernels. Built when the `cuda` meson feature is
- * enabled; callers see only weft status codes (cudaError_t and cublasStatus_t stop here).
+/* CUDA device discovery, for the rest of kernels/ (device.c): callers see only weft status
+ * codes (cudaError_t stops here). The backend itself is reached through the kernel table
+ * (kernels.h, weft_kernels_cuda_create).
  *
  * Any error from cudaGetDeviceCount means "no GPU": on machines without a driver it returns
  * cudaErrorInsufficientDriver (35), not cudaErrorNoDevice. */
@@ -21,31 +22,13 @@ struct weft_cuda_device_info {
     size_t total_mem;
     int cc_major, cc_minor;
     int sm_count;
+    uint64_t peers; /* bit j: cudaDeviceCanAccessPeer(index, j) */
 };
 
-/* Number of usable devices; WEFT_ERR_NO_DEVICE (logged at debug level) when there are none. */
-weft_status_t weft_cuda_device_count(int *count_p);
+/* Number of usable devices; WEFT_ERR_NO_DEVICE (logged at debug level) when there are none,
+ * with the runtime's reason in why (may be NULL). */
+weft_status_t weft_cuda_device_count(int *count_p, char *why, size_t why_len);
 weft_status_t weft_cuda_device_info(int index, struct weft_cuda_device_info *info_p);
-
-struct weft_cuda_ctx;
-/* Select the device, create a stream and a cuBLAS handle. */
-weft_status_t weft_cuda_ctx_create(int device, struct weft_cuda_ctx **ctx_p);
-void weft_cuda_ctx_destroy(struct weft_cuda_ctx *ctx);
-
-weft_status_t weft_cuda_malloc(struct weft_cuda_ctx *ctx, size_t bytes, void **ptr_p);
-void weft_cuda_free(struct weft_cuda_ctx *ctx, void *ptr);
-weft_status_t weft_cuda_copy_to_device(struct weft_cuda_ctx *ctx, void *dst, const void *src,
-                                       size_t bytes);
-weft_status_t weft_cuda_copy_to_host(struct weft_cuda_ctx *ctx, void *dst, const void *src,
-                                     size_t bytes);
-weft_status_t weft_cuda_sync(struct weft_cuda_ctx *ctx);
-
-/* dst[i] = float(src[i]) for bf16 src, on the device (the first kernel). */
-weft_status_t weft_cuda_bf16_to_f32(struct weft_cuda_ctx *ctx, float *dst, const uint16_t *src,
-                                    size_t n);
-/* Row-major C[m,n] = A[m,k] x B[n,k]^T (a Linear layer: B is the [out, in] weight), f32. */
-weft_status_t weft_cuda_gemm_f32(struct weft_cuda_ctx *ctx, int m, int n, int k, const float *a,
-                                 const float *b, float *c);
 
 #ifdef __cplusplus
 }

@@ -1,46 +1,89 @@
-/* CUDA device discovery, context (stream + cuBLAS handle) and memory. */
-#include <cublas_v2.h>
+/* CUDA device discovery (cuda.h), and the backend's error translation (cuda_internal.h). */
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_internal.h"
 
-#include "common/alloc.h"
 #include "common/log.h"
 
-weft_status_t weft_cuda_status(cudaError_t err, const char *what)
+static weft_status_t translate(cudaError_t err)
 {
-    if (err == cudaSuccess)
-        return WEFT_OK;
-    WEFT_LOG_ERROR("cuda", "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
     if (err == cudaErrorMemoryAllocation)
         return WEFT_ERR_NOMEM;
-    /* Errors that leave the context unusable poison the device: the process must exit. */
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
+        err == cudaErrorInvalidDevice)
+        return WEFT_ERR_NO_DEVICE;
+    /* errors that leave the context unusable poison the device: the process must exit */
     if (err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure ||
         err == cudaErrorHardwareStackError || err == cudaErrorIllegalInstruction ||
         err == cudaErrorMisalignedAddress || err == cudaErrorInvalidPc ||
-        err == cudaErrorECCUncorrectable)
+        err == cudaErrorECCUncorrectable || err == cudaErrorLaunchTimeout)
         return WEFT_ERR_DEVICE;
     return WEFT_ERR_INVALID;
 }
 
-weft_status_t weft_cublas_status(cublasStatus_t st, const char *what)
+weft_status_t cuda_check(struct weft_kctx *c, cudaError_t err, const char *what)
 {
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (err == cudaSuccess)
         return WEFT_OK;
-    WEFT_LOG_ERROR("cuda", "%s: %s", what, cublasGetStatusString(st));
-    return st == CUBLAS_STATUS_ALLOC_FAILED ? WEFT_ERR_NOMEM : WEFT_ERR_DEVICE;
+    const weft_status_t st = translate(err);
+    if (!c || c->status == WEFT_OK) /* the first cause only: the rest follow from it */
+        WEFT_LOG_ERROR("cuda", "%s: %s (%s)", what, cudaGetErrorString(err),
+                       cudaGetErrorName(err));
+    if (c && c->status == WEFT_OK)
+        c->status = st;
+    return st;
 }
 
-extern "C" weft_status_t weft_cuda_device_count(int *count_p)
+weft_status_t cuda_check_blas(struct weft_kctx *c, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return WEFT_OK;
+    const weft_status_t st = s == CUBLAS_STATUS_ALLOC_FAILED ? WEFT_ERR_NOMEM
+                             : s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE
+                                 ? WEFT_ERR_UNSUPPORTED
+                                 : WEFT_ERR_DEVICE;
+    if (!c || c->status == WEFT_OK)
+        WEFT_LOG_ERROR("cuda", "%s: %s", what, cublasLtGetStatusString(s));
+    if (c && c->status == WEFT_OK)
+        c->status = st;
+    return st;
+}
+
+void cuda_launched(struct weft_kctx *c, const char *what)
+{
+    (void)cuda_check(c, cudaGetLastError(), what);
+}
+
+void cuda_enter(struct weft_kctx *c)
+{
+    static thread_local int current = -1; /* this thread's device, as far as we set it */
+    if (current == c->device)
+        return;
+    if (cuda_check(c, cudaSetDevice(c->device), "cudaSetDevice") == WEFT_OK)
+        current = c->device;
+}
+
+void cuda_refuse(struct weft_kctx *c, const char *op, const char *why)
+{
+    if (c->status == WEFT_OK) {
+        WEFT_LOG_ERROR("cuda", "%s: %s", op, why);
+        c->status = WEFT_ERR_UNSUPPORTED;
+    }
+}
+
+extern "C" weft_status_t weft_cuda_device_count(int *count_p, char *why, size_t why_len)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess || n <= 0) {
-        WEFT_LOG_DEBUG("cuda", "no usable GPU: %s",
-                       err != cudaSuccess ? cudaGetErrorString(err) : "zero devices");
-        (void)cudaGetLastError(); /* clear the sticky-free error so later probes start clean */
+        const char *text = err != cudaSuccess ? cudaGetErrorString(err) : "zero devices";
+        WEFT_LOG_DEBUG("cuda", "no usable GPU: %s", text);
+        if (why)
+            snprintf(why, why_len, "%s", text);
+        (void)cudaGetLastError(); /* a failed probe leaves an error behind: clear it */
         return WEFT_ERR_NO_DEVICE;
     }
     *count_p = n;
@@ -50,8 +93,8 @@ extern "C" weft_status_t weft_cuda_device_count(int *count_p)
 extern "C" weft_status_t weft_cuda_device_info(int index, struct weft_cuda_device_info *info_p)
 {
     cudaDeviceProp prop;
-    weft_status_t st = weft_cuda_status(cudaGetDeviceProperties(&prop, index),
-                                        "cudaGetDeviceProperties");
+    weft_status_t st = cuda_check(NULL, cudaGetDeviceProperties(&prop, index),
+                                  "cudaGetDeviceProperties");
     if (st != WEFT_OK)
         return st;
     struct weft_cuda_device_info info;
@@ -61,82 +104,15 @@ extern "C" weft_status_t weft_cuda_device_info(int index, struct weft_cuda_devic
     info.cc_major = prop.major;
     info.cc_minor = prop.minor;
     info.sm_count = prop.multiProcessorCount;
+    info.peers = 0;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess)
+        for (int j = 0; j < n && j < 64; j++) {
+            int can = 0;
+            if (j != index && cudaDeviceCanAccessPeer(&can, index, j) == cudaSuccess && can)
+                info.peers |= 1ull << j;
+        }
+    (void)cudaGetLastError();
     *info_p = info;
     return WEFT_OK;
-}
-
-extern "C" weft_status_t weft_cuda_ctx_create(int device, struct weft_cuda_ctx **ctx_p)
-{
-    struct weft_cuda_ctx *ctx = (struct weft_cuda_ctx *)weft_calloc(1, sizeof(*ctx));
-    if (!ctx)
-        return WEFT_ERR_NOMEM;
-    ctx->device = device;
-    weft_status_t st = weft_cuda_status(cudaSetDevice(device), "cudaSetDevice");
-    if (st != WEFT_OK)
-        goto err_free;
-    st = weft_cuda_status(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking),
-                          "cudaStreamCreate");
-    if (st != WEFT_OK)
-        goto err_free;
-    st = weft_cublas_status(cublasCreate(&ctx->blas), "cublasCreate");
-    if (st != WEFT_OK)
-        goto err_stream;
-    st = weft_cublas_status(cublasSetStream(ctx->blas, ctx->stream), "cublasSetStream");
-    if (st != WEFT_OK)
-        goto err_blas;
-    *ctx_p = ctx;
-    return WEFT_OK;
-err_blas:
-    cublasDestroy(ctx->blas);
-err_stream:
-    cudaStreamDestroy(ctx->stream);
-err_free:
-    weft_free(ctx);
-    return st;
-}
-
-extern "C" void weft_cuda_ctx_destroy(struct weft_cuda_ctx *ctx)
-{
-    if (!ctx)
-        return;
-    cublasDestroy(ctx->blas);
-    cudaStreamDestroy(ctx->stream);
-    weft_free(ctx);
-}
-
-extern "C" weft_status_t weft_cuda_malloc(struct weft_cuda_ctx *ctx, size_t bytes, void **ptr_p)
-{
-    (void)ctx;
-    void *p = NULL;
-    weft_status_t st = weft_cuda_status(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    if (st == WEFT_OK)
-        *ptr_p = p;
-    return st;
-}
-
-extern "C" void weft_cuda_free(struct weft_cuda_ctx *ctx, void *ptr)
-{
-    (void)ctx;
-    if (ptr)
-        cudaFree(ptr);
-}
-
-extern "C" weft_status_t weft_cuda_copy_to_device(struct weft_cuda_ctx *ctx, void *dst,
-                                                  const void *src, size_t bytes)
-{
-    return weft_cuda_status(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "cudaMemcpy H2D");
-}
-
-extern "C" weft_status_t weft_cuda_copy_to_host(struct weft_cuda_ctx *ctx, void *dst,
-                                                const void *src, size_t bytes)
-{
-    weft_status_t st = weft_cuda_status(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "cudaMemcpy D2H");
-    return st == WEFT_OK ? weft_cuda_sync(ctx) : st;
-}
-
-extern "C" weft_status_t weft_cuda_sync(struct weft_cuda_ctx *ctx)
-{
-    return weft_cuda_status(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
 }

@@ -3,9 +3,11 @@
  * `weft serve --runner cluster` with `weft worker`s: a SIGKILLed worker fails its job with a
  * reason naming it, the coordinator keeps serving, plans again when a worker comes back and the
  * next job completes; a worker with the wrong secret is refused; a job's numbers cross the
- * wire exactly; a model or a job weft cannot run is refused with the same reason on every path.
+ * wire exactly; a model or a job weft cannot run is refused with the same reason on every path;
+ * workers on the devmem variant give the same images, a missing GPU is one clear line.
  * One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
 #include "harness.h"
+#include "kernels/kernels.h"
 #include "model/safetensors.h"
 #include "model_variant.h"
 #include "png_diff.h"
@@ -506,6 +508,52 @@ static void expect_fail(const char *const *args, const char *sub, double max_ms,
     CHECK(ms < max_ms);
 }
 
+/* The device-memory discipline of the whole cluster path: workers on the CPU's devmem variant
+ * (buffers that are not host-visible; collectives staged through host memory, as on a GPU with
+ * Debian's UCX) give the one-device image in a tensor-parallel, a Ulysses and a ring layout,
+ * and weft generate on it the same PNG bit for bit. WEFT_TEST_DEVICE=cuda:0 runs the same on a
+ * GPU (tests/gpu/run.sh: two workers sharing it), within one level of the CPU's image. Without
+ * a GPU, a worker and weft generate asked for cuda:0 stop at once with one line naming it. */
+static int case_device(void)
+{
+    const char *dev = getenv("WEFT_TEST_DEVICE") && *getenv("WEFT_TEST_DEVICE")
+                          ? getenv("WEFT_TEST_DEVICE")
+                          : "cpu-devmem";
+    const bool exact = strcmp(dev, "cpu-devmem") == 0;
+    char ref[512], out[512], over[96];
+    snprintf(over, sizeof(over), "--worker.device=%s", dev);
+    one_device(ref, sizeof(ref));
+    snprintf(out, sizeof(out), "%s/gen-device.png", tmp);
+    const char *gen[] = {"generate", "--height", "256", "--width", "256", "--steps", "3",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--device", dev,
+                         "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    const int d = png_max_diff(ref, out);
+    printf("weft generate --device %s: max pixel difference to the CPU %d\n", dev, d);
+    CHECK(exact ? d == 0 : d <= 1);
+    const char *const layouts[][6] = {
+        {"--tp", "2", over, NULL},
+        {"--ulysses", "2", over, NULL},
+        {"--ring", "2", "--parallel.ring_rotation=p2p", over, NULL},
+    };
+    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+        snprintf(out, sizeof(out), "%s/device%zu.png", tmp, l);
+        run_vs_ref(ref, out, layouts[l], NULL, -1);
+    }
+    if (weft_gpu_count() > 0) {
+        printf("this machine has a GPU: the refusal of a missing one is not checked\n");
+        return 0;
+    }
+    char text[8192];
+    const char *worker[] = {"worker", "--coordinator", "127.0.0.1:9", "--device", "cuda:0",
+                            NULL};
+    expect_fail(worker, "cuda:0: no usable GPU", 5000, text, sizeof(text));
+    const char *g2[] = {"generate", "--device", "cuda:0", "--height", "64", "--width", "64",
+                        "--out", out, NULL};
+    expect_fail(g2, "cuda:0: no usable GPU", 5000, text, sizeof(text));
+    return 0;
+}
+
 /* A job's 64-bit numbers cross the wire exactly: the largest seed (and one just above 2^53,
  * which a double would round down) give on a cluster the image of one device, and a side
  * beyond 16384 is refused at submission rather than by the workers. */
@@ -812,7 +860,7 @@ int main(int argc, char **argv)
         {"devmap", case_devmap},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
-        {"threads", case_threads}, {"text", case_text},
+        {"threads", case_threads}, {"device", case_device},   {"text", case_text},
     };
     return harness_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 240);
 }

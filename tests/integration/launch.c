@@ -110,6 +110,13 @@ int launch_finish(struct launch *l, int timeout_s, int killed_rank)
     }
     weft_rdv_server_destroy(l->srv);
     l->srv = NULL;
+    /* every rank skipped (exit 77: no GPU for a GPU run, say): the whole test is skipped */
+    int skipped = 0;
+    for (int r = 0; r < l->np; r++)
+        skipped += l->status[r] != -1 && WIFEXITED(l->status[r]) &&
+                   WEXITSTATUS(l->status[r]) == 77;
+    if (skipped == l->np && killed_rank < 0)
+        return 77;
     for (int r = 0; r < l->np; r++) {
         if (l->status[r] == -1) {
             fprintf(stderr, "launch: rank %d still running after %d s: killed (hang)\n", r,

@@ -21,7 +21,8 @@ void launch_opts(struct weft_transport_opts *opts);
 
 /* Runs fn in np processes. Every rank must exit 0 within timeout_s, except killed_rank (-1:
  * none), which must die of SIGKILL (the launcher sends it once every other rank has exited, in
- * case it only stopped itself). Returns 0 on success, 1 (with the reason printed) else. */
+ * case it only stopped itself). Returns 0 on success, 77 (skipped) when every rank exited 77
+ * (a GPU run on a machine without one), 1 (with the reason printed) else. */
 int launch_run(int np, const struct weft_transport_opts *opts, launch_rank_cb fn, void *arg,
                int timeout_s, int killed_rank);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "golden.h"
 #include "integration/launch.h"
 #include "model/mesh.h"
@@ -30,7 +31,8 @@ static int run_case(struct weft_transport *tp, const int64_t *rows, const char *
     CHECK_OK(weft_par_transport_create(tp, &mesh, 0, &pt, TERR));
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));
+    test_kernels_create(1, &K, &kc);
+    weft_par_transport_set_device(pt, K, kc);
     int64_t total = 0, first = 0;
     for (int c = 0; c < W; c++) {
         if (c == me.cp)
@@ -39,21 +41,27 @@ static int run_case(struct weft_transport *tp, const int64_t *rows, const char *
     }
     const int64_t w = HEADS * HD, n = rows[me.cp];
     /* the whole sequence's q, k, v, the same on every rank */
-    float *q = malloc((size_t)(total * w) * 4), *k = malloc((size_t)(total * w) * 4);
-    float *v = malloc((size_t)(total * w) * 4), *ref = malloc((size_t)(total * w) * 4);
+    const size_t all = (size_t)(total * w), n_out = (size_t)(n * (w + 3)) + 1;
+    float *q = malloc(all * 4), *k = malloc(all * 4), *v = malloc(all * 4);
+    float *ref = malloc(all * 4), *out = calloc(n_out, 4);
     weft_noise_normal(1, 0, total * w, q);
     weft_noise_normal(2, 0, total * w, k);
     weft_noise_normal(3, 0, total * w, v);
+    float *dq = test_dev_copy(K, kc, q, all), *dk = test_dev_copy(K, kc, k, all);
+    float *dv = test_dev_copy(K, kc, v, all), *dref = test_dev_copy(K, kc, ref, all);
+    float *dout = test_dev_copy(K, kc, out, n_out);
     const float scale = 1.0f / sqrtf((float)HD);
-    K->attention(kc, q, w, k, w, v, w, ref, w, NULL, total, total, HEADS, HD, scale);
+    K->attention(kc, dq, w, dk, w, dv, w, dref, w, NULL, total, total, HEADS, HD, scale);
     struct weft_cp_layout cp = {mesh.ring, mesh.ulysses, true, rotation};
     struct weft_cp_attn *a;
     CHECK_OK(weft_cp_attn_create(K, kc, weft_par_transport_comm(pt), &cp, me.ring, me.ulysses,
                                  HEADS, HD, rows, &a));
-    float *out = calloc((size_t)(n * (w + 3)) + 1, 4);
     /* this rank's rows, strided inputs and output as the model uses them */
-    CHECK_OK(weft_cp_attn_run(a, q + first * w, k + first * w, v + first * w, w, out, w + 3,
+    CHECK_OK(weft_cp_attn_run(a, dq + first * w, dk + first * w, dv + first * w, w, dout, w + 3,
                               scale));
+    K->download(kc, ref, dref, all * 4);
+    K->download(kc, out, dout, n_out * 4);
+    CHECK_OK(K->sync(kc));
     double num = 0, den = 0;
     for (int64_t r = 0; r < n; r++)
         for (int64_t j = 0; j < w; j++) {
@@ -69,7 +77,11 @@ static int run_case(struct weft_transport *tp, const int64_t *rows, const char *
     CHECK(err <= 1e-5);
     weft_cp_attn_destroy(a);
     free(q), free(k), free(v), free(ref), free(out);
-    weft_kernels_cpu_destroy(kc);
+    K->buf_free(kc, dq, all * 4 + 1), K->buf_free(kc, dk, all * 4 + 1);
+    K->buf_free(kc, dv, all * 4 + 1), K->buf_free(kc, dref, all * 4 + 1);
+    K->buf_free(kc, dout, n_out * 4 + 1);
+    CHECK_OK(K->status(kc));
+    K->destroy(kc);
     weft_par_transport_destroy(pt);
     return 0;
 }

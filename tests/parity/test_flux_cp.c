@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "golden.h"
 #include "integration/launch.h"
 #include "model/mesh.h"
@@ -126,7 +127,8 @@ static int rank_main(struct weft_transport *transport, void *arg)
     CHECK_OK(weft_tp_resolve(&plan, ck, &info, mesh.tp, mesh.tp, &rc.lay, TERR));
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));
+    test_kernels_create(1, &K, &kc);
+    weft_par_transport_set_device(pt, K, kc);
     const int W = mesh.ring * mesh.ulysses;
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         struct weft_flux *one = load(NULL, 0, K, kc);
@@ -177,7 +179,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
         }
         free(ref), free(ref_loop);
     }
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     weft_tp_layout_destroy(rc.lay);
     weft_ckpt_close(ck);
     weft_par_transport_destroy(pt);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "golden.h"
 #include "worker/flux.h"
 
@@ -90,7 +91,7 @@ static void corrupt_copy(const char *src, char *dst_dir, const char *tensor)
 
 int main(void)
 {
-    CHECK_OK(weft_kernels_cpu_create(0, &K, &kc));
+    test_kernels_create(0, &K, &kc);
     char g[1024], nog[1024], bf[1024];
     model_path(g, sizeof(g), "tiny-g");
     model_path(nog, sizeof(nog), "tiny-nog");
@@ -123,6 +124,6 @@ int main(void)
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return 0;
 }

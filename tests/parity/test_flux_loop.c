@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "golden.h"
 #include "worker/denoise.h"
 #include "worker/noise.h"
@@ -128,7 +129,7 @@ int main(void)
 {
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    CHECK_OK(weft_kernels_cpu_create(0, &K, &kc));
+    test_kernels_create(0, &K, &kc);
     test_noise();
     run_loop(K, kc, "tiny-g", "tests/data/flux1/golden/loop_tiny-g_16x16_t8.safetensors");
     run_loop(K, kc, "tiny-g", "tests/data/flux1/golden/loop_tiny-g_15x13_t7.safetensors");
@@ -138,6 +139,6 @@ int main(void)
             run_loop_in(K, kc, "tiny-bf16",
                         "tests/data/flux1/golden/loop_tiny-bf16_15x13_t7_bf16.safetensors",
                         WEFT_DTYPE_BF16, 1e-2);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return 0;
 }

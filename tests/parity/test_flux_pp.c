@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common/alloc.h"
 #include "golden_loop.h"
 #include "integration/launch.h"
@@ -87,7 +88,8 @@ static int rank_main(struct weft_transport *transport, void *arg)
     comm_ops = weft_par_transport_comm(pt);
     const struct weft_kernels *K;
     struct weft_kctx *kc;
-    CHECK_OK(weft_kernels_cpu_create(1, &K, &kc));
+    test_kernels_create(1, &K, &kc);
+    weft_par_transport_set_device(pt, K, kc);
     weft_status_t st;
 
     /* one device */
@@ -146,7 +148,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
 
     free(want), free(got), free(loop_one), free(loop_pp);
     golden_close(&g);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     weft_par_transport_destroy(pt);
     return 0;
 }

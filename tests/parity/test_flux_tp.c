@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "golden_loop.h"
 #include "integration/launch.h"
 #include "model/plan.h"
@@ -21,6 +22,7 @@
 static char model_dir[1024];
 
 static const struct weft_par_comm *comm_ops;
+static struct weft_par_transport *comm_pt; /* its buffers: the backend of the current load */
 static enum weft_dtype model_dtype = WEFT_DTYPE_F32; /* the bf16 pass: the model and products */
 
 struct inputs {
@@ -70,8 +72,9 @@ static weft_status_t load(struct weft_comm *comm, const struct weft_tp_plan *pla
                           struct loaded *l)
 {
     *l = (struct loaded){0};
-    CHECK_OK(weft_kernels_cpu_create(1, &l->K, &l->kc));
+    test_kernels_create(1, &l->K, &l->kc);
     (void)l->K->set_compute(l->kc, model_dtype); /* bf16 products where the CPU has them */
+    weft_par_transport_set_device(comm_pt, l->K, l->kc);
     struct weft_flux_opts o = {.kernels = l->K, .kctx = l->kc, .dtype = model_dtype};
     if (plan) {
         struct weft_model_info info;
@@ -93,7 +96,7 @@ static void unload(struct loaded *l)
     weft_flux_destroy(l->m);
     weft_tp_layout_destroy(l->lay);
     weft_ckpt_close(l->ck);
-    weft_kernels_cpu_destroy(l->kc);
+    l->K->destroy(l->kc);
 }
 
 /* Load with a plan (NULL: single device), forward, return the output. */
@@ -130,6 +133,7 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_par_transport *pt;
     CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt, TERR));
     comm_ops = weft_par_transport_comm(pt);
+    comm_pt = pt;
     int rank = weft_comm_rank(comm), T = weft_comm_size(comm);
     struct inputs x;
     inputs_load(&x);

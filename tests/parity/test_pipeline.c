@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "golden.h"
 #include "model/model.h"
 #include "worker/runtime.h"
@@ -73,7 +74,7 @@ static void run(bool staged, struct weft_rt_result *r)
 
 int main(void)
 {
-    CHECK_OK(weft_kernels_cpu_create(0, &K, &kc));
+    test_kernels_create(0, &K, &kc);
     struct weft_rt_result staged, resident;
     run(true, &staged);
     run(false, &resident);
@@ -110,6 +111,6 @@ int main(void)
     golden_close(&g);
     weft_rt_result_cleanup(&staged);
     weft_rt_result_cleanup(&resident);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     return 0;
 }

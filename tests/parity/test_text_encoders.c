@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "common/alloc.h"
 #include "golden.h"
 #include "model/checkpoint.h"
@@ -172,7 +173,7 @@ int main(void)
 {
     test_quiet();
     snprintf(root, sizeof(root), "%s", getenv("WEFT_SOURCE_ROOT"));
-    CHECK_OK(weft_kernels_cpu_create(2, &K, &kc));
+    test_kernels_create(2, &K, &kc);
     clip_case("encoders/clip-tiny", "clip-tiny_77", 1e-4, WEFT_DTYPE_F32);
     clip_case("encoders/clip-tiny", "clip-tiny_20", 1e-4, WEFT_DTYPE_F32);
     clip_case("encoders/clip-tiny-eos", "clip-tiny-eos_77", 1e-4, WEFT_DTYPE_F32);
@@ -189,7 +190,7 @@ int main(void)
         K->set_compute(kc, WEFT_DTYPE_F32);
     }
     clip_prefixed();
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     printf("text encoders: ok\n");
     return 0;
 }

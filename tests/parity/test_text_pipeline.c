@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common/alloc.h"
 #include "common/files.h"
 #include "golden.h"
@@ -218,13 +219,13 @@ int main(void)
     CHECK(weft_files_read(path, 1 << 20, &buf, &len) == WEFT_OK);
     CHECK((prompts = cJSON_ParseWithLength(buf, len)));
     weft_free(buf);
-    CHECK_OK(weft_kernels_cpu_create(0, &K, &kc));
+    test_kernels_create(0, &K, &kc);
     encode_cases(true);
     encode_cases(false);
     whole();
     no_encoders();
     cJSON_Delete(prompts);
-    weft_kernels_cpu_destroy(kc);
+    K->destroy(kc);
     printf("text pipeline: ok\n");
     return 0;
 }

@@ -23,6 +23,7 @@ static void test_defaults(void)
     CHECK_EQ(conf.parallel.tp_degree, 1);
     CHECK_EQ(conf.parallel.ring_anything, 0);
     CHECK(strcmp(conf.model.path, "") == 0);
+    CHECK(strcmp(conf.worker.device, "cpu") == 0);
 }
 
 static void test_values(void)
@@ -54,6 +55,17 @@ static void test_errors(void)
                        "'maybe'", "true or false");
     CHECK_FAILS_LOGGED(apply("[log]\nlevel = loud\n"), WEFT_ERR_CONFIG, "t.ini:2", "'loud'",
                        "error, warn, info, debug");
+    /* [worker] device: cpu, cuda:N, auto, cpu-devmem */
+    CHECK_FAILS_LOGGED(apply("[worker]\n\ndevice = gpu0\n"), WEFT_ERR_CONFIG, "t.ini:3",
+                       "[worker] device = 'gpu0'", "cpu, cuda:N, auto");
+    CHECK_FAILS_LOGGED(apply("[worker]\ndevice = cuda:x1\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                       "'cuda:x1'", "from 0 to 1023");
+    CHECK_FAILS_LOGGED(apply("[worker]\ndevice = cuda:1024\n"), WEFT_ERR_CONFIG, "t.ini:2",
+                       "'cuda:1024'");
+    CHECK_OK(apply("[worker]\ndevice = cuda:3\n"));
+    CHECK(strcmp(conf.worker.device, "cuda:3") == 0);
+    CHECK_OK(apply("[worker]\ndevice = auto\n"));
+    CHECK_OK(apply("[worker]\ndevice = cpu-devmem\n"));
     CHECK_FAILS_LOGGED(apply("[log]\nlevel info\n"), WEFT_ERR_CONFIG, "t.ini:2", "syntax error",
                        "key = value");
     CHECK_FAILS_LOGGED(apply("[log\nlevel = info\n"), WEFT_ERR_CONFIG, "t.ini:1", "syntax error");

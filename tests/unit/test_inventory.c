@@ -1,4 +1,5 @@
-/* The worker's NIC inventory (worker/inventory.h): on this host the array exists, every entry
+/* The worker's inventory (worker/inventory.h): the GPUs as the CUDA runtime reports them; the
+ * NICs: on this host the array exists, every entry
  * has a name and a type, loopback is left out and RDMA entries (if any) are well formed. Then,
  * when this process may have a network namespace of its own (root or CAP_SYS_ADMIN, `ip`
  * installed), in a fresh one: lo up, a dummy interface with an IPv4 (and IPv6 when the namespace
@@ -15,6 +16,7 @@
 
 #include <cJSON.h>
 
+#include "kernels/kernels.h"
 #include "test.h"
 #include "worker/inventory.h"
 
@@ -149,8 +151,38 @@ static void check_dummy(void)
     cJSON_Delete(obj);
 }
 
+/* The GPUs: one entry per GPU the CUDA runtime reports, each well formed; no "gpus" at all on a
+ * machine without one (or a build without CUDA). */
+static void check_gpus(void)
+{
+    cJSON *obj = cJSON_CreateObject();
+    CHECK_OK(weft_inventory_gpus_add(obj));
+    const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(obj, "gpus");
+    const int n = weft_gpu_count();
+    if (n == 0) {
+        CHECK(gpus == NULL);
+        printf("this host: no GPU, no \"gpus\" entry\n");
+    } else {
+        CHECK(cJSON_IsArray(gpus) && cJSON_GetArraySize(gpus) == n);
+        const cJSON *g;
+        cJSON_ArrayForEach(g, gpus)
+        {
+            const char *num[] = {"index", "memory", "sm_count"};
+            for (int i = 0; i < 3; i++)
+                CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(g, num[i])));
+            CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(g, "name")));
+            CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(g, "compute_capability")));
+            CHECK(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(g, "peers")));
+            CHECK(cJSON_GetObjectItemCaseSensitive(g, "memory")->valuedouble > 0);
+        }
+        printf("this host: %d GPU entries\n", n);
+    }
+    cJSON_Delete(obj);
+}
+
 int main(void)
 {
+    check_gpus();
     cJSON *obj = cJSON_CreateObject();
     const cJSON *nics = nics_of(obj);
     check_entries(nics);

@@ -1,0 +1,26 @@
+/* CLIP's quick_gelu x sigmoid(1.702 x) on rows x n with strides, the sigmoid from exp(-|t|) so
+ * it never overflows (as the CPU). */
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+__global__ static void quick_gelu_kernel(const float *x, int64_t ldx, float *y, int64_t ldy,
+                                         int64_t rows, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n, j = i - r * n;
+        const float v = x[r * ldx + j], t = 1.702f * v, e = expf(-fabsf(t));
+        y[r * ldy + j] = v * (t >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e));
+    }
+}
+
+void cuda_quick_gelu(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
+                     int64_t rows, int64_t n)
+{
+    if (!cuda_begin(c) || rows <= 0 || n <= 0)
+        return;
+    quick_gelu_kernel<<<cuda_blocks(rows * n, 256), 256, 0, c->stream>>>(x, ldx, y, ldy, rows,
+                                                                         n);
+    cuda_launched(c, "quick_gelu");
+}
