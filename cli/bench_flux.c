@@ -395,6 +395,11 @@ int weft_bench_flux(struct weft_cli *cli)
     char *argv[] = {self, thr, dts, "bench", "flux-run", "--model", dir, "--tokens", tok,
                     "--text", txt, "--device", wdev, NULL};
     side_start(&sd[0], argv, NULL); /* the environment as the machine sets it */
+    if (!sd[0].alive) { /* its reason (a GPU that is not there, say) is on stderr already */
+        WEFT_LOG_ERROR("bench", "weft did not start on %s: no rounds run", wdev);
+        weft_remove_tree(dir);
+        return 1;
+    }
     int threads = sd[0].threads;
     snprintf(script, sizeof(script), "%s/bench/flux_torch.py", WEFT_SOURCE_ROOT);
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
