@@ -440,14 +440,6 @@ int main(int argc, char **argv)
     snprintf(r.about[S_DNNL_F32], sizeof(r.about[0]), "not built (no libdnnl-dev)");
 #endif
 
-    /* the table's head */
-    if (!bench.json) {
-        weft_bench_print_context(&bench, stdout);
-        printf("# %d threads for every library\n", r.threads);
-        printf("# weft:     %s\n# OpenBLAS: %s\n# BLIS:     %s\n# oneDNN:   %s\n",
-               r.about[S_WEFT_F32], r.about[S_OPENBLAS_F32], r.about[S_BLIS_F32],
-               r.about[S_DNNL_F32]);
-    }
     static struct weft_bench_series gf[16][N_SIDES];
     double err[16][N_SIDES];
     for (int si = 0; si < n_shapes; si++)
@@ -505,6 +497,13 @@ int main(int argc, char **argv)
         }
     }
     weft_bench_end(&bench);
+    if (!bench.json) { /* the table's head: the context is complete (load after) only now */
+        weft_bench_print_context(&bench, stdout);
+        printf("# %d threads for every library\n", r.threads);
+        printf("# weft:     %s\n# OpenBLAS: %s\n# BLIS:     %s\n# oneDNN:   %s\n",
+               r.about[S_WEFT_F32], r.about[S_OPENBLAS_F32], r.about[S_BLIS_F32],
+               r.about[S_DNNL_F32]);
+    }
 
     cJSON *root = bench.json ? weft_bench_json_context(&bench) : NULL;
     cJSON *rows = root ? cJSON_AddArrayToObject(root, "rows") : NULL;
