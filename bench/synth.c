@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/tensor.h"
 #include "model/safetensors.h"
+#include "model/text_encoder.h"
 #include "model/vae.h"
 #include "worker/noise.h"
 
@@ -375,3 +376,134 @@ weft_status_t weft_synth_pipeline_write(const char *dir, const struct weft_flux_
     return st;
 }
 
+
+/* ---------------------------------------------------------------------------------------- */
+/* Text encoders                                                                             */
+
+struct text_fill {
+    const struct weft_text_param *params;
+    enum weft_dtype dtype;
+    uint64_t seed;
+};
+
+static bool ends_with(const char *s, const char *end)
+{
+    const size_t n = strlen(s), e = strlen(end);
+    return n >= e && strcmp(s + n - e, end) == 0;
+}
+
+static weft_status_t text_fill(void *arg, size_t i, uint64_t offset, void *buf, size_t bytes)
+{
+    const struct text_fill *fc = arg;
+    const struct weft_text_param *p = &fc->params[i];
+    const size_t esz = weft_dtype_size(fc->dtype), n = bytes / esz;
+    const uint64_t first = offset / esz;
+    const bool vec = p->ndim == 1, norm = vec && strstr(p->name, "norm") != NULL;
+    const bool table = strstr(p->name, "embed") || strstr(p->name, "shared") ||
+                       strstr(p->name, "relative_attention_bias");
+    const float bound = vec ? 0.0f : table ? 1.0f : 1.0f / sqrtf((float)p->shape[1]);
+    const float fixed = norm && ends_with(p->name, "weight") ? 1.0f : 0.0f;
+    const uint64_t base = mix(fc->seed ^ ((uint64_t)i << 40));
+    for (size_t k = 0; k < n; k++) {
+        float v = fixed;
+        if (!vec)
+            v = ((float)(mix(base + first + k) >> 40) / 16777216.0f * 2.0f - 1.0f) * bound;
+        if (fc->dtype == WEFT_DTYPE_F32)
+            ((float *)buf)[k] = v;
+        else if (fc->dtype == WEFT_DTYPE_BF16)
+            ((uint16_t *)buf)[k] = weft_f32_to_bf16(v);
+        else
+            ((uint16_t *)buf)[k] = weft_f32_to_f16(v);
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t write_encoder(const char *dir, const char *config, size_t n,
+                                struct weft_text_param *params, enum weft_dtype dtype,
+                                uint64_t seed)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        WEFT_LOG_ERROR("bench", "%s: cannot create: %s", dir, strerror(errno));
+        return WEFT_ERR_IO;
+    }
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(config, f) < 0 || fclose(f) != 0) {
+        WEFT_LOG_ERROR("bench", "%s: cannot write", path);
+        return WEFT_ERR_IO;
+    }
+    struct weft_st_out *outs = weft_calloc(n, sizeof(*outs));
+    int64_t(*shapes)[2] = weft_calloc(n, sizeof(*shapes));
+    weft_status_t st = outs && shapes ? WEFT_OK : WEFT_ERR_NOMEM;
+    for (size_t i = 0; st == WEFT_OK && i < n; i++) {
+        shapes[i][0] = params[i].shape[0];
+        shapes[i][1] = params[i].shape[1];
+        outs[i] = (struct weft_st_out){params[i].name, dtype, params[i].ndim, shapes[i], NULL};
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    struct text_fill fc = {params, dtype, seed};
+    const struct weft_st_meta meta[] = {{"format", "pt"}};
+    if (st == WEFT_OK)
+        st = weft_st_write_stream(path, n, outs, 1, meta, text_fill, &fc, NULL);
+    weft_free(outs);
+    weft_free(shapes);
+    return st;
+}
+
+static const char *dtype_word(enum weft_dtype d)
+{
+    return d == WEFT_DTYPE_BF16 ? "bfloat16" : d == WEFT_DTYPE_F16 ? "float16" : "float32";
+}
+
+weft_status_t weft_synth_clip_text_write(const char *dir, const struct weft_clip_text_config *c,
+                                         enum weft_dtype dtype, uint64_t seed)
+{
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg),
+             "{\n  \"architectures\": [\"CLIPTextModel\"],\n  \"model_type\": "
+             "\"clip_text_model\",\n  \"dtype\": \"%s\",\n  \"hidden_act\": \"quick_gelu\",\n"
+             "  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
+             "  \"num_attention_heads\": %lld,\n  \"num_hidden_layers\": %lld,\n"
+             "  \"max_position_embeddings\": %lld,\n  \"vocab_size\": %lld,\n"
+             "  \"layer_norm_eps\": 1e-05,\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 2,\n"
+             "  \"pad_token_id\": 1,\n  \"projection_dim\": 768\n}\n",
+             dtype_word(dtype), (long long)c->hidden_size, (long long)c->intermediate_size,
+             (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
+             (long long)c->max_position_embeddings, (long long)c->vocab_size);
+    const size_t n = weft_clip_text_params(c, "", NULL);
+    struct weft_text_param *p = weft_calloc(n, sizeof(*p));
+    if (!p)
+        return WEFT_ERR_NOMEM;
+    weft_clip_text_params(c, "", p);
+    weft_status_t st = write_encoder(dir, cfg, n, p, dtype, seed);
+    weft_free(p);
+    return st;
+}
+
+weft_status_t weft_synth_t5_write(const char *dir, const struct weft_t5_config *c,
+                                  enum weft_dtype dtype, uint64_t seed)
+{
+    char cfg[1400];
+    snprintf(cfg, sizeof(cfg),
+             "{\n  \"architectures\": [\"T5EncoderModel\"],\n  \"model_type\": \"t5\",\n"
+             "  \"dtype\": \"%s\",\n  \"d_ff\": %lld,\n  \"d_kv\": %lld,\n  \"d_model\": %lld,\n"
+             "  \"dense_act_fn\": \"gelu_new\",\n  \"feed_forward_proj\": \"gated-gelu\",\n"
+             "  \"is_gated_act\": true,\n  \"layer_norm_epsilon\": 1e-06,\n"
+             "  \"num_heads\": %lld,\n  \"num_layers\": %lld,\n"
+             "  \"relative_attention_max_distance\": %lld,\n"
+             "  \"relative_attention_num_buckets\": %lld,\n  \"vocab_size\": %lld,\n"
+             "  \"eos_token_id\": 1,\n  \"pad_token_id\": 0,\n  \"tie_word_embeddings\": true,\n"
+             "  \"is_encoder_decoder\": false,\n  \"use_cache\": false\n}\n",
+             dtype_word(dtype), (long long)c->d_ff, (long long)c->d_kv, (long long)c->d_model,
+             (long long)c->num_heads, (long long)c->num_layers, (long long)c->max_distance,
+             (long long)c->num_buckets, (long long)c->vocab_size);
+    const size_t n = weft_t5_params(c, "shared.weight", NULL);
+    struct weft_text_param *p = weft_calloc(n, sizeof(*p));
+    if (!p)
+        return WEFT_ERR_NOMEM;
+    weft_t5_params(c, "shared.weight", p);
+    weft_status_t st = write_encoder(dir, cfg, n, p, dtype, seed);
+    weft_free(p);
+    return st;
+}

@@ -36,4 +36,15 @@ weft_status_t weft_synth_pipeline_write(const char *dir, const struct weft_flux_
                                         enum weft_dtype tf_dtype, enum weft_dtype vae_dtype,
                                         int64_t text);
 
+/* transformers' text encoders with random weights in dtype (bf16: as FLUX.1 ships them): a
+ * CLIPTextModel (quick_gelu, 77 positions) or a T5EncoderModel (v1.1: gated-gelu) folder,
+ * config.json + model.safetensors, keys as transformers 5 saves them. Linear weights follow
+ * torch's init bound 1/sqrt(fan_in), biases 0, norms 1, embeddings within +-1. */
+struct weft_clip_text_config;
+struct weft_t5_config;
+weft_status_t weft_synth_clip_text_write(const char *dir, const struct weft_clip_text_config *c,
+                                         enum weft_dtype dtype, uint64_t seed);
+weft_status_t weft_synth_t5_write(const char *dir, const struct weft_t5_config *c,
+                                  enum weft_dtype dtype, uint64_t seed);
+
 #endif

@@ -23,6 +23,8 @@ static const struct bench benches[] = {
     {"gemm", weft_bench_gemm, "CPU GEMM: weft, OpenBLAS, BLIS, oneDNN on FLUX.1's shapes"},
     {"vae", weft_bench_vae, "VAE decode: conv2d GEMM vs direct, tiling, staged pipeline memory"},
     {"vae-run", weft_bench_vae_run, "(internal) one child of `bench vae`"},
+    {"text", weft_bench_text, "CLIP and T5 encoders and tokenizers, weft vs transformers"},
+    {"text-run", weft_bench_text_run, "(internal) one side of `bench text`"},
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 

@@ -41,6 +41,8 @@ int weft_bench_vae(struct weft_cli *cli);
 int weft_bench_gemm(struct weft_cli *cli);
 int weft_bench_generate(struct weft_cli *cli);
 int weft_bench_vae_run(struct weft_cli *cli);
+int weft_bench_text(struct weft_cli *cli);
+int weft_bench_text_run(struct weft_cli *cli);
 
 /* The embedded default model: the source tree's models/flux-tiny while it is there (a build
  * folder), else the installed copy (share/weft/models/flux-tiny). */

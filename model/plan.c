@@ -69,6 +69,19 @@ static const struct builtin_rule qwen_plan[] = {
     {"transformer_blocks.*.txt_mlp.net.2", WEFT_TP_ROWWISE, 0, {0}},
 };
 
+/* weft's own: transformers' T5 has no _tp_plan. Megatron's split of a T5 layer: each rank its
+ * heads (q, k, v by rows, o by columns) and its share of d_ff (wi_0, wi_1 by rows, wo by
+ * columns), two all-reduces a layer. */
+static const struct builtin_rule t5_plan[] = {
+    {"encoder.block.*.layer.0.SelfAttention.q", WEFT_TP_COLWISE, 0, {0}},
+    {"encoder.block.*.layer.0.SelfAttention.k", WEFT_TP_COLWISE, 0, {0}},
+    {"encoder.block.*.layer.0.SelfAttention.v", WEFT_TP_COLWISE, 0, {0}},
+    {"encoder.block.*.layer.0.SelfAttention.o", WEFT_TP_ROWWISE, 0, {0}},
+    {"encoder.block.*.layer.1.DenseReluDense.wi_0", WEFT_TP_COLWISE, 0, {0}},
+    {"encoder.block.*.layer.1.DenseReluDense.wi_1", WEFT_TP_COLWISE, 0, {0}},
+    {"encoder.block.*.layer.1.DenseReluDense.wo", WEFT_TP_ROWWISE, 0, {0}},
+};
+
 bool weft_tp_plan_builtin(const char *class_name, struct weft_tp_plan *plan)
 {
     static const struct {
@@ -79,6 +92,7 @@ bool weft_tp_plan_builtin(const char *class_name, struct weft_tp_plan *plan)
         {"FluxTransformer2DModel", flux1_plan, sizeof(flux1_plan) / sizeof(flux1_plan[0])},
         {"Flux2Transformer2DModel", flux2_plan, sizeof(flux2_plan) / sizeof(flux2_plan[0])},
         {"QwenImageTransformer2DModel", qwen_plan, sizeof(qwen_plan) / sizeof(qwen_plan[0])},
+        {"T5EncoderModel", t5_plan, sizeof(t5_plan) / sizeof(t5_plan[0])},
     };
     plan->n = 0;
     for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {

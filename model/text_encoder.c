@@ -9,6 +9,7 @@
 #include "common/alloc.h"
 #include "model/checkpoint.h"
 #include "model/json_get.h"
+#include "model/plan.h"
 
 static weft_status_t want_string(const cJSON *cfg, const char *key, const char *def,
                                  const char *const *ok, const char *origin,
@@ -209,12 +210,29 @@ bool weft_text_param_ignorable(const char *name)
            strcmp(name, "encoder.embed_tokens.weight") == 0 || strcmp(name, "shared.weight") == 0;
 }
 
+/* CLIP's position table and T5's relative position table: host tables the worker holds in
+ * f32 whatever the stored dtype (only the token embedding stays as stored). */
+static bool host_f32_table(const char *name)
+{
+    const size_t n = strlen(name);
+    static const char *const ends[] = {"position_embedding.weight",
+                                       "relative_attention_bias.weight"};
+    for (size_t k = 0; k < 2; k++) {
+        const size_t e = strlen(ends[k]);
+        if (n >= e && strcmp(name + n - e, ends[k]) == 0)
+            return true;
+    }
+    return false;
+}
+
 static uint64_t held(const struct weft_text_param *p, size_t n, const struct weft_ckpt *ck)
 {
     uint64_t b = 0;
-    for (size_t i = 0; i < n; i++)
-        b += weft_ckpt_held_bytes(ck, p[i].name, p[i].ndim,
-                                  p[i].shape[0] * (p[i].ndim == 2 ? p[i].shape[1] : 1));
+    for (size_t i = 0; i < n; i++) {
+        const int64_t numel = p[i].shape[0] * (p[i].ndim == 2 ? p[i].shape[1] : 1);
+        b += host_f32_table(p[i].name) ? (uint64_t)numel * sizeof(float)
+                                       : weft_ckpt_held_bytes(ck, p[i].name, p[i].ndim, numel);
+    }
     return b;
 }
 
@@ -243,6 +261,40 @@ uint64_t weft_t5_held_bytes(const struct weft_t5_config *c, const struct weft_ck
     uint64_t b = held(p, n, ck);
     weft_free(p);
     return b;
+}
+
+bool weft_t5_tp_fits(const struct weft_t5_config *c, int tp)
+{
+    return tp >= 1 && c->num_heads % tp == 0 && c->d_ff % tp == 0;
+}
+
+weft_status_t weft_t5_tp_resolve(const struct weft_t5_config *c, const struct weft_ckpt *ck,
+                                 int tp, struct weft_tp_layout **layout_p,
+                                 struct weft_error *err)
+{
+    if (!weft_t5_tp_fits(c, tp))
+        return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "text",
+                                        "T5: tp_degree %d does not divide num_heads %lld and "
+                                        "d_ff %lld", tp, (long long)c->num_heads,
+                                        (long long)c->d_ff);
+    struct weft_tp_plan plan;
+    weft_tp_plan_builtin(WEFT_T5_ENCODER_CLASS, &plan);
+    const struct weft_model_info info = {.class_name = WEFT_T5_ENCODER_CLASS,
+                                         .heads = c->num_heads, .head_dim = c->d_kv};
+    return weft_tp_resolve(&plan, ck, &info, tp, tp, layout_p, err);
+}
+
+uint64_t weft_t5_held_bytes_tp(const struct weft_t5_config *c, const struct weft_ckpt *ck,
+                               int tp)
+{
+    const uint64_t whole = weft_t5_held_bytes(c, ck);
+    struct weft_tp_layout *lay = NULL;
+    if (tp <= 1 || !ck || weft_t5_tp_resolve(c, ck, tp, &lay, &(struct weft_error){0}) != WEFT_OK ||
+        !lay)
+        return whole;
+    const uint64_t planned = lay->planned_bytes;
+    weft_tp_layout_destroy(lay);
+    return whole - planned + planned / (uint64_t)tp;
 }
 
 int64_t weft_t5_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance)

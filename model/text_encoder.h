@@ -79,6 +79,18 @@ uint64_t weft_clip_text_held_bytes(const struct weft_clip_text_config *c,
                                    const struct weft_ckpt *ck);
 uint64_t weft_t5_held_bytes(const struct weft_t5_config *c, const struct weft_ckpt *ck);
 
+/* T5 over a replica's tp ranks (weft's built-in T5EncoderModel plan, model/plan.c): whether the
+ * degree fits (it divides num_heads and d_ff: otherwise the replica's first rank runs T5
+ * whole), the plan resolved against ck, and the bytes one rank then holds (its slices of the
+ * planned matrices, the rest whole; tp 1: weft_t5_held_bytes). */
+bool weft_t5_tp_fits(const struct weft_t5_config *c, int tp);
+struct weft_tp_layout;
+weft_status_t weft_t5_tp_resolve(const struct weft_t5_config *c, const struct weft_ckpt *ck,
+                                 int tp, struct weft_tp_layout **layout_p,
+                                 struct weft_error *err);
+uint64_t weft_t5_held_bytes_tp(const struct weft_t5_config *c, const struct weft_ckpt *ck,
+                               int tp);
+
 /* T5's bidirectional relative position bucket of (key - query) distance rel, as transformers
  * computes it (f32 logarithm and truncation, as torch does). */
 int64_t weft_t5_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance);

@@ -36,6 +36,10 @@ struct weft_runtime {
     struct weft_tokenizer *tok_clip, *tok_t5;
     struct weft_clip_text *clip;
     struct weft_t5 *t5;
+    /* T5 tensor-parallel over the tp group of the replica's first position (tp > 1 dividing
+     * its heads and d_ff); NULL: T5 whole on the first rank */
+    struct weft_tp_layout *t5_layout;
+    uint64_t t5_bytes; /* what this rank holds of T5 (or will hold) */
     struct weft_prompt_cache *cache; /* outlives assignments: its keys name the model */
 };
 
@@ -81,6 +85,9 @@ void weft_runtime_unassign(struct weft_runtime *rt)
     weft_tokenizer_close(rt->tok_t5);
     rt->clip = NULL, rt->t5 = NULL, rt->tok_clip = NULL, rt->tok_t5 = NULL;
     weft_tp_layout_destroy(rt->layout);
+    weft_tp_layout_destroy(rt->t5_layout);
+    rt->t5_layout = NULL;
+    rt->t5_bytes = 0;
     weft_par_transport_destroy(rt->pt);
     weft_model_close(rt->model);
     rt->flux = NULL, rt->vae = NULL, rt->layout = NULL, rt->pt = NULL, rt->comm = NULL;
@@ -115,6 +122,50 @@ static weft_status_t resolve_plan(struct weft_runtime *rt, struct weft_error *er
         st = weft_tp_resolve(&plan, ck, &rt->model->info, tp, tp, &rt->layout, err);
     weft_ckpt_close(ck);
     return st;
+}
+
+/* The replica's first rank encodes; with T5 tensor-parallel its tp group runs T5 with it. */
+static bool encodes_here(const struct weft_runtime *rt)
+{
+    return rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0 && rt->me.tp == 0;
+}
+
+static bool t5_here(const struct weft_runtime *rt)
+{
+    return encodes_here(rt) ||
+           (rt->t5_layout && rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0);
+}
+
+/* T5's plan for this replica's tp degree, and the bytes this rank will hold of T5. A degree
+ * that does not divide T5's heads and d_ff leaves T5 whole on the first rank. */
+static weft_status_t plan_t5(struct weft_runtime *rt, struct weft_error *err)
+{
+    const struct weft_model *m = rt->model;
+    const int tp = rt->a.layout.mesh.tp;
+    if (!m->t5.encoder || weft_model_text_missing(m, (char[8]){0}, 8))
+        return WEFT_OK;
+    if (tp > 1 && weft_t5_tp_fits(&m->t5_cfg, tp)) {
+        struct weft_ckpt *ck;
+        weft_status_t st = weft_ckpt_open(m->t5.encoder_dir, &ck, err);
+        if (st == WEFT_OK)
+            st = weft_t5_tp_resolve(&m->t5_cfg, ck, tp, &rt->t5_layout, err);
+        if (st == WEFT_OK)
+            rt->t5_bytes = weft_t5_held_bytes_tp(&m->t5_cfg, ck, tp);
+        weft_ckpt_close(ck);
+        if (st != WEFT_OK)
+            return st;
+        WEFT_LOG_INFO("text", "T5 tensor-parallel over %d ranks: %llu bytes of its weights on "
+                      "each", tp, (unsigned long long)rt->t5_bytes);
+    } else {
+        if (tp > 1)
+            WEFT_LOG_INFO("text", "tp %d does not divide T5's %lld heads and d_ff %lld: the "
+                          "replica's first rank runs it whole", tp,
+                          (long long)m->t5_cfg.num_heads, (long long)m->t5_cfg.d_ff);
+        rt->t5_bytes = m->t5.held_bytes;
+    }
+    if (!t5_here(rt))
+        rt->t5_bytes = 0;
+    return WEFT_OK;
 }
 
 static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error *err)
@@ -176,6 +227,8 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
     }
     if (st == WEFT_OK && a->layout.mesh.tp > 1)
         st = resolve_plan(rt, err);
+    if (st == WEFT_OK)
+        st = plan_t5(rt, err);
     if (st == WEFT_OK && a->decode && !rt->model->has_vae && rt->opts.staged == false)
         st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s has no vae component to decode "
                                "with", a->model);
@@ -211,20 +264,14 @@ void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stat
 /* ---------------------------------------------------------------------------------------- */
 /* Text                                                                                      */
 
-/* The replica's first rank encodes; the others receive. */
-static bool encodes_here(const struct weft_runtime *rt)
-{
-    return rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0 && rt->me.tp == 0;
-}
-
 uint64_t weft_runtime_text_bytes(const struct weft_runtime *rt)
 {
-    if (!rt->model || !encodes_here(rt) || weft_model_text_missing(rt->model, (char[8]){0}, 8))
+    if (!rt->model || !t5_here(rt) || weft_model_text_missing(rt->model, (char[8]){0}, 8))
         return 0;
-    if (rt->clip || rt->t5)
-        return (rt->clip ? weft_clip_text_weight_bytes(rt->clip) : 0) +
-               (rt->t5 ? weft_t5_weight_bytes(rt->t5) : 0);
-    return rt->model->clip.held_bytes + rt->model->t5.held_bytes;
+    uint64_t clip = 0;
+    if (encodes_here(rt))
+        clip = rt->clip ? weft_clip_text_weight_bytes(rt->clip) : rt->model->clip.held_bytes;
+    return clip + (rt->t5 ? weft_t5_weight_bytes(rt->t5) : rt->t5_bytes);
 }
 
 void weft_runtime_text_stats(const struct weft_runtime *rt, struct weft_rt_text_stats *out)
@@ -282,26 +329,55 @@ static weft_status_t clip_pooled(struct weft_runtime *rt, const char *text, floa
     return st;
 }
 
-static weft_status_t t5_embeds(struct weft_runtime *rt, const char *text, int64_t msl,
-                               float *embeds, struct weft_error *err)
+/* T5 tensor-parallel: every rank of the group learns whether one failed (mine is this rank's
+ * status), so that none enters a collective alone and the first rank reports a peer's
+ * failure. */
+static weft_status_t t5_agree(struct weft_runtime *rt, weft_status_t mine, const char *what,
+                              struct weft_error *err)
+{
+    if (!rt->t5_layout)
+        return mine;
+    float bad = mine != WEFT_OK ? 1.0f : 0.0f;
+    weft_status_t st = rt->comm->allreduce(rt->comm->tp, &bad, 1);
+    if (st != WEFT_OK) /* the transport logged why */
+        return weft_error_refuse(err, st, "T5's tensor-parallel group %s: %s", what,
+                                 weft_status_str(st));
+    if (mine == WEFT_OK && bad > 0.0f)
+        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%.0f of T5's %d tensor-parallel "
+                                 "ranks failed %s (their reports say why)", bad,
+                                 rt->a.layout.mesh.tp, what);
+    return mine;
+}
+
+/* prior: this rank's status so far (a failure skips T5 but still joins the agreement). */
+static weft_status_t t5_embeds(struct weft_runtime *rt, weft_status_t prior, const char *text,
+                               int64_t msl, float *embeds, struct weft_error *err)
 {
     const struct weft_model *m = rt->model;
     struct weft_text_opts o = {.kernels = rt->opts.kernels, .kctx = rt->opts.kctx,
                                .dtype = rt->a.compute};
-    weft_status_t st = WEFT_OK;
-    if (!rt->tok_t5)
+    if (rt->t5_layout) {
+        o.tp_rank = rt->me.tp;
+        o.tp_size = rt->a.layout.mesh.tp;
+        o.tp_layout = rt->t5_layout;
+        o.comm = rt->comm;
+    }
+    weft_status_t st = prior;
+    struct weft_tokens t = {0};
+    if (st == WEFT_OK && !rt->tok_t5)
         st = weft_tokenizer_open(m->t5.tokenizer_dir, WEFT_TOKENIZER_T5, &rt->tok_t5, err);
     if (st == WEFT_OK && !rt->t5)
         st = weft_t5_load(m->t5.encoder_dir, &o, &rt->t5, err);
-    if (st != WEFT_OK)
+    if (st == WEFT_OK)
+        st = weft_tokenizer_encode(rt->tok_t5, text, strlen(text), msl, "prompt", &t, err);
+    if ((st = t5_agree(rt, st, "before T5's forward pass", err)) != WEFT_OK) {
+        weft_tokens_cleanup(&t);
         return st;
-    struct weft_tokens t;
-    if ((st = weft_tokenizer_encode(rt->tok_t5, text, strlen(text), msl, "prompt", &t, err)) !=
-        WEFT_OK)
-        return st;
-    if (t.truncated)
+    }
+    if (t.truncated && encodes_here(rt))
         warn_truncated("T5", &t, msl);
-    st = weft_t5_forward(rt->t5, t.ids, t.len, embeds, err);
+    st = t5_agree(rt, weft_t5_forward(rt->t5, t.ids, t.len, embeds, err), "T5's forward pass",
+                  err);
     weft_tokens_cleanup(&t);
     if (rt->opts.staged) {
         weft_t5_destroy(rt->t5);
@@ -326,22 +402,30 @@ static weft_status_t embeds_alloc(const struct weft_model *m, int64_t tokens,
     return WEFT_OK;
 }
 
-/* On the encoding rank: from the cache, or through both encoders. */
+/* On the encoding rank: from the cache, or through both encoders. With T5 tensor-parallel the
+ * first rank tells its tp group whether the cache had the prompt, runs CLIP, then the group
+ * runs T5 (the others' copy of the result is dropped: share() gives every rank the first
+ * rank's). */
 static weft_status_t encode_local(struct weft_runtime *rt, const char *text, int64_t msl,
                                   struct weft_prompt_embeds *out, struct weft_error *err)
 {
     const struct weft_model *m = rt->model;
     const int64_t joint = m->flux.joint_attention_dim, pooled = m->flux.pooled_projection_dim;
     const struct weft_prompt_key key = {rt->a.model, (int)rt->a.compute, msl, text};
-    if (weft_prompt_cache_get(rt->cache, &key, joint, pooled, out))
-        return WEFT_OK;
+    const bool root = encodes_here(rt);
+    float hit = root && weft_prompt_cache_get(rt->cache, &key, joint, pooled, out) ? 1.0f : 0.0f;
+    weft_status_t st = WEFT_OK;
+    if (rt->t5_layout && (st = rt->comm->bcast(rt->comm->tp, &hit, 1, 0)) != WEFT_OK)
+        return weft_error_refuse(err, st, "T5's tensor-parallel group: %s", weft_status_str(st));
+    if (hit > 0.0f)
+        return WEFT_OK; /* on the first rank out holds the cached embeddings */
     struct weft_prompt_embeds pe = {0};
-    weft_status_t st = embeds_alloc(m, msl, &pe, err);
-    if (st == WEFT_OK)
+    st = embeds_alloc(m, msl, &pe, err);
+    if (st == WEFT_OK && root)
         st = clip_pooled(rt, text, pe.pooled, err);
-    if (st == WEFT_OK)
-        st = t5_embeds(rt, text, msl, pe.embeds, err);
-    if (st != WEFT_OK) {
+    if (st == WEFT_OK || rt->t5_layout)
+        st = t5_embeds(rt, st, text, msl, pe.embeds, err);
+    if (st != WEFT_OK || !root) {
         weft_prompt_embeds_cleanup(&pe);
         return st;
     }
@@ -400,7 +484,7 @@ weft_status_t weft_runtime_encode(struct weft_runtime *rt, const char *text,
                                  (long long)max_sequence_length, WEFT_MODEL_MAX_SEQUENCE_LENGTH);
     struct weft_prompt_embeds pe = {0};
     weft_status_t st = WEFT_OK;
-    if (encodes_here(rt))
+    if (t5_here(rt))
         st = encode_local(rt, text, max_sequence_length, &pe, err);
     if (rt->comm)
         st = share(rt, st, max_sequence_length, &pe, err);

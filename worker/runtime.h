@@ -83,6 +83,8 @@ void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stat
  * dtype. The replica's first rank (tensor, context and pipeline rank 0) tokenizes and encodes
  * (loading the tokenizers and encoders on first use; in staged mode each encoder is freed after
  * its pass) and keeps the result in its cache; every other rank of the replica receives it.
+ * With tp > 1 dividing T5's heads and d_ff, T5 runs tensor-parallel over that rank's tp group
+ * (each rank loading its slices); CLIP stays on the first rank.
  * Collective over the replica: every rank calls it with the same text, in the same order. A text
  * the tokenizers refuse (not UTF-8) is WEFT_ERR_INVALID on every rank; a model that cannot encode
  * text, WEFT_ERR_UNSUPPORTED naming what is missing. out is written only on success. */

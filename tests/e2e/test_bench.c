@@ -129,6 +129,33 @@ static void check_bench(char *const *argv, const char *name, bool want_ratios)
     free(err);
 }
 
+/* weft bench text: T5 per rank at tp 1 and 2, each tp 2 rank holding less than tp 1 (its
+ * slices), both together more (the replicated parts twice); a bad --dtype is one line. */
+static void check_text_per_rank(char *const *argv)
+{
+    char *out, *err;
+    CHECK_EQ(run(argv, &out, &err), 0);
+    cJSON *j = cJSON_Parse(out);
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "t5_per_rank");
+    CHECK(cJSON_GetArraySize(pr) == 3);
+    double held[3];
+    for (int i = 0; i < 3; i++) {
+        const cJSON *e = cJSON_GetArrayItem(pr, i);
+        CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "ok")));
+        CHECK(cJSON_GetObjectItemCaseSensitive(e, "peak_rss_bytes")->valuedouble > 0);
+        held[i] = cJSON_GetObjectItemCaseSensitive(e, "weight_bytes")->valuedouble;
+    }
+    printf("weft bench text: T5 weights per rank %.0f at tp 1, %.0f and %.0f at tp 2\n", held[0],
+           held[1], held[2]);
+    CHECK(held[1] == held[2] && held[1] < held[0] && held[1] + held[2] > held[0]);
+    cJSON_Delete(j);
+    free(out), free(err);
+    char *bad[] = {argv[0], "bench", "text", "--dtype", "f16", NULL};
+    CHECK_EQ(run(bad, &out, &err), 2);
+    CHECK(strstr(err, "--dtype is f32 or bf16, not 'f16'"));
+    free(out), free(err);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc == 3);
@@ -149,6 +176,9 @@ int main(int argc, char **argv)
     check_bench(vae, "weft bench vae", true);
     char *gen[] = {weft, "bench", "generate", "--quick", "--no-torch", "--json", NULL};
     check_bench(gen, "weft bench generate", false);
+    char *text[] = {weft, "bench", "text", "--quick", "--no-torch", "--json", NULL};
+    check_bench(text, "weft bench text", false);
+    check_text_per_rank(text);
     /* Under ASan, LeakSanitizer (GCC 12's) cannot check this one: at exit it walks the
      * dynamic TLS of the dlopen()ed libraries' threads, finds a bogus block there and crashes
      * ("Tracer caught signal 11"). Leaks stay checked for weft's own GEMM by the kernels suite. */

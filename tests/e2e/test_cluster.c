@@ -8,7 +8,10 @@
  * One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
 #include "harness.h"
 #include "kernels/kernels.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
 #include "model/safetensors.h"
+#include "model/text_encoder.h"
 #include "model_variant.h"
 #include "png_diff.h"
 #include "st_write.h"
@@ -224,7 +227,7 @@ static int case_devmap(void)
     CHECK(f);
     size_t n = fread(msg, 1, sizeof(msg) - 1, f);
     msg[n] = '\0';
-    fclose(f);
+    (void)fclose(f); /* read only */
     printf("device_map with tp 2: %s", msg);
     CHECK(strstr(msg, "cannot be combined with tensor parallelism"));
     return 0;
@@ -474,7 +477,7 @@ static int case_secret(void)
     CHECK(f);
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = '\0';
-    fclose(f);
+    (void)fclose(f); /* read only */
     printf("a worker with the wrong secret: %s", strstr(text, "refused") ? strstr(text, "refused")
                                                                         : text);
     CHECK(strstr(text, "wrong cluster secret"));
@@ -777,9 +780,64 @@ static int case_validate(void)
     return 0;
 }
 
+/* Served at tp 2: T5 tensor-parallel over both ranks, each reporting its slice in ASSIGNED (the
+ * first rank CLIP too); a repeated prompt comes from the first rank's cache, the group told. */
+static void text_tp_served(const char *model, const char *prompt)
+{
+    struct weft_model *m;
+    CHECK_OK(weft_model_open(model, &m, TERR));
+    struct weft_ckpt *ck;
+    CHECK_OK(weft_ckpt_open(m->t5.encoder_dir, &ck, TERR));
+    const uint64_t t5_slice = weft_t5_held_bytes_tp(&m->t5_cfg, ck, 2);
+    const uint64_t clip = m->clip.held_bytes, t5_whole = m->t5.held_bytes;
+    weft_ckpt_close(ck);
+    weft_model_close(m);
+    CHECK(t5_slice < t5_whole);
+    const char *extra[] = {"--model", model, NULL};
+    struct cluster k;
+    cluster_up(&k, "2", extra, 2);
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    struct weft_prompt p[2] = {{.text = prompt}, {.text = prompt}};
+    struct weft_job_request req = {.prompts = p, .n_prompts = 2, .height = 32, .width = 48,
+                                   .steps = 2, .seed = 7, .max_sequence_length = 64};
+    CHECK_OK(weft_client_submit(k.c, &req, id));
+    CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
+    weft_job_status_cleanup(&st);
+    int code;
+    char *body;
+    size_t len;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &body, &len));
+    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
+    const char *ms = strstr(body, "\nweft_prompt_cache_misses_total ");
+    CHECK(h && ms && strtod(h + 30, NULL) == 1 && strtod(ms + 32, NULL) == 1);
+    weft_client_free(body);
+    char *text;
+    CHECK_OK(weft_client_cluster(k.c, &text));
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j);
+    double bytes[2] = {-1, -1};
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
+    {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "rank");
+        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(w, "text_bytes");
+        CHECK(cJSON_IsNumber(r) && cJSON_IsNumber(tb) && r->valueint >= 0 && r->valueint < 2);
+        bytes[r->valueint] = tb->valuedouble;
+    }
+    printf("served tp 2: text bytes per rank %.0f and %.0f (CLIP %llu, T5 %llu whole, %llu a "
+           "slice)\n", bytes[0], bytes[1], (unsigned long long)clip,
+           (unsigned long long)t5_whole, (unsigned long long)t5_slice);
+    CHECK(bytes[0] == (double)(clip + t5_slice) && bytes[1] == (double)t5_slice);
+    cJSON_Delete(j);
+    weft_client_free(text);
+    cluster_down(&k);
+}
+
 /* Text prompts: `weft run` on the tiny pipeline with both text encoders, in several layouts,
  * against `weft generate --prompt` on one device (the replica's first rank encodes and shares
- * the embeddings); a served cluster encodes a repeated prompt once (the cache's hits reach
+ * the embeddings; at tp 2 T5 runs over both ranks); a served cluster encodes a repeated prompt once (the cache's hits reach
  * /metrics) and shows where the encoders are; the default model refuses text naming what it
  * lacks. */
 static int case_text(void)
@@ -793,8 +851,9 @@ static int case_text(void)
                          "--steps", "3", "--seed", "7", "--out", ref, NULL};
     CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
     static const char *const layouts[][6] = {
-        {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--ulysses", "2", NULL},
-        {"--ring", "2", NULL}, {"--device-map", "balanced", "--np", "2", NULL},
+        {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "4", NULL},
+        {"--ulysses", "2", NULL}, {"--ring", "2", NULL},
+        {"--device-map", "balanced", "--np", "2", NULL},
     };
     for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
         const char *args[40] = {"run", "--model", model, "--prompt", prompt,
@@ -806,13 +865,27 @@ static int case_text(void)
         args[n++] = out;
         for (const char *const *o = layouts[l]; *o; o++)
             args[n++] = *o;
+        const bool tp = strcmp(layouts[l][0], "--tp") == 0;
+        char log[512], text[16384];
+        snprintf(log, sizeof(log), "%s/text_run%zu.log", tmp, l);
+        if (tp)
+            args[n++] = "-v";
         args[n] = NULL;
-        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        CHECK_EQ(wait_pid(run_weft(args, NULL, tp ? log : NULL)), 0);
         int d = png_max_diff(ref, out);
         printf("weft run --prompt TEXT %s %s: max pixel difference to one device %d\n",
                layouts[l][0], layouts[l][1], d);
         CHECK(d <= 1);
+        if (tp) { /* tp 2: T5 tensor-parallel, both ranks said so; tp 4 does not divide its
+                   * 2 heads: the first rank ran it whole */
+            read_text(log, text, sizeof(text));
+            const bool two = strcmp(layouts[l][1], "2") == 0;
+            const char *a = strstr(text, "T5 tensor-parallel over 2 ranks");
+            CHECK(two ? a && strstr(a + 1, "T5 tensor-parallel over 2 ranks") : !a);
+            CHECK(two == !strstr(text, "tp 4 does not divide T5's 2 heads"));
+        }
     }
+    text_tp_served(model, prompt);
     /* served: dp 2, the same prompt in two jobs; another prompt; a prompt as embeddings */
     const char *extra[] = {"--model", model, "--parallel.dp_degree=2", NULL};
     struct cluster k;
