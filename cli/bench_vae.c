@@ -1,8 +1,8 @@
 /* weft bench vae: what decoding costs, on an AutoencoderKL with FLUX.1's exact config and random
  * weights (written to a temporary folder):
  *
- *   convs     conv2d im2col + OpenBLAS sgemm (OPENBLAS_CORETYPE as set, and unset) vs the
- *             direct kernel, on every conv shape of one decode, weighted by how often it runs;
+ *   convs     conv2d im2col + weft's GEMM vs the direct kernel, on every conv shape of one
+ *             decode, weighted by how often it runs;
  *   decode    decode time and peak RSS at --size, in one piece and in --tile tiles;
  *   pipeline  the staged pipeline (each component freed after its stage) vs every component
  *             resident, peak RSS, on a FLUX-shaped transformer + that VAE at --pipe-size.
@@ -53,7 +53,7 @@ static void help(FILE *out)
         "the staged pipeline vs all components resident (a 1024-wide FLUX-shaped transformer,\n"
         "4 double + 8 single blocks, at --pipe-size, default 512, --steps 1). Each memory\n"
         "figure is one child process's ru_maxrss. Rounds: convs, one call of every shape with\n"
-        "each kernel in turn (two processes kept loaded: OPENBLAS_CORETYPE as set and unset);\n"
+        "each kernel in turn (one process kept loaded);\n"
         "decode and pipeline, one process per mode in turn. --quick: --size 64 --tile 32\n"
         "--pipe-size 64 and a 2 x 32, 1 + 1-block transformer.\n\n");
     weft_bench_opt_help(out);
@@ -193,8 +193,7 @@ static int run_convs(const struct vae_bench_opts *o, const struct weft_kernels *
     weft_noise_normal(2, 0, (int64_t)max_w, w);
     memset(y, 0, max_y * 4);
     /* one line: ready, then one call per request line "gemm I" or "direct I" */
-    printf("{\"ready\": true, \"coretype\": \"%s\", \"shapes\": [",
-           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "auto");
+    printf("{\"ready\": true, \"shapes\": [");
     for (int i = 0; i < n; i++)
         printf("%s{\"h\": %lld, \"cin\": %lld, \"cout\": %lld, \"k\": %lld, \"count\": %lld}",
                i ? ", " : "", (long long)s[i].h, (long long)s[i].cin, (long long)s[i].cout,
@@ -378,68 +377,49 @@ static void print_json(cJSON *j)
     cJSON_free(text);
 }
 
-/* ---- convs: two processes kept loaded, every shape with every kernel in turn ------------- */
+/* ---- convs: one process kept loaded, every shape with both kernels in turn -------------- */
 
-enum { CONV_GEMM_SET, CONV_GEMM_AUTO, CONV_DIRECT, CONV_KINDS };
-static const char *const conv_keys[] = {"gemm_as_set", "gemm_auto", "direct"};
+enum { CONV_GEMM, CONV_DIRECT, CONV_KINDS };
+static const char *const conv_keys[] = {"gemm", "direct"};
 
 struct convs {
     int n;
     cJSON *shapes; /* as the child listed them: h, cin, cout, k, count */
-    bool have_auto;
-    char coretype[64];
     struct weft_bench_series ms[MAX_SHAPES][CONV_KINDS];
     struct weft_bench_series total_s[CONV_KINDS]; /* the decode's convs, weighted by count */
 };
 
-/* Child 0 runs with the environment as it is (gemm as set, and direct), child 1 with
- * OPENBLAS_CORETYPE unset (gemm auto), when it is set. */
-static int convs_start(struct child *ch, struct weft_child kids[2], bool alive[2],
-                       struct convs *cv)
+static int convs_start(struct child *ch, struct weft_child *kid, struct convs *cv)
 {
-    const char *set = getenv("OPENBLAS_CORETYPE");
-    char **env = set ? weft_env_edit("OPENBLAS_CORETYPE=", NULL) : NULL;
     char *argv[24];
     child_argv(ch, argv, "convs", NULL, NULL, NULL);
-    snprintf(cv->coretype, sizeof(cv->coretype), "%s", set ? set : "unset");
-    for (int k = 0; k < (env ? 2 : 1); k++) {
-        if (weft_child_start_duplex(argv, k ? env : NULL, &kids[k]) != 0)
-            continue;
-        cJSON *j = weft_child_ask_json(&kids[k], NULL, CHILD_TIMEOUT_S);
-        alive[k] = j && cJSON_IsArray(cJSON_GetObjectItem(j, "shapes"));
-        if (alive[k] && k == 0)
-            cv->shapes = cJSON_DetachItemFromObject(j, "shapes");
-        if (!alive[k]) {
-            kill(kids[k].pid, SIGKILL);
-            (void)weft_child_finish(&kids[k], NULL, 0, NULL);
-        }
-        cJSON_Delete(j);
+    if (weft_child_start_duplex(argv, NULL, kid) != 0)
+        return -1;
+    cJSON *j = weft_child_ask_json(kid, NULL, CHILD_TIMEOUT_S);
+    const bool alive = j && cJSON_IsArray(cJSON_GetObjectItem(j, "shapes"));
+    if (alive)
+        cv->shapes = cJSON_DetachItemFromObject(j, "shapes");
+    cJSON_Delete(j);
+    if (!alive) {
+        kill(kid->pid, SIGKILL);
+        (void)weft_child_finish(kid, NULL, 0, NULL);
+        return -1;
     }
-    weft_free(env);
-    cv->have_auto = alive[1];
-    cv->n = cv->shapes ? cJSON_GetArraySize(cv->shapes) : 0;
+    cv->n = cJSON_GetArraySize(cv->shapes);
     cv->n = cv->n > MAX_SHAPES ? MAX_SHAPES : cv->n;
-    return alive[0] ? 0 : -1;
+    return 0;
 }
 
-/* One round: per shape gemm (as set), gemm (auto), direct. */
-static int convs_round(struct weft_child kids[2], const bool alive[2], struct convs *cv,
-                       int round)
+/* One round: per shape im2col + GEMM, then direct. */
+static int convs_round(struct weft_child *kid, struct convs *cv, int round)
 {
-    double tot[CONV_KINDS] = {0, 0, 0};
-    int last = -1; /* the child that answered last */
+    double tot[CONV_KINDS] = {0, 0};
     for (int i = 0; i < cv->n; i++) {
         double count = num(cJSON_GetArrayItem(cv->shapes, i), "count");
         for (int kind = 0; kind < CONV_KINDS; kind++) {
-            int who = kind == CONV_GEMM_AUTO;
-            if (!alive[who])
-                continue;
             char req[32];
             snprintf(req, sizeof(req), "%s %d", kind == CONV_DIRECT ? "direct" : "gemm", i);
-            if (last >= 0 && last != who)
-                weft_child_settle();
-            last = who;
-            cJSON *j = weft_child_ask_json(&kids[who], req, CHILD_TIMEOUT_S);
+            cJSON *j = weft_child_ask_json(kid, req, CHILD_TIMEOUT_S);
             double ms = j ? num(j, "ms") : -1;
             cJSON_Delete(j);
             if (ms < 0)
@@ -449,35 +429,31 @@ static int convs_round(struct weft_child kids[2], const bool alive[2], struct co
         }
     }
     for (int kind = 0; kind < CONV_KINDS; kind++)
-        if (alive[kind == CONV_GEMM_AUTO])
-            weft_bench_series_set(&cv->total_s[kind], round, tot[kind] / 1e3);
+        weft_bench_series_set(&cv->total_s[kind], round, tot[kind] / 1e3);
     return 0;
 }
 
 static int measure_convs(struct child *ch, struct weft_bench *b, struct convs *cv)
 {
-    struct weft_child kids[2];
-    bool alive[2] = {false, false};
-    int rc = convs_start(ch, kids, alive, cv);
+    struct weft_child kid;
+    if (convs_start(ch, &kid, cv) != 0)
+        return -1;
+    int rc = 0;
     for (int r = -b->warmup; r < b->rounds && rc == 0; r++) {
         weft_bench_round_note(b, r);
-        rc = convs_round(kids, alive, cv, r);
+        rc = convs_round(&kid, cv, r);
     }
-    for (int k = 0; k < 2; k++) {
-        if (!alive[k])
-            continue;
-        if (rc)
-            kill(kids[k].pid, SIGKILL);
-        (void)weft_child_finish(&kids[k], NULL, 0, NULL);
-    }
+    if (rc)
+        kill(kid.pid, SIGKILL);
+    (void)weft_child_finish(&kid, NULL, 0, NULL);
     return rc;
 }
 
 static void print_convs(const struct convs *cv, long long size)
 {
     printf("conv2d on every conv of a %lldx%lld FLUX.1 VAE decode (ms per call):\n", size, size);
-    printf("%10s %12s %2s %5s %-26s %-26s %-26s %-22s %s\n", "pixels", "cin->cout", "k", "runs",
-           "gemm (as set)", "gemm (auto)", "direct", "direct / gemm (as set)", "verdict");
+    printf("%10s %12s %2s %5s %-26s %-26s %-22s %s\n", "pixels", "cin->cout", "k", "runs",
+           "im2col + gemm", "direct", "direct / gemm", "verdict");
     char f[CONV_KINDS][96], r[96];
     for (int i = 0; i < cv->n; i++) {
         const cJSON *e = cJSON_GetArrayItem(cv->shapes, i);
@@ -487,50 +463,43 @@ static void print_convs(const struct convs *cv, long long size)
         for (int kind = 0; kind < CONV_KINDS; kind++)
             weft_bench_fmt(&cv->ms[i][kind], 1.0, 1, f[kind], sizeof(f[kind]));
         struct weft_bench_cmp c;
-        weft_bench_compare(&cv->ms[i][CONV_DIRECT], &cv->ms[i][CONV_GEMM_SET], &c);
-        printf("%10s %12s %2.0f %5.0f %-26s %-26s %-26s %-22s %s\n", px, io, num(e, "k"),
-               num(e, "count"), f[0], f[1], f[2], weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
+        weft_bench_compare(&cv->ms[i][CONV_DIRECT], &cv->ms[i][CONV_GEMM], &c);
+        printf("%10s %12s %2.0f %5.0f %-26s %-26s %-22s %s\n", px, io, num(e, "k"),
+               num(e, "count"), f[0], f[1], weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
                weft_bench_verdict_str(&c, "gemm faster", "direct faster"));
     }
     for (int kind = 0; kind < CONV_KINDS; kind++)
         weft_bench_fmt(&cv->total_s[kind], 1.0, 2, f[kind], sizeof(f[kind]));
-    printf("%10s %12s %2s %5s %-26s %-26s %-26s (s, each shape x runs)\n", "all convs", "", "",
-           "", f[0], f[1], f[2]);
-    for (int kind = 0; kind < CONV_DIRECT; kind++) {
-        struct weft_bench_cmp c;
-        weft_bench_compare(&cv->total_s[CONV_DIRECT], &cv->total_s[kind], &c);
-        printf("all convs, direct / %s (paired): %s, %s\n", kind ? "gemm (auto)" : "gemm (as set)",
-               weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
-               weft_bench_verdict_str(&c, "gemm faster", "direct faster"));
-    }
-    printf("(gemm as set: OPENBLAS_CORETYPE=%s; auto: unset, OpenBLAS detects the CPU)\n\n",
-           cv->coretype);
+    printf("%10s %12s %2s %5s %-26s %-26s (s, each shape x runs)\n", "all convs", "", "", "",
+           f[0], f[1]);
+    struct weft_bench_cmp c;
+    weft_bench_compare(&cv->total_s[CONV_DIRECT], &cv->total_s[CONV_GEMM], &c);
+    printf("all convs, direct / im2col + gemm (paired): %s, %s\n\n",
+           weft_bench_fmt_cmp(&c, 2, r, sizeof(r)),
+           weft_bench_verdict_str(&c, "gemm faster", "direct faster"));
 }
 
 static cJSON *convs_json(const struct convs *cv)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "openblas_coretype_as_set", cv->coretype);
     cJSON *arr = cJSON_AddArrayToObject(o, "shapes");
     for (int i = 0; i < cv->n; i++) {
         cJSON *e = cJSON_Duplicate(cJSON_GetArrayItem(cv->shapes, i), 1);
         for (int kind = 0; kind < CONV_KINDS; kind++)
             cJSON_AddItemToObject(e, conv_keys[kind], weft_bench_json_fig(&cv->ms[i][kind], 1));
         struct weft_bench_cmp c;
-        weft_bench_compare(&cv->ms[i][CONV_DIRECT], &cv->ms[i][CONV_GEMM_SET], &c);
-        cJSON_AddItemToObject(e, "direct_over_gemm_as_set",
+        weft_bench_compare(&cv->ms[i][CONV_DIRECT], &cv->ms[i][CONV_GEMM], &c);
+        cJSON_AddItemToObject(e, "direct_over_gemm",
                               weft_bench_json_cmp(&c, "gemm faster", "direct faster"));
         cJSON_AddItemToArray(arr, e);
     }
     cJSON *tot = cJSON_AddObjectToObject(o, "total_s");
     for (int kind = 0; kind < CONV_KINDS; kind++)
         cJSON_AddItemToObject(tot, conv_keys[kind], weft_bench_json_fig(&cv->total_s[kind], 1));
-    for (int kind = 0; kind < CONV_DIRECT; kind++) {
-        struct weft_bench_cmp c;
-        weft_bench_compare(&cv->total_s[CONV_DIRECT], &cv->total_s[kind], &c);
-        cJSON_AddItemToObject(o, kind ? "direct_over_gemm_auto" : "direct_over_gemm_as_set",
-                              weft_bench_json_cmp(&c, "gemm faster", "direct faster"));
-    }
+    struct weft_bench_cmp c;
+    weft_bench_compare(&cv->total_s[CONV_DIRECT], &cv->total_s[CONV_GEMM], &c);
+    cJSON_AddItemToObject(o, "direct_over_gemm",
+                          weft_bench_json_cmp(&c, "gemm faster", "direct faster"));
     return o;
 }
 
