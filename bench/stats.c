@@ -77,6 +77,16 @@ int weft_bench_opt(struct weft_bench *b, int argc, char **argv, int *i)
     return 0;
 }
 
+int weft_bench_dtype_arg(const char *v, enum weft_dtype *out)
+{
+    if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
+        WEFT_LOG_ERROR("bench", "--dtype is f32 or bf16, not '%s'", v);
+        return -1;
+    }
+    *out = v[0] == 'b' ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
+    return 0;
+}
+
 void weft_bench_opt_help(FILE *out)
 {
     fprintf(out,

@@ -29,6 +29,8 @@
 
 #include <cJSON.h>
 
+#include "common/dtype.h"
+
 #define WEFT_BENCH_MIN_ROUNDS 5  /* without --quick; also the fewest pairs for a verdict */
 #define WEFT_BENCH_MAX_ROUNDS 64
 #define WEFT_BENCH_IQR_ROUNDS 8  /* the interquartile range is printed from this many rounds */
@@ -78,6 +80,9 @@ void weft_bench_init(struct weft_bench *b, const char *name);
  * "--opt=value" or "--opt value", *i moved past the value): 1. Not one: 0. A bad value: -1,
  * logged. */
 int weft_bench_opt(struct weft_bench *b, int argc, char **argv, int *i);
+/* The value of --dtype for the benches that compare one: f32 or bf16 into *out, 0; else -1,
+ * logged. */
+int weft_bench_dtype_arg(const char *v, enum weft_dtype *out);
 /* The help text of the common options, for a bench's --help. */
 void weft_bench_opt_help(FILE *out);
 /* Checks the options (at least WEFT_BENCH_MIN_ROUNDS rounds without --quick), records the date

@@ -67,11 +67,8 @@ static int parse(struct weft_cli *cli, struct gen_bench *o)
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--python"))) {
             o->python = v;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dtype"))) {
-            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
-                WEFT_LOG_ERROR("bench", "--dtype is f32 or bf16, not '%s'", v);
+            if (weft_bench_dtype_arg(v, &o->dtype) != 0)
                 return -1;
-            }
-            o->dtype = v[0] == 'b' ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
         } else {
             for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
                 if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, names[k]))) {

@@ -92,11 +92,8 @@ static int parse(struct weft_cli *cli, struct text_bench_opts *o)
         if (strcmp(cli->argv[i], "--no-torch") == 0) {
             o->no_torch = true;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dtype"))) {
-            if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0) {
-                WEFT_LOG_ERROR("bench", "--dtype is f32 or bf16, not '%s'", v);
+            if (weft_bench_dtype_arg(v, &o->dtype) != 0)
                 return -1;
-            }
-            o->dtype = v[0] == 'b' ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--python"))) {
             o->python = v;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--layers"))) {
