@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the Debian 12 packages weft builds and tests with (the CUDA toolkit is separate:
-# nvcc, cuBLAS; without it the CUDA backend is simply not built).
+# nvcc, cuBLAS; without it the CUDA backend is simply not built). OpenBLAS, BLIS and oneDNN are
+# only for weft bench gemm's comparison; the kernels use none of them.
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -2,7 +2,7 @@
 # Run HERE, on a Debian 12 machine with the network, before tests/gpu/run.sh goes to a GPU
 # machine that reaches nothing: fetches what weft needs to build and run there into
 # tests/gpu/deps/ (ignored by git; name it in the device run's carry):
-#   - the Debian 12 packages of weft's libraries (UCX, libuv, inih, OpenBLAS, libspng, cJSON,
+#   - the Debian 12 packages of weft's libraries (UCX, libuv, inih, libspng, cJSON,
 #     libjpeg-turbo, libwebp, the tokenizers' utf8proc and SentencePiece, the llhttp sources)
 #     with their headers and pkg-config files, and pkgconf: run.sh unpacks them under
 #     /tmp/weft-deps (nothing is installed into /). text/'s C++ (SentencePiece's API) builds
@@ -18,8 +18,8 @@ cd deps
 rm -f ./*.deb
 apt-get download \
     libucx0 libucx-dev libnuma1 libnuma-dev libibverbs1 librdmacm1 libnl-3-200 \
-    libnl-route-3-200 libuv1 libuv1-dev libinih1 libinih-dev libopenblas0-pthread \
-    libopenblas-pthread-dev libopenblas-dev libgfortran5 libquadmath0 libspng0 libspng-dev \
+    libnl-route-3-200 libuv1 libuv1-dev libinih1 libinih-dev \
+    libspng0 libspng-dev \
     libcjson1 libcjson-dev libjpeg62-turbo libjpeg62-turbo-dev libwebp7 libwebp-dev \
     libwebpdemux2 libwebpmux3 libutf8proc2 libutf8proc-dev libsentencepiece0 \
     libsentencepiece-dev node-llhttp pkgconf pkgconf-bin libpkgconf3 \

@@ -87,12 +87,12 @@ if ls "$DEPS"/*.deb >/dev/null 2>&1; then
     done
     L=$P/usr/lib/x86_64-linux-gnu
     # only the unpacked .pc files, their paths under the unpack folder
-    export PKG_CONFIG_LIBDIR=$L/pkgconfig:$L/openblas-pthread/pkgconfig:$P/usr/share/pkgconfig
+    export PKG_CONFIG_LIBDIR=$L/pkgconfig:$P/usr/share/pkgconfig
     export PKG_CONFIG_PATH=$PKG_CONFIG_LIBDIR
     export PKG_CONFIG_SYSROOT_DIR=$P
     command -v pkg-config >/dev/null || export PKG_CONFIG=$P/usr/bin/pkgconf
-    export LD_LIBRARY_PATH=$L:$L/openblas-pthread:$P/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export LIBRARY_PATH=$L:$L/openblas-pthread
+    export LD_LIBRARY_PATH=$L:$P/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LIBRARY_PATH=$L
     export CPATH=$P/usr/include:$P/usr/include/x86_64-linux-gnu
     export UCX_MODULE_DIR=$L/ucx
     LLHTTP=(-Dllhttp_prefix="$P/usr/share")
