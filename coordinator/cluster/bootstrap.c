@@ -344,18 +344,13 @@ static void on_first_msg(struct weft_link *link, uint16_t type, const void *data
         return;
     }
     w->link = link;
-    if (r->closed) { /* shutting down (weft_cr_shutdown): this one stops too */
-        w->state = W_JOINED;
-        (void)weft_cr_send(w, WEFT_MSG_SHUTDOWN, NULL);
-        (void)weft_link_flush(link, 1000);
-        weft_link_close(link);
-        w->link = NULL;
-        w->state = W_GONE;
-        return;
-    }
     w->state = W_JOINED;
     w->last_heard = weft_cr_now();
     weft_link_set_callbacks(link, weft_cr_on_msg, on_down, w);
+    if (r->closed) { /* shutting down: this one stops too (weft_cr_shutdown waits for it) */
+        weft_cr_leave(w);
+        return;
+    }
     WEFT_LOG_INFO("cluster", "worker %s joined (%s, pid %ld)", w->id, w->host, w->pid);
     r->plan_error[0] = '\0'; /* the workers changed: plan again */
     weft_cr_plan_maybe(r);
@@ -372,6 +367,14 @@ void weft_cr_worker_lost(struct worker *w, const char *why)
     struct cluster_runner *r = w->r;
     if (w->state == W_FREE || w->state == W_GONE)
         return;
+    if (w->state == W_LEAVING) { /* told to stop: its link's end is the answer, not a loss */
+        if (w->link)
+            weft_link_close(w->link);
+        w->link = NULL;
+        w->state = W_GONE;
+        weft_cr_conn_close(w->conn);
+        return;
+    }
     const bool was_joined = w->state == W_JOINED, in_mesh = w->rank >= 0;
     if (was_joined) {
         WEFT_LOG_WARN("cluster", "worker %s (%s, pid %ld) lost: %s", w->id, w->host, w->pid, why);

@@ -369,7 +369,7 @@ void weft_cr_on_msg(struct weft_link *link, uint16_t type, const void *data, siz
         return;
     }
     w->last_heard = weft_cr_now();
-    switch (type) {
+    switch (w->state == W_JOINED ? type : WEFT_MSG_PING) { /* a leaving worker's: ignored */
     case WEFT_MSG_PING:
         break;
     case WEFT_MSG_ASSIGNED:

@@ -28,12 +28,14 @@
 #define MAX_PENDING 64           /* connections still in their bootstrap */
 #define MAX_PENDING_PER_ADDR 16  /* of them, from one source address */
 #define STOP_WAIT_MS 3000        /* after stop(), how long running jobs may take to stop */
+#define LEAVE_WAIT_MS 5000       /* at shutdown, how long the workers may take to close */
 #define TICK_MS 20
 
 enum wstate {
     W_FREE,
     W_AUTHED, /* proved the secret, waiting for its link's HELLO */
     W_JOINED, /* control link up */
+    W_LEAVING, /* told to SHUTDOWN: waiting for its link to close (weft_cr_shutdown) */
     W_GONE,   /* lost: its connection is closing, the slot is freed when it has */
 };
 
@@ -186,5 +188,6 @@ void weft_cr_jobs_tick(struct cluster_runner *r, double now);
 
 /* runner.c */
 void weft_cr_shutdown(struct cluster_runner *r);
+void weft_cr_leave(struct worker *w); /* SHUTDOWN sent: W_LEAVING */
 
 #endif

@@ -246,26 +246,54 @@ static void cr_metrics(struct weft_runner *base, struct weft_sbuf *out)
     }
 }
 
-/* Workers are told to exit and every handle of ours is closed, so the loop can end. */
+void weft_cr_leave(struct worker *w)
+{
+    if (weft_cr_send(w, WEFT_MSG_SHUTDOWN, NULL) == WEFT_OK)
+        w->state = W_LEAVING;
+    else
+        weft_cr_worker_lost(w, "cannot be told to stop");
+}
+
+static int leaving(const struct cluster_runner *r)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        n += r->w[i].state == W_LEAVING;
+    return n;
+}
+
+/* Workers are told to exit and every handle of ours is closed, so the loop can end.
+ *
+ * A worker answers SHUTDOWN by closing its link (agent.c, session()), and we wait for that
+ * before closing ours: a link closed while the message is still on its way (the worker busy,
+ * the transport slow) reads on the worker's side as a lost coordinator, which it rejoins until
+ * its join timeout. A worker between its bootstrap and its hello is answered with SHUTDOWN
+ * when the hello comes (bootstrap.c, on_first_msg), so wait a little for those too. Both waits
+ * are bounded: a worker that never answers is closed anyway. */
 void weft_cr_shutdown(struct cluster_runner *r)
 {
     if (r->closed)
         return;
     r->closed = true;
-    for (int i = 0; i < MAX_WORKERS; i++) {
-        struct worker *w = &r->w[i];
-        if (w->state == W_JOINED) {
-            (void)weft_cr_send(w, WEFT_MSG_SHUTDOWN, NULL);
-            (void)weft_link_flush(w->link, 1000);
-        }
-    }
-    /* A worker between its bootstrap and its link's hello would miss that, take the closed link
-     * for a lost coordinator and try to join again until its join timeout: wait a little for
-     * its hello, which is answered with SHUTDOWN (bootstrap.c, on_first_msg). */
-    for (int t = 0; t < 100 && weft_cr_authed(r) > 0; t++) {
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (r->w[i].state == W_JOINED)
+            weft_cr_leave(&r->w[i]);
+    const double t0 = weft_cr_now();
+    for (;;) {
+        const double t = weft_cr_now() - t0;
+        const bool wait_leave = leaving(r) > 0 && t < LEAVE_WAIT_MS / 1e3;
+        const bool wait_hello = weft_cr_authed(r) > 0 && t < 1.0;
+        if (!wait_leave && !wait_hello)
+            break;
         weft_link_host_progress(r->host);
-        usleep(10000);
+        usleep(2000);
     }
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (r->w[i].state == W_LEAVING) {
+            WEFT_LOG_WARN("cluster", "worker %s did not close its link within %d ms of SHUTDOWN: "
+                                     "closed", r->w[i].id, LEAVE_WAIT_MS);
+            weft_cr_worker_lost(&r->w[i], "did not leave");
+        }
     weft_cr_boot_close(r);
     weft_cr_rdv_close(r);
     uv_poll_stop(&r->link_poll);
