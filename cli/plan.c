@@ -71,13 +71,17 @@ static int plan_devmap(const char *dir, int strategy, long long devices, const c
     }
     struct weft_devmap map;
     struct weft_devmap_unit *units;
-    struct weft_devmap_component comps[2];
+    struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX];
     struct weft_error err = WEFT_ERROR_INIT;
-    if (weft_devmap_plan_model(dir, (enum weft_devmap_strategy)strategy, (int)devices, NULL, &mm,
+    struct weft_model *model = NULL;
+    if (weft_model_open(dir, &model, &err) != WEFT_OK ||
+        weft_devmap_plan_model(model, (enum weft_devmap_strategy)strategy, (int)devices, NULL, &mm,
                                &map, &units, comps, &err) != WEFT_OK) {
         weft_error_log(&err, "plan");
+        weft_model_close(model);
         return 1;
     }
+    weft_model_close(model);
     const char *name = strategy == WEFT_DEVMAP_AUTO ? "auto" : "balanced";
     if (json) {
         cJSON *o = cJSON_CreateObject();

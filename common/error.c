@@ -12,6 +12,7 @@ void weft_error_clear(struct weft_error *err)
         err->status = WEFT_OK;
         err->msg[0] = '\0';
         err->logged = false;
+        err->peer = false;
     }
 }
 
@@ -21,6 +22,7 @@ static void record(struct weft_error *err, weft_status_t st, const char *fmt, va
         return;
     err->status = st == WEFT_OK ? WEFT_ERR_INTERNAL : st;
     err->logged = false;
+    err->peer = false;
     /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
 }
@@ -38,6 +40,7 @@ weft_status_t weft_error_set(struct weft_error *err, weft_status_t st, const cha
     if (err && err->status == WEFT_OK) {
         err->status = st == WEFT_OK ? WEFT_ERR_INTERNAL : st;
         err->logged = true;
+        err->peer = false;
         snprintf(err->msg, sizeof(err->msg), "%s", msg);
     }
     return st;
@@ -51,6 +54,20 @@ weft_status_t weft_error_refuse(struct weft_error *err, weft_status_t st, const 
     va_end(ap);
     if (err)
         WEFT_LOG_DEBUG("error", "%s", err->msg);
+    return st;
+}
+
+weft_status_t weft_error_peer(struct weft_error *err, weft_status_t st, const char *fmt, ...)
+{
+    const bool empty = err && err->status == WEFT_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    record(err, st, fmt, ap);
+    va_end(ap);
+    if (empty) {
+        err->peer = true;
+        WEFT_LOG_DEBUG("error", "%s", err->msg);
+    }
     return st;
 }
 

@@ -19,9 +19,10 @@ struct weft_error {
     weft_status_t status; /* WEFT_OK: nothing recorded */
     char msg[WEFT_ERROR_MSG];
     bool logged; /* the cause is in the log already (weft_error_set, weft_error_log) */
+    bool peer;   /* a consequence of another rank's failure, whose own report has the cause */
 };
 
-#define WEFT_ERROR_INIT {WEFT_OK, "", false}
+#define WEFT_ERROR_INIT {WEFT_OK, "", false, false}
 
 void weft_error_clear(struct weft_error *err);
 
@@ -32,6 +33,10 @@ weft_status_t weft_error_set(struct weft_error *err, weft_status_t st, const cha
 /* The same without logging above DEBUG: the cause is someone else's (a request, a job) and the
  * caller decides how loud it is. */
 weft_status_t weft_error_refuse(struct weft_error *err, weft_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Another rank failed and this one stops because of it: recorded as weft_error_refuse does,
+ * marked peer, so that whoever collects the ranks' reports prefers the one with the cause. */
+weft_status_t weft_error_peer(struct weft_error *err, weft_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The input's fault (a user's file, a request, a config) where err may be NULL: recorded as
  * weft_error_refuse does; with NULL nobody will report the cause, so it is logged at ERROR under

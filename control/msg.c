@@ -94,8 +94,10 @@ static weft_status_t check_assign(const struct weft_msg_assign *a, struct weft_e
     if (s->on && (!in(s->unit_first, 0, WEFT_MSG_MAX_UNITS) ||
                   !in(s->unit_last, s->unit_first, WEFT_MSG_MAX_UNITS) ||
                   !in(s->prev, -1, pp - 1) || !in(s->next, -1, pp - 1) ||
-                  !in(s->root, 0, pp - 1)))
-        return bad(err, w, "stage", "has a unit range or a neighbour out of bounds");
+                  !in(s->root, 0, pp - 1) || !in(s->clip, -1, pp - 1) ||
+                  !in(s->t5, -1, pp - 1)))
+        return bad(err, w, "stage", "has a unit range, a neighbour or a text encoder's stage out of "
+                                 "bounds");
     if (!in(a->tp_plan.n, 0, WEFT_CONF_MAP_MAX))
         return bad(err, w, "tp_plan", "has too many entries");
     for (int i = 0; i < a->tp_plan.n; i++)
@@ -312,6 +314,8 @@ static void f_assign(struct codec *c, struct weft_msg_assign *a)
     f_i32(c, &a->stage.prev, "stage.prev");
     f_i32(c, &a->stage.next, "stage.next");
     f_i32(c, &a->stage.root, "stage.root");
+    f_i32(c, &a->stage.clip, "stage.clip");
+    f_i32(c, &a->stage.t5, "stage.t5");
     f_int(c, &a->tp_plan.n, "tp_plan");
     if (c->r && !in(a->tp_plan.n, 0, WEFT_CONF_MAP_MAX)) {
         c->r->failed = "tp_plan";
@@ -406,6 +410,7 @@ static void f_done(struct codec *c, struct weft_msg_done *d)
     f_u64(c, &d->job, "job");
     f_i32(c, &d->status, "status");
     F_STR(c, d->error, "error");
+    f_bool(c, &d->peer, "peer");
     f_i32(c, &d->n_comm, "n_comm");
     if (c->r && !in(d->n_comm, 0, WEFT_MSG_COMM_MAX)) {
         if (!c->r->failed)

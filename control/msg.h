@@ -60,6 +60,7 @@ struct weft_msg_stage {
     int32_t unit_first, unit_last; /* the transformer units it runs, [first, last) */
     int32_t prev, next;            /* neighbouring stages that hold units, -1: none */
     int32_t root;                  /* the stage that computes the model's output */
+    int32_t clip, t5;              /* the stages that run the text encoders, -1: none */
 };
 
 struct weft_msg_assign {
@@ -146,6 +147,7 @@ struct weft_msg_done {
     uint64_t job;
     int32_t status; /* weft_status_t: WEFT_OK, WEFT_ERR_CANCELLED or the failure */
     char error[WEFT_ERROR_MSG];
+    bool peer; /* the failure is a consequence of another rank's, whose DONE has the cause */
     int32_t n_comm;
     struct weft_msg_comm comm[WEFT_MSG_COMM_MAX]; /* the job's collectives on this rank */
     uint64_t prompt_cache_hits, prompt_cache_misses; /* this job's text prompts on this rank */

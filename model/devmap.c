@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/flux.h"
+#include "model/model.h"
 #include "model/vae.h"
 
 static uint64_t room(const struct weft_devmap *m, int d)
@@ -230,73 +231,99 @@ bool weft_devmap_range(const struct weft_devmap *map, int c, int d, int *first, 
     return f >= 0;
 }
 
+int weft_devmap_find(const struct weft_devmap *map, const char *name)
+{
+    for (int c = 0; c < map->n_components; c++)
+        if (strcmp(map->components[c].name, name) == 0)
+            return c;
+    return -1;
+}
+
+int weft_devmap_component_device(const struct weft_devmap *map, const char *name)
+{
+    const int c = weft_devmap_find(map, name);
+    return c < 0 ? -1 : weft_devmap_exec_device(map, c, 0);
+}
+
 weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
                                         const struct weft_ckpt *flux_ck,
                                         const struct weft_vae_config *vae,
-                                        const struct weft_ckpt *vae_ck,
+                                        const struct weft_ckpt *vae_ck, const uint64_t *text_bytes,
                                         struct weft_devmap_unit **units_p,
-                                        struct weft_devmap_component comps[2], int *n_comps_p,
-                                        struct weft_error *err)
+                                        struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX],
+                                        int *n_comps_p, struct weft_error *err)
 {
+    static const char *const text_names[2] = {"text_encoder", "text_encoder_2"};
     const int n_tf = weft_flux_unit_count(flux);
     size_t n_params = weft_flux_params(flux, NULL);
     struct weft_param *params = weft_calloc(n_params, sizeof(*params));
-    struct weft_devmap_unit *units = weft_calloc((size_t)n_tf + 1, sizeof(*units));
+    /* units: the text encoders', the transformer's, the VAE's */
+    struct weft_devmap_unit *units = weft_calloc((size_t)n_tf + 3, sizeof(*units));
     if (!params || !units) {
         weft_free(params), weft_free(units);
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
+    int n = 0, next = 0; /* components, units */
+    for (int k = 0; k < 2; k++) {
+        if (!text_bytes || !text_bytes[k])
+            continue;
+        struct weft_devmap_unit *u = &units[next++];
+        snprintf(u->name, sizeof(u->name), "%s", text_names[k]);
+        u->bytes = text_bytes[k];
+        comps[n++] = (struct weft_devmap_component){text_names[k], u, 1};
+    }
+    struct weft_devmap_unit *tf = units + next;
     (void)weft_flux_params(flux, params);
     for (int u = 0; u < n_tf; u++) {
         char name[64];
         weft_flux_unit_name(flux, u, name, sizeof(name));
-        snprintf(units[u].name, sizeof(units[u].name), "transformer.%s", name);
+        snprintf(tf[u].name, sizeof(tf[u].name), "transformer.%s", name);
     }
     for (size_t i = 0; i < n_params; i++) {
         int u = weft_flux_param_unit(flux, params[i].name);
         int64_t numel = params[i].ndim == 2 ? params[i].shape[0] * params[i].shape[1]
                                             : params[i].shape[0];
         if (u >= 0)
-            units[u].bytes += weft_ckpt_held_bytes(flux_ck, params[i].name, params[i].ndim, numel);
+            tf[u].bytes += weft_ckpt_held_bytes(flux_ck, params[i].name, params[i].ndim, numel);
     }
     weft_free(params);
-    comps[0] = (struct weft_devmap_component){"transformer", units, n_tf};
-    *n_comps_p = 1;
+    comps[n++] = (struct weft_devmap_component){"transformer", tf, n_tf};
+    next += n_tf;
     if (vae) {
-        snprintf(units[n_tf].name, sizeof(units[n_tf].name), "vae");
-        units[n_tf].bytes = weft_vae_held_bytes(vae, vae_ck, WEFT_VAE_DECODER);
-        comps[1] = (struct weft_devmap_component){"vae", units + n_tf, 1};
-        *n_comps_p = 2;
+        struct weft_devmap_unit *u = &units[next++];
+        snprintf(u->name, sizeof(u->name), "vae");
+        u->bytes = weft_vae_held_bytes(vae, vae_ck, WEFT_VAE_DECODER);
+        comps[n++] = (struct weft_devmap_component){"vae", u, 1};
     }
+    *n_comps_p = n;
     *units_p = units;
     return WEFT_OK;
 }
 
-weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_strategy strategy,
-                                     int n_devices, const uint64_t *device_room,
+weft_status_t weft_devmap_plan_model(const struct weft_model *model,
+                                     enum weft_devmap_strategy strategy, int n_devices,
+                                     const uint64_t *device_room,
                                      const struct weft_max_memory *max_memory,
                                      struct weft_devmap *out, struct weft_devmap_unit **units_p,
-                                     struct weft_devmap_component comps[2], struct weft_error *err)
+                                     struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX],
+                                     struct weft_error *err)
 {
-    const bool pipeline = weft_path_kind(model_dir) == WEFT_PATH_PIPELINE;
-    char dir[WEFT_CONF_PATH + 16];
-    snprintf(dir, sizeof(dir), "%s%s", model_dir, pipeline ? "/transformer" : "");
-    struct weft_flux_config fc;
-    struct weft_vae_config vc;
     struct weft_ckpt *ck, *vck = NULL;
-    weft_status_t st = weft_ckpt_open(dir, &ck, err);
+    weft_status_t st = weft_ckpt_open(model->transformer_dir, &ck, err);
     if (st != WEFT_OK)
         return st;
-    st = weft_flux_config_parse(weft_ckpt_config(ck), dir, &fc, err);
-    if (st == WEFT_OK && pipeline) {
-        snprintf(dir, sizeof(dir), "%s/vae", model_dir);
-        if ((st = weft_ckpt_open(dir, &vck, err)) == WEFT_OK)
-            st = weft_vae_config_parse(weft_ckpt_config(vck), dir, &vc, err);
+    if (model->has_vae && (st = weft_ckpt_open(model->vae_dir, &vck, err)) != WEFT_OK) {
+        weft_ckpt_close(ck);
+        return st;
     }
+    /* the text encoders are placed when the pipeline encodes text with them */
+    char why[8];
+    const bool text = !weft_model_text_missing(model, why, sizeof(why));
+    const uint64_t text_bytes[2] = {text ? model->clip.held_bytes : 0,
+                                    text ? model->t5.held_bytes : 0};
     int n_comps = 0;
-    if (st == WEFT_OK)
-        st = weft_devmap_flux_pipeline(&fc, ck, pipeline ? &vc : NULL, vck, units_p, comps,
-                                       &n_comps, err);
+    st = weft_devmap_flux_pipeline(&model->flux, ck, model->has_vae ? &model->vae : NULL, vck,
+                                   text_bytes, units_p, comps, &n_comps, err);
     weft_ckpt_close(ck);
     weft_ckpt_close(vck);
     if (st != WEFT_OK)

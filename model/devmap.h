@@ -2,9 +2,9 @@
  * hf_device_map it produces). Pure arithmetic over byte counts, shared by the coordinator (to
  * plan before anything loads, and `weft plan`) and nothing else; the workers receive its result.
  *
- * A pipeline is a list of components in execution order (the transformer, then the VAE); a
- * component is a list of units in execution order (for the transformer: its embedders, each
- * block, its output layers; the VAE is one unit). Devices are numbered 0..n-1 (the workers of
+ * A pipeline is a list of components in execution order (the text encoders, the transformer,
+ * the VAE); a component is a list of units in execution order (for the transformer: its
+ * embedders, each block, its output layers; a text encoder or the VAE is one unit). Devices are numbered 0..n-1 (the workers of
  * one replica, in rank order); WEFT_DEVMAP_CPU is host memory.
  *
  *   balanced  components, largest first, go to the devices in the order 0, 1, .., n-1, n-1, ..,
@@ -81,32 +81,46 @@ int weft_devmap_exec_device(const struct weft_devmap *map, int c, int u);
  * included); false when it executes none. */
 bool weft_devmap_range(const struct weft_devmap *map, int c, int d, int *first, int *last);
 
-/* FLUX.1's pipeline as components: "transformer" (its units, model/flux.h) and, when vae is
- * given, "vae" (the decoder: one unit), each parameter counted at the bytes the worker holds it
- * in (weft_ckpt_held_bytes: a weight matrix as its checkpoint stores it, vectors f32; a NULL
- * checkpoint counts everything f32). *units_p (weft_free) backs comps[k].units; n_comps_p gets
- * 1 or 2. */
+/* Components of FLUX.1's pipeline, in execution order: the text encoders (when the pipeline
+ * encodes text), the transformer, the VAE. */
+#define WEFT_DEVMAP_PIPELINE_MAX 4
+
+/* FLUX.1's pipeline as components: "text_encoder" (CLIP) and "text_encoder_2" (T5), one unit
+ * each, when text_bytes gives their held bytes (NULL or 0: absent); "transformer" (its units,
+ * model/flux.h); and, when vae is given, "vae" (the decoder: one unit). Each parameter is
+ * counted at the bytes the worker holds it in (weft_ckpt_held_bytes: a weight matrix as its
+ * checkpoint stores it, vectors f32; a NULL checkpoint counts everything f32). *units_p
+ * (weft_free) backs comps[k].units; *n_comps_p gets 1 to 4. */
 struct weft_ckpt;
 struct weft_flux_config;
 struct weft_vae_config;
 weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
                                         const struct weft_ckpt *flux_ck,
                                         const struct weft_vae_config *vae,
-                                        const struct weft_ckpt *vae_ck,
+                                        const struct weft_ckpt *vae_ck, const uint64_t *text_bytes,
                                         struct weft_devmap_unit **units_p,
-                                        struct weft_devmap_component comps[2], int *n_comps_p,
-                                        struct weft_error *err);
+                                        struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX],
+                                        int *n_comps_p, struct weft_error *err);
 
-/* A FLUX.1 model folder's pipeline (a pipeline folder: transformer and VAE; a transformer
- * folder: the transformer alone), planned as weft_devmap_plan does. The map points into
- * *units_p and comps (the caller's, two entries), which must outlive it; weft_free(*units_p)
- * after weft_devmap_cleanup. */
-weft_status_t weft_devmap_plan_model(const char *model_dir, enum weft_devmap_strategy strategy,
-                                     int n_devices, const uint64_t *device_room,
+/* An opened model's pipeline (a pipeline folder: its text encoders when it can encode text,
+ * the transformer and the VAE; a transformer folder: the transformer alone), planned as
+ * weft_devmap_plan does. The map points into *units_p and comps (the caller's), which must
+ * outlive it; weft_free(*units_p) after weft_devmap_cleanup. */
+struct weft_model;
+weft_status_t weft_devmap_plan_model(const struct weft_model *model,
+                                     enum weft_devmap_strategy strategy, int n_devices,
+                                     const uint64_t *device_room,
                                      const struct weft_max_memory *max_memory,
                                      struct weft_devmap *out, struct weft_devmap_unit **units_p,
-                                     struct weft_devmap_component comps[2],
+                                     struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX],
                                      struct weft_error *err);
+
+/* The index of the component called name, or -1. */
+int weft_devmap_find(const struct weft_devmap *map, const char *name);
+
+/* The device that runs a one-unit component (a text encoder, the VAE; its exec device), or -1
+ * when the map has no such component. */
+int weft_devmap_component_device(const struct weft_devmap *map, const char *name);
 
 /* The map as hf_device_map has it: {"transformer.embedders": label, ...}, where the label is
  * device_names[d] (NULL: the index as a number) or "cpu". */

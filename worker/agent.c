@@ -204,8 +204,9 @@ static void assign_of_msg(const struct weft_msg_assign *m, struct weft_rt_assign
     as->tp_plan = m->tp_plan;
     as->decode = m->decode;
     as->compute = (enum weft_dtype)m->compute;
-    as->stage = (struct weft_rt_stage){m->stage.on, m->stage.unit_first, m->stage.unit_last,
-                                       m->stage.prev, m->stage.next, m->stage.root};
+    as->stage = (struct weft_rt_stage){m->stage.on,   m->stage.unit_first, m->stage.unit_last,
+                                       m->stage.prev, m->stage.next,       m->stage.root,
+                                       m->stage.clip, m->stage.t5};
 }
 
 static weft_status_t do_assign(struct agent *a, const struct weft_msg_assign *m,
@@ -402,6 +403,7 @@ static void done(struct agent *a, uint64_t job, weft_status_t st, const struct w
     m->done.status = st;
     snprintf(m->done.error, sizeof(m->done.error), "%s",
              st != WEFT_OK && st != WEFT_ERR_CANCELLED ? weft_error_text(err) : "");
+    m->done.peer = st != WEFT_OK && err && err->peer;
     if (before) {
         struct weft_par_stats after;
         weft_runtime_comm_stats(a->rt, &after);

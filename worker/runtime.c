@@ -124,15 +124,42 @@ static weft_status_t resolve_plan(struct weft_runtime *rt, struct weft_error *er
     return st;
 }
 
-/* The replica's first rank encodes; with T5 tensor-parallel its tp group runs T5 with it. */
-static bool encodes_here(const struct weft_runtime *rt)
+/* Ranks within the replica group (WEFT_MESH_REPLICA's order): this rank's, and that of the
+ * first rank of pipeline stage pp. */
+static int replica_rank(const struct weft_runtime *rt, const struct weft_mesh_coord *c)
 {
-    return rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0 && rt->me.tp == 0;
+    struct weft_mesh_coord first = {.dp = c->dp};
+    return weft_mesh_rank(&rt->a.layout.mesh, c) - weft_mesh_rank(&rt->a.layout.mesh, &first);
+}
+
+static int stage_rank(const struct weft_runtime *rt, int pp)
+{
+    const struct weft_mesh_coord c = {.dp = rt->me.dp, .pp = pp > 0 ? pp : 0};
+    return replica_rank(rt, &c);
+}
+
+/* Who encodes text in a replica: with device_map the stages the plan put CLIP and T5 on
+ * (text_encoder, text_encoder_2 in its hf_device_map); otherwise the replica's first rank
+ * runs both, and with T5 tensor-parallel its tp group runs T5 with it. T5's rank keeps the
+ * prompt cache. */
+static int clip_root(const struct weft_runtime *rt)
+{
+    return rt->a.stage.on ? stage_rank(rt, rt->a.stage.clip) : 0;
+}
+
+static int t5_root(const struct weft_runtime *rt)
+{
+    return rt->a.stage.on ? stage_rank(rt, rt->a.stage.t5) : 0;
+}
+
+static bool clip_here(const struct weft_runtime *rt)
+{
+    return replica_rank(rt, &rt->me) == clip_root(rt);
 }
 
 static bool t5_here(const struct weft_runtime *rt)
 {
-    return encodes_here(rt) ||
+    return replica_rank(rt, &rt->me) == t5_root(rt) ||
            (rt->t5_layout && rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0);
 }
 
@@ -266,12 +293,14 @@ void weft_runtime_comm_stats(const struct weft_runtime *rt, struct weft_par_stat
 
 uint64_t weft_runtime_text_bytes(const struct weft_runtime *rt)
 {
-    if (!rt->model || !t5_here(rt) || weft_model_text_missing(rt->model, (char[8]){0}, 8))
+    if (!rt->model || weft_model_text_missing(rt->model, (char[8]){0}, 8))
         return 0;
-    uint64_t clip = 0;
-    if (encodes_here(rt))
+    uint64_t clip = 0, t5 = 0;
+    if (clip_here(rt))
         clip = rt->clip ? weft_clip_text_weight_bytes(rt->clip) : rt->model->clip.held_bytes;
-    return clip + (rt->t5 ? weft_t5_weight_bytes(rt->t5) : rt->t5_bytes);
+    if (t5_here(rt))
+        t5 = rt->t5 ? weft_t5_weight_bytes(rt->t5) : rt->t5_bytes;
+    return clip + t5;
 }
 
 void weft_runtime_text_stats(const struct weft_runtime *rt, struct weft_rt_text_stats *out)
@@ -343,7 +372,7 @@ static weft_status_t t5_agree(struct weft_runtime *rt, weft_status_t mine, const
         return weft_error_refuse(err, st, "T5's tensor-parallel group %s: %s", what,
                                  weft_status_str(st));
     if (mine == WEFT_OK && bad > 0.0f)
-        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%.0f of T5's %d tensor-parallel "
+        return weft_error_peer(err, WEFT_ERR_UNSUPPORTED, "%.0f of T5's %d tensor-parallel "
                                  "ranks failed %s (their reports say why)", bad,
                                  rt->a.layout.mesh.tp, what);
     return mine;
@@ -374,7 +403,7 @@ static weft_status_t t5_embeds(struct weft_runtime *rt, weft_status_t prior, con
         weft_tokens_cleanup(&t);
         return st;
     }
-    if (t.truncated && encodes_here(rt))
+    if (t.truncated && replica_rank(rt, &rt->me) == t5_root(rt))
         warn_truncated("T5", &t, msl);
     st = t5_agree(rt, weft_t5_forward(rt->t5, t.ids, t.len, embeds, err), "T5's forward pass",
                   err);
@@ -402,70 +431,34 @@ static weft_status_t embeds_alloc(const struct weft_model *m, int64_t tokens,
     return WEFT_OK;
 }
 
-/* On the encoding rank: from the cache, or through both encoders. With T5 tensor-parallel the
- * first rank tells its tp group whether the cache had the prompt, runs CLIP, then the group
- * runs T5 (the others' copy of the result is dropped: share() gives every rank the first
- * rank's). */
-static weft_status_t encode_local(struct weft_runtime *rt, const char *text, int64_t msl,
-                                  struct weft_prompt_embeds *out, struct weft_error *err)
+/* The replica agrees on a prompt's outcome before its embeddings move: slot 0 carries the
+ * CLIP rank's status, slot 1 the T5 rank's, slot 2 counts the ranks that could not hold the
+ * result. Every rank joins, so a failure anywhere fails every rank instead of leaving some
+ * waiting in a broadcast. */
+static weft_status_t agree(struct weft_runtime *rt, weft_status_t clip, weft_status_t t5,
+                           weft_status_t mine, struct weft_error *err)
 {
-    const struct weft_model *m = rt->model;
-    const int64_t joint = m->flux.joint_attention_dim, pooled = m->flux.pooled_projection_dim;
-    const struct weft_prompt_key key = {rt->a.model, (int)rt->a.compute, msl, text};
-    const bool root = encodes_here(rt);
-    float hit = root && weft_prompt_cache_get(rt->cache, &key, joint, pooled, out) ? 1.0f : 0.0f;
-    weft_status_t st = WEFT_OK;
-    if (rt->t5_layout && (st = rt->comm->bcast(rt->comm->tp, &hit, 1, 0)) != WEFT_OK)
-        return weft_error_refuse(err, st, "T5's tensor-parallel group: %s", weft_status_str(st));
-    if (hit > 0.0f)
-        return WEFT_OK; /* on the first rank out holds the cached embeddings */
-    struct weft_prompt_embeds pe = {0};
-    st = embeds_alloc(m, msl, &pe, err);
-    if (st == WEFT_OK && root)
-        st = clip_pooled(rt, text, pe.pooled, err);
-    if (st == WEFT_OK || rt->t5_layout)
-        st = t5_embeds(rt, st, text, msl, pe.embeds, err);
-    if (st != WEFT_OK || !root) {
-        weft_prompt_embeds_cleanup(&pe);
-        return st;
+    const int me = replica_rank(rt, &rt->me);
+    float v[3] = {me == clip_root(rt) ? (float)clip : 0.0f, me == t5_root(rt) ? (float)t5 : 0.0f,
+                  mine != WEFT_OK ? 1.0f : 0.0f};
+    weft_status_t st = rt->comm->allreduce(rt->comm->replica, v, 3);
+    if (st != WEFT_OK) /* the transport logged why */
+        return weft_error_refuse(err, st, "agreeing on a prompt's embeddings over the replica: "
+                                 "%s", weft_status_str(st));
+    if (mine != WEFT_OK)
+        return mine; /* err says why */
+    static const char *const who[2] = {"CLIP (text_encoder)", "T5 (text_encoder_2)"};
+    for (int k = 0; k < 2; k++) {
+        const bool root = me == (k ? t5_root(rt) : clip_root(rt));
+        const weft_status_t s = (weft_status_t)v[k];
+        if (s != WEFT_OK)
+            return root ? s : weft_error_peer(err, s, "the rank that runs %s could not encode "
+                                                "the prompt: %s (its report says why)", who[k],
+                                                weft_status_str(s));
     }
-    weft_prompt_cache_put(rt->cache, &key, joint, pooled, &pe);
-    *out = pe;
-    return WEFT_OK;
-}
-
-/* The encoding rank's outcome and result to the whole replica: a header {status} first, so
- * that a failure there fails every rank instead of leaving them waiting. */
-static weft_status_t share(struct weft_runtime *rt, weft_status_t mine, int64_t msl,
-                           struct weft_prompt_embeds *pe, struct weft_error *err)
-{
-    const struct weft_par_comm *c = rt->comm;
-    const bool root = encodes_here(rt);
-    float head = root ? (float)mine : 0.0f;
-    weft_status_t st = c->bcast(c->replica, &head, 1, 0);
-    if (st != WEFT_OK) { /* the transport logged why */
-        if (root)
-            weft_prompt_embeds_cleanup(pe);
-        return weft_error_refuse(err, st, "sharing a prompt's embeddings over the replica: %s",
-                                 weft_status_str(st));
-    }
-    if (root && mine != WEFT_OK)
-        return mine;
-    if ((weft_status_t)head != WEFT_OK)
-        return weft_error_refuse(err, (weft_status_t)head, "the replica's first rank could not "
-                                 "encode the prompt: %s (its report says why)",
-                                 weft_status_str((weft_status_t)head));
-    const struct weft_model *m = rt->model;
-    if (!root && (st = embeds_alloc(m, msl, pe, err)) != WEFT_OK)
-        return st; /* the peers go on: this rank's failure ends the replica's job */
-    st = c->bcast(c->replica, pe->embeds, (size_t)(msl * m->flux.joint_attention_dim), 0);
-    if (st == WEFT_OK)
-        st = c->bcast(c->replica, pe->pooled, (size_t)m->flux.pooled_projection_dim, 0);
-    if (st != WEFT_OK) {
-        weft_prompt_embeds_cleanup(pe);
-        return weft_error_refuse(err, st, "sharing a prompt's embeddings over the replica: %s",
-                                 weft_status_str(st));
-    }
+    if (v[2] > 0.0f)
+        return weft_error_peer(err, WEFT_ERR_NOMEM, "%.0f rank(s) of the replica had no memory "
+                                 "for a prompt's embeddings", v[2]);
     return WEFT_OK;
 }
 
@@ -479,17 +472,58 @@ weft_status_t weft_runtime_encode(struct weft_runtime *rt, const char *text,
     char why[400];
     if (weft_model_text_missing(rt->model, why, sizeof(why)))
         return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s", why);
-    if (max_sequence_length < 1 || max_sequence_length > WEFT_MODEL_MAX_SEQUENCE_LENGTH)
+    const int64_t msl = max_sequence_length;
+    if (msl < 1 || msl > WEFT_MODEL_MAX_SEQUENCE_LENGTH)
         return weft_error_refuse(err, WEFT_ERR_RANGE, "max_sequence_length %lld: 1..%d allowed",
-                                 (long long)max_sequence_length, WEFT_MODEL_MAX_SEQUENCE_LENGTH);
+                                 (long long)msl, WEFT_MODEL_MAX_SEQUENCE_LENGTH);
+    const struct weft_model *m = rt->model;
+    const struct weft_par_comm *c = rt->comm;
+    const int64_t joint = m->flux.joint_attention_dim, pooled = m->flux.pooled_projection_dim;
+    const int me = replica_rank(rt, &rt->me), croot = clip_root(rt), troot = t5_root(rt);
+    const struct weft_prompt_key key = {rt->a.model, (int)rt->a.compute, msl, text};
     struct weft_prompt_embeds pe = {0};
+    /* T5's rank keeps the cache: a prompt it has is shared from there, nothing encoded */
+    float hit =
+        me == troot && weft_prompt_cache_get(rt->cache, &key, joint, pooled, &pe) ? 1.0f : 0.0f;
     weft_status_t st = WEFT_OK;
-    if (t5_here(rt))
-        st = encode_local(rt, text, max_sequence_length, &pe, err);
-    if (rt->comm)
-        st = share(rt, st, max_sequence_length, &pe, err);
-    if (st != WEFT_OK)
+    if (c && (st = c->bcast(c->replica, &hit, 1, troot)) != WEFT_OK) {
+        weft_prompt_embeds_cleanup(&pe);
+        return weft_error_refuse(err, st, "sharing a prompt's embeddings over the replica: %s",
+                                 weft_status_str(st));
+    }
+    weft_status_t st_clip = WEFT_OK, st_t5 = WEFT_OK;
+    if (!(hit > 0.0f && me == troot))
+        st = embeds_alloc(m, msl, &pe, err);
+    if (hit == 0.0f) {
+        if (st == WEFT_OK && me == croot)
+            st_clip = clip_pooled(rt, text, pe.pooled, err);
+        /* T5 runs when this rank could hold the result and CLIP (here) went well; with T5
+         * tensor-parallel a failure still joins the group's agreement */
+        const weft_status_t prior = st != WEFT_OK ? st : st_clip;
+        if (t5_here(rt) && (prior == WEFT_OK || rt->t5_layout))
+            st_t5 = t5_embeds(rt, prior, text, msl, pe.embeds, err);
+        else
+            st_t5 = prior;
+    }
+    if (c) {
+        st = agree(rt, st_clip, st_t5, st, err);
+        const int from[2] = {hit > 0.0f ? troot : croot, troot};
+        if (st == WEFT_OK)
+            st = c->bcast(c->replica, pe.pooled, (size_t)pooled, from[0]);
+        if (st == WEFT_OK)
+            st = c->bcast(c->replica, pe.embeds, (size_t)(msl * joint), from[1]);
+        if (st != WEFT_OK && !err->status)
+            weft_error_refuse(err, st, "sharing a prompt's embeddings over the replica: %s",
+                              weft_status_str(st));
+    } else {
+        st = st != WEFT_OK ? st : st_clip != WEFT_OK ? st_clip : st_t5;
+    }
+    if (st != WEFT_OK) {
+        weft_prompt_embeds_cleanup(&pe);
         return st;
+    }
+    if (hit == 0.0f && me == troot)
+        weft_prompt_cache_put(rt->cache, &key, joint, pooled, &pe);
     *out = pe;
     return WEFT_OK;
 }

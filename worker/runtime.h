@@ -54,6 +54,8 @@ struct weft_rt_assign {
     struct weft_rt_stage {
         bool on;
         int unit_first, unit_last, prev, next, root;
+        int clip, t5; /* the stages that run CLIP and T5 (-1: none; without device_map the
+                       * replica's first rank runs both) */
     } stage;
 };
 

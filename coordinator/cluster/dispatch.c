@@ -337,6 +337,10 @@ static void on_done(struct cluster_runner *r, struct worker *w, const struct wef
         char reason[320];
         snprintf(reason, sizeof(reason), "worker %s (%s, pid %ld): %s", w->id, w->host, w->pid,
                  m->error[0] ? m->error : weft_status_str(s));
+        if (jr->reason_peer && !m->peer)
+            jr->status = WEFT_OK; /* the rank with the cause speaks over its consequences */
+        if (jr->status == WEFT_OK || jr->status == WEFT_ERR_CANCELLED)
+            jr->reason_peer = m->peer;
         weft_cr_job_fail(jr, s, reason);
     } else if (s == WEFT_ERR_CANCELLED) {
         weft_cr_job_fail(jr, s, "cancelled");

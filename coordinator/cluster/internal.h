@@ -81,6 +81,7 @@ struct job_run {
     int pending; /* replicas still running */
     weft_status_t status;
     char reason[320];
+    bool reason_peer; /* reason is a rank's report of another's failure (weft_error_peer) */
     char out_dir[WEFT_CONF_PATH + 64];
     char id[WEFT_MSG_JOB_ID_MAX];
     /* progress: the deadline is the last report + max(stall_timeout, 10 x the longest step) */
@@ -122,7 +123,7 @@ struct cluster_runner {
     /* device_map: the placement of the current plan (map.n_devices 0: none) */
     struct weft_devmap map;
     struct weft_devmap_unit *map_units;
-    struct weft_devmap_component map_comps[2];
+    struct weft_devmap_component map_comps[WEFT_DEVMAP_PIPELINE_MAX];
     struct weft_rdv_server *rdv;
     uv_poll_t rdv_poll;
     bool rdv_poll_open;

@@ -99,7 +99,7 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
     weft_cr_devmap_drop(r);
     struct weft_error err = WEFT_ERROR_INIT;
     weft_status_t st = weft_devmap_plan_model(
-        r->model_dir, (enum weft_devmap_strategy)r->conf->device_map.strategy, pp, room, &mm,
+        r->model, (enum weft_devmap_strategy)r->conf->device_map.strategy, pp, room, &mm,
         &r->map, &r->map_units, r->map_comps, &err);
     if (st != WEFT_OK)
         snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_error_text(&err));
@@ -107,17 +107,19 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
 }
 
 /* The stage of device d: its transformer units, its neighbours and the output device in the
- * pipe group (device order), and whether it decodes. */
+ * pipe group (device order), the devices that run the text encoders, and whether it
+ * decodes. */
 static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_stage *s,
                          bool *decode_p)
 {
     const struct weft_devmap *m = &r->map;
+    const int tf = weft_devmap_find(m, "transformer"), vae = weft_devmap_find(m, "vae");
     int first[WEFT_DEVMAP_MAX_DEVICES] = {0}, last[WEFT_DEVMAP_MAX_DEVICES] = {0};
     int prev = -1, next = -1, root = 0;
     for (int k = 0; k < m->n_devices; k++) {
-        if (!weft_devmap_range(m, 0, k, &first[k], &last[k]))
+        if (!weft_devmap_range(m, tf, k, &first[k], &last[k]))
             first[k] = last[k] = 0;
-        if (last[k] == m->components[0].n_units)
+        if (last[k] == m->components[tf].n_units)
             root = k;
     }
     if (first[d] < last[d]) {
@@ -128,8 +130,10 @@ static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_
                 next = k;
         }
     }
-    *decode_p = m->n_components > 1 ? weft_devmap_exec_device(m, 1, 0) == d : d == root;
-    *s = (struct weft_msg_stage){true, first[d], last[d], prev, next, root};
+    *decode_p = vae >= 0 ? weft_devmap_exec_device(m, vae, 0) == d : d == root;
+    *s = (struct weft_msg_stage){true, first[d], last[d], prev, next, root,
+                                 weft_devmap_component_device(m, "text_encoder"),
+                                 weft_devmap_component_device(m, "text_encoder_2")};
 }
 
 /* How many workers the mesh takes now (0: not yet), and how many make one replica. */

@@ -179,15 +179,8 @@ static cJSON *cr_describe(struct weft_runner *base)
     cJSON_AddNumberToObject(mesh, "tp", r->layout.mesh.tp);
     if (r->map.n_devices && (r->planned || r->assigning)) {
         cJSON_AddNumberToObject(mesh, "stages", r->mesh.pp);
-        cJSON_Delete(tf), cJSON_Delete(vae);
-        describe_devmap(r, d);
-        if (cJSON_GetArraySize(te)) { /* the replicas' first ranks encode text */
-            cJSON *dm = cJSON_GetObjectItemCaseSensitive(d, "device_map");
-            cJSON_AddItemToObject(dm, "text_encoder", cJSON_Duplicate(te, 1));
-            cJSON_AddItemToObject(dm, "text_encoder_2", te);
-        } else {
-            cJSON_Delete(te);
-        }
+        cJSON_Delete(tf), cJSON_Delete(vae), cJSON_Delete(te);
+        describe_devmap(r, d); /* the text encoders are in the map, placed like the rest */
     } else {
         cJSON *dm = cJSON_AddObjectToObject(d, "device_map");
         cJSON_AddStringToObject(dm, "prompt_embeds",
@@ -363,8 +356,8 @@ static weft_status_t check_start(const struct weft_cluster_runner_opts *opts,
         return weft_error_refuse(err, WEFT_ERR_CONFIG, "[device_map] max_memory: %s", why);
     struct weft_devmap map;
     struct weft_devmap_unit *units = NULL;
-    struct weft_devmap_component comps[2];
-    st = weft_devmap_plan_model(opts->model_dir, (enum weft_devmap_strategy)c->device_map.strategy,
+    struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX];
+    st = weft_devmap_plan_model(opts->model, (enum weft_devmap_strategy)c->device_map.strategy,
                                 layout->mesh.pp, NULL, &mm, &map, &units, comps, err);
     if (st == WEFT_OK)
         weft_devmap_cleanup(&map);

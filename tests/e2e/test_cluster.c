@@ -835,6 +835,71 @@ static void text_tp_served(const char *model, const char *prompt)
     cluster_down(&k);
 }
 
+/* device_map with the text encoders placed like every component: balanced over two devices
+ * with device 0 bounded so that CLIP (3.06 MiB) fits it and T5 (0.07 MiB) then does not:
+ * CLIP on device 0, T5, the transformer and the VAE on device 1 (weft plan prints the same).
+ * The map through the API names both encoders' devices, each worker holds exactly the
+ * encoders placed on it, and a repeated prompt hits T5's rank's cache. */
+static void text_devmap_served(const char *model, const char *prompt)
+{
+    struct weft_model *m;
+    CHECK_OK(weft_model_open(model, &m, TERR));
+    const uint64_t clip = m->clip.held_bytes, t5 = m->t5.held_bytes;
+    weft_model_close(m);
+    const char *extra[] = {"--model", model, "--device_map.strategy=balanced",
+                           "--device_map.max_memory=0:3.1MiB", "--cluster.workers=2", NULL};
+    struct cluster k;
+    cluster_up(&k, "1", extra, 2);
+    char id[WEFT_CLIENT_ID_MAX];
+    for (int i = 0; i < 2; i++) {
+        struct weft_job_status st = {0};
+        struct weft_prompt p[1] = {{.text = prompt}};
+        struct weft_job_request req = {.prompts = p, .n_prompts = 1, .height = 32, .width = 48,
+                                       .steps = 2, .seed = 7, .max_sequence_length = 64};
+        CHECK_OK(weft_client_submit(k.c, &req, id));
+        CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
+        CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+        weft_job_status_cleanup(&st);
+    }
+    int code;
+    char *body;
+    size_t len;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &body, &len));
+    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
+    const char *ms = strstr(body, "\nweft_prompt_cache_misses_total ");
+    CHECK(h && ms && strtod(h + 30, NULL) == 1 && strtod(ms + 32, NULL) == 1);
+    weft_client_free(body);
+    char *text;
+    CHECK_OK(weft_client_cluster(k.c, &text));
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "device_map");
+    const cJSON *te = cJSON_GetObjectItemCaseSensitive(map, "text_encoder");
+    const cJSON *te2 = cJSON_GetObjectItemCaseSensitive(map, "text_encoder_2");
+    const cJSON *emb = cJSON_GetObjectItemCaseSensitive(map, "transformer.embedders");
+    CHECK(cJSON_IsString(te) && cJSON_IsString(te2) && cJSON_IsString(emb));
+    printf("device_map with text encoders from the API: text_encoder on %s, text_encoder_2 on "
+           "%s, embedders on %s\n", te->valuestring, te2->valuestring, emb->valuestring);
+    CHECK(strncmp(te->valuestring, "device 0 (", 10) == 0);
+    CHECK(strncmp(te2->valuestring, "device 1 (", 10) == 0);
+    CHECK(strncmp(emb->valuestring, "device 1 (", 10) == 0);
+    double bytes[2] = {-1, -1};
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
+    {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "rank");
+        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(w, "text_bytes");
+        CHECK(cJSON_IsNumber(r) && cJSON_IsNumber(tb) && r->valueint >= 0 && r->valueint < 2);
+        bytes[r->valueint] = tb->valuedouble;
+    }
+    printf("device_map: text bytes on device 0 %.0f (CLIP %llu), on device 1 %.0f (T5 %llu)\n",
+           bytes[0], (unsigned long long)clip, bytes[1], (unsigned long long)t5);
+    CHECK(bytes[0] == (double)clip && bytes[1] == (double)t5);
+    cJSON_Delete(j);
+    weft_client_free(text);
+    cluster_down(&k);
+}
+
 /* Text prompts: `weft run` on the tiny pipeline with both text encoders, in several layouts,
  * against `weft generate --prompt` on one device (the replica's first rank encodes and shares
  * the embeddings; at tp 2 T5 runs over both ranks); a served cluster encodes a repeated prompt once (the cache's hits reach
@@ -850,10 +915,11 @@ static int case_text(void)
                          "--max-sequence-length", "64", "--height", "32", "--width", "48",
                          "--steps", "3", "--seed", "7", "--out", ref, NULL};
     CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
-    static const char *const layouts[][6] = {
+    static const char *const layouts[][8] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "4", NULL},
         {"--ulysses", "2", NULL}, {"--ring", "2", NULL},
-        {"--device-map", "balanced", "--np", "2", NULL},
+        {"--device-map", "balanced", "--np", "2", NULL}, /* both encoders on device 0 */
+        {"--device-map", "balanced", "--np", "2", "--max-memory", "0:3.1MiB", NULL}, /* split */
     };
     for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
         const char *args[40] = {"run", "--model", model, "--prompt", prompt,
@@ -886,6 +952,33 @@ static int case_text(void)
         }
     }
     text_tp_served(model, prompt);
+    text_devmap_served(model, prompt);
+    /* an encoder that fails on one rank fails the job on every rank, within seconds, and the
+     * job's error is the failing rank's cause, not another rank's consequence of it: T5's
+     * tokenizer broken, T5 on device 1 (device_map) or over both ranks (tp 2) */
+    char broken[1200], cmd[3000];
+    snprintf(broken, sizeof(broken), "%s/text_broken", tmp);
+    snprintf(cmd, sizeof(cmd), "cp -rL '%s' '%s' && echo '{' > '%s/tokenizer_2/tokenizer_config.json'",
+             model, broken, broken);
+    CHECK(system(cmd) == 0);
+    static const char *const failing[][6] = {
+        {"--device-map", "balanced", "--np", "2", "--max-memory", "0:3.1MiB"},
+        {"--tp", "2", NULL},
+    };
+    for (size_t l = 0; l < 2; l++) {
+        const char *args[24] = {"run", "--model", broken, "--prompt", prompt,
+                                "--max-sequence-length", "64", "--height", "32", "--width", "48",
+                                "--steps", "2", "--progress", "none", "--out", out};
+        int n = 17;
+        for (int i = 0; i < 6 && failing[l][i]; i++)
+            args[n++] = failing[l][i];
+        args[n] = NULL;
+        static char log_text[16384];
+        expect_fail(args, "tokenizer_2/tokenizer_config.json: not JSON", 20000, log_text,
+                    sizeof(log_text));
+        CHECK(!strstr(log_text, "could not encode the prompt") &&
+              !strstr(log_text, "their reports say why"));
+    }
     /* served: dp 2, the same prompt in two jobs; another prompt; a prompt as embeddings */
     const char *extra[] = {"--model", model, "--parallel.dp_degree=2", NULL};
     struct cluster k;

@@ -110,9 +110,10 @@ static int rank_main(struct weft_transport *transport, void *arg)
     struct weft_flux *m = load(&s, K, kc, &st);
     CHECK_OK(st);
     struct weft_devmap_unit *units;
-    struct weft_devmap_component comps[2];
+    struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX];
     int n_comps;
-    CHECK_OK(weft_devmap_flux_pipeline(&cfg, NULL, NULL, NULL, &units, comps, &n_comps, TERR));
+    CHECK_OK(weft_devmap_flux_pipeline(&cfg, NULL, NULL, NULL, NULL, &units, comps, &n_comps,
+                                       TERR));
     uint64_t mine = 0, all = 0;
     for (int u = 0; u < comps[0].n_units; u++) {
         all += units[u].bytes;

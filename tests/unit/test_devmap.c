@@ -134,6 +134,63 @@ static void test_ranges(void)
     weft_devmap_cleanup(&map);
 }
 
+/* FLUX.1-dev's pipeline in bf16 by its real sizes (MB): CLIP-L 246, T5-XXL 9524, the
+ * transformer 23802 in 1 + 19 + 38 + 1 units, the VAE decoder 99; text encoders first (the
+ * execution order). */
+static void test_text_encoders(void)
+{
+    static struct weft_devmap_unit te[2], tf[59], vae[1];
+    snprintf(te[0].name, sizeof(te[0].name), "text_encoder");
+    snprintf(te[1].name, sizeof(te[1].name), "text_encoder_2");
+    te[0].bytes = 246 * MB, te[1].bytes = 9524 * MB;
+    for (int u = 0; u < 59; u++) {
+        snprintf(tf[u].name, sizeof(tf[u].name), "t.%d", u);
+        tf[u].bytes = (u == 0 || u == 58 ? 101 : 400) * MB; /* 2 x 101 + 57 x 400 = 23002 */
+    }
+    snprintf(vae[0].name, sizeof(vae[0].name), "vae");
+    vae[0].bytes = 99 * MB;
+    const struct weft_devmap_component pipe[4] = {
+        {"text_encoder", te, 1}, {"text_encoder_2", te + 1, 1}, {"transformer", tf, 59},
+        {"vae", vae, 1}};
+    struct weft_devmap map;
+    /* balanced on two 80 GB devices, largest first on turns 0, 1, 1, 0: the transformer on
+     * 0, T5 on 1, CLIP on 1, the VAE on 0 (Diffusers' pipeline-level order) */
+    struct weft_max_memory m = mm("0:80GB, 1:80GB");
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_BALANCED, pipe, 4, 2, NULL, &m, &map, TERR));
+    CHECK_EQ(weft_devmap_find(&map, "transformer"), 2);
+    CHECK_EQ(weft_devmap_find(&map, "unet"), -1);
+    CHECK_EQ(map.device[2][0], 0);
+    CHECK_EQ(weft_devmap_component_device(&map, "text_encoder_2"), 1);
+    CHECK_EQ(weft_devmap_component_device(&map, "text_encoder"), 1);
+    CHECK_EQ(weft_devmap_component_device(&map, "vae"), 0);
+    CHECK_EQ(weft_devmap_component_device(&map, "unet"), -1);
+    weft_devmap_cleanup(&map);
+    /* device 0 of 23.1 GB: the transformer leaves 98 MB, the VAE's turn is device 0 but it
+     * does not fit there: the device with the most room, 1 */
+    m = mm("0:23.1GB, 1:24GB");
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_BALANCED, pipe, 4, 2, NULL, &m, &map, TERR));
+    CHECK_EQ(weft_devmap_component_device(&map, "vae"), 1);
+    CHECK_EQ(map.used[0], 23002 * MB);
+    CHECK_EQ(map.used[1], (9524 + 246 + 99) * MB);
+    weft_devmap_cleanup(&map);
+    /* auto on 16 GB devices: the encoders first on device 0 (9.8 GB), the transformer's units
+     * after them until device 0 is full, then device 1, the rest and the VAE on 2 */
+    m = mm("0:16GB, 1:16GB, 2:16GB");
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, pipe, 4, 3, NULL, &m, &map, TERR));
+    CHECK_EQ(map.device[0][0], 0);
+    CHECK_EQ(map.device[1][0], 0);
+    int f, l;
+    CHECK(weft_devmap_range(&map, 2, 0, &f, &l) && f == 0 && l == 16); /* 9770 + 101 + 15 x 400 */
+    CHECK(weft_devmap_range(&map, 2, 1, &f, &l) && f == 16 && l == 56); /* 40 x 400 */
+    CHECK_EQ(weft_devmap_component_device(&map, "vae"), 2);
+    weft_devmap_cleanup(&map);
+    /* the transformer split over three 12 GB devices leaves none the room for T5 (a text
+     * encoder is never split): refused naming it */
+    m = mm("0:12GB, 1:12GB, 2:12GB");
+    CHECK_FAILS(weft_devmap_plan(WEFT_DEVMAP_BALANCED, pipe, 4, 3, NULL, &m, &map, TERR),
+                WEFT_ERR_INVALID, "text_encoder_2");
+}
+
 static void test_max_memory(void)
 {
     struct weft_max_memory m = mm("0:16GiB, 1:16GiB, cpu:64GiB");
@@ -207,6 +264,7 @@ int main(void)
     setup();
     test_plans();
     test_ranges();
+    test_text_encoders();
     test_max_memory();
     test_mesh();
     printf("device_map: all cases as computed by hand\n");

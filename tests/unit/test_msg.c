@@ -106,11 +106,12 @@ static void test_assign(void)
     /* device_map: a stage */
     a->layout = (struct weft_layout){.mesh = {1, 1, 1, 1, 3}, .device_map = true};
     a->world_size = 3, a->world_rank = 2;
-    a->stage = (struct weft_msg_stage){true, 7, 11, 1, -1, 2};
+    a->stage = (struct weft_msg_stage){true, 7, 11, 1, -1, 2, 2, 0};
     b = roundtrip(WEFT_MSG_ASSIGN, (union weft_msg *)a, &buf, &len);
     CHECK(b->assign.stage.on && b->assign.stage.unit_first == 7 &&
           b->assign.stage.unit_last == 11 && b->assign.stage.prev == 1 &&
-          b->assign.stage.next == -1 && b->assign.stage.root == 2);
+          b->assign.stage.next == -1 && b->assign.stage.root == 2 &&
+          b->assign.stage.clip == 2 && b->assign.stage.t5 == 0);
     free(b);
     weft_free(buf);
 
@@ -124,6 +125,10 @@ static void test_assign(void)
     expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "65536");
     bad = *a, bad.stage.root = 3;
     expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "stage");
+    bad = *a, bad.stage.clip = 3;
+    expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "text encoder");
+    bad = *a, bad.stage.t5 = -2;
+    expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "text encoder");
     bad = *a, bad.stage.on = false;
     expect_refused(WEFT_MSG_ASSIGN, (union weft_msg *)&bad, "stage");
     bad = *a, bad.rdv[0] = '\0';
