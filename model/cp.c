@@ -62,3 +62,47 @@ weft_status_t weft_cp_check(const struct weft_cp_layout *cp, bool ulysses_anythi
                                         (long long)heads_tp, cp->ulysses);
     return WEFT_OK;
 }
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+size_t weft_cp_attn_sizes(const struct weft_cp_layout *cp, int ring_rank, int ulysses_rank,
+                          int64_t heads, int64_t d, const int64_t *rows,
+                          int64_t sizes[WEFT_CP_ATTN_BUFFERS])
+{
+    const int U = cp->ulysses, R = cp->ring;
+    int64_t hmax = 0, gmax = 0, total = 0;
+    for (int i = 0; i < U; i++) {
+        int64_t h0, hn;
+        weft_cp_chunk(heads, U, i, &h0, &hn);
+        hmax = max64(hmax, hn);
+    }
+    for (int rr = 0; rr < R; rr++) {
+        int64_t g = 0;
+        for (int i = 0; i < U; i++)
+            g += rows[rr * U + i];
+        gmax = max64(gmax, g);
+        total += g;
+    }
+    const int64_t S = rows[ring_rank * U + ulysses_rank];
+    const bool gather = R > 1 && cp->rotation == WEFT_RING_ALLGATHER;
+    const bool p2p = R > 1 && cp->rotation == WEFT_RING_P2P;
+    const int64_t s[WEFT_CP_ATTN_BUFFERS] = {
+        U > 1 ? 3 * max64(S * heads, gmax * hmax) * d : 0, /* send */
+        U > 1 ? 3 * gmax * hmax * d : 0,                    /* recv */
+        gmax * hmax * d, gmax * hmax * d, gmax * hmax * d,  /* qg kg vg */
+        gmax * hmax * d,                                     /* og */
+        gather ? total * hmax * d : 0, gather ? total * hmax * d : 0,
+        p2p ? 2 * gmax * hmax * d : 0, p2p ? 2 * gmax * hmax * d : 0,
+        p2p ? gmax * hmax * d : 0, p2p ? gmax * hmax : 0, p2p ? gmax * hmax : 0,
+    };
+    size_t floats = 0;
+    for (int i = 0; i < WEFT_CP_ATTN_BUFFERS; i++) {
+        if (sizes)
+            sizes[i] = s[i];
+        floats += ((size_t)s[i] + 15) / 16 * 16;
+    }
+    return floats * sizeof(float);
+}

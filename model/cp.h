@@ -39,4 +39,14 @@ weft_status_t weft_cp_check(const struct weft_cp_layout *cp, bool ulysses_anythi
                             bool ring_anything, int64_t s_txt, int64_t s_img, int64_t heads_tp,
                             struct weft_error *err);
 
+/* The buffers context-parallel attention reserves on rank (ring_rank, ulysses_rank) for
+ * heads of width d (this rank's after tensor parallelism), rows[c] the tokens of rank c, in
+ * floats (worker/cp_attention.c's order: send, recv, qg, kg, vg, og, kall, vall, slot 0 and
+ * 1, otmp, lse, lse_tmp); sizes may be NULL. Returns the bytes, each buffer rounded up to 16
+ * floats. One formula for the worker and the planner. */
+#define WEFT_CP_ATTN_BUFFERS 13
+size_t weft_cp_attn_sizes(const struct weft_cp_layout *cp, int ring_rank, int ulysses_rank,
+                          int64_t heads, int64_t d, const int64_t *rows,
+                          int64_t sizes[WEFT_CP_ATTN_BUFFERS]);
+
 #endif

@@ -338,3 +338,30 @@ void weft_flux_unit_name(const struct weft_flux_config *c, int unit, char *buf, 
     else
         snprintf(buf, len, "single_transformer_blocks.%lld", (long long)(unit - 1 - L));
 }
+
+size_t weft_flux_act_sizes(const struct weft_flux_config *c, int tp, bool cp, int64_t batch,
+                           int64_t ni, int64_t nt, int64_t s_img,
+                           int64_t sizes[WEFT_FLUX_ACT_BUFFERS])
+{
+    const int64_t B = batch, S = ni + nt, D = c->inner_dim, hd = c->attention_head_dim;
+    const int64_t Dl = c->num_attention_heads / tp * hd, mlpl = c->mlp_hidden_dim / tp;
+    /* Q, K and V live in cat's MLP columns (stride Dl + mlpl) when they fit there: each
+     * block's MLP hidden states are made after its attention (the single block's from xn,
+     * which attention leaves alone), so the two never coexist. FLUX's 4x MLP always fits. */
+    const int64_t nqkv = mlpl >= 3 * Dl ? 0 : B * S * Dl;
+    const int64_t s[WEFT_FLUX_ACT_BUFFERS] = {
+        B * S * D,  B * S * D,  nqkv,           nqkv,           nqkv,
+        B * S * (Dl + mlpl),    B * S * D,      S * hd,         S * hd,
+        B * ni * c->in_channels,                B * nt * c->joint_attention_dim,
+        B * s_img * c->out_channels,            B * D,          B * D,          B * D,
+        B * WEFT_FLUX_TIME_PROJ_DIM,            B * 6 * D,      B * 6 * D,
+        4 * B + B * c->pooled_projection_dim,   cp ? B * ni * c->out_channels : 0,
+    };
+    size_t floats = 0;
+    for (int i = 0; i < WEFT_FLUX_ACT_BUFFERS; i++) {
+        if (sizes)
+            sizes[i] = s[i];
+        floats += ((size_t)s[i] + 15) / 16 * 16;
+    }
+    return floats * sizeof(float);
+}

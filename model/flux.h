@@ -162,6 +162,18 @@ uint64_t weft_flux_held_bytes(const struct weft_flux_config *c, const struct wef
  * Between units the state is the hidden states [B, S_txt + S_img, inner_dim] and the time
  * embedding [B, inner_dim]. */
 int weft_flux_unit_count(const struct weft_flux_config *c);
+
+/* The activations one rank reserves for its forward passes (worker/flux.c), one formula for
+ * the worker and the planner: floats per buffer, in the order h, xn, q, k, v, cat, tmp, cos,
+ * sin, in_hidden, in_encoder, out, temb, act, vec, proj, mod, modc, scalars, out_local. The
+ * rank holds 1/tp of the heads and MLP features; ni + nt are its tokens (its chunk under
+ * context parallelism, cp true), s_img the image's in all. Returns the bytes, each buffer
+ * rounded up to 16 floats (64 bytes) as reserved. */
+#define WEFT_FLUX_ACT_BUFFERS 20
+#define WEFT_FLUX_TIME_PROJ_DIM 256
+size_t weft_flux_act_sizes(const struct weft_flux_config *c, int tp, bool cp, int64_t batch,
+                           int64_t ni, int64_t nt, int64_t s_img,
+                           int64_t sizes[WEFT_FLUX_ACT_BUFFERS]);
 /* The unit a parameter (checkpoint key) belongs to; -1 for a name of no unit. */
 int weft_flux_param_unit(const struct weft_flux_config *c, const char *name);
 void weft_flux_unit_name(const struct weft_flux_config *c, int unit, char *buf, size_t len);

@@ -292,3 +292,43 @@ uint64_t weft_vae_held_bytes(const struct weft_vae_config *c, const struct weft_
     weft_free(p);
     return bytes;
 }
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+void weft_vae_decode_plan(const struct weft_vae_config *c, int64_t h, int64_t w,
+                          weft_vae_conv_fn on_conv, void *arg, int64_t *lat_floats,
+                          int64_t *buf_floats)
+{
+    const int64_t L = c->latent_channels, deep = c->block_out_channels[c->n_blocks - 1];
+    const int64_t n = h * w;
+    int64_t buf = n * max64(L, deep);
+    if (c->mid_block_add_attention)
+        buf = max64(buf, 3 * n * deep);
+    if (on_conv) {
+        on_conv(arg, h, w, L, deep, 3);
+        on_conv(arg, h, w, deep, deep, 3);
+    }
+    for (int i = 0; i < c->n_blocks; i++) {
+        const int64_t in = weft_vae_up_in_channels(c, i), out = weft_vae_up_out_channels(c, i);
+        buf = max64(buf, h * w * max64(in, out));
+        if (on_conv) {
+            on_conv(arg, h, w, in, out, 3);
+            on_conv(arg, h, w, out, out, 3);
+        }
+        if (i < c->n_blocks - 1) { /* the 2x upsampler */
+            h *= 2;
+            w *= 2;
+            buf = max64(buf, h * w * out);
+            if (on_conv)
+                on_conv(arg, h, w, out, out, 3);
+        }
+    }
+    buf = max64(buf, h * w * max64(c->block_out_channels[0], c->out_channels));
+    if (on_conv)
+        on_conv(arg, h, w, c->block_out_channels[0], c->out_channels, 3);
+    *lat_floats = n * L;
+    *buf_floats = buf;
+}

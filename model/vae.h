@@ -70,4 +70,14 @@ uint64_t weft_vae_held_bytes(const struct weft_vae_config *c, const struct weft_
 int64_t weft_vae_up_in_channels(const struct weft_vae_config *c, int i);
 int64_t weft_vae_up_out_channels(const struct weft_vae_config *c, int i);
 
+/* One plain decode of an h x w latent grid, following the forward pass: the floats of its
+ * input latents and of each of the three buffers the decoder turns between, and every
+ * convolution's shape (at the grid it runs on; conv may be NULL) so that a backend can size
+ * its workspace. One walk for the worker's reservation and the planner. */
+typedef void (*weft_vae_conv_fn)(void *arg, int64_t h, int64_t w, int64_t cin, int64_t cout,
+                                 int64_t k);
+void weft_vae_decode_plan(const struct weft_vae_config *c, int64_t h, int64_t w,
+                          weft_vae_conv_fn conv, void *arg, int64_t *lat_floats,
+                          int64_t *buf_floats);
+
 #endif

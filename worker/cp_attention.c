@@ -23,11 +23,6 @@ struct weft_cp_attn {
     float *send, *recv, *qg, *kg, *vg, *og, *kall, *vall, *slot[2], *otmp, *lse, *lse_tmp;
 };
 
-static int64_t max64(int64_t a, int64_t b)
-{
-    return a > b ? a : b;
-}
-
 weft_status_t weft_cp_attn_create(const struct weft_kernels *K, struct weft_kctx *kc,
                                   const struct weft_par_comm *comm,
                                   const struct weft_cp_layout *cp, int ring_rank,
@@ -56,40 +51,21 @@ weft_status_t weft_cp_attn_create(const struct weft_kernels *K, struct weft_kctx
         return WEFT_ERR_NOMEM;
     }
     memcpy(a->rows, rows, (size_t)W * sizeof(*rows));
-    int64_t hmax = 0, gmax = 0, total = 0;
-    for (int i = 0; i < a->U; i++) {
+    for (int i = 0; i < a->U; i++)
         weft_cp_chunk(heads, a->U, i, &a->h0[i], &a->hn[i]);
-        hmax = max64(hmax, a->hn[i]);
-    }
     for (int rr = 0; rr < a->R; rr++) {
         for (int i = 0; i < a->U; i++) {
             if (rr == a->r)
                 a->grp_off[i] = a->grp_rows[rr];
             a->grp_rows[rr] += rows[rr * a->U + i];
         }
-        gmax = max64(gmax, a->grp_rows[rr]);
-        total += a->grp_rows[rr];
     }
-    const int64_t S = rows[a->c];
-    const bool gather = a->R > 1 && cp->rotation == WEFT_RING_ALLGATHER;
-    const bool p2p = a->R > 1 && cp->rotation == WEFT_RING_P2P;
-    int64_t sizes[] = {
-        a->U > 1 ? 3 * max64(S * heads, gmax * hmax) * d : 0, /* send */
-        a->U > 1 ? 3 * gmax * hmax * d : 0,                    /* recv */
-        gmax * hmax * d, gmax * hmax * d, gmax * hmax * d,     /* qg kg vg */
-        gmax * hmax * d,                                        /* og */
-        gather ? total * hmax * d : 0, gather ? total * hmax * d : 0,
-        p2p ? 2 * gmax * hmax * d : 0, p2p ? 2 * gmax * hmax * d : 0,
-        p2p ? gmax * hmax * d : 0, p2p ? gmax * hmax : 0, p2p ? gmax * hmax : 0,
-    };
+    int64_t sizes[WEFT_CP_ATTN_BUFFERS];
+    a->bytes = weft_cp_attn_sizes(cp, ring_rank, ulysses_rank, heads, d, rows, sizes);
     float **ptrs[] = {&a->send, &a->recv, &a->qg,      &a->kg,   &a->vg,
                       &a->og,   &a->kall, &a->vall,    &a->slot[0], &a->slot[1],
                       &a->otmp, &a->lse,  &a->lse_tmp};
-    _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == sizeof(ptrs) / sizeof(ptrs[0]), "sizes");
-    size_t floats = 0;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-        floats += ((size_t)sizes[i] + 15) / 16 * 16;
-    a->bytes = floats * sizeof(float);
+    _Static_assert(WEFT_CP_ATTN_BUFFERS == sizeof(ptrs) / sizeof(ptrs[0]), "sizes");
     weft_status_t st = K->buf_alloc(kc, a->bytes, &a->base);
     if (st != WEFT_OK) {
         a->base = NULL;
@@ -97,7 +73,7 @@ weft_status_t weft_cp_attn_create(const struct weft_kernels *K, struct weft_kctx
         return st;
     }
     float *p = a->base;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    for (size_t i = 0; i < WEFT_CP_ATTN_BUFFERS; i++) {
         *ptrs[i] = sizes[i] ? p : NULL;
         p += ((size_t)sizes[i] + 15) / 16 * 16;
     }

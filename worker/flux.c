@@ -14,7 +14,6 @@
 #include "worker/cp_attention.h"
 
 #define FLUX_EPS 1e-6f
-#define TIME_PROJ_DIM 256
 #define ROPE_THETA 10000.0
 
 struct linear {
@@ -604,31 +603,18 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     int64_t img0, ni, txt0, nt;
     weft_cp_chunk(s_img, m->cp_size, m->cp_rank, &img0, &ni);
     weft_cp_chunk(s_txt, m->cp_size, m->cp_rank, &txt0, &nt);
-    const int64_t B = batch, S = ni + nt, D = c->inner_dim, Dl = m->dim_l;
+    const int64_t B = batch, S = ni + nt, Dl = m->dim_l;
     const int64_t hd = c->attention_head_dim;
-    /* Q, K and V live in cat's MLP columns (stride Dl + mlpl) when they fit there: each
-     * block's MLP hidden states are made after its attention (the single block's from xn,
-     * which attention leaves alone), so the two never coexist. FLUX's 4x MLP always fits. */
-    const bool shared = m->mlp_l >= 3 * Dl;
-    const int64_t nqkv = shared ? 0 : B * S * Dl;
-    /* sizes in floats, each rounded up to 16 floats (64 bytes) */
-    int64_t sizes[] = {
-        B * S * D,         B * S * D,      nqkv,       nqkv,       nqkv,
-        B * S * (Dl + m->mlp_l), B * S * D, S * hd,   S * hd,    B * ni * c->in_channels,
-        B * nt * c->joint_attention_dim, B * s_img * c->out_channels,
-        B * D,             B * D,          B * D,     B * TIME_PROJ_DIM,
-        B * 6 * D,         B * 6 * D,      4 * B + B * c->pooled_projection_dim,
-        m->cp_size > 1 ? B * ni * c->out_channels : 0,
-    };
+    int64_t sizes[WEFT_FLUX_ACT_BUFFERS];
+    const size_t total = weft_flux_act_sizes(c, m->tp_size, m->cp_size > 1, B, ni, nt, s_img,
+                                             sizes) / sizeof(float);
     float **ptrs[] = {&a->h,   &a->xn,  &a->q,    &a->k,          &a->v,
                       &a->cat, &a->tmp, &a->cos,  &a->sin,        &a->in_hidden,
                       &a->in_encoder, &a->out, &a->temb, &a->act, &a->vec,
                       &a->proj, &a->mod, &a->modc, &a->scalars, &a->out_local};
-    _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == sizeof(ptrs) / sizeof(ptrs[0]),
+    _Static_assert(WEFT_FLUX_ACT_BUFFERS == sizeof(ptrs) / sizeof(ptrs[0]),
                    "sizes and pointers");
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-        total += ((size_t)sizes[i] + 15) / 16 * 16;
+    const bool shared = sizes[2] == 0; /* Q, K and V inside cat */
     acts_release(m);
     void *base;
     weft_status_t st = m->K->buf_alloc(m->kc, total * sizeof(float), &base);
@@ -641,7 +627,7 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     a->base = base;
     a->bytes = total * sizeof(float);
     float *p = base;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    for (size_t i = 0; i < WEFT_FLUX_ACT_BUFFERS; i++) {
         *ptrs[i] = p;
         p += ((size_t)sizes[i] + 15) / 16 * 16;
     }
@@ -759,13 +745,13 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
     if (!direct)
         K->upload(m->kc, a->scalars, tval, (size_t)(2 * B) * sizeof(float));
     K->upload(m->kc, pooled, in->pooled, (size_t)(B * m->cfg.pooled_projection_dim) * 4);
-    K->timestep_embed(m->kc, a->scalars, B, a->proj, TIME_PROJ_DIM);
-    lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, TIME_PROJ_DIM, a->vec, D, B);
+    K->timestep_embed(m->kc, a->scalars, B, a->proj, WEFT_FLUX_TIME_PROJ_DIM);
+    lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, WEFT_FLUX_TIME_PROJ_DIM, a->vec, D, B);
     K->silu(m->kc, a->vec, a->vec, B * D);
     lin(m, &m->top[WEFT_FLUX_TIME_LIN2], a->vec, D, a->temb, D, B);
     if (m->cfg.guidance_embeds) {
-        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, TIME_PROJ_DIM);
-        lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, TIME_PROJ_DIM, a->vec, D, B);
+        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, WEFT_FLUX_TIME_PROJ_DIM);
+        lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, WEFT_FLUX_TIME_PROJ_DIM, a->vec, D, B);
         K->silu(m->kc, a->vec, a->vec, B * D);
         lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN2], a->vec, D, a->act, D, B);
         K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);

@@ -471,44 +471,26 @@ size_t weft_vae_weight_bytes(const struct weft_vae *v)
 /* ---------------------------------------------------------------------------------------- */
 /* Reservation                                                                               */
 
-static int64_t max64(int64_t a, int64_t b)
+struct ws_arg {
+    const struct weft_vae *v;
+    size_t ws;
+};
+
+static void ws_max(void *varg, int64_t h, int64_t w, int64_t cin, int64_t cout, int64_t k)
 {
-    return a > b ? a : b;
+    struct ws_arg *a = varg;
+    size_t b = a->v->K->conv2d_workspace(a->v->kc, h, w, cin, cout, k);
+    a->ws = b > a->ws ? b : a->ws;
 }
 
-static void ws_max(const struct weft_vae *v, size_t *ws, int64_t h, int64_t w, int64_t cin,
-                   int64_t cout, int64_t k)
-{
-    size_t b = v->K->conv2d_workspace(v->kc, h, w, cin, cout, k);
-    *ws = b > *ws ? b : *ws;
-}
-
-/* Buffers for one plain decode of an h x w latent grid, following the forward pass. */
+/* Buffers for one plain decode of an h x w latent grid (model/vae.h's walk of the forward
+ * pass), and this backend's convolution workspace for it. */
 static void plan_core(const struct weft_vae *v, int64_t h, int64_t w, struct plan *p)
 {
-    const struct weft_vae_config *c = &v->cfg;
-    const int64_t L = c->latent_channels, deep = c->block_out_channels[c->n_blocks - 1];
-    int64_t n = h * w, buf = n * max64(L, deep);
-    size_t ws = 0;
-    if (v->has_attn)
-        buf = max64(buf, 3 * n * deep);
-    ws_max(v, &ws, h, w, L, deep, 3);
-    ws_max(v, &ws, h, w, deep, deep, 3);
-    for (int i = 0; i < c->n_blocks; i++) {
-        const int64_t in = weft_vae_up_in_channels(c, i), out = weft_vae_up_out_channels(c, i);
-        buf = max64(buf, h * w * max64(in, out));
-        ws_max(v, &ws, h, w, in, out, 3);
-        ws_max(v, &ws, h, w, out, out, 3);
-        if (v->up[i].has_up) {
-            h *= 2;
-            w *= 2;
-            buf = max64(buf, h * w * out);
-            ws_max(v, &ws, h, w, out, out, 3);
-        }
-    }
-    buf = max64(buf, h * w * max64(c->block_out_channels[0], c->out_channels));
-    ws_max(v, &ws, h, w, c->block_out_channels[0], c->out_channels, 3);
-    *p = (struct plan){n * L, buf, ws, 0};
+    struct ws_arg a = {v, 0};
+    int64_t lat, buf;
+    weft_vae_decode_plan(&v->cfg, h, w, ws_max, &a, &lat, &buf);
+    *p = (struct plan){lat, buf, a.ws, 0};
 }
 
 /* Diffusers' tiled_decode geometry along one axis: the number of tiles and the output extent
