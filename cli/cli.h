@@ -3,6 +3,7 @@
 #define WEFT_CLI_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "conf/conf.h"
 
@@ -24,6 +25,10 @@ int weft_cmd_generate(struct weft_cli *cli);
 int weft_cmd_tokenize(struct weft_cli *cli);
 int weft_cmd_bench(struct weft_cli *cli);
 int weft_cmd_plan(struct weft_cli *cli);
+/* weft plan --auto (cli/plan_auto.c), and its lines of weft plan's help */
+int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir);
+void weft_plan_auto_help(FILE *out);
+void weft_plan_auto_help_text(FILE *out);
 int weft_cmd_worker(struct weft_cli *cli);
 int weft_cmd_run(struct weft_cli *cli);
 int weft_cmd_serve(struct weft_cli *cli);

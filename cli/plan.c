@@ -23,7 +23,9 @@ static void help(FILE *out)
         "usage: weft plan [--model DIR] [--tp N] [--ulysses N] [--ring N] [--dp N] [--np N]\n"
         "                 [--height H --width W] [--text-tokens T] [--json] [--shards]\n"
         "       weft plan [--model DIR] --device-map balanced|auto [--devices N]\n"
-        "                 [--max-memory 0:SIZE,1:SIZE,cpu:SIZE] [--json]\n"
+        "                 [--max-memory 0:SIZE,1:SIZE,cpu:SIZE] [--json]\n");
+    weft_plan_auto_help(out);
+    fprintf(out,
         "\n"
         "Resolve the tensor-parallel plan (the model's built-in plan plus [tp_plan] entries)\n"
         "against the checkpoint's headers and print, per rank: shard shapes and bytes,\n"
@@ -45,7 +47,9 @@ static void help(FILE *out)
         "against its bound, and what spills to host memory. --devices defaults to the\n"
         "devices max_memory names, else [cluster] workers / dp_degree; --max-memory to\n"
         "[device_map] max_memory. A device without a bound is unlimited here (the cluster\n"
-        "bounds it by the memory its worker reports).\n");
+        "bounds it by the memory its worker reports).\n"
+        "\n");
+    weft_plan_auto_help_text(out);
 }
 
 static double gib(uint64_t b)
@@ -358,6 +362,13 @@ static void print_text(const struct plan_result *p)
 
 int weft_cmd_plan(struct weft_cli *cli)
 {
+    for (int i = 1; i < cli->argc; i++) {
+        if (weft_cli_is_help(cli->argv[i]))
+            break;
+        if (strcmp(cli->argv[i], "--auto") == 0)
+            return weft_cmd_plan_auto(cli, cli->conf.model.path[0] ? cli->conf.model.path
+                                                                   : WEFT_DEFAULT_MODEL);
+    }
     struct plan_args a;
     int done = 0, prc = parse_args(cli, &a, &done);
     if (prc || done)

@@ -1,0 +1,212 @@
+/* weft plan --auto: the strategy for a model, devices and a job (model/autoplan.h). */
+#include <cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "model/autoplan.h"
+#include "model/model.h"
+
+void weft_plan_auto_help(FILE *out)
+{
+    fprintf(out,
+        "       weft plan [--model DIR] --auto --devices N --device-memory SIZE\n"
+        "                 [--interconnect nvlink|pcie|none] [--nodes K] [--host-memory SIZE]\n"
+        "                 [--height H --width W] [--steps N] [--prompts N] [--text-tokens T]\n"
+        "                 [--cfg] [--goal latency|throughput] [--json]\n");
+}
+
+void weft_plan_auto_help_text(FILE *out)
+{
+    fprintf(out,
+        "With --auto: choose the strategy for N devices of SIZE each (spread over K nodes,\n"
+        "linked by --interconnect inside a node; default nvlink, 1 node) and the job\n"
+        "(default 1024 x 1024, 28 steps, 1 prompt, 512 text tokens, goal latency): the\n"
+        "degrees dp x cfg x ring x ulysses x tp or a device_map, what the fullest device\n"
+        "holds (weights, activations, workspace: the workers' own formulas; the VAE's\n"
+        "convolution workspace and the text encoders' activations are not counted), what\n"
+        "a rank sends per denoising step, and the reasons, one line each. The rules: the\n"
+        "model fits one device -> data parallelism (or, for latency on a large image,\n"
+        "context parallelism over the spare devices); activations are the problem ->\n"
+        "context parallelism (Ulysses inside a node, ring across); one component's weights\n"
+        "do not fit -> tensor parallelism over NVLink, device_map over PCIe or no link;\n"
+        "the components fit one by one, not together -> device_map; weights and\n"
+        "activations both -> tensor x context parallelism.\n");
+}
+
+/* 12.34 GB or 5.6 MB (a small model's sizes read too) */
+static const char *size(uint64_t b, char out[24])
+{
+    if (b >= 1000000000ull)
+        snprintf(out, 24, "%.2f GB", (double)b / 1e9);
+    else
+        snprintf(out, 24, "%.2f MB", (double)b / 1e6);
+    return out;
+}
+
+static int parse_size(const char *opt, const char *v, uint64_t *out)
+{
+    if (weft_conf_parse_size(v, out) == WEFT_OK && *out)
+        return 0;
+    WEFT_LOG_ERROR("plan", "%s '%s': expected a size such as 80GB or 24GiB", opt, v);
+    return 2;
+}
+
+int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
+{
+    const char *dir = default_dir, *v;
+    struct weft_autoplan_devices dev = {.n = 0, .nodes = 1, .link = WEFT_LINK_NVLINK};
+    struct weft_autoplan_job job = {.height = 1024, .width = 1024, .steps = 28, .prompts = 1,
+                                    .text_tokens = 512, .goal = WEFT_GOAL_LATENCY};
+    long long n = 0, nodes = 1;
+    int json = 0;
+    for (int i = 1; i < cli->argc; i++) {
+        char **argv = cli->argv;
+        const struct {
+            const char *name;
+            long long lo, hi;
+            void *field;
+            bool is64;
+        } ints[] = {
+            {"--devices", 1, 16384, &n, false},       {"--nodes", 1, 16384, &nodes, false},
+            {"--height", 16, 16384, &job.height, true}, {"--width", 16, 16384, &job.width, true},
+            {"--steps", 1, 10000, &job.steps, true},  {"--prompts", 1, 1000000, &job.prompts, true},
+            {"--text-tokens", 1, 4096, &job.text_tokens, true},
+        };
+        bool hit = false;
+        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !hit; k++) {
+            if ((v = weft_cli_opt_value(cli->argc, argv, &i, ints[k].name))) {
+                long long x;
+                if (weft_cli_parse_int(ints[k].name, v, ints[k].lo, ints[k].hi, &x) != 0)
+                    return 2;
+                if (ints[k].is64)
+                    *(int64_t *)ints[k].field = x;
+                else
+                    *(long long *)ints[k].field = x;
+                hit = true;
+            }
+        }
+        if (hit || strcmp(argv[i], "--auto") == 0)
+            continue;
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--cfg") == 0) {
+            job.cfg = true;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--model"))) {
+            dir = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-memory"))) {
+            if (parse_size("--device-memory", v, &dev.memory) != 0)
+                return 2;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--host-memory"))) {
+            if (parse_size("--host-memory", v, &dev.host_memory) != 0)
+                return 2;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--interconnect"))) {
+            const int l = weft_link_parse(v);
+            if (l < 0) {
+                WEFT_LOG_ERROR("plan", "--interconnect '%s': expected nvlink, pcie or none", v);
+                return 2;
+            }
+            dev.link = (enum weft_link)l;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--goal"))) {
+            if (strcmp(v, "latency") && strcmp(v, "throughput")) {
+                WEFT_LOG_ERROR("plan", "--goal '%s': expected latency or throughput", v);
+                return 2;
+            }
+            job.goal = strcmp(v, "latency") == 0 ? WEFT_GOAL_LATENCY : WEFT_GOAL_THROUGHPUT;
+        } else {
+            WEFT_LOG_ERROR("plan", "unexpected argument '%s' with --auto (see `weft plan "
+                                   "--help`)", argv[i]);
+            return 2;
+        }
+    }
+    if (!n || !dev.memory) {
+        WEFT_LOG_ERROR("plan", "--auto needs --devices N and --device-memory SIZE");
+        return 2;
+    }
+    dev.n = (int)n, dev.nodes = (int)nodes;
+    struct weft_error err = WEFT_ERROR_INIT;
+    struct weft_model *model = NULL;
+    struct weft_autoplan_model am;
+    if (weft_model_open(dir, &model, &err) != WEFT_OK ||
+        weft_autoplan_model_open(model, &am, &err) != WEFT_OK) {
+        weft_error_log(&err, "plan");
+        weft_model_close(model);
+        return 1;
+    }
+    struct weft_autoplan p;
+    const weft_status_t st = weft_autoplan(&am, &dev, &job, &p, &err);
+    if (st != WEFT_OK) {
+        weft_error_log(&err, "plan");
+        weft_autoplan_model_cleanup(&am);
+        weft_model_close(model);
+        return 1;
+    }
+    const struct weft_autoplan_memory *pk = &p.peak;
+    const double step = p.tp_bytes + p.ulysses_bytes + p.ring_bytes + p.stage_bytes;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "weft_plan", 1);
+        cJSON_AddStringToObject(o, "model", dir);
+        cJSON *d = cJSON_AddObjectToObject(o, "degrees");
+        cJSON_AddNumberToObject(d, "dp", p.dp);
+        cJSON_AddNumberToObject(d, "cfg", p.cfg);
+        cJSON_AddNumberToObject(d, "ring", p.ring);
+        cJSON_AddNumberToObject(d, "ulysses", p.ulysses);
+        cJSON_AddNumberToObject(d, "tp", p.tp);
+        cJSON_AddBoolToObject(o, "ulysses_anything", p.ulysses_anything);
+        cJSON_AddBoolToObject(o, "ring_anything", p.ring_anything);
+        if (p.device_map) {
+            cJSON_AddStringToObject(o, "device_map_strategy", "balanced");
+            cJSON_AddNumberToObject(o, "devices_per_replica", p.pp);
+            cJSON_AddItemToObject(o, "device_map", weft_devmap_json(&p.map, NULL));
+        }
+        cJSON_AddNumberToObject(o, "idle_devices", p.idle);
+        cJSON *mem = cJSON_AddObjectToObject(o, "memory_per_device");
+        cJSON_AddNumberToObject(mem, "device", p.peak_device);
+        cJSON_AddNumberToObject(mem, "weights", (double)pk->weights);
+        cJSON_AddNumberToObject(mem, "activations", (double)pk->activations);
+        cJSON_AddNumberToObject(mem, "workspace", (double)pk->workspace);
+        cJSON_AddNumberToObject(mem, "total",
+                                (double)(pk->weights + pk->activations + pk->workspace));
+        cJSON_AddNumberToObject(mem, "device_memory", (double)dev.memory);
+        cJSON *c = cJSON_AddObjectToObject(o, "communication_per_step");
+        cJSON_AddNumberToObject(c, "tp_allreduce_bytes", p.tp_bytes);
+        cJSON_AddNumberToObject(c, "tp_allreduces", p.tp_allreduces);
+        cJSON_AddNumberToObject(c, "ulysses_alltoall_bytes", p.ulysses_bytes);
+        cJSON_AddNumberToObject(c, "ring_bytes", p.ring_bytes);
+        cJSON_AddNumberToObject(c, "device_map_bytes", p.stage_bytes);
+        cJSON_AddNumberToObject(c, "total_bytes", step);
+        cJSON *r = cJSON_AddArrayToObject(o, "reasons");
+        for (int i = 0; i < p.n_reasons; i++)
+            cJSON_AddItemToArray(r, cJSON_CreateString(p.reasons[i]));
+        char *text = cJSON_Print(o);
+        if (text)
+            printf("%s\n", text);
+        cJSON_free(text);
+        cJSON_Delete(o);
+    } else {
+        if (p.device_map)
+            printf("plan: dp %d x device_map balanced over %d devices", p.dp, p.pp);
+        else
+            printf("plan: dp %d x cfg %d x ring %d x ulysses %d x tp %d%s%s", p.dp, p.cfg,
+                   p.ring, p.ulysses, p.tp, p.ulysses_anything ? " (ulysses_anything)" : "",
+                   p.ring_anything ? " (ring_anything)" : "");
+        printf("%s\n", p.idle ? " (some devices idle)" : "");
+        char t[4][24];
+        printf("memory on device %d: %s of %s (weights %s, activations %s, workspace %s)\n",
+               p.peak_device, size(pk->weights + pk->activations + pk->workspace, t[0]),
+               size(dev.memory, t[1]), size(pk->weights, t[2]), size(pk->activations, t[3]),
+               size(pk->workspace, (char[24]){0}));
+        printf("sent per step by a rank: %s (tp all-reduce %s in %d calls, ulysses %s, ring %s, "
+               "device_map %s)\n", size((uint64_t)step, t[0]), size((uint64_t)p.tp_bytes, t[1]),
+               p.tp_allreduces, size((uint64_t)p.ulysses_bytes, t[2]),
+               size((uint64_t)p.ring_bytes, t[3]), size((uint64_t)p.stage_bytes, (char[24]){0}));
+        for (int i = 0; i < p.n_reasons; i++)
+            printf("  - %s\n", p.reasons[i]);
+    }
+    weft_autoplan_cleanup(&p);
+    weft_autoplan_model_cleanup(&am);
+    weft_model_close(model);
+    return 0;
+}

@@ -1,0 +1,118 @@
+/* Choosing the strategy (`weft plan --auto`): from a model's sizes and shapes, the devices and
+ * the job, the degrees dp x ring x ulysses x tp or a device_map, what each device will hold,
+ * what the ranks send per denoising step, and the reasons, one line each, in the terms of the
+ * rule they follow:
+ *
+ *   the model fits one device            data parallelism: one replica per device (a stream of
+ *                                        prompts), or, for the latency of few prompts on a large
+ *                                        image, context parallelism over the spare devices
+ *   activations are the problem          context parallelism, the smallest degree that fits:
+ *                                        Ulysses inside a node (it divides the heads), ring
+ *                                        across nodes
+ *   one component's weights do not fit   tensor parallelism when the devices talk over NVLink
+ *                                        (it trades weight memory for an all-reduce per block);
+ *                                        device_map over PCIe or a network (one hand-over per
+ *                                        stage boundary)
+ *   the components fit one by one,       device_map
+ *   not together
+ *   weights and activations both         tensor x context parallelism
+ *
+ * Pure arithmetic over the model layer's own formulas (the transformer's and the VAE's
+ * activation reservations, the tensor-parallel plan's bytes per rank, device_map's placement):
+ * shared by the CLI and, later, the coordinator; nothing is loaded. */
+#ifndef WEFT_MODEL_AUTOPLAN_H
+#define WEFT_MODEL_AUTOPLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "model/devmap.h"
+#include "model/flux.h"
+#include "model/vae.h"
+
+#define WEFT_AUTOPLAN_TP_MAX 64 /* tensor-parallel degrees considered: 1..64 */
+#define WEFT_AUTOPLAN_REASONS 12
+
+enum weft_link { WEFT_LINK_NONE, WEFT_LINK_PCIE, WEFT_LINK_NVLINK };
+enum weft_goal { WEFT_GOAL_LATENCY, WEFT_GOAL_THROUGHPUT };
+
+/* "none", "pcie", "nvlink"; -1 for another word. */
+int weft_link_parse(const char *s);
+const char *weft_link_name(enum weft_link link);
+
+/* The model as the planner sees it. weft_autoplan_model_open fills it from a folder; tests may
+ * fill it by hand. Bytes are as held (weft_ckpt_held_bytes). */
+struct weft_autoplan_model {
+    struct weft_flux_config flux;
+    bool has_vae;
+    struct weft_vae_config vae;
+    uint64_t transformer_bytes, clip_bytes, t5_bytes, vae_bytes; /* 0: absent */
+    /* tp_bytes[t]: the transformer's bytes on each rank at tp degree t (0: the plan does not
+     * resolve at t); tp_allreduces[t] the all-reduces of one forward pass */
+    uint64_t tp_bytes[WEFT_AUTOPLAN_TP_MAX + 1];
+    int tp_allreduces[WEFT_AUTOPLAN_TP_MAX + 1];
+    uint64_t t5_tp_bytes[WEFT_AUTOPLAN_TP_MAX + 1]; /* T5's per rank (0: runs whole) */
+    /* device_map's components (weft_devmap_flux_pipeline) */
+    struct weft_devmap_component comps[WEFT_DEVMAP_PIPELINE_MAX];
+    int n_comps;
+    struct weft_devmap_unit *units; /* owned when opened from a folder */
+    int64_t side_unit;              /* image sides are multiples of it (pixels per token: /2) */
+};
+
+struct weft_model;
+weft_status_t weft_autoplan_model_open(const struct weft_model *model,
+                                       struct weft_autoplan_model *out, struct weft_error *err);
+void weft_autoplan_model_cleanup(struct weft_autoplan_model *m);
+
+struct weft_autoplan_devices {
+    int n;                /* devices in all */
+    int nodes;            /* hosts they are spread over, evenly (1: one host) */
+    uint64_t memory;      /* each device's */
+    uint64_t host_memory; /* room for device_map to spill to host memory; 0: none */
+    enum weft_link link;  /* between the devices of one host (hosts: a network) */
+};
+
+struct weft_autoplan_job {
+    int64_t height, width, steps, prompts, text_tokens;
+    bool cfg; /* true classifier-free guidance: two transformer passes a step */
+    enum weft_goal goal;
+};
+
+/* What one device holds, in bytes. */
+struct weft_autoplan_memory {
+    uint64_t weights, activations, workspace;
+};
+
+struct weft_autoplan {
+    int dp, cfg, ring, ulysses, tp;
+    bool ulysses_anything, ring_anything; /* a degree that does not divide what it splits */
+    bool device_map;                      /* a replica of pp devices placed by balanced */
+    int pp;                               /* devices per replica with device_map, else 1 */
+    int idle;                             /* devices left out */
+    struct weft_devmap map;               /* with device_map: the placement (cleanup frees) */
+    /* the device that holds the most (the replica's first rank: the text encoders and the VAE
+     * with the transformer's share; with device_map the fullest stage) */
+    struct weft_autoplan_memory peak;
+    int peak_device;
+    /* one rank's sends in one denoising step, bytes: tensor-parallel all-reduces, Ulysses
+     * all-to-alls, ring exchanges, device_map hand-overs */
+    double tp_bytes, ulysses_bytes, ring_bytes, stage_bytes;
+    int tp_allreduces; /* per step */
+    char reasons[WEFT_AUTOPLAN_REASONS][240];
+    int n_reasons;
+};
+
+/* Choose. Fails (naming what cannot fit where) when no layout fits the devices. */
+weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
+                            const struct weft_autoplan_devices *dev,
+                            const struct weft_autoplan_job *job, struct weft_autoplan *out,
+                            struct weft_error *err);
+void weft_autoplan_cleanup(struct weft_autoplan *p);
+
+/* The memory of one layout's fullest device (device_map excluded): what the choice compares. */
+struct weft_autoplan_memory weft_autoplan_memory_of(const struct weft_autoplan_model *m,
+                                                    const struct weft_autoplan_job *job, int ring,
+                                                    int ulysses, int tp);
+
+#endif

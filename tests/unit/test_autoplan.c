@@ -1,0 +1,265 @@
+/* weft plan --auto's choices (model/autoplan.h) on FLUX.1-dev's real sizes, one case per rule
+ * of the seeds' table: many prompts and a model that fits -> dp; a transformer that fits no
+ * device over NVLink -> tp, over PCIe -> device_map; a 2048 x 2048 image -> context
+ * parallelism (Ulysses inside a node, ring across); weights and activations both too large
+ * -> tp x cp; heads that do not divide the devices -> a smaller degree or ring, said why; a
+ * pipeline that fits nowhere -> refused naming the sizes. */
+#include <cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "common/log.h"
+#include "model/autoplan.h"
+#include "model/checkpoint.h"
+#include "model/job.h"
+#include "model/model.h"
+#include "test.h"
+
+#define GB 1000000000ull
+#define MB 1000000ull
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static struct weft_devmap_unit units[2 + 59 + 1];
+
+/* FLUX.1-dev in bf16: the transformer 23.8 GB (weft plan at tp 4 on the real-sized checkpoint:
+ * 16.04 GiB planned, 6.135 GiB replicated, 114 all-reduces a pass), T5-XXL 9.52 GB (its
+ * token embedding, 263 MB, whole on every rank), CLIP-L 246 MB, the VAE decoder 99 MB. */
+static void flux_dev(struct weft_autoplan_model *m, bool with_vae)
+{
+    memset(m, 0, sizeof(*m));
+    cJSON *fc = cJSON_Parse("{\"guidance_embeds\": true}"); /* Diffusers' defaults: FLUX.1 */
+    CHECK_OK(weft_flux_config_parse(fc, "flux", &m->flux, TERR));
+    cJSON_Delete(fc);
+    cJSON *vc = cJSON_Parse("{\"latent_channels\": 16, \"block_out_channels\": [128, 256, 512, "
+                            "512], \"layers_per_block\": 2, \"sample_size\": 1024}");
+    CHECK_OK(weft_vae_config_parse(vc, "vae", &m->vae, TERR));
+    cJSON_Delete(vc);
+    m->has_vae = with_vae;
+    m->side_unit = 16;
+    const double planned = 16.04 * GIB, replicated = 6.135 * GIB;
+    m->transformer_bytes = (uint64_t)(planned + replicated);
+    m->clip_bytes = 246 * MB, m->t5_bytes = 9524 * MB, m->vae_bytes = with_vae ? 99 * MB : 0;
+    for (int t = 1; t <= WEFT_AUTOPLAN_TP_MAX; t++) {
+        if (24 % t)
+            continue;
+        m->tp_bytes[t] = (uint64_t)(replicated + planned / t);
+        m->tp_allreduces[t] = t > 1 ? 114 : 0;
+        if (t > 1 && 64 % t == 0)
+            m->t5_tp_bytes[t] = 263 * MB + (9524 - 263) * MB / (uint64_t)t;
+    }
+    /* device_map's units: the encoders, the transformer's embedders, 19 double and 38 single
+     * blocks and its output layers, the VAE */
+    int u = 0;
+    snprintf(units[u].name, sizeof(units[u].name), "text_encoder");
+    units[u++].bytes = m->clip_bytes;
+    snprintf(units[u].name, sizeof(units[u].name), "text_encoder_2");
+    units[u++].bytes = m->t5_bytes;
+    for (int i = 0; i < 59; i++, u++) {
+        snprintf(units[u].name, sizeof(units[u].name), "transformer.%d", i);
+        units[u].bytes = i == 0 ? 90 * MB : i <= 19 ? 679 * MB : i <= 57 ? 283 * MB : 30 * MB;
+    }
+    snprintf(units[u].name, sizeof(units[u].name), "vae");
+    units[u].bytes = m->vae_bytes;
+    m->comps[0] = (struct weft_devmap_component){"text_encoder", units, 1};
+    m->comps[1] = (struct weft_devmap_component){"text_encoder_2", units + 1, 1};
+    m->comps[2] = (struct weft_devmap_component){"transformer", units + 2, 59};
+    m->comps[3] = (struct weft_devmap_component){"vae", units + 61, 1};
+    m->n_comps = with_vae ? 4 : 3;
+}
+
+static void show(const char *what, const struct weft_autoplan *p)
+{
+    printf("%s: dp %d ring %d ulysses %d tp %d%s pp %d, idle %d, peak %.2f GB (weights %.2f), "
+           "%.1f MB sent a step\n", what, p->dp, p->ring, p->ulysses, p->tp,
+           p->device_map ? " device_map" : "", p->pp, p->idle,
+           (double)(p->peak.weights + p->peak.activations + p->peak.workspace) / 1e9,
+           (double)p->peak.weights / 1e9,
+           (p->tp_bytes + p->ulysses_bytes + p->ring_bytes + p->stage_bytes) / 1e6);
+    for (int i = 0; i < p->n_reasons; i++)
+        printf("    %s\n", p->reasons[i]);
+}
+
+static bool said(const struct weft_autoplan *p, const char *what)
+{
+    for (int i = 0; i < p->n_reasons; i++)
+        if (strstr(p->reasons[i], what))
+            return true;
+    return false;
+}
+
+static struct weft_autoplan plan(const struct weft_autoplan_model *m, int n, int nodes,
+                                 uint64_t mem, enum weft_link link, int64_t side,
+                                 int64_t prompts, enum weft_goal goal, const char *what)
+{
+    const struct weft_autoplan_devices dev = {n, nodes, mem, 0, link};
+    const struct weft_autoplan_job job = {side, side, 28, prompts, 512, false, goal};
+    struct weft_autoplan p;
+    CHECK_OK(weft_autoplan(m, &dev, &job, &p, TERR));
+    show(what, &p);
+    /* whatever it chose fits */
+    CHECK(p.peak.weights + p.peak.activations + p.peak.workspace <= mem);
+    CHECK_EQ(p.dp * (p.device_map ? p.pp : p.ring * p.ulysses * p.tp) + p.idle, n);
+    return p;
+}
+
+/* From a folder: the tiny pipeline with both text encoders. Its sizes are the model layer's
+ * own (held bytes, the tp plan resolved at each degree, T5's slices), its device_map
+ * components the four of weft plan --device-map. Then `weft plan --auto --json` on it. */
+static void from_folder(const char *weft)
+{
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/tests/data/text/pipeline", getenv("WEFT_SOURCE_ROOT"));
+    struct weft_model *model;
+    CHECK_OK(weft_model_open(dir, &model, TERR));
+    struct weft_autoplan_model m;
+    CHECK_OK(weft_autoplan_model_open(model, &m, TERR));
+    CHECK_EQ(m.tp_bytes[1], model->transformer_held_bytes);
+    CHECK(m.tp_bytes[2] > 0 && m.tp_bytes[2] < m.tp_bytes[1] && m.tp_allreduces[2] > 0);
+    CHECK_EQ(m.t5_bytes, model->t5.held_bytes);
+    CHECK_EQ(m.clip_bytes, model->clip.held_bytes);
+    struct weft_ckpt *ck;
+    CHECK_OK(weft_ckpt_open(model->t5.encoder_dir, &ck, TERR));
+    CHECK_EQ(m.t5_tp_bytes[2], weft_t5_held_bytes_tp(&model->t5_cfg, ck, 2));
+    weft_ckpt_close(ck);
+    CHECK_EQ(m.n_comps, 4);
+    CHECK(strcmp(m.comps[1].name, "text_encoder_2") == 0 && strcmp(m.comps[3].name, "vae") == 0);
+    /* a 64 x 64 image on one 100 MB device: fits; the memory is the formulas' sum */
+    const struct weft_autoplan_devices dev = {1, 1, 100 * MB, 0, WEFT_LINK_PCIE};
+    const struct weft_autoplan_job job = {64, 64, 4, 1, 64, false, WEFT_GOAL_LATENCY};
+    struct weft_autoplan p;
+    CHECK_OK(weft_autoplan(&m, &dev, &job, &p, TERR));
+    CHECK_EQ(p.peak.weights, model->transformer_held_bytes + model->clip.held_bytes +
+                                 model->t5.held_bytes + model->vae_held_bytes);
+    int64_t lat, buf;
+    const int64_t g = 64 / model->vae_scale, s_img = weft_job_image_tokens(model, 64, 64);
+    weft_vae_decode_plan(&model->vae, g, g, NULL, NULL, &lat, &buf);
+    CHECK_EQ(p.peak.activations,
+             weft_flux_act_sizes(&model->flux, 1, false, 1, s_img, 64, s_img, NULL) +
+                 (uint64_t)(lat + 3 * buf) * sizeof(float));
+    weft_autoplan_model_cleanup(&m);
+    weft_model_close(model);
+
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s plan --model %s --auto --devices 4 --device-memory 5.5MiB "
+             "--interconnect pcie --height 64 --width 64 --text-tokens 64 --json", weft, dir);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    static char out[65536];
+    const size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    CHECK_EQ(pclose(f), 0);
+    cJSON *j = cJSON_Parse(out);
+    CHECK(j);
+    const cJSON *deg = cJSON_GetObjectItemCaseSensitive(j, "degrees");
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "device_map");
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory_per_device");
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(j, "reasons");
+    CHECK(cJSON_IsObject(deg) && cJSON_IsObject(map) && cJSON_IsObject(mem) &&
+          cJSON_GetArraySize(why) >= 2);
+    CHECK(cJSON_GetObjectItemCaseSensitive(deg, "tp")->valueint == 1);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(map, "text_encoder_2")));
+    CHECK(cJSON_GetObjectItemCaseSensitive(mem, "total")->valuedouble <= 5.5 * 1048576);
+    printf("weft plan --auto on the tiny text pipeline, 4 devices of 5.5 MiB over PCIe: "
+           "device_map over %d devices, %s\n",
+           cJSON_GetObjectItemCaseSensitive(j, "devices_per_replica")->valueint,
+           cJSON_GetArrayItem(why, 0)->valuestring);
+    cJSON_Delete(j);
+    /* bad input: one line, exit 2 */
+    snprintf(cmd, sizeof(cmd), "%s plan --auto --devices 4 --device-memory lots 2>&1", weft);
+    f = popen(cmd, "r");
+    CHECK(f);
+    const size_t k = fread(out, 1, sizeof(out) - 1, f);
+    out[k] = '\0';
+    CHECK_EQ(WEXITSTATUS(pclose(f)), 2);
+    CHECK(strstr(out, "--device-memory 'lots'"));
+}
+
+int main(int argc, char **argv)
+{
+    test_quiet();
+    CHECK(argc == 2);
+    from_folder(argv[1]);
+    struct weft_autoplan_model m;
+    flux_dev(&m, true);
+    struct weft_autoplan p;
+
+    /* many prompts, a model that fits: one replica per device */
+    p = plan(&m, 8, 1, 80 * GB, WEFT_LINK_NVLINK, 1024, 100, WEFT_GOAL_THROUGHPUT, "dp");
+    CHECK(p.dp == 8 && p.tp == 1 && p.ring * p.ulysses == 1 && !p.device_map);
+    CHECK(said(&p, "fits one device") && said(&p, "data parallelism"));
+    CHECK(p.tp_bytes + p.ulysses_bytes + p.ring_bytes + p.stage_bytes == 0);
+
+    /* the transformer with its activations fits no 20 GB device; NVLink: the smallest tp that
+     * fits (tp 2 holds 24 GB), with the spare devices of a latency job splitting the sequence,
+     * or, for throughput, more replicas */
+    p = plan(&m, 4, 1, 20 * GB, WEFT_LINK_NVLINK, 1024, 1, WEFT_GOAL_LATENCY, "tp");
+    CHECK(p.tp == 4 && p.dp == 1 && !p.device_map && p.ring * p.ulysses == 1 && p.idle == 0);
+    CHECK(said(&p, "NVLink, so tensor parallelism"));
+    CHECK_EQ(p.tp_allreduces, 114);
+    p = plan(&m, 8, 1, 20 * GB, WEFT_LINK_NVLINK, 1024, 1, WEFT_GOAL_LATENCY, "tp x cp");
+    CHECK(p.tp == 4 && p.ulysses == 2 && p.dp == 1 && said(&p, "spare"));
+    p = plan(&m, 8, 1, 20 * GB, WEFT_LINK_NVLINK, 1024, 64, WEFT_GOAL_THROUGHPUT, "tp x dp");
+    CHECK(p.tp == 4 && p.dp == 2 && p.ring * p.ulysses == 1);
+
+    /* the same over PCIe: device_map, the fewest devices that hold it */
+    p = plan(&m, 4, 1, 20 * GB, WEFT_LINK_PCIE, 1024, 1, WEFT_GOAL_LATENCY, "device_map");
+    CHECK(p.device_map && p.pp == 4 && p.tp == 1 && p.idle == 0); /* balanced splits over all */
+    CHECK(said(&p, "PCIe") && said(&p, "device_map balanced over 4"));
+    CHECK(weft_devmap_component_device(&p.map, "text_encoder_2") >= 0);
+    CHECK(p.stage_bytes > 0 && p.tp_bytes == 0);
+    weft_autoplan_cleanup(&p);
+
+    /* the components fit one by one but not together: device_map (the transformer and T5
+     * each fit 32 GB with the activations, not both) */
+    p = plan(&m, 2, 1, 32 * GB, WEFT_LINK_NVLINK, 1024, 1, WEFT_GOAL_LATENCY, "together");
+    CHECK(p.device_map && p.pp == 2);
+    CHECK(said(&p, "every component fits a device alone"));
+    weft_autoplan_cleanup(&p);
+
+    /* a 2048 x 2048 image that fits, one prompt, latency: context parallelism over all 8,
+     * Ulysses 8 on one node (it divides the 24 heads) */
+    p = plan(&m, 8, 1, 80 * GB, WEFT_LINK_NVLINK, 2048, 1, WEFT_GOAL_LATENCY, "cp");
+    CHECK(p.ulysses == 8 && p.ring == 1 && p.tp == 1 && p.dp == 1);
+    CHECK(said(&p, "context parallelism") && p.ulysses_bytes > 0);
+    /* two nodes of 4: Ulysses inside a node, ring across */
+    p = plan(&m, 8, 2, 80 * GB, WEFT_LINK_NVLINK, 2048, 1, WEFT_GOAL_LATENCY, "cp 2 nodes");
+    CHECK(p.ulysses == 4 && p.ring == 2);
+    CHECK(said(&p, "Ulysses 4 inside a node") && p.ring_bytes > 0);
+    /* a small image is not split: its 1024 tokens are too few */
+    p = plan(&m, 4, 1, 80 * GB, WEFT_LINK_NVLINK, 512, 1, WEFT_GOAL_LATENCY, "small");
+    CHECK(p.ring * p.ulysses == 1 && p.dp == 1 && p.idle == 3);
+    CHECK(said(&p, "too few to split"));
+
+    /* weights and activations both too large: the transformer alone (latents out) at
+     * 4096 x 4096 on 14 GB devices, NVLink inside nodes of 4: tp 4 (at most a node) holds the
+     * weights, not with the activations of 65536 tokens: context parallelism over the nodes */
+    struct weft_autoplan_model t;
+    flux_dev(&t, false);
+    t.clip_bytes = t.t5_bytes = 0;
+    memset(t.t5_tp_bytes, 0, sizeof(t.t5_tp_bytes));
+    p = plan(&t, 8, 2, 14 * GB, WEFT_LINK_NVLINK, 4096, 1, WEFT_GOAL_LATENCY, "tp x cp");
+    CHECK(p.tp == 4 && p.ring == 2 && p.ulysses == 1);
+    CHECK(said(&p, "weights and activations both too large"));
+
+    /* five devices: tp must divide the 24 heads (4, one idle); context parallelism over 5:
+     * ring (it splits the sequence, not the heads) */
+    p = plan(&m, 5, 1, 20 * GB, WEFT_LINK_NVLINK, 1024, 1, WEFT_GOAL_LATENCY, "5 devices tp");
+    CHECK(p.tp == 4 && p.idle == 1 && said(&p, "idle"));
+    p = plan(&m, 5, 1, 80 * GB, WEFT_LINK_NVLINK, 2048, 1, WEFT_GOAL_LATENCY, "5 devices cp");
+    CHECK(p.ring == 5 && p.ulysses == 1 && said(&p, "do not divide by 5"));
+    CHECK(p.ring_anything); /* 16384 image tokens do not split by 5 */
+
+    /* nothing fits: refused with the sizes */
+    const struct weft_autoplan_devices small = {2, 1, 8 * GB, 0, WEFT_LINK_PCIE};
+    const struct weft_autoplan_job job = {1024, 1024, 28, 1, 512, false, WEFT_GOAL_LATENCY};
+    CHECK_FAILS(weft_autoplan(&m, &small, &job, &p, TERR), WEFT_ERR_INVALID, "no layout of 2");
+    printf("refused: %s\n", weft_error_text(TERR));
+    /* bad inputs */
+    const struct weft_autoplan_devices none = {0, 1, 8 * GB, 0, WEFT_LINK_PCIE};
+    CHECK_FAILS(weft_autoplan(&m, &none, &job, &p, TERR), WEFT_ERR_INVALID, "devices");
+    const struct weft_autoplan_job odd = {1000, 1024, 28, 1, 512, false, WEFT_GOAL_LATENCY};
+    CHECK_FAILS(weft_autoplan(&m, &small, &odd, &p, TERR), WEFT_ERR_INVALID, "multiples of 16");
+    printf("autoplan: every case as the seeds' table decides it\n");
+    return 0;
+}
