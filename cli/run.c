@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -280,20 +281,21 @@ static void track_child(pid_t pid)
     }
 }
 
-/* SIGTERM, wait up to grace_s, then SIGKILL. */
-static void stop_child(pid_t pid, double grace_s)
+/* SIGTERM, wait up to grace_s, then SIGKILL; its peak resident memory in KiB (-1 unknown). */
+static long stop_child(pid_t pid, double grace_s)
 {
     if (pid <= 0)
-        return;
+        return -1;
     kill(pid, SIGTERM);
+    struct rusage ru;
     for (int tick = 0; tick < (int)(grace_s * 20); tick++) { /* 50 ms each */
         int status;
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return;
+        if (wait4(pid, &status, WNOHANG, &ru) == pid)
+            return ru.ru_maxrss;
         usleep(50000);
     }
     kill(pid, SIGKILL);
-    (void)waitpid(pid, NULL, 0);
+    return wait4(pid, NULL, 0, &ru) == pid ? ru.ru_maxrss : -1;
 }
 
 struct bar {
@@ -488,9 +490,13 @@ int weft_cmd_run(struct weft_cli *cli)
                       o.np, o.dp, o.ring, o.uly, o.tp, model);
     rc = run_signal ? 1 : submit_and_fetch(&o, api);
 out:
-    stop_child(coord, 30); /* it tells its workers to exit */
-    for (long long i = 0; i < o.np; i++)
-        stop_child(pids[i], 10);
+    (void)stop_child(coord, 30); /* it tells its workers to exit */
+    for (long long i = 0; i < o.np; i++) {
+        const long kib = stop_child(pids[i], 10);
+        if (kib > 0) /* what a worker of this layout holds (weft plan --auto predicts it) */
+            WEFT_LOG_INFO("run", "worker %lld: peak resident memory %.1f MiB", i,
+                          (double)kib / 1024.0);
+    }
     weft_remove_tree(dir);
     weft_free(env);
     sigaction(SIGINT, &old_int, NULL);

@@ -141,7 +141,7 @@ static void destroy(struct weft_kctx *c)
     if (c->lt_ws)
         (void)cudaFree(c->lt_ws);
     if (c->lt)
-        (void)cublasLtDestroy(c->lt);
+        (void)cuda_lt.cublasLtDestroy(c->lt);
     if (c->stream)
         (void)cudaStreamDestroy(c->stream);
     weft_free(c);
@@ -196,7 +196,14 @@ extern "C" weft_status_t weft_kernels_cuda_create(int device, const struct weft_
         return WEFT_ERR_NOMEM;
     c->device = device;
     c->compute = WEFT_DTYPE_F32;
-    weft_status_t st = cuda_check(c, cudaSetDevice(device), "cudaSetDevice");
+    char why[256];
+    weft_status_t st = cuda_lt_open(why, sizeof(why));
+    if (st != WEFT_OK) {
+        WEFT_LOG_ERROR("cuda", "cuda:%d: %s", device, why);
+        weft_free(c);
+        return st;
+    }
+    st = cuda_check(c, cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop;
     if (st == WEFT_OK)
         st = cuda_check(c, cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -206,7 +213,7 @@ extern "C" weft_status_t weft_kernels_cuda_create(int device, const struct weft_
         c->sm_count = prop.multiProcessorCount;
         c->total_mem = prop.totalGlobalMem;
         c->smem_optin = prop.sharedMemPerBlockOptin;
-        c->lt_version = (int)cublasLtGetVersion();
+        c->lt_version = (int)cuda_lt.cublasLtGetVersion();
         if (c->cc_major < 8) {
             WEFT_LOG_ERROR("cuda", "cuda:%d: %s is sm_%d%d; this build runs on sm_80 and newer",
                            device, c->name, c->cc_major, c->cc_minor);
@@ -217,7 +224,7 @@ extern "C" weft_status_t weft_kernels_cuda_create(int device, const struct weft_
         st = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                         "cudaStreamCreate");
     if (st == WEFT_OK)
-        st = cuda_check_blas(c, cublasLtCreate(&c->lt), "cublasLtCreate");
+        st = cuda_check_blas(c, cuda_lt.cublasLtCreate(&c->lt), "cublasLtCreate");
     if (st == WEFT_OK && (st = cuda_check(c, cudaMalloc(&c->lt_ws, LT_WORKSPACE),
                                           "cudaMalloc (cuBLASLt workspace)")) == WEFT_OK)
         c->lt_ws_bytes = LT_WORKSPACE;

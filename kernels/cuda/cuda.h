@@ -29,6 +29,10 @@ struct weft_cuda_device_info {
  * with the runtime's reason in why (may be NULL). */
 weft_status_t weft_cuda_device_count(int *count_p, char *why, size_t why_len);
 weft_status_t weft_cuda_device_info(int index, struct weft_cuda_device_info *info_p);
+/* Open cuBLASLt as a backend does when it starts (blaslt.h: it is not linked), with no GPU
+ * needed: WEFT_OK when the library and every function the backend calls are there, else the
+ * reason in why. */
+weft_status_t weft_cuda_blaslt_probe(char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

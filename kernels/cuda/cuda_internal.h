@@ -9,12 +9,12 @@
 #ifndef WEFT_KERNELS_CUDA_CUDA_INTERNAL_H
 #define WEFT_KERNELS_CUDA_CUDA_INTERNAL_H
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/cuda/blaslt.h"
 #include "kernels/kernels.h"
 
 /* Device memory grown on demand, stream-ordered (cudaMallocAsync): operand conversions and

@@ -46,7 +46,7 @@ weft_status_t cuda_check_blas(struct weft_kctx *c, cublasStatus_t s, const char 
                                  ? WEFT_ERR_UNSUPPORTED
                                  : WEFT_ERR_DEVICE;
     if (!c || c->status == WEFT_OK)
-        WEFT_LOG_ERROR("cuda", "%s: %s", what, cublasLtGetStatusString(s));
+        WEFT_LOG_ERROR("cuda", "%s: %s", what, cuda_lt.cublasLtGetStatusString(s));
     if (c && c->status == WEFT_OK)
         c->status = st;
     return st;

@@ -116,22 +116,22 @@ static bool find_algo(struct weft_kctx *c, const struct cuda_gemm_key *key,
             return true;
         }
     cublasLtMatmulPreference_t pref;
-    if (cuda_check_blas(c, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
+    if (cuda_check_blas(c, cuda_lt.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
         return false;
     const uint64_t ws = c->lt_ws_bytes;
     const uint32_t al = (uint32_t)key->align;
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+    (void)cuda_lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                sizeof(ws));
     const cublasLtMatmulPreferenceAttributes_t aligns[] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (size_t i = 0; i < sizeof(aligns) / sizeof(aligns[0]); i++)
-        (void)cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &al, sizeof(al));
+        (void)cuda_lt.cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &al, sizeof(al));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, ld, ld, pref, 1, &res, &found);
-    (void)cublasLtMatmulPreferenceDestroy(pref);
+        cuda_lt.cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, ld, ld, pref, 1, &res, &found);
+    (void)cuda_lt.cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found < 1)
         return false; /* no algorithm: the caller's fallback */
     struct cuda_gemm_algo *slot = &c->cache[c->cache_next];
@@ -152,26 +152,26 @@ static bool lt_matmul(struct weft_kctx *c, const void *A, cudaDataType_t ab, con
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     bool done = false;
-    if (cuda_check_blas(c, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    if (cuda_check_blas(c, cuda_lt.cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                         "cublasLtMatmulDescCreate"))
         return true; /* an error recorded: nothing more to do */
-    (void)cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-    (void)cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    (void)cuda_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    (void)cuda_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
     if (bias) {
         const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         const cudaDataType_t bt = CUDA_R_32F;
-        (void)cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
-        (void)cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+        (void)cuda_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
+        (void)cuda_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                              sizeof(bias));
-        (void)cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+        (void)cuda_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                              sizeof(bt));
     }
     const size_t esz = ab == CUDA_R_32F ? 4 : 2;
-    if (cuda_check_blas(c, cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)k, (uint64_t)n, k),
+    if (cuda_check_blas(c, cuda_lt.cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)k, (uint64_t)n, k),
                         "cublasLtMatrixLayoutCreate") ||
-        cuda_check_blas(c, cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k, (uint64_t)m, ldb),
+        cuda_check_blas(c, cuda_lt.cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k, (uint64_t)m, ldb),
                         "cublasLtMatrixLayoutCreate") ||
-        cuda_check_blas(c, cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)n, (uint64_t)m,
+        cuda_check_blas(c, cuda_lt.cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)n, (uint64_t)m,
                                                       ldy),
                         "cublasLtMatrixLayoutCreate")) {
         done = true;
@@ -192,7 +192,7 @@ static bool lt_matmul(struct weft_kctx *c, const void *A, cudaDataType_t ab, con
         if (!find_algo(c, &key, op, la, lb, ld, &algo))
             goto out;
         const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-        const cublasStatus_t s = cublasLtMatmul(c->lt, op, &one, A, la, B, lb, &beta, y, ld, y,
+        const cublasStatus_t s = cuda_lt.cublasLtMatmul(c->lt, op, &one, A, la, B, lb, &beta, y, ld, y,
                                                 ld, &algo, c->lt_ws, c->lt_ws_bytes, c->stream);
         /* an algorithm that turns the shape down after all: the fallback takes it */
         done = s != CUBLAS_STATUS_NOT_SUPPORTED;
@@ -201,12 +201,12 @@ static bool lt_matmul(struct weft_kctx *c, const void *A, cudaDataType_t ab, con
     }
 out:
     if (ld)
-        (void)cublasLtMatrixLayoutDestroy(ld);
+        (void)cuda_lt.cublasLtMatrixLayoutDestroy(ld);
     if (lb)
-        (void)cublasLtMatrixLayoutDestroy(lb);
+        (void)cuda_lt.cublasLtMatrixLayoutDestroy(lb);
     if (la)
-        (void)cublasLtMatrixLayoutDestroy(la);
-    (void)cublasLtMatmulDescDestroy(op);
+        (void)cuda_lt.cublasLtMatrixLayoutDestroy(la);
+    (void)cuda_lt.cublasLtMatmulDescDestroy(op);
     return done;
 }
 
