@@ -25,6 +25,7 @@ static const struct bench benches[] = {
     {"vae-run", weft_bench_vae_run, "(internal) one child of `bench vae`"},
     {"text", weft_bench_text, "CLIP and T5 encoders and tokenizers, weft vs transformers"},
     {"text-run", weft_bench_text_run, "(internal) one side of `bench text`"},
+    {"plan", weft_bench_plan, "weft plan --auto's predicted memory vs the workers' peak"},
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 

@@ -45,6 +45,7 @@ int weft_bench_comm(struct weft_cli *cli);
 int weft_bench_vae(struct weft_cli *cli);
 int weft_bench_gemm(struct weft_cli *cli);
 int weft_bench_generate(struct weft_cli *cli);
+int weft_bench_plan(struct weft_cli *cli);
 int weft_bench_vae_run(struct weft_cli *cli);
 int weft_bench_text(struct weft_cli *cli);
 int weft_bench_text_run(struct weft_cli *cli);

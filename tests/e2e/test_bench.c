@@ -176,6 +176,8 @@ int main(int argc, char **argv)
     check_bench(vae, "weft bench vae", true);
     char *gen[] = {weft, "bench", "generate", "--quick", "--no-torch", "--json", NULL};
     check_bench(gen, "weft bench generate", false);
+    char *plan[] = {weft, "bench", "plan", "--quick", "--json", NULL};
+    check_bench(plan, "weft bench plan", false);
     char *text[] = {weft, "bench", "text", "--quick", "--no-torch", "--json", NULL};
     check_bench(text, "weft bench text", false);
     check_text_per_rank(text);
