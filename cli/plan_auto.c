@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "client/weft.h"
 #include "common/log.h"
 #include "model/autoplan.h"
 #include "model/model.h"
@@ -11,7 +12,7 @@
 void weft_plan_auto_help(FILE *out)
 {
     fprintf(out,
-        "       weft plan [--model DIR] --auto --devices N --device-memory SIZE\n"
+        "       weft plan [--model DIR] --auto (--devices N --device-memory SIZE | --server ADDR)\n"
         "                 [--interconnect nvlink|pcie|none] [--nodes K] [--host-memory SIZE]\n"
         "                 [--height H --width W] [--steps N] [--prompts N] [--text-tokens T]\n"
         "                 [--cfg] [--goal latency|throughput] [--json]\n");
@@ -32,7 +33,12 @@ void weft_plan_auto_help_text(FILE *out)
         "context parallelism (Ulysses inside a node, ring across); one component's weights\n"
         "do not fit -> tensor parallelism over NVLink, device_map over PCIe or no link;\n"
         "the components fit one by one, not together -> device_map; weights and\n"
-        "activations both -> tensor x context parallelism.\n");
+        "activations both -> tensor x context parallelism.\n"
+        "--server ADDR reads the devices from a running cluster instead (GET /v1/cluster on\n"
+        "its API, [api] token): one device per worker, the nodes its distinct hosts, each\n"
+        "device's memory the smallest a worker reported (a CPU worker: its host's memory\n"
+        "shared by the workers there); CPU workers of one host talk through memory\n"
+        "(counted as nvlink), GPUs as pcie unless --interconnect says otherwise.\n");
 }
 
 /* 12.34 GB or 5.6 MB (a small model's sizes read too) */
@@ -53,6 +59,85 @@ static int parse_size(const char *opt, const char *v, uint64_t *out)
     return 2;
 }
 
+/* The devices of a running cluster, from its workers' inventories (GET /v1/cluster). */
+static int devices_of_cluster(const char *server, const char *token, bool link_given,
+                              struct weft_autoplan_devices *dev)
+{
+    struct weft_client_opts co = {.address = server, .token = token};
+    struct weft_client *c;
+    if (weft_client_connect(&co, &c) != WEFT_OK) {
+        WEFT_LOG_ERROR("plan", "--server %s: cannot connect", server);
+        return 1;
+    }
+    char *text = NULL;
+    const weft_status_t st = weft_client_cluster(c, &text);
+    if (st != WEFT_OK) {
+        WEFT_LOG_ERROR("plan", "--server %s: %s", server, weft_client_error(c));
+        weft_client_close(c);
+        return 1;
+    }
+    cJSON *j = cJSON_Parse(text);
+    weft_client_free(text);
+    weft_client_close(c);
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(j, "workers");
+    char hosts[64][128];
+    int n_hosts = 0, per_host[64] = {0}, n = 0, gpus = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, ws) /* hosts first: a CPU worker shares its host's memory */
+    {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(w, "host_id");
+        if (!cJSON_IsString(h))
+            h = cJSON_GetObjectItemCaseSensitive(w, "host");
+        const char *name = cJSON_IsString(h) ? h->valuestring : "?";
+        int k = 0;
+        while (k < n_hosts && strcmp(hosts[k], name) != 0)
+            k++;
+        if (k == n_hosts && n_hosts < 64)
+            snprintf(hosts[n_hosts++], sizeof(hosts[0]), "%s", name);
+        if (k < 64)
+            per_host[k]++;
+    }
+    uint64_t least = 0;
+    cJSON_ArrayForEach(w, ws)
+    {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(w, "host_id");
+        if (!cJSON_IsString(h))
+            h = cJSON_GetObjectItemCaseSensitive(w, "host");
+        int k = 0;
+        while (k < n_hosts && strcmp(hosts[k], cJSON_IsString(h) ? h->valuestring : "?") != 0)
+            k++;
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "device");
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(w, "memory");
+        const bool gpu = cJSON_IsString(d) && strncmp(d->valuestring, "cuda", 4) == 0;
+        if (!cJSON_IsNumber(mem) || mem->valuedouble <= 0)
+            continue;
+        uint64_t b = (uint64_t)mem->valuedouble;
+        if (!gpu && k < n_hosts && per_host[k] > 1)
+            b /= (uint64_t)per_host[k];
+        least = !least || b < least ? b : least;
+        gpus += gpu;
+        n++;
+    }
+    cJSON_Delete(j);
+    if (!n) {
+        WEFT_LOG_ERROR("plan", "--server %s: no worker has joined (or none reported its "
+                               "memory)", server);
+        return 1;
+    }
+    if (n % n_hosts) {
+        WEFT_LOG_ERROR("plan", "--server %s: %d workers over %d hosts, not the same number on "
+                               "each", server, n, n_hosts);
+        return 1;
+    }
+    dev->n = n, dev->nodes = n_hosts, dev->memory = least;
+    if (!link_given)
+        dev->link = gpus ? WEFT_LINK_PCIE : WEFT_LINK_NVLINK;
+    WEFT_LOG_INFO("plan", "the cluster at %s: %d worker(s) on %d host(s), %s, %.2f GB each%s",
+                  server, n, n_hosts, gpus ? "GPUs" : "CPU devices", (double)least / 1e9,
+                  gpus ? "" : " (a host's memory shared by its workers)");
+    return 0;
+}
+
 int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
 {
     const char *dir = default_dir, *v;
@@ -61,6 +146,8 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
                                     .text_tokens = 512, .goal = WEFT_GOAL_LATENCY};
     long long n = 0, nodes = 1;
     int json = 0;
+    const char *server = NULL, *token = cli->conf.api.token;
+    bool link_given = false;
     for (int i = 1; i < cli->argc; i++) {
         char **argv = cli->argv;
         const struct {
@@ -101,7 +188,12 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--host-memory"))) {
             if (parse_size("--host-memory", v, &dev.host_memory) != 0)
                 return 2;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--server"))) {
+            server = v;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--token"))) {
+            token = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--interconnect"))) {
+            link_given = true;
             const int l = weft_link_parse(v);
             if (l < 0) {
                 WEFT_LOG_ERROR("plan", "--interconnect '%s': expected nvlink, pcie or none", v);
@@ -120,11 +212,21 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
             return 2;
         }
     }
-    if (!n || !dev.memory) {
-        WEFT_LOG_ERROR("plan", "--auto needs --devices N and --device-memory SIZE");
+    if (server) {
+        if (n || dev.memory) {
+            WEFT_LOG_ERROR("plan", "--server reads the devices from the cluster: not with "
+                                   "--devices or --device-memory");
+            return 2;
+        }
+        if (devices_of_cluster(server, token, link_given, &dev) != 0)
+            return 1;
+    } else if (!n || !dev.memory) {
+        WEFT_LOG_ERROR("plan", "--auto needs --devices N and --device-memory SIZE, or "
+                               "--server ADDR (a running cluster)");
         return 2;
+    } else {
+        dev.n = (int)n, dev.nodes = (int)nodes;
     }
-    dev.n = (int)n, dev.nodes = (int)nodes;
     struct weft_error err = WEFT_ERROR_INIT;
     struct weft_model *model = NULL;
     struct weft_autoplan_model am;

@@ -6,6 +6,10 @@
  * wire exactly; a model or a job weft cannot run is refused with the same reason on every path;
  * workers on the devmem variant give the same images, a missing GPU is one clear line.
  * One case per process: test_cluster WEFT_BINARY CASE. Every wait is bounded. */
+#include <math.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
+
 #include "harness.h"
 #include "kernels/kernels.h"
 #include "model/checkpoint.h"
@@ -1024,11 +1028,53 @@ static int case_text(void)
     return 0;
 }
 
+/* weft plan --auto --server: the devices read from a running cluster (two CPU workers on
+ * this host, sharing its memory), planned for a stream of prompts: one replica each; a server
+ * that is not there: one line, exit 1. */
+static int case_autoplan(void)
+{
+    const char *extra[] = {"--cluster.workers=2", NULL};
+    struct cluster k;
+    cluster_up(&k, "1", extra, 2);
+    char cmd[1400];
+    snprintf(cmd, sizeof(cmd), "'%s' plan --auto --server %s --height 512 --width 512 --goal "
+             "throughput --prompts 8 --json 2>/dev/null", weft_bin, k.api);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    static char out[65536];
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    CHECK_EQ(pclose(f), 0);
+    cJSON *j = cJSON_Parse(out);
+    CHECK(j);
+    const cJSON *deg = cJSON_GetObjectItemCaseSensitive(j, "degrees");
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory_per_device");
+    struct sysinfo si;
+    CHECK(sysinfo(&si) == 0);
+    const double half = (double)si.totalram * si.mem_unit / 2;
+    const double got = cJSON_GetObjectItemCaseSensitive(mem, "device_memory")->valuedouble;
+    printf("weft plan --auto --server: dp %d, %.2f GB per device (host %.2f GB over 2 "
+           "workers)\n", cJSON_GetObjectItemCaseSensitive(deg, "dp")->valueint, got / 1e9,
+           2 * half / 1e9);
+    CHECK_EQ(cJSON_GetObjectItemCaseSensitive(deg, "dp")->valueint, 2);
+    CHECK(fabs(got - half) <= 2.0);
+    cJSON_Delete(j);
+    cluster_down(&k);
+    snprintf(cmd, sizeof(cmd), "'%s' plan --auto --server 127.0.0.1:1 2>&1", weft_bin);
+    f = popen(cmd, "r");
+    CHECK(f);
+    n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    CHECK_EQ(WEXITSTATUS(pclose(f)), 1);
+    CHECK(strstr(out, "--server 127.0.0.1:1: cannot connect"));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct harness_case cases[] = {
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
-        {"devmap", case_devmap},   {"restart", case_restart}, {"rerun", case_rerun},
+        {"devmap", case_devmap},   {"autoplan", case_autoplan},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
