@@ -784,6 +784,54 @@ static int case_validate(void)
     return 0;
 }
 
+/* The served text tests' common parts: a job of n copies of prompt (32 x 48, 2 steps), the
+ * prompt cache's counters from /metrics, and each rank's text_bytes from /v1/cluster (j, kept
+ * for the caller's own look, cJSON_Delete it). */
+static void text_job(struct weft_client *c, const char *prompt, int n)
+{
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    struct weft_prompt p[2] = {{.text = prompt}, {.text = prompt}};
+    struct weft_job_request req = {.prompts = p, .n_prompts = n, .height = 32, .width = 48,
+                                   .steps = 2, .seed = 7, .max_sequence_length = 64};
+    CHECK_OK(weft_client_submit(c, &req, id));
+    CHECK_OK(weft_client_wait(c, id, 120000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == (size_t)n);
+    weft_job_status_cleanup(&st);
+}
+
+static void cache_counts(struct weft_client *c, double *hits, double *misses)
+{
+    int code;
+    char *body;
+    size_t len;
+    CHECK_OK(weft_client_request(c, "GET", "/metrics", NULL, 0, &code, &body, &len));
+    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
+    const char *m = strstr(body, "\nweft_prompt_cache_misses_total ");
+    CHECK(h && m);
+    *hits = strtod(h + 30, NULL), *misses = strtod(m + 32, NULL);
+    weft_client_free(body);
+}
+
+static cJSON *text_bytes_by_rank(struct weft_client *c, double bytes[2])
+{
+    char *text;
+    CHECK_OK(weft_client_cluster(c, &text));
+    cJSON *j = cJSON_Parse(text);
+    weft_client_free(text);
+    CHECK(j);
+    bytes[0] = bytes[1] = -1;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
+    {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "rank");
+        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(w, "text_bytes");
+        CHECK(cJSON_IsNumber(r) && cJSON_IsNumber(tb) && r->valueint >= 0 && r->valueint < 2);
+        bytes[r->valueint] = tb->valuedouble;
+    }
+    return j;
+}
+
 /* Served at tp 2: T5 tensor-parallel over both ranks, each reporting its slice in ASSIGNED (the
  * first rank CLIP too); a repeated prompt comes from the first rank's cache, the group told. */
 static void text_tp_served(const char *model, const char *prompt)
@@ -800,42 +848,16 @@ static void text_tp_served(const char *model, const char *prompt)
     const char *extra[] = {"--model", model, NULL};
     struct cluster k;
     cluster_up(&k, "2", extra, 2);
-    char id[WEFT_CLIENT_ID_MAX];
-    struct weft_job_status st = {0};
-    struct weft_prompt p[2] = {{.text = prompt}, {.text = prompt}};
-    struct weft_job_request req = {.prompts = p, .n_prompts = 2, .height = 32, .width = 48,
-                                   .steps = 2, .seed = 7, .max_sequence_length = 64};
-    CHECK_OK(weft_client_submit(k.c, &req, id));
-    CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
-    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
-    weft_job_status_cleanup(&st);
-    int code;
-    char *body;
-    size_t len;
-    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &body, &len));
-    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
-    const char *ms = strstr(body, "\nweft_prompt_cache_misses_total ");
-    CHECK(h && ms && strtod(h + 30, NULL) == 1 && strtod(ms + 32, NULL) == 1);
-    weft_client_free(body);
-    char *text;
-    CHECK_OK(weft_client_cluster(k.c, &text));
-    cJSON *j = cJSON_Parse(text);
-    CHECK(j);
-    double bytes[2] = {-1, -1};
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
-    {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "rank");
-        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(w, "text_bytes");
-        CHECK(cJSON_IsNumber(r) && cJSON_IsNumber(tb) && r->valueint >= 0 && r->valueint < 2);
-        bytes[r->valueint] = tb->valuedouble;
-    }
+    text_job(k.c, prompt, 2);
+    double hits, misses, bytes[2];
+    cache_counts(k.c, &hits, &misses);
+    CHECK(hits == 1 && misses == 1);
+    cJSON *j = text_bytes_by_rank(k.c, bytes);
     printf("served tp 2: text bytes per rank %.0f and %.0f (CLIP %llu, T5 %llu whole, %llu a "
            "slice)\n", bytes[0], bytes[1], (unsigned long long)clip,
            (unsigned long long)t5_whole, (unsigned long long)t5_slice);
     CHECK(bytes[0] == (double)(clip + t5_slice) && bytes[1] == (double)t5_slice);
     cJSON_Delete(j);
-    weft_client_free(text);
     cluster_down(&k);
 }
 
@@ -854,29 +876,12 @@ static void text_devmap_served(const char *model, const char *prompt)
                            "--device_map.max_memory=0:3.1MiB", "--cluster.workers=2", NULL};
     struct cluster k;
     cluster_up(&k, "1", extra, 2);
-    char id[WEFT_CLIENT_ID_MAX];
-    for (int i = 0; i < 2; i++) {
-        struct weft_job_status st = {0};
-        struct weft_prompt p[1] = {{.text = prompt}};
-        struct weft_job_request req = {.prompts = p, .n_prompts = 1, .height = 32, .width = 48,
-                                       .steps = 2, .seed = 7, .max_sequence_length = 64};
-        CHECK_OK(weft_client_submit(k.c, &req, id));
-        CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
-        CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
-        weft_job_status_cleanup(&st);
-    }
-    int code;
-    char *body;
-    size_t len;
-    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &body, &len));
-    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
-    const char *ms = strstr(body, "\nweft_prompt_cache_misses_total ");
-    CHECK(h && ms && strtod(h + 30, NULL) == 1 && strtod(ms + 32, NULL) == 1);
-    weft_client_free(body);
-    char *text;
-    CHECK_OK(weft_client_cluster(k.c, &text));
-    cJSON *j = cJSON_Parse(text);
-    CHECK(j);
+    text_job(k.c, prompt, 1);
+    text_job(k.c, prompt, 1);
+    double hits, misses, bytes[2];
+    cache_counts(k.c, &hits, &misses);
+    CHECK(hits == 1 && misses == 1);
+    cJSON *j = text_bytes_by_rank(k.c, bytes);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "device_map");
     const cJSON *te = cJSON_GetObjectItemCaseSensitive(map, "text_encoder");
     const cJSON *te2 = cJSON_GetObjectItemCaseSensitive(map, "text_encoder_2");
@@ -887,20 +892,10 @@ static void text_devmap_served(const char *model, const char *prompt)
     CHECK(strncmp(te->valuestring, "device 0 (", 10) == 0);
     CHECK(strncmp(te2->valuestring, "device 1 (", 10) == 0);
     CHECK(strncmp(emb->valuestring, "device 1 (", 10) == 0);
-    double bytes[2] = {-1, -1};
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
-    {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "rank");
-        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(w, "text_bytes");
-        CHECK(cJSON_IsNumber(r) && cJSON_IsNumber(tb) && r->valueint >= 0 && r->valueint < 2);
-        bytes[r->valueint] = tb->valuedouble;
-    }
     printf("device_map: text bytes on device 0 %.0f (CLIP %llu), on device 1 %.0f (T5 %llu)\n",
            bytes[0], (unsigned long long)clip, bytes[1], (unsigned long long)t5);
     CHECK(bytes[0] == (double)clip && bytes[1] == (double)t5);
     cJSON_Delete(j);
-    weft_client_free(text);
     cluster_down(&k);
 }
 
@@ -998,19 +993,15 @@ static int case_text(void)
         CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
         weft_job_status_cleanup(&st);
     }
-    int code;
-    char *body;
-    size_t len;
-    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &body, &len));
-    const char *h = strstr(body, "\nweft_prompt_cache_hits_total ");
-    const char *m = strstr(body, "\nweft_prompt_cache_misses_total ");
-    CHECK(h && m);
-    const double hits = strtod(h + 30, NULL), misses = strtod(m + 32, NULL);
+    double hits, misses;
+    cache_counts(k.c, &hits, &misses);
     /* 6 prompts over 2 replicas, each replica's first rank encoding its own: the first job
      * misses on both, the second hits on both, the third misses once ("a lighthouse") */
     printf("served text: prompt cache %.0f hits, %.0f misses\n", hits, misses);
     CHECK(hits == 3 && misses == 3);
-    weft_client_free(body);
+    int code;
+    char *body;
+    size_t len;
     CHECK_OK(weft_client_request(k.c, "GET", "/v1/cluster", NULL, 0, &code, &body, &len));
     CHECK(strstr(body, "\"text_encoder\"") && strstr(body, "\"text_encoder_2\"") &&
           strstr(body, "\"text_bytes\""));
