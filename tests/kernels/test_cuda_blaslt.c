@@ -15,6 +15,7 @@
 int main(int argc, char **argv)
 {
     CHECK(argc == 2);
+    (void)argv; /* a sanitizer build without CUDA checks nothing here */
 #if defined(__SANITIZE_ADDRESS__)
     printf("sanitizer build: the resident-memory bound is not checked\n");
 #else
