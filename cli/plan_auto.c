@@ -34,7 +34,8 @@ void weft_plan_auto_help_text(FILE *out)
         "do not fit -> tensor parallelism over NVLink, device_map over PCIe or no link;\n"
         "the components fit one by one, not together -> device_map; weights and\n"
         "activations both -> tensor x context parallelism.\n"
-        "--server ADDR reads the devices from a running cluster instead (GET /v1/cluster on\n"
+        "[plan] devices, device_memory, interconnect, nodes and host_memory give the\n"
+        "defaults of the options. --server ADDR reads the devices from a running cluster instead (GET /v1/cluster on\n"
         "its API, [api] token): one device per worker, the nodes its distinct hosts, each\n"
         "device's memory the smallest a worker reported (a CPU worker: its host's memory\n"
         "shared by the workers there); CPU workers of one host talk through memory\n"
@@ -141,10 +142,13 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
 int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
 {
     const char *dir = default_dir, *v;
-    struct weft_autoplan_devices dev = {.n = 0, .nodes = 1, .link = WEFT_LINK_NVLINK};
+    const struct weft_conf_plan *cp = &cli->conf.plan; /* [plan]: the defaults of the options */
+    struct weft_autoplan_devices dev = {.n = 0, .nodes = 1, .memory = cp->device_memory,
+                                        .host_memory = cp->host_memory,
+                                        .link = (enum weft_link)cp->interconnect};
     struct weft_autoplan_job job = {.height = 1024, .width = 1024, .steps = 28, .prompts = 1,
                                     .text_tokens = 512, .goal = WEFT_GOAL_LATENCY};
-    long long n = 0, nodes = 1;
+    long long n = cp->devices, nodes = cp->nodes, n_opt = 0;
     int json = 0;
     const char *server = NULL, *token = cli->conf.api.token;
     bool link_given = false;
@@ -156,7 +160,7 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
             void *field;
             bool is64;
         } ints[] = {
-            {"--devices", 1, 16384, &n, false},       {"--nodes", 1, 16384, &nodes, false},
+            {"--devices", 1, 16384, &n_opt, false},       {"--nodes", 1, 16384, &nodes, false},
             {"--height", 16, 16384, &job.height, true}, {"--width", 16, 16384, &job.width, true},
             {"--steps", 1, 10000, &job.steps, true},  {"--prompts", 1, 1000000, &job.prompts, true},
             {"--text-tokens", 1, 4096, &job.text_tokens, true},
@@ -212,17 +216,20 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
             return 2;
         }
     }
+    if (n_opt)
+        n = n_opt;
     if (server) {
-        if (n || dev.memory) {
+        if (n_opt) {
             WEFT_LOG_ERROR("plan", "--server reads the devices from the cluster: not with "
-                                   "--devices or --device-memory");
+                                   "--devices");
             return 2;
         }
         if (devices_of_cluster(server, token, link_given, &dev) != 0)
             return 1;
     } else if (!n || !dev.memory) {
-        WEFT_LOG_ERROR("plan", "--auto needs --devices N and --device-memory SIZE, or "
-                               "--server ADDR (a running cluster)");
+        WEFT_LOG_ERROR("plan", "--auto needs --devices N and --device-memory SIZE ([plan] "
+                               "devices and device_memory), or --server ADDR (a running "
+                               "cluster)");
         return 2;
     } else {
         dev.n = (int)n, dev.nodes = (int)nodes;

@@ -280,6 +280,23 @@ static const struct conf_key device_map_keys[] = {
                "host memory only with a cpu entry."),
 };
 
+static const char *const links[] = {"none", "pcie", "nvlink", NULL};
+
+static const struct conf_key plan_keys[] = {
+    KEY_INT(weft_conf_plan, devices, "0", 0, 16384,
+            "Devices `weft plan --auto` plans for when --devices and --server do not say (0: "
+            "not described)."),
+    KEY_SIZE(weft_conf_plan, device_memory, "0", 0, 1ll << 50,
+             "Each device's memory for `weft plan --auto` (with devices)."),
+    KEY_ENUM(weft_conf_plan, interconnect, "nvlink", links,
+             "How the devices of one node talk: nvlink (tensor parallelism pays), pcie or none "
+             "(device_map before tensor parallelism)."),
+    KEY_INT(weft_conf_plan, nodes, "1", 1, 16384,
+            "Nodes the devices are spread over, evenly (Ulysses inside a node, ring across)."),
+    KEY_SIZE(weft_conf_plan, host_memory, "0", 0, 1ll << 50,
+             "Host memory device_map may spill to (0: none)."),
+};
+
 static const struct conf_section sections[] = {
     SECTION(log, log_keys, "Logging."),
     SECTION(model, model_keys, "The model to run."),
@@ -291,6 +308,8 @@ static const struct conf_section sections[] = {
     SECTION(device_map, device_map_keys,
             "Component placement (device_map): which device holds what, bounded by max_memory."),
     SECTION(api, api_keys, "The job API: weft serve, and the address weft submit/status use."),
+    SECTION(plan, plan_keys, "The devices `weft plan --auto` plans for, when its options do not "
+            "say."),
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
 

@@ -82,6 +82,15 @@ struct weft_conf_device_map {
     char max_memory[WEFT_CONF_STR]; /* "0:16GiB, 1:16GiB, cpu:64GiB" */
 };
 
+/* The devices `weft plan --auto` plans for when its options do not say (model/autoplan.h). */
+struct weft_conf_plan {
+    int64_t devices;      /* 0: not described (give --devices or --server) */
+    uint64_t device_memory;
+    int interconnect;     /* enum weft_link: none, pcie, nvlink */
+    int64_t nodes;
+    uint64_t host_memory; /* 0: no spilling to host memory */
+};
+
 /* max_memory parsed: a bound per device index and for host memory ("cpu"). */
 #define WEFT_MAX_MEMORY_DEVICES 64
 struct weft_max_memory {
@@ -148,6 +157,7 @@ struct weft_conf {
     struct weft_conf_api api;
     struct weft_conf_cluster cluster;
     struct weft_conf_device_map device_map;
+    struct weft_conf_plan plan;
     struct weft_conf_map tp_plan;
     char source[WEFT_CONF_PATH]; /* the INI file read ("" none), for --dump-config */
 };

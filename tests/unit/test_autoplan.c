@@ -165,6 +165,17 @@ static void from_folder(const char *weft)
            cJSON_GetObjectItemCaseSensitive(j, "devices_per_replica")->valueint,
            cJSON_GetArrayItem(why, 0)->valuestring);
     cJSON_Delete(j);
+    /* the same devices from [plan] (here as --section.key overrides): the same plan */
+    snprintf(cmd, sizeof(cmd), "%s plan --model %s --auto --plan.devices=4 "
+             "--plan.device_memory=5.5MiB --plan.interconnect=pcie --height 64 --width 64 "
+             "--text-tokens 64 --json", weft, dir);
+    f = popen(cmd, "r");
+    CHECK(f);
+    static char out2[65536];
+    const size_t n2 = fread(out2, 1, sizeof(out2) - 1, f);
+    out2[n2] = '\0';
+    CHECK_EQ(pclose(f), 0);
+    CHECK(n2 == n && strcmp(out, out2) == 0);
     /* bad input: one line, exit 2 */
     snprintf(cmd, sizeof(cmd), "%s plan --auto --devices 4 --device-memory lots 2>&1", weft);
     f = popen(cmd, "r");
