@@ -25,6 +25,8 @@ static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft generate [--model DIR] [--prompt TEXT | --prompt-embeds FILE|NAME]\n"
+        "                     [--negative-prompt TEXT | --negative-prompt-embeds FILE|NAME]\n"
+        "                     [--true-cfg-scale S]\n"
         "                     [--max-sequence-length N] [--height N] [--width N] [--steps N]\n"
         "                     [--guidance G] [--seed S] [--latents FILE] [--vae-tiling]\n"
         "                     [--vae-tile PX] [--device DEV] --out FILE.png|FILE.safetensors\n"
@@ -43,6 +45,11 @@ static void help(FILE *out)
         "  --prompt TEXT        the prompt, encoded as FluxPipeline encodes it (CLIP's pooled\n"
         "                       output, T5's embeddings). A model without text encoders takes\n"
         "                       only the name of one of its precomputed prompts (DIR/prompts)\n"
+        "  --negative-prompt TEXT, --negative-prompt-embeds F  what true classifier-free\n"
+        "                       guidance steers away from, taken as the prompt is; with\n"
+        "  --true-cfg-scale S   above 1 (default 1: off), two transformer passes a step,\n"
+        "                       combined as FluxPipeline's true_cfg_scale does:\n"
+        "                       neg + S (pred - neg); S needs a negative prompt\n"
         "  --max-sequence-length N  T5 tokens of the prompt, 1..512 (default 512; FLUX.1-schnell\n"
         "                       uses 256)\n"
         "  --prompt-embeds F    precomputed embeddings instead of text: safetensors with\n"
@@ -67,8 +74,9 @@ static void help(FILE *out)
 
 struct gen_opts {
     const char *model, *prompt, *text, *latents, *out, *device;
+    const char *neg_prompt, *neg_text; /* --negative-prompt-embeds, --negative-prompt */
     long long height, width, steps, vae_tile, max_sequence_length;
-    double guidance;
+    double guidance, true_cfg_scale;
     unsigned long long seed;
     int vae_tiling;
     int png;
@@ -85,6 +93,12 @@ static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
         o->device = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt-embeds")))
         o->prompt = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--negative-prompt-embeds")))
+        o->neg_prompt = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--negative-prompt")))
+        o->neg_text = v;
+    else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--true-cfg-scale")))
+        return weft_cli_parse_guidance("--true-cfg-scale", v, &o->true_cfg_scale);
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--prompt")))
         o->text = v;
     else if ((v = weft_cli_opt_value(cli->argc, argv, i, "--max-sequence-length")))
@@ -122,6 +136,7 @@ static bool ends_with(const char *s, const char *suffix)
 static int parse_args(struct weft_cli *cli, struct gen_opts *o)
 {
     *o = (struct gen_opts){.height = 1024, .width = 1024, .steps = 28, .guidance = 3.5,
+                           .true_cfg_scale = 1.0,
                            .max_sequence_length = WEFT_MODEL_MAX_SEQUENCE_LENGTH};
     for (int i = 1; i < cli->argc; i++) {
         if (weft_cli_is_help(cli->argv[i])) {
@@ -143,6 +158,11 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
     }
     if (o->text && o->prompt) {
         WEFT_LOG_ERROR("generate", "give --prompt TEXT or --prompt-embeds FILE|NAME, not both");
+        return -1;
+    }
+    if (o->neg_text && o->neg_prompt) {
+        WEFT_LOG_ERROR("generate", "give --negative-prompt TEXT or --negative-prompt-embeds "
+                                   "FILE|NAME, not both");
         return -1;
     }
     o->png = ends_with(o->out, ".png");
@@ -192,11 +212,12 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
 /* --prompt on a model that cannot encode text: the name of a precomputed prompt, the one
  * meaning text has there (as the job API takes it); else why the text cannot be encoded. An
  * empty path means: encode o->text. */
-static weft_status_t text_or_embeds(const char *dir, struct gen_opts *o, char *path, size_t len,
+static weft_status_t text_or_embeds(const char *dir, const char *text, const char *embeds,
+                                    const char *what, char *path, size_t len,
                                     struct weft_error *err)
 {
-    if (!o->text)
-        return resolve_prompt(dir, o->prompt, path, len);
+    if (!text)
+        return resolve_prompt(dir, embeds, path, len);
     struct weft_model *m;
     weft_status_t st = weft_model_open(dir, &m, err);
     if (st != WEFT_OK)
@@ -206,12 +227,12 @@ static weft_status_t text_or_embeds(const char *dir, struct gen_opts *o, char *p
     weft_model_close(m);
     if (!missing)
         return WEFT_OK;
-    const size_t n = strlen(o->text);
-    bool name = n > 0 && n < 64 && o->text[0] != '.' &&
-                strspn(o->text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                "0123456789._-") == n;
+    const size_t n = strlen(text);
+    bool name = n > 0 && n < 64 && text[0] != '.' &&
+                strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "0123456789._-") == n;
     if (name) {
-        snprintf(path, len, "%s/prompts/%s.safetensors", dir, o->text);
+        snprintf(path, len, "%s/prompts/%s.safetensors", dir, text);
         FILE *f = fopen(path, "rb");
         if (f) {
             (void)fclose(f);
@@ -219,8 +240,8 @@ static weft_status_t text_or_embeds(const char *dir, struct gen_opts *o, char *p
         }
     }
     path[0] = '\0';
-    return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "--prompt: %s; give precomputed "
-                             "embeddings with --prompt-embeds FILE|NAME", missing);
+    return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "--%s: %s; give precomputed "
+                             "embeddings with --%s-embeds FILE|NAME", what, missing, what);
 }
 
 /* --latents: tensor "latents" or "latents_init" with exactly numel elements (caller frees). */
@@ -271,13 +292,14 @@ static void prompt_name(const char *prompt_path, char *out, size_t len)
 
 /* The final latents as safetensors, with the image's metadata vocabulary (worker/png.h). */
 static weft_status_t write_latents(const struct gen_opts *o, const char *model,
-                                   const char *prompt, const struct weft_rt_result *r,
-                                   struct weft_error *err)
+                                   const char *prompt, const char *negative,
+                                   const struct weft_rt_result *r, struct weft_error *err)
 {
     const struct weft_png_meta meta = {
         .prompt = prompt, .model = model, .layout = "dp 1 x ring 1 x ulysses 1 x tp 1",
         .has_seed = !o->latents, .seed = o->seed, .steps = o->steps, .guidance = o->guidance,
         .width = o->width, .height = o->height, .image = -1, .prompt_index = -1,
+        .negative_prompt = negative, .true_cfg_scale = o->true_cfg_scale,
     };
     struct weft_png_meta_store store;
     struct weft_png_text text[WEFT_PNG_META_MAX];
@@ -318,41 +340,54 @@ static void log_components(const struct weft_runtime *rt)
 }
 
 /* The prompt's embeddings: the text encoded (the stage "encode"), or read from the file. */
-static weft_status_t prompt_embeds(const struct gen_opts *o, const char *prompt_path,
-                                   struct weft_runtime *rt, struct weft_prompt_embeds *pe,
-                                   struct weft_error *err)
+static weft_status_t prompt_embeds(const struct gen_opts *o, const char *text,
+                                   const char *prompt_path, struct weft_runtime *rt,
+                                   struct weft_prompt_embeds *pe, struct weft_error *err)
 {
     if (prompt_path[0])
         return weft_model_prompt_read(weft_runtime_model(rt), prompt_path, pe, err);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    weft_status_t st = weft_runtime_encode(rt, o->text, o->max_sequence_length, pe, err);
+    weft_status_t st = weft_runtime_encode(rt, text, o->max_sequence_length, pe, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st == WEFT_OK)
-        WEFT_LOG_INFO("generate", "encoded the prompt: %lld T5 tokens (%.2f s)",
-                      (long long)pe->tokens,
+        WEFT_LOG_INFO("generate", "encoded the %s: %lld T5 tokens (%.2f s)",
+                      text == o->text ? "prompt" : "negative prompt", (long long)pe->tokens,
                       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return st;
 }
 
 static weft_status_t run(const struct gen_opts *o, const char *dir, const char *prompt_path,
-                         struct weft_runtime *rt, struct weft_error *err)
+                         const char *neg_path, struct weft_runtime *rt, struct weft_error *err)
 {
     const struct weft_model *m = weft_runtime_model(rt);
-    struct weft_prompt_embeds pe = {0};
+    struct weft_prompt_embeds pe = {0}, npe = {0};
     float *init = NULL;
-    weft_status_t st = prompt_embeds(o, prompt_path, rt, &pe, err);
+    weft_status_t st = prompt_embeds(o, o->text, prompt_path, rt, &pe, err);
+    /* true CFG as FluxPipeline: on with a negative prompt and true_cfg_scale > 1 */
+    const bool has_neg = o->neg_text || o->neg_prompt;
+    const bool cfg = has_neg && o->true_cfg_scale > 1.0;
+    if (has_neg && !cfg)
+        WEFT_LOG_INFO("generate", "the negative prompt is not used: true CFG needs "
+                                  "--true-cfg-scale above 1 (it is %g)", o->true_cfg_scale);
+    if (st == WEFT_OK && cfg)
+        st = prompt_embeds(o, o->neg_text, neg_path, rt, &npe, err);
     if (st == WEFT_OK && o->latents)
         st = read_latents(o->latents, weft_job_latent_elems(m, o->height, o->width), &init, err);
-    char name[256];
+    char name[256], neg_name[256];
     if (prompt_path[0])
         prompt_name(prompt_path, name, sizeof(name));
+    if (neg_path[0])
+        prompt_name(neg_path, neg_name, sizeof(neg_name));
     struct weft_vae_tiling tiling;
     struct step_ui ui;
     const struct weft_rt_image img = {
         .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled,
         .height = o->height, .width = o->width, .steps = (int)o->steps,
         .guidance = (float)o->guidance, .seed = o->seed, .latents_init = init,
+        .neg_prompt_embeds = cfg ? npe.embeds : NULL, .neg_pooled = cfg ? npe.pooled : NULL,
+        .true_cfg_scale = (float)o->true_cfg_scale,
+        .png_negative_prompt = !cfg ? NULL : neg_path[0] ? neg_name : o->neg_text,
         .tiling = tiling_of(o, m, &tiling), .decode = o->png != 0, .keep_latents = !o->png,
         .png_prompt = prompt_path[0] ? name : o->text, .png_model = dir,
         .png_prompt_index = -1,
@@ -365,9 +400,11 @@ static weft_status_t run(const struct gen_opts *o, const char *dir, const char *
     }
     weft_free(init);
     weft_prompt_embeds_cleanup(&pe);
+    weft_prompt_embeds_cleanup(&npe);
     if (st == WEFT_OK)
         st = o->png ? weft_files_save(o->out, r.png, r.png_len, err)
-                    : write_latents(o, dir, prompt_path[0] ? name : o->text, &r, err);
+                    : write_latents(o, dir, prompt_path[0] ? name : o->text,
+                                    img.png_negative_prompt, &r, err);
     if (st == WEFT_OK)
         WEFT_LOG_INFO("generate", "wrote %s (%lldx%lld, %lld steps; denoise %.2f s, decode "
                                   "%.2f s)", o->out, o->width, o->height, o->steps, r.denoise_s,
@@ -384,7 +421,7 @@ int weft_cmd_generate(struct weft_cli *cli)
         return rc > 0 ? 0 : 2;
     const char *dir = o.model ? o.model : cli->conf.model.path[0] ? cli->conf.model.path
                                                                   : WEFT_DEFAULT_MODEL;
-    char prompt[2300];
+    char prompt[2300], neg[2300] = "";
     const struct weft_kernels *K = NULL;
     struct weft_kctx *kc = NULL;
     struct weft_runtime *rt = NULL;
@@ -403,7 +440,13 @@ int weft_cmd_generate(struct weft_cli *cli)
             WEFT_LOG_ERROR("generate", "%s", why);
     }
     prompt[0] = '\0';
-    if (st == WEFT_OK && (st = text_or_embeds(dir, &o, prompt, sizeof(prompt), &err)) == WEFT_OK) {
+    if (st == WEFT_OK &&
+        (st = text_or_embeds(dir, o.text, o.prompt, "prompt", prompt, sizeof(prompt), &err)) ==
+            WEFT_OK &&
+        (o.neg_text || o.neg_prompt))
+        st = text_or_embeds(dir, o.neg_text, o.neg_prompt, "negative-prompt", neg, sizeof(neg),
+                            &err);
+    if (st == WEFT_OK) {
         /* one job: each stage frees its part (nothing to cache) */
         const struct weft_rt_opts ro = {K, kc, true, 0};
         st = weft_runtime_create(&ro, &rt);
@@ -416,7 +459,7 @@ int weft_cmd_generate(struct weft_cli *cli)
     }
     if (st == WEFT_OK) {
         log_components(rt);
-        st = run(&o, dir, prompt, rt, &err);
+        st = run(&o, dir, prompt, neg, rt, &err);
     }
     if (st != WEFT_OK)
         weft_error_log(&err, "generate");

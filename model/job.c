@@ -67,6 +67,22 @@ static weft_status_t check_counts(const struct weft_job_desc *j,
     if (!isfinite(j->guidance) || j->guidance < 0 || j->guidance > WEFT_JOB_MAX_GUIDANCE)
         return weft_error_refuse(err, WEFT_ERR_RANGE, "guidance %g: a number in 0..%g expected",
                                  j->guidance, WEFT_JOB_MAX_GUIDANCE);
+    if (!isfinite(j->true_cfg_scale) || j->true_cfg_scale < 0 ||
+        j->true_cfg_scale > WEFT_JOB_MAX_GUIDANCE)
+        return weft_error_refuse(err, WEFT_ERR_RANGE, "true_cfg_scale %g: a number in 0..%g "
+                                 "expected (1 or less: off)", j->true_cfg_scale,
+                                 WEFT_JOB_MAX_GUIDANCE);
+    if (j->true_cfg_scale > 1 && !j->negative_tokens)
+        return weft_error_refuse(err, WEFT_ERR_INVALID, "true_cfg_scale %g needs a negative "
+                                 "prompt (FluxPipeline's true CFG is on with both)",
+                                 j->true_cfg_scale);
+    for (int i = 0; j->negative_tokens && i < j->n_prompts; i++)
+        if (j->negative_tokens[i] != j->prompt_tokens[i])
+            return weft_error_refuse(err, WEFT_ERR_INVALID, "the negative prompt's embeddings "
+                                     "have %lld tokens, prompt %d's %lld: they must match "
+                                     "(FluxPipeline pads both to max_sequence_length)",
+                                     (long long)j->negative_tokens[i], i,
+                                     (long long)j->prompt_tokens[i]);
     return WEFT_OK;
 }
 

@@ -38,6 +38,10 @@ struct weft_job_desc {
     int n_prompts;
     const int64_t *prompt_tokens; /* [n_prompts] text tokens of each prompt's embeddings */
     bool decode;                  /* images wanted (else final latents): needs a VAE */
+    /* true classifier-free guidance (FluxPipeline's true_cfg_scale): 0 or 1 is off; above 1
+     * each prompt needs a negative prompt of the same length (negative_tokens[n_prompts]) */
+    double true_cfg_scale;
+    const int64_t *negative_tokens; /* NULL: no negative prompts */
 };
 
 /* The job on this model and layout: sides positive multiples of the model's side unit up to

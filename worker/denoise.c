@@ -29,7 +29,9 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
     float *img_ids = weft_malloc((size_t)(s_img * c->n_axes) * sizeof(float));
     float *txt_ids = weft_calloc((size_t)(p->s_txt * c->n_axes) + 1, sizeof(float));
     float *pred = weft_big_alloc((size_t)n * sizeof(float));
-    if (!img_ids || !txt_ids || !pred) {
+    const bool cfg = p->neg_prompt_embeds && p->neg_pooled && p->true_cfg_scale > 1.0f;
+    float *neg = cfg ? weft_big_alloc((size_t)n * sizeof(float)) : NULL;
+    if (!img_ids || !txt_ids || !pred || (cfg && !neg)) {
         st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -59,6 +61,22 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
                               s->steps, weft_status_str(st));
             break;
         }
+        if (cfg) {
+            in.encoder = p->neg_prompt_embeds, in.pooled = p->neg_pooled;
+            st = weft_flux_forward(m, &in, neg);
+            in.encoder = p->prompt_embeds, in.pooled = p->pooled;
+            if (st != WEFT_OK) {
+                weft_error_refuse(err, st, "the transformer failed at step %d of %d (negative "
+                                  "prompt): %s", i + 1, s->steps, weft_status_str(st));
+                break;
+            }
+            /* noise_pred = neg_noise_pred + true_cfg_scale * (noise_pred - neg_noise_pred),
+             * each operation on tensors of the model's dtype */
+            for (int64_t k = 0; k < n; k++) {
+                const float d = weft_dtype_round(dt, pred[k] - neg[k]);
+                pred[k] = weft_dtype_round(dt, neg[k] + weft_dtype_round(dt, p->true_cfg_scale * d));
+            }
+        }
         weft_sched_step(s, i, latents, pred, n);
         weft_dtype_round_n(dt, latents, (size_t)n); /* prev_sample.to(model_output.dtype) */
         if (p->on_step && (st = p->on_step(p->cb_arg, i, s->steps, latents, n)) != WEFT_OK)
@@ -68,5 +86,7 @@ out:
     weft_free(img_ids);
     weft_free(txt_ids);
     weft_big_free(pred, (size_t)n * sizeof(float));
+    if (neg)
+        weft_big_free(neg, (size_t)n * sizeof(float));
     return st;
 }

@@ -19,6 +19,12 @@ struct weft_denoise_params {
     int64_t s_txt;
     const float *pooled;         /* [1, pooled_projection_dim] */
     float guidance;              /* used when the model has guidance_embeds */
+    /* true CFG (FluxPipeline's true_cfg_scale > 1 with a negative prompt): a second pass per
+     * step on the negative embeddings (s_txt tokens too), combined as
+     * neg + true_cfg_scale (pred - neg), each operation rounded to the model's dtype */
+    const float *neg_prompt_embeds; /* NULL: off */
+    const float *neg_pooled;
+    float true_cfg_scale;
     const struct weft_schedule *schedule;
     weft_denoise_step_cb on_step; /* may be NULL */
     void *cb_arg;

@@ -200,12 +200,19 @@ size_t weft_png_meta_text(const struct weft_png_meta *m, struct weft_png_meta_st
         snprintf(st->prompt, sizeof(st->prompt), "%lld", (long long)m->prompt_index);
         text[n++] = (struct weft_png_text){"weft.prompt_index", st->prompt};
     }
+    snprintf(st->cfg, sizeof(st->cfg), "%g", m->negative_prompt ? m->true_cfg_scale : 1.0);
+    if (m->negative_prompt) {
+        text[n++] = (struct weft_png_text){"weft.negative_prompt", m->negative_prompt};
+        text[n++] = (struct weft_png_text){"weft.true_cfg_scale", st->cfg};
+    }
     const char *model = m->model ? strrchr(m->model, '/') : NULL;
     model = model && model[1] ? model + 1 : m->model;
     snprintf(st->parameters, sizeof(st->parameters),
-             "%s\nSteps: %lld, Sampler: Euler, Schedule type: Simple, CFG scale: 1, "
+             "%s%s%s\nSteps: %lld, Sampler: Euler, Schedule type: Simple, CFG scale: %s, "
              "Distilled CFG Scale: %g, Seed: %s, Size: %lldx%lld%s%s, Version: %s%s%s%s%s",
-             m->prompt ? m->prompt : "", (long long)m->steps, m->guidance,
+             m->prompt ? m->prompt : "", m->negative_prompt ? "\nNegative prompt: " : "",
+             m->negative_prompt ? m->negative_prompt : "", (long long)m->steps, st->cfg,
+             m->guidance,
              m->has_seed ? st->seed : "-1", (long long)m->width, (long long)m->height,
              model ? ", Model: " : "", model ? model : "", st->software,
              m->layout ? ", Layout: " : "", m->layout ? m->layout : "", m->job ? ", Job: " : "",

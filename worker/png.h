@@ -52,14 +52,17 @@ struct weft_png_meta {
     double guidance;
     int64_t width, height;
     int64_t image, prompt_index; /* -1: omitted */
+    const char *negative_prompt; /* true CFG: NULL omitted (and true_cfg_scale with it) */
+    double true_cfg_scale;
 };
 
-#define WEFT_PNG_META_MAX 13
+#define WEFT_PNG_META_MAX 15
 
 /* The pairs of meta into text (values point into store, which must outlive them); returns
  * their number. */
 struct weft_png_meta_store {
     char software[48], seed[24], steps[24], guidance[32], size[48], image[24], prompt[24];
+    char cfg[32];
     char parameters[2048];
 };
 size_t weft_png_meta_text(const struct weft_png_meta *meta, struct weft_png_meta_store *store,

@@ -592,6 +592,9 @@ static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image
         .s_txt = img->s_txt,
         .pooled = img->pooled,
         .guidance = img->guidance,
+        .neg_prompt_embeds = img->neg_prompt_embeds,
+        .neg_pooled = img->neg_pooled,
+        .true_cfg_scale = img->true_cfg_scale,
         .schedule = &rt->sched,
         .on_step = step_end,
         .cb_arg = sc,
@@ -621,6 +624,8 @@ static weft_status_t encode_png(struct weft_runtime *rt, const struct weft_rt_im
         .height = img->height,
         .image = img->png_job ? img->noise_index : -1,
         .prompt_index = img->png_prompt_index,
+        .negative_prompt = img->neg_prompt_embeds ? img->png_negative_prompt : NULL,
+        .true_cfg_scale = img->true_cfg_scale,
     };
     struct weft_png_meta_store store;
     struct weft_png_text text[WEFT_PNG_META_MAX];
@@ -688,6 +693,8 @@ static weft_status_t check_image(const struct weft_runtime *rt, const struct wef
         .height = img->height, .width = img->width, .steps = img->steps,
         .guidance = img->guidance, .seed = img->seed, .count = 1, .n_prompts = 1,
         .prompt_tokens = &tokens, .decode = img->decode && rt->a.decode,
+        .true_cfg_scale = img->true_cfg_scale,
+        .negative_tokens = img->neg_prompt_embeds ? &tokens : NULL,
     };
     weft_status_t st = weft_job_check(rt->model, &rt->a.layout, &job, NULL, err);
     if (st == WEFT_OK && (img->noise_index < 0 || img->noise_index >= WEFT_JOB_MAX_IMAGES))

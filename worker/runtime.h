@@ -110,6 +110,10 @@ struct weft_rt_image {
     int64_t height, width;      /* pixels */
     int steps;
     float guidance;
+    /* true CFG: the negative prompt's embeddings (s_txt tokens, as the prompt's) and
+     * FluxPipeline's true_cfg_scale (on above 1 with them; NULL embeddings: off) */
+    const float *neg_prompt_embeds, *neg_pooled;
+    float true_cfg_scale;
     uint64_t seed;
     int64_t noise_index;        /* image i of a job: elements [i n, (i+1) n) of the noise */
     const float *latents_init;  /* start from these packed latents instead (NULL: noise) */
@@ -120,6 +124,7 @@ struct weft_rt_image {
     /* the PNG's text: prompt, model, job, image, prompt_index (seed, steps, guidance, size
      * and layout are the runtime's own) */
     const char *png_prompt, *png_model, *png_job;
+    const char *png_negative_prompt; /* NULL: none */
     int64_t png_prompt_index;   /* -1: none */
 };
 

@@ -566,6 +566,55 @@ static int case_device(void)
     return 0;
 }
 
+/* weft generate with true CFG (a negative prompt, --true-cfg-scale 3) from Diffusers' initial
+ * latents gives Diffusers' final latents (tests/data/pipeline_cfg); a scale without a negative
+ * prompt, or both kinds of negative prompt, are one line each. */
+static int case_true_cfg(void)
+{
+    char golden_path[1200], out[512], log[512];
+    snprintf(golden_path, sizeof(golden_path),
+             "%s/tests/data/pipeline_cfg/golden_true_cfg_red-fox_128.safetensors",
+             getenv("WEFT_SOURCE_ROOT"));
+    snprintf(out, sizeof(out), "%s/cfg.safetensors", tmp);
+    snprintf(log, sizeof(log), "%s/cfg.log", tmp);
+    const char *gen[] = {"generate", "--prompt-embeds", "red-fox", "--negative-prompt-embeds",
+                         "lighthouse", "--true-cfg-scale", "3", "--height", "128", "--width",
+                         "128", "--steps", "4", "--latents", golden_path, "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, log)), 0);
+    struct weft_st_file *fw, *fg;
+    CHECK_OK(weft_st_open(out, &fw, TERR));
+    CHECK_OK(weft_st_open(golden_path, &fg, TERR));
+    const struct weft_st_tensor *tw = weft_st_find(fw, "latents");
+    const struct weft_st_tensor *tg = weft_st_find(fg, "latents_final");
+    CHECK(tw && tg && tw->numel == tg->numel);
+    float *a = malloc((size_t)tw->numel * sizeof(float)), *b = malloc((size_t)tw->numel * 4);
+    CHECK(a && b);
+    CHECK_OK(weft_st_read(fw, tw, a, WEFT_DTYPE_F32, TERR));
+    CHECK_OK(weft_st_read(fg, tg, b, WEFT_DTYPE_F32, TERR));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < tw->numel; i++)
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    const double e = sqrt(num / den);
+    printf("weft generate --true-cfg-scale 3 --negative-prompt-embeds lighthouse: final latents "
+           "rel L2 %.3g to Diffusers'\n", e);
+    CHECK(e <= 1e-4);
+    free(a), free(b);
+    weft_st_close(fw);
+    weft_st_close(fg);
+    static char text[8192];
+    const char *no_neg[] = {"generate", "--prompt-embeds", "red-fox", "--true-cfg-scale", "3",
+                            "--height", "64", "--width", "64", "--steps", "1", "--out", out, NULL};
+    CHECK(wait_pid(run_weft(no_neg, NULL, log)) != 0);
+    read_text(log, text, sizeof(text));
+    CHECK(strstr(text, "true_cfg_scale 3 needs a negative prompt"));
+    const char *both[] = {"generate", "--negative-prompt", "x", "--negative-prompt-embeds", "y",
+                          "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(both, NULL, log)), 2);
+    read_text(log, text, sizeof(text));
+    CHECK(strstr(text, "not both"));
+    return 0;
+}
+
 /* A job's 64-bit numbers cross the wire exactly: the largest seed (and one just above 2^53,
  * which a double would round down) give on a cluster the image of one device, and a side
  * beyond 16384 is refused at submission rather than by the workers. */
@@ -1065,7 +1114,7 @@ int main(int argc, char **argv)
 {
     static const struct harness_case cases[] = {
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
-        {"devmap", case_devmap},   {"autoplan", case_autoplan},   {"restart", case_restart}, {"rerun", case_rerun},
+        {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
