@@ -12,8 +12,13 @@
  *     its own, by any thread that finds it unclaimed: a worker that is asleep, or that another
  *     process holds off its core, costs the job its range's time, not a wake-up or a time
  *     slice. The range and the thread index passed for it (which scratch it uses) never change
- *     with who runs it, so results do not depend on it. */
+ *     with who runs it, so results do not depend on it;
+ *   - a worker that finds itself on the caller's core moves to another one it may run on. After
+ *     the pool slept (between two forward passes) the scheduler often woke a worker on the core
+ *     of the caller that woke it, where the two took turns at half speed for milliseconds
+ *     until the load balancer moved one (a 3.5 ms CLIP forward took 8). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,6 +41,8 @@ struct cpu_pool {
     _Atomic uint64_t generation; /* the current job's number (release: its fields are set) */
     _Atomic uint64_t *claimed;   /* [threads]: the job that last claimed that range */
     _Atomic int remaining;       /* ranges of the current job not finished */
+    _Atomic int caller_cpu;      /* the core the caller published the current job from */
+    bool may_move;               /* no more threads than usable cores: moving off helps */
     int sleepers;                /* workers waiting on wake (under lock) */
     int stop;                    /* under lock */
     /* the current job */
@@ -105,6 +112,23 @@ static void run_ranges(struct cpu_pool *p, int self, uint64_t gen, bool caller)
             run_range(p, i, caller);
 }
 
+/* Moves this worker off the caller's core, if it is there, keeping its affinity mask. */
+static void leave_caller_core(struct cpu_pool *p)
+{
+    const int cpu = atomic_load_explicit(&p->caller_cpu, memory_order_relaxed);
+    if (!p->may_move || cpu < 0 || sched_getcpu() != cpu)
+        return;
+    cpu_set_t all, other;
+    if (pthread_getaffinity_np(pthread_self(), sizeof(all), &all) != 0 ||
+        cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &all) || CPU_COUNT(&all) < 2)
+        return;
+    other = all;
+    CPU_CLR(cpu, &other);
+    /* the first call migrates the thread now; the second lets it go anywhere again */
+    if (pthread_setaffinity_np(pthread_self(), sizeof(other), &other) == 0)
+        (void)pthread_setaffinity_np(pthread_self(), sizeof(all), &all);
+}
+
 /* Spins until the generation moves past seen (true) or the spin time is over (false). */
 static bool spin_for_job(struct cpu_pool *p, uint64_t seen)
 {
@@ -138,6 +162,7 @@ static void *worker_main(void *varg)
         seen = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (!p->fn) /* the stop job */
             return NULL;
+        leave_caller_core(p);
         run_ranges(p, index, seen, false);
     }
 }
@@ -158,6 +183,8 @@ weft_status_t cpu_pool_create(int threads, struct cpu_pool **pool_p)
     }
     atomic_init(&p->generation, 0);
     atomic_init(&p->remaining, 0);
+    atomic_init(&p->caller_cpu, -1);
+    p->may_move = p->threads <= weft_kernels_cpu_usable_cores();
     for (int i = 0; i < p->threads; i++)
         atomic_init(&p->claimed[i], 0);
     pthread_mutex_init(&p->lock, NULL);
@@ -230,6 +257,7 @@ void cpu_parallel(struct weft_kctx *ctx, int64_t n, int64_t grain, cpu_range_fn 
     p->arg = arg;
     p->n = n;
     p->grain = grain;
+    atomic_store_explicit(&p->caller_cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store_explicit(&p->remaining, p->threads, memory_order_relaxed);
     const uint64_t gen = publish(p);
     run_ranges(p, 0, gen, true);
