@@ -68,6 +68,23 @@ struct weft_kernels {
     void (*linear)(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
                    enum weft_dtype w_dtype, const float *b, float *y, int64_t ldy, int64_t m,
                    int64_t n, int64_t k, int accumulate);
+    /* A linear weight packed once at load time into the backend's own layout, so linear_packed
+     * never rearranges it per call (the CPU: the GEMM's weight panels; at a few dozen rows
+     * packing them on every call cost a quarter of a forward). linear_pack_bytes: the bytes of
+     * w [n, k] of w_dtype packed, 0 when this backend keeps such a weight as stored (then call
+     * linear; the CPU packs bf16 weights on its AVX-512 kernels). linear_pack writes them to
+     * packed (64-byte aligned, as buf_alloc's memory is; not overlapping w); the weight as
+     * stored may then be freed. NULL entries: the backend packs nothing (CUDA). */
+    size_t (*linear_pack_bytes)(struct weft_kctx *ctx, enum weft_dtype w_dtype, int64_t n,
+                                int64_t k);
+    void (*linear_pack)(struct weft_kctx *ctx, const void *w, enum weft_dtype w_dtype,
+                        void *packed, int64_t n, int64_t k);
+    /* linear on a packed weight: the result of linear on the weight as stored, bit for bit
+     * when m is above a few rows; with few rows (the CPU: 6) the products are f32 as linear's
+     * are, summed in another order. Any compute dtype, whichever was set when it was packed. */
+    void (*linear_packed)(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *packed,
+                          const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                          int accumulate);
     /* y = (x - mean) / sqrt(var + eps) over each row of d (no affine), rows of stride ld. */
     void (*layernorm)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                       int64_t rows, int64_t d, float eps);

@@ -20,8 +20,9 @@
 /* Weights                                                                                   */
 
 struct lin {
-    void *w; /* [out, in] local, as stored */
+    void *w; /* [out, in] local, as stored, or packed by the backend (linear_pack) */
     enum weft_dtype wdt;
+    bool packed;
     float *b; /* [out] or NULL */
     int64_t out, in;
 };
@@ -35,6 +36,7 @@ struct weights {
     struct weft_text_param *params;
     void **ptr;               /* [n]: device or host */
     enum weft_dtype *dtype;   /* [n]: as held */
+    bool *packed;             /* [n]: a matrix held in the backend's linear_pack layout */
     int64_t (*local)[2];      /* [n]: this rank's shape */
     void *arena;
     size_t arena_bytes, param_bytes;
@@ -51,6 +53,7 @@ static void weights_cleanup(struct weights *w)
     weft_free(w->params);
     weft_free((void *)w->ptr);
     weft_free(w->dtype);
+    weft_free(w->packed);
     weft_free(w->local);
     weft_free((void *)w->host);
     weft_free(w->host_bytes);
@@ -132,15 +135,17 @@ static weft_status_t weights_load(struct weights *w, const struct weft_ckpt *ck,
     const int T = layout ? layout->degree : 1;
     w->ptr = weft_calloc(w->n, sizeof(*w->ptr));
     w->dtype = weft_calloc(w->n, sizeof(*w->dtype));
+    w->packed = weft_calloc(w->n, sizeof(*w->packed));
     w->local = weft_calloc(w->n, sizeof(*w->local));
     w->host = weft_calloc(w->n, sizeof(*w->host));
     w->host_bytes = weft_calloc(w->n, sizeof(*w->host_bytes));
     size_t *off = weft_calloc(w->n + 1, sizeof(*off));
-    if (!w->ptr || !w->dtype || !w->local || !w->host || !w->host_bytes || !off) {
+    if (!w->ptr || !w->dtype || !w->packed || !w->local || !w->host || !w->host_bytes || !off) {
         weft_free(off);
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     }
     weft_status_t st = WEFT_OK;
+    size_t pack_src_bytes = 0; /* a device buffer for a weight as stored, before packing */
     for (size_t i = 0; i < w->n && st == WEFT_OK; i++) {
         if (on_host[i]) {
             st = read_host(w, ck, i, w->params[i].ndim == 2 && i == 0, err);
@@ -155,15 +160,35 @@ static weft_status_t weights_load(struct weights *w, const struct weft_ckpt *ck,
             weft_tp_ranges(sh, T, tp_rank, r, &w->local[i][sh->dim]);
         }
         w->dtype[i] = p->ndim == 2 ? weft_ckpt_weight_dtype(ck, p->name) : WEFT_DTYPE_F32;
-        const size_t bytes = (size_t)numel2(w->local[i], p->ndim) * weft_dtype_size(w->dtype[i]);
+        const size_t stored =
+            (size_t)numel2(w->local[i], p->ndim) * weft_dtype_size(w->dtype[i]);
+        size_t bytes = stored;
+        /* the device matrices are the linears' weights: packed once where the backend can */
+        const size_t packed = p->ndim == 2 && w->K->linear_pack_bytes
+                                  ? w->K->linear_pack_bytes(w->kc, w->dtype[i], w->local[i][0],
+                                                            w->local[i][1])
+                                  : 0;
+        if (packed) {
+            w->packed[i] = true;
+            bytes = packed;
+            if (!w->K->host_visible && bytes > pack_src_bytes)
+                pack_src_bytes = bytes; /* at least the weight as stored: bounds the staging */
+        }
         off[i] = w->arena_bytes;
         w->arena_bytes += (bytes + 63) / 64 * 64;
-        w->param_bytes += bytes;
+        /* as stored, as the plans count them (packing pads a matrix to whole panels: nothing
+         * at these models' widths, which are multiples of 32) */
+        w->param_bytes += stored;
     }
     if (st == WEFT_OK && w->arena_bytes &&
         (st = w->K->buf_alloc(w->kc, w->arena_bytes, &w->arena)) != WEFT_OK)
         weft_error_set(err, st, "text", "%s: cannot allocate %zu bytes of weights",
                        weft_ckpt_dir(ck), w->arena_bytes);
+    void *pack_src = NULL; /* a packed weight's source on the device (not host visible) */
+    if (st == WEFT_OK && pack_src_bytes &&
+        (st = w->K->buf_alloc(w->kc, pack_src_bytes, &pack_src)) != WEFT_OK)
+        weft_error_set(err, st, "text", "%s: cannot allocate %zu bytes to pack weights",
+                       weft_ckpt_dir(ck), pack_src_bytes);
     void *stage = NULL;
     size_t stage_bytes = 0;
     for (size_t i = 0; i < w->n && st == WEFT_OK; i++) {
@@ -174,7 +199,7 @@ static weft_status_t weights_load(struct weights *w, const struct weft_ckpt *ck,
         const size_t bytes = (size_t)numel2(w->local[i], p->ndim) * weft_dtype_size(w->dtype[i]);
         w->ptr[i] = (char *)w->arena + off[i];
         void *dst = w->ptr[i];
-        if (!w->K->host_visible) {
+        if (!w->K->host_visible || w->packed[i]) { /* read to the host first */
             if (bytes > stage_bytes) {
                 weft_big_free(stage, stage_bytes);
                 stage = weft_big_alloc(bytes);
@@ -195,8 +220,23 @@ static weft_status_t weights_load(struct weights *w, const struct weft_ckpt *ck,
         } else {
             st = weft_st_read(t->file, t->info, dst, w->dtype[i], err);
         }
-        if (st == WEFT_OK && dst != w->ptr[i])
+        if (st == WEFT_OK && w->packed[i]) {
+            /* host memory is the backend's where it is host visible */
+            const void *src = dst;
+            if (pack_src) {
+                w->K->upload(w->kc, pack_src, dst, bytes);
+                src = pack_src;
+            }
+            w->K->linear_pack(w->kc, src, w->dtype[i], w->ptr[i], w->local[i][0],
+                              w->local[i][1]);
+        } else if (st == WEFT_OK && dst != w->ptr[i]) {
             w->K->upload(w->kc, w->ptr[i], dst, bytes);
+        }
+    }
+    if (pack_src) {
+        if (st == WEFT_OK)
+            st = w->K->sync(w->kc); /* the packing read pack_src */
+        w->K->buf_free(w->kc, pack_src, pack_src_bytes);
     }
     weft_big_free(stage, stage_bytes);
     weft_free(off);
@@ -223,15 +263,18 @@ static size_t find(const struct weights *w, const char *fmt, ...)
 
 static struct lin lin_of(const struct weights *w, size_t wi, size_t bi)
 {
-    return (struct lin){w->ptr[wi], w->dtype[wi], bi ? (float *)w->ptr[bi] : NULL,
-                        w->local[wi][0], w->local[wi][1]};
+    return (struct lin){w->ptr[wi], w->dtype[wi], w->packed[wi],
+                        bi ? (float *)w->ptr[bi] : NULL, w->local[wi][0], w->local[wi][1]};
 }
 
 static void lin_run(const struct weft_kernels *K, struct weft_kctx *kc, const struct lin *l,
                     const float *x, int64_t ldx, float *y, int64_t ldy, int64_t rows,
                     int accumulate)
 {
-    K->linear(kc, x, ldx, l->w, l->wdt, l->b, y, ldy, rows, l->out, l->in, accumulate);
+    if (l->packed)
+        K->linear_packed(kc, x, ldx, l->w, l->b, y, ldy, rows, l->out, l->in, accumulate);
+    else
+        K->linear(kc, x, ldx, l->w, l->wdt, l->b, y, ldy, rows, l->out, l->in, accumulate);
 }
 
 /* Rows of a host embedding table (f32, bf16 or f16) as f32. */

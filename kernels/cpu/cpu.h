@@ -67,10 +67,26 @@ void cpu_gemm_kn(struct weft_kctx *ctx, const float *x, int64_t ldx, const void 
                  enum weft_dtype wdt, int64_t ldw, const float *b, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int accumulate);
 
+/* Weights packed once (gemm.h's cpu_pack_w_fn layout): the bytes of a [n, k] weight of wdt (0:
+ * none for that dtype or ISA, the weight stays as stored), the packing, and the GEMM on it. */
+size_t cpu_gemm_wpack_bytes(const struct weft_kctx *ctx, enum weft_dtype wdt, int64_t n,
+                            int64_t k);
+void cpu_gemm_wpack(struct weft_kctx *ctx, const void *w, int64_t n, int64_t k, void *out);
+void cpu_gemm_packed(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *wpack,
+                     const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                     int accumulate);
+
 /* Ops, one per file, installed in the table by backend.c. */
 void cpu_linear(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
                 enum weft_dtype w_dtype, const float *b, float *y, int64_t ldy, int64_t m,
                 int64_t n, int64_t k, int accumulate);
+size_t cpu_linear_pack_bytes(struct weft_kctx *ctx, enum weft_dtype w_dtype, int64_t n,
+                             int64_t k);
+void cpu_linear_pack(struct weft_kctx *ctx, const void *w, enum weft_dtype w_dtype, void *packed,
+                     int64_t n, int64_t k);
+void cpu_linear_packed(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *packed,
+                       const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                       int accumulate);
 void cpu_layernorm(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
                    int64_t rows, int64_t d, float eps);
 void cpu_rmsnorm(struct weft_kctx *ctx, float *x, int64_t ld, const float *w, int64_t rows,

@@ -395,6 +395,30 @@ static void linear(struct weft_kctx *c, const float *x, int64_t ldx, const void 
         cpu_host_kernels.linear(c, X, ldx, W, wdt, B, Y, ldy, m, n, kk, accumulate);
 }
 
+static void linear_pack(struct weft_kctx *c, const void *w, enum weft_dtype wdt, void *packed,
+                        int64_t n, int64_t kk)
+{
+    struct call k = {c, "linear_pack", false};
+    const void *W = at(&k, w, n * kk * (int64_t)weft_dtype_size(wdt), "w", false);
+    void *P = at(&k, packed, (int64_t)cpu_linear_pack_bytes(c, wdt, n, kk), "packed", false);
+    if (go(&k))
+        cpu_host_kernels.linear_pack(c, W, wdt, P, n, kk);
+}
+
+static void linear_packed(struct weft_kctx *c, const float *x, int64_t ldx, const void *packed,
+                          const float *b, float *y, int64_t ldy, int64_t m, int64_t n,
+                          int64_t kk, int accumulate)
+{
+    struct call k = {c, "linear_packed", false};
+    const float *X = at(&k, x, span(m, ldx, kk, F), "x", false);
+    const int64_t pb = (int64_t)cpu_linear_pack_bytes(c, WEFT_DTYPE_BF16, n, kk);
+    const void *P = at(&k, packed, m > 0 ? pb : 0, "packed", false);
+    const float *B = at(&k, b, m > 0 ? n * F : 0, "b", true);
+    float *Y = at(&k, y, span(m, ldy, n, F), "y", false);
+    if (go(&k))
+        cpu_host_kernels.linear_packed(c, X, ldx, P, B, Y, ldy, m, n, kk, accumulate);
+}
+
 static void layernorm(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
                       int64_t rows, int64_t d, float eps)
 {
@@ -622,6 +646,9 @@ static const struct weft_kernels devmem_kernels = {
     .set_compute = weft_kernels_cpu_set_compute,
     .describe = describe,
     .linear = linear,
+    .linear_pack_bytes = cpu_linear_pack_bytes,
+    .linear_pack = linear_pack,
+    .linear_packed = linear_packed,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .rope = rope,

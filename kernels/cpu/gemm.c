@@ -74,6 +74,12 @@ static size_t panel_bytes(const struct cpu_gemm_kernels *kr, int64_t rows, int64
     return (size_t)(rows * steps) * kr->elem;
 }
 
+/* Bytes of one panel of a packed bf16 weight: NR columns x k rounded up to pairs. */
+static size_t wpanel_bytes(const struct cpu_gemm_kernels *kr, int64_t k)
+{
+    return (size_t)((k + 1) / 2 * 2 * kr->nr) * sizeof(uint16_t);
+}
+
 size_t cpu_gemm_scratch_bytes(const struct cpu_gemm_kernels *kr, int64_t nc)
 {
     const int64_t mc = (kr->mc + kr->mr - 1) / kr->mr * kr->mr;
@@ -95,7 +101,33 @@ struct gemm_job {
     bool kmajor;     /* w is [k][n] */
     bool split_rows; /* units are MR-row groups (else NR-column groups) */
     void *const *scratch;
+    const char *wpack; /* w packed once (linear_pack; NULL: w as stored, packed per call) */
+    size_t wpanel;     /* bytes of one of its panels */
 };
+
+/* The micro-kernel over a B panel of kc steps and the steps it counts: the kernel set's on its
+ * own panels and on a packed weight's in bf16 compute (the same pairs), the pairs kernel on a
+ * packed weight's in f32 compute. */
+static cpu_ukr_fn ukr_of(const struct gemm_job *g, int64_t kc, int64_t *steps_p)
+{
+    if (g->wpack && !g->kr->bf16) {
+        *steps_p = kc;
+        return g->kr->ukr_wpairs;
+    }
+    *steps_p = g->kr->bf16 ? (kc + 1) / 2 : kc;
+    return g->kr->ukr;
+}
+
+/* The B panel of the columns from j for the k block at pc: the slice of the packed weight, or
+ * the scratch's panel jr / nr. */
+static const char *b_panel_at(const struct gemm_job *g, const char *pb, size_t b_panel,
+                              int64_t j, int64_t jr, int64_t pc)
+{
+    if (g->wpack)
+        return g->wpack + (size_t)(j / g->kr->nr) * g->wpanel +
+               (size_t)(pc * g->kr->nr) * sizeof(uint16_t);
+    return pb + (size_t)(jr / g->kr->nr) * b_panel;
+}
 
 /* One thread's rectangle: rows [m0, m1) x columns [n0, n1). */
 static void gemm_rect(const struct gemm_job *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -111,8 +143,9 @@ static void gemm_rect(const struct gemm_job *g, int64_t m0, int64_t m1, int64_t 
         for (int64_t pc = 0; pc < g->k; pc += kc_max) {
             const int64_t kc = g->k - pc < kc_max ? g->k - pc : kc_max;
             const size_t b_panel = panel_bytes(kr, nr, kc), a_panel = panel_bytes(kr, mr, kc);
-            const int64_t steps = kr->bf16 ? (kc + 1) / 2 : kc;
-            for (int64_t jr = 0; jr < nc; jr += nr) {
+            int64_t steps;
+            const cpu_ukr_fn ukr = ukr_of(g, kc, &steps);
+            for (int64_t jr = 0; jr < nc && !g->wpack; jr += nr) {
                 const int cols = (int)(nc - jr < nr ? nc - jr : nr);
                 char *dst = pb + (size_t)(jr / nr) * b_panel;
                 if (g->kmajor)
@@ -133,12 +166,11 @@ static void gemm_rect(const struct gemm_job *g, int64_t m0, int64_t m1, int64_t 
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     const int cols = (int)(nc - jr < nr ? nc - jr : nr);
                     const float *bias = pc == 0 && g->b ? g->b + jc + jr : NULL;
+                    const char *bp = b_panel_at(g, pb, b_panel, jc + jr, jr, pc);
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int rows = (int)(mc - ir < mr ? mc - ir : mr);
-                        kr->ukr(steps, pa + (size_t)(ir / mr) * a_panel,
-                                pb + (size_t)(jr / nr) * b_panel,
-                                g->y + (ic + ir) * g->ldy + jc + jr, g->ldy, rows, cols, mode,
-                                bias);
+                        ukr(steps, pa + (size_t)(ir / mr) * a_panel, bp,
+                            g->y + (ic + ir) * g->ldy + jc + jr, g->ldy, rows, cols, mode, bias);
                     }
                 }
             }
@@ -184,28 +216,39 @@ static void rowdot_range(void *arg, int64_t begin, int64_t end, int thread)
 
 size_t cpu_gemm_xpack_bytes(const struct cpu_gemm_kernels *kr)
 {
-    return panel_bytes(kr, CPU_GEMM_MSHARED, kr->kc) + 64;
+    const int64_t mr = kr->mr;
+    const int64_t rows = (CPU_GEMM_MSHARED + mr - 1) / mr * mr; /* whole panels */
+    return panel_bytes(kr, rows, kr->kc) + 64;
 }
 
-/* The column split's phases over one (row block, k block): x's panels by rows, then tiles by
- * columns. */
+/* The column split's phases over one row block and a run of k blocks [kb0, kb1): x's panels
+ * by rows (every k block of the run, kb_stride bytes apart), then tiles by columns, each
+ * thread over all of the run's k blocks. A few dozen rows fit every k block in one run: two
+ * jobs per product instead of two per k block. */
 struct shared_job {
     const struct gemm_job *g;
     char *xpack;
-    int64_t m0, rows, pc, kc;
+    int64_t m0, rows, kb0, kb1, panels;
+    size_t kb_stride;
 };
+
+static int64_t kc_of(const struct gemm_job *g, int64_t pc)
+{
+    return g->k - pc < g->kr->kc ? g->k - pc : g->kr->kc;
+}
 
 static void xpack_range(void *arg, int64_t begin, int64_t end, int thread)
 {
     (void)thread;
     const struct shared_job *s = arg;
     const struct cpu_gemm_kernels *kr = s->g->kr;
-    const size_t a_panel = panel_bytes(kr, kr->mr, s->kc);
-    for (int64_t p = begin; p < end; p++) {
-        const int64_t r0 = p * kr->mr;
+    for (int64_t u = begin; u < end; u++) {
+        const int64_t kb = s->kb0 + u / s->panels, p = u % s->panels, pc = kb * kr->kc;
+        const int64_t kc = kc_of(s->g, pc), r0 = p * kr->mr;
         const int rows = (int)(s->rows - r0 < kr->mr ? s->rows - r0 : kr->mr);
-        kr->pack_a(s->g->x + (s->m0 + r0) * s->g->ldx + s->pc, s->g->ldx, rows, s->kc,
-                   s->xpack + (size_t)p * a_panel);
+        kr->pack_a(s->g->x + (s->m0 + r0) * s->g->ldx + pc, s->g->ldx, rows, kc,
+                   s->xpack + (size_t)(kb - s->kb0) * s->kb_stride +
+                       (size_t)p * panel_bytes(kr, kr->mr, kc));
     }
 }
 
@@ -214,37 +257,42 @@ static void tiles_range(void *arg, int64_t begin, int64_t end, int thread)
     const struct shared_job *s = arg;
     const struct gemm_job *g = s->g;
     const struct cpu_gemm_kernels *kr = g->kr;
-    const int64_t mr = kr->mr, nr = kr->nr, kc = s->kc, pc = s->pc;
+    const int64_t mr = kr->mr, nr = kr->nr;
     const int64_t n0 = begin * nr, n1 = end * nr < g->n ? end * nr : g->n;
     char *pb = (char *)(((uintptr_t)g->scratch[thread] + 63) & ~(uintptr_t)63);
     const size_t wsz = weft_dtype_size(g->wdt);
-    const size_t b_panel = panel_bytes(kr, nr, kc), a_panel = panel_bytes(kr, mr, kc);
-    const int64_t steps = kr->bf16 ? (kc + 1) / 2 : kc;
-    const int mode = g->accumulate || pc > 0;
     for (int64_t jc = n0; jc < n1; jc += CPU_GEMM_NC) {
         const int64_t nc = n1 - jc < CPU_GEMM_NC ? n1 - jc : CPU_GEMM_NC;
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-            const int cols = (int)(nc - jr < nr ? nc - jr : nr);
-            char *dst = pb + (size_t)(jr / nr) * b_panel;
-            if (g->kmajor)
-                kr->pack_bk((const char *)g->w + (size_t)(pc * g->ldw + jc + jr) * wsz, g->wdt,
-                            g->ldw, cols, kc, dst);
-            else
-                kr->pack_b((const char *)g->w + (size_t)((jc + jr) * g->ldw + pc) * wsz,
-                           g->wdt, g->ldw, cols, kc, dst);
-        }
-        /* rows in blocks of mc: a block's x panels stay in L2 across the column panels */
-        for (int64_t ic = 0; ic < s->rows; ic += kr->mc) {
-            const int64_t mc = s->rows - ic < kr->mc ? s->rows - ic : kr->mc;
-            for (int64_t jr = 0; jr < nc; jr += nr) {
+        for (int64_t kb = s->kb0; kb < s->kb1; kb++) {
+            const int64_t pc = kb * kr->kc, kc = kc_of(g, pc);
+            const char *xpack = s->xpack + (size_t)(kb - s->kb0) * s->kb_stride;
+            const size_t b_panel = panel_bytes(kr, nr, kc), a_panel = panel_bytes(kr, mr, kc);
+            int64_t steps;
+            const cpu_ukr_fn ukr = ukr_of(g, kc, &steps);
+            const int mode = g->accumulate || pc > 0;
+            for (int64_t jr = 0; jr < nc && !g->wpack; jr += nr) {
                 const int cols = (int)(nc - jr < nr ? nc - jr : nr);
-                const float *bias = pc == 0 && g->b ? g->b + jc + jr : NULL;
-                for (int64_t ir = 0; ir < mc; ir += mr) {
-                    const int rows = (int)(mc - ir < mr ? mc - ir : mr);
-                    kr->ukr(steps, s->xpack + (size_t)((ic + ir) / mr) * a_panel,
-                            pb + (size_t)(jr / nr) * b_panel,
+                char *dst = pb + (size_t)(jr / nr) * b_panel;
+                if (g->kmajor)
+                    kr->pack_bk((const char *)g->w + (size_t)(pc * g->ldw + jc + jr) * wsz,
+                                g->wdt, g->ldw, cols, kc, dst);
+                else
+                    kr->pack_b((const char *)g->w + (size_t)((jc + jr) * g->ldw + pc) * wsz,
+                               g->wdt, g->ldw, cols, kc, dst);
+            }
+            /* rows in blocks of mc: a block's x panels stay in L2 across the column panels */
+            for (int64_t ic = 0; ic < s->rows; ic += kr->mc) {
+                const int64_t mc = s->rows - ic < kr->mc ? s->rows - ic : kr->mc;
+                for (int64_t jr = 0; jr < nc; jr += nr) {
+                    const int cols = (int)(nc - jr < nr ? nc - jr : nr);
+                    const float *bias = pc == 0 && g->b ? g->b + jc + jr : NULL;
+                    const char *bp = b_panel_at(g, pb, b_panel, jc + jr, jr, pc);
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        const int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                        ukr(steps, xpack + (size_t)((ic + ir) / mr) * a_panel, bp,
                             g->y + (s->m0 + ic + ir) * g->ldy + jc + jr, g->ldy, rows, cols,
                             mode, bias);
+                    }
                 }
             }
         }
@@ -255,12 +303,18 @@ static void gemm_columns(struct weft_kctx *ctx, const struct gemm_job *g)
 {
     const struct cpu_gemm_kernels *kr = g->kr;
     const int64_t col_units = (g->n + kr->nr - 1) / kr->nr;
+    const int64_t kblocks = (g->k + kr->kc - 1) / kr->kc;
     char *xpack = (char *)(((uintptr_t)ctx->gemm_xpack + 63) & ~(uintptr_t)63);
     for (int64_t m0 = 0; m0 < g->m; m0 += CPU_GEMM_MSHARED) {
         const int64_t rows = g->m - m0 < CPU_GEMM_MSHARED ? g->m - m0 : CPU_GEMM_MSHARED;
-        for (int64_t pc = 0; pc < g->k; pc += kr->kc) {
-            struct shared_job s = {g, xpack, m0, rows, pc, g->k - pc < kr->kc ? g->k - pc : kr->kc};
-            cpu_parallel(ctx, (rows + kr->mr - 1) / kr->mr, 1, xpack_range, &s);
+        const int64_t panels = (rows + kr->mr - 1) / kr->mr;
+        const size_t kb_stride = (size_t)panels * panel_bytes(kr, kr->mr, kr->kc);
+        /* k blocks per run: as many as the shared buffer holds (at least one: its size) */
+        const int64_t per = (int64_t)((ctx->gemm_xpack_bytes - 64) / kb_stride);
+        for (int64_t kb0 = 0; kb0 < kblocks; kb0 += per) {
+            struct shared_job s = {g, xpack, m0, rows, kb0,
+                                   kb0 + per < kblocks ? kb0 + per : kblocks, panels, kb_stride};
+            cpu_parallel(ctx, panels * (s.kb1 - s.kb0), 1, xpack_range, &s);
             cpu_parallel(ctx, col_units, 1, tiles_range, &s);
         }
     }
@@ -287,8 +341,17 @@ void cpu_gemm_kn(struct weft_kctx *ctx, const float *x, int64_t ldx, const void 
         return;
     const struct cpu_gemm_kernels *kr = ctx->compute_bf16 ? &ctx->gemm_bf16 : &ctx->gemm_f32;
     struct gemm_job g = {kr, x, ldx, w, wdt, b, y, ldy, m, n, k, accumulate, ldw, true, false,
-                         ctx->gemm_scratch};
+                         ctx->gemm_scratch, NULL, 0};
     gemm_blocked(ctx, &g);
+}
+
+/* No products: the bias, or nothing. */
+static void bias_only(const float *b, float *y, int64_t ldy, int64_t m, int64_t n,
+                      int accumulate)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            y[i * ldy + j] = (accumulate ? y[i * ldy + j] : 0.0f) + (b ? b[j] : 0.0f);
 }
 
 void cpu_gemm(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
@@ -297,10 +360,8 @@ void cpu_gemm(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
 {
     if (m <= 0 || n <= 0)
         return;
-    if (k <= 0) { /* no products: the bias, or nothing */
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++)
-                y[i * ldy + j] = (accumulate ? y[i * ldy + j] : 0.0f) + (b ? b[j] : 0.0f);
+    if (k <= 0) {
+        bias_only(b, y, ldy, m, n, accumulate);
         return;
     }
     if (m <= CPU_GEMM_ROWDOT_MAX) {
@@ -310,6 +371,54 @@ void cpu_gemm(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *w,
     }
     const struct cpu_gemm_kernels *kr = ctx->compute_bf16 ? &ctx->gemm_bf16 : &ctx->gemm_f32;
     struct gemm_job g = {kr, x, ldx, w, wdt, b, y, ldy, m, n, k, accumulate, k, false, false,
-                         ctx->gemm_scratch};
+                         ctx->gemm_scratch, NULL, 0};
+    gemm_blocked(ctx, &g);
+}
+
+size_t cpu_gemm_wpack_bytes(const struct weft_kctx *ctx, enum weft_dtype wdt, int64_t n,
+                            int64_t k)
+{
+    const struct cpu_gemm_kernels *kr = &ctx->gemm_f32;
+    if (wdt != WEFT_DTYPE_BF16 || !kr->pack_wpairs || !kr->ukr_wpairs || n <= 0 || k <= 0)
+        return 0;
+    return (size_t)((n + kr->nr - 1) / kr->nr) * wpanel_bytes(kr, k);
+}
+
+struct wpack_job {
+    const struct cpu_gemm_kernels *kr;
+    const uint16_t *w;
+    int64_t n, k;
+    void *out;
+};
+
+static void wpack_range(void *arg, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct wpack_job *j = arg;
+    j->kr->pack_wpairs(j->w, j->n, j->k, begin, end, j->out);
+}
+
+void cpu_gemm_wpack(struct weft_kctx *ctx, const void *w, int64_t n, int64_t k, void *out)
+{
+    struct wpack_job j = {&ctx->gemm_f32, w, n, k, out};
+    cpu_parallel(ctx, (n + j.kr->nr - 1) / j.kr->nr, 1, wpack_range, &j);
+}
+
+void cpu_gemm_packed(struct weft_kctx *ctx, const float *x, int64_t ldx, const void *wpack,
+                     const float *b, float *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                     int accumulate)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        bias_only(b, y, ldy, m, n, accumulate);
+        return;
+    }
+    /* few rows in f32 products, as cpu_gemm's dot products compute them */
+    const struct cpu_gemm_kernels *kr =
+        ctx->compute_bf16 && m > CPU_GEMM_ROWDOT_MAX ? &ctx->gemm_bf16 : &ctx->gemm_f32;
+    struct gemm_job g = {kr, x, ldx, NULL, WEFT_DTYPE_BF16, b, y, ldy, m, n, k, accumulate, k,
+                         false, false, ctx->gemm_scratch, wpack,
+                         wpanel_bytes(&ctx->gemm_f32, k)};
     gemm_blocked(ctx, &g);
 }

@@ -54,6 +54,13 @@ typedef void (*cpu_rowdot_fn)(const float *x, int64_t ldx, const void *w, enum w
                               int64_t ldw, const float *b, float *y, int64_t ldy, int64_t rows,
                               int64_t n, int64_t k, int mode);
 
+/* A bf16 weight [n, k] packed once (linear_pack): panels [p0, p1) of NR columns, each the
+ * whole k as pairs, [ceil(k/2)][NR][2] (the bf16 kernels' B panel for kc = k; a k block at an
+ * even offset is a slice of it), columns past n and the second half of an odd k's last pair
+ * zero. */
+typedef void (*cpu_pack_w_fn)(const uint16_t *w, int64_t n, int64_t k, int64_t p0, int64_t p1,
+                              void *out);
+
 struct cpu_gemm_kernels {
     enum cpu_isa isa;
     bool bf16;      /* compute in bf16 pairs (x and w rounded), accumulate in f32 */
@@ -64,6 +71,11 @@ struct cpu_gemm_kernels {
     cpu_pack_a_fn pack_a;
     cpu_pack_b_fn pack_b, pack_bk;
     cpu_rowdot_fn rowdot;
+    /* Packed weights (NULL: this ISA has none): the packer, and for f32 compute the
+     * micro-kernel on a panel of bf16 pairs (kc steps; the same products in the same order as
+     * ukr on pack_b's panel). bf16 compute runs its ukr on them as they are. */
+    cpu_pack_w_fn pack_wpairs;
+    cpu_ukr_fn ukr_wpairs;
 };
 
 /* The kernels of isa for f32 compute (bf16 false) or bf16 compute; false when that pair does

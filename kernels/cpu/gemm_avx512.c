@@ -176,6 +176,53 @@ T512 static void ukr(int64_t kc, const void *av, const void *bv, float *c, int64
     store_tile(acc, c, ldc, mr, nr, mode, bias);
 }
 
+/* The f32 micro-kernel on a B panel of bf16 pairs (a packed weight's, see gemm.h): per pair
+ * two zmm of 16 columns x (k, k + 1), widened exactly by a shift and a mask, then the two k
+ * steps in turn, so each accumulator sees the same products in the same order as ukr on the
+ * panel pack_b widens. kc steps; an odd kc ends on a pair's first half. */
+T512 static void ukr_wpairs(int64_t kc, const void *av, const void *bv, float *c, int64_t ldc,
+                            int mr, int nr, int mode, const float *bias)
+{
+    const float *a = av;
+    const __m512i *b = bv;
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 acc[MR][2];
+    for (int i = 0; i < MR; i++) {
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
+    int64_t k = 0;
+#pragma GCC unroll 2
+    for (; k + 2 <= kc; k += 2, a += (ptrdiff_t)2 * MR, b += 2) {
+        const __m512i p0 = _mm512_load_si512(b), p1 = _mm512_load_si512(b + 1);
+        const __m512 b00 = _mm512_castsi512_ps(_mm512_slli_epi32(p0, 16));
+        const __m512 b01 = _mm512_castsi512_ps(_mm512_slli_epi32(p1, 16));
+        const __m512 b10 = _mm512_castsi512_ps(_mm512_and_si512(p0, hi));
+        const __m512 b11 = _mm512_castsi512_ps(_mm512_and_si512(p1, hi));
+        for (int i = 0; i < MR; i++) {
+            const __m512 ai = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b00, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b01, acc[i][1]);
+        }
+        for (int i = 0; i < MR; i++) {
+            const __m512 ai = _mm512_set1_ps(a[MR + i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b10, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b11, acc[i][1]);
+        }
+    }
+    if (k < kc) {
+        const __m512 b00 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512(b), 16));
+        const __m512 b01 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512(b + 1), 16));
+        for (int i = 0; i < MR; i++) {
+            const __m512 ai = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b00, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b01, acc[i][1]);
+        }
+    }
+    store_tile(acc, c, ldc, mr, nr, mode, bias);
+}
+
 /* Few rows: each weight row read once, 16 values at a time, against every x row. */
 T512 static void rowdot(const float *x, int64_t ldx, const void *w, enum weft_dtype dtype,
                         int64_t ldw, const float *b, float *y, int64_t ldy, int64_t rows,
@@ -198,14 +245,6 @@ T512 static void rowdot(const float *x, int64_t ldx, const void *w, enum weft_dt
     }
 }
 
-void cpu_gemm_avx512(struct cpu_gemm_kernels *k)
-{
-    *k = (struct cpu_gemm_kernels){
-        .isa = CPU_ISA_AVX512, .bf16 = false, .mr = MR, .nr = NR, .kc = 256, .mc = 96,
-        .elem = sizeof(float), .ukr = ukr, .pack_a = pack_a, .pack_b = pack_b,
-        .pack_bk = pack_bk, .rowdot = rowdot,
-    };
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* bf16 compute: pairs of consecutive k values, rounded to bf16                              */
@@ -284,19 +323,18 @@ static void pack_bk_bf16(const void *w, enum weft_dtype dtype, int64_t ldw, int 
 /* The panel of a bf16 weight in its checkpoint layout [n, k]: each k pair of the packed panel
  * is the 32-bit word at that pair in each of the NR rows. A full panel goes 16 pairs at a time
  * as two 16 x 16 word transposes of contiguous row loads, the remaining pairs by gathers (the
- * element-wise loop below took 44 % of a 77-token CLIP-L forward, more than the products). */
-T512BF static void pack_b_bf16(const void *w, enum weft_dtype dtype, int64_t ldw, int cols,
-                               int64_t kc, void *out)
+ * element-wise loop below took 44 % of a 77-token CLIP-L forward, more than the products).
+ * Plain AVX-512 (no bf16 arithmetic): it also packs weights once for the f32 kernels. */
+T512 static void pack_b_pairs(const uint16_t *w, int64_t ldw, int cols, int64_t kc, void *out)
 {
     uint16_t *o = out;
     int64_t k = 0;
-    if (dtype == WEFT_DTYPE_BF16 && cols == NR && ldw <= INT32_MAX / NR) {
-        const uint16_t *src = w;
+    if (cols == NR && ldw <= INT32_MAX / NR) {
         for (; k + 32 <= kc; k += 32, o += (ptrdiff_t)32 * NR) {
             for (int half = 0; half < 2; half++) {
                 __m512i r[16];
                 for (int j = 0; j < 16; j++)
-                    r[j] = _mm512_loadu_si512(src + (ptrdiff_t)(half * 16 + j) * ldw + k);
+                    r[j] = _mm512_loadu_si512(w + (ptrdiff_t)(half * 16 + j) * ldw + k);
                 transpose16(r);
                 for (int p = 0; p < 16; p++)
                     _mm512_storeu_si512(o + (ptrdiff_t)p * 2 * NR + (ptrdiff_t)half * NR, r[p]);
@@ -306,13 +344,29 @@ T512BF static void pack_b_bf16(const void *w, enum weft_dtype dtype, int64_t ldw
             _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
             _mm512_set1_epi32((int)ldw));
         const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32((int)(16 * ldw)));
-        const uint16_t *base = w;
         for (; k + 1 < kc; k += 2, o += (ptrdiff_t)2 * NR) {
-            _mm512_storeu_si512(o, _mm512_i32gather_epi32(lo, base + k, 2));
-            _mm512_storeu_si512(o + NR, _mm512_i32gather_epi32(hi, base + k, 2));
+            _mm512_storeu_si512(o, _mm512_i32gather_epi32(lo, w + k, 2));
+            _mm512_storeu_si512(o + NR, _mm512_i32gather_epi32(hi, w + k, 2));
         }
     }
     for (; k < kc; k += 2, o += (ptrdiff_t)2 * NR) {
+        for (int64_t j = 0; j < NR; j++) {
+            const int64_t at = j * ldw + k;
+            o[2 * j] = j < cols ? w[at] : 0;
+            o[2 * j + 1] = j < cols && k + 1 < kc ? w[at + 1] : 0;
+        }
+    }
+}
+
+T512BF static void pack_b_bf16(const void *w, enum weft_dtype dtype, int64_t ldw, int cols,
+                               int64_t kc, void *out)
+{
+    if (dtype == WEFT_DTYPE_BF16) {
+        pack_b_pairs(w, ldw, cols, kc, out);
+        return;
+    }
+    uint16_t *o = out;
+    for (int64_t k = 0; k < kc; k += 2, o += (ptrdiff_t)2 * NR) {
         for (int64_t j = 0; j < NR; j++) {
             const int64_t at = j * ldw + k;
             o[2 * j] = j < cols ? to_bf16(w, dtype, at) : 0;
@@ -321,15 +375,25 @@ T512BF static void pack_b_bf16(const void *w, enum weft_dtype dtype, int64_t ldw
     }
 }
 
-/* kp pairs: per pair the B panel is two zmm of 16 columns x 2 values, each A row one 32-bit
- * broadcast of its two values. */
-T512BF static void ukr_bf16(int64_t kp, const void *av, const void *bv, float *c, int64_t ldc,
-                            int mr, int nr, int mode, const float *bias)
+/* A whole bf16 weight [n, k] as panels of NR columns, each the full k in pairs (gemm.h). */
+T512 static void pack_wpairs(const uint16_t *w, int64_t n, int64_t k, int64_t p0, int64_t p1,
+                             void *out)
 {
-    const int32_t *a = av;
-    const __m512i *b = bv;
+    const size_t panel = (size_t)((k + 1) / 2) * 2 * NR * sizeof(uint16_t);
+    for (int64_t p = p0; p < p1; p++) {
+        const int cols = (int)(n - p * NR < NR ? n - p * NR : NR);
+        pack_b_pairs(w + p * NR * k, k, cols, k, (char *)out + (size_t)p * panel);
+    }
+}
+
+/* kp pairs of R rows (a constant where it is inlined): per pair the B panel is two zmm of 16
+ * columns x 2 values, each A row one 32-bit broadcast of its two values. */
+T512BF static inline __attribute__((always_inline)) void
+ukr_bf16_rows(const int R, int64_t kp, const int32_t *a, const __m512i *b, float *c,
+              int64_t ldc, int nr, int mode, const float *bias)
+{
     __m512 acc[MR][2];
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < R; i++) {
         acc[i][0] = acc[i][1] = _mm512_setzero_ps();
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
@@ -338,13 +402,39 @@ T512BF static void ukr_bf16(int64_t kp, const void *av, const void *bv, float *c
     for (int64_t k = 0; k < kp; k++, a += MR, b += 2) {
         const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
         const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 1);
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             const __m512bh ai = (__m512bh)_mm512_set1_epi32(a[i]);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
         }
     }
-    store_tile(acc, c, ldc, mr, nr, mode, bias);
+    store_tile(acc, c, ldc, R, nr, mode, bias);
+}
+
+/* A tile of mr rows computes mr rows, not MR: a 77-row product's last tile has 5 (each element
+ * gets the same products in the same order whatever the tile's height). */
+T512BF static void ukr_bf16(int64_t kp, const void *av, const void *bv, float *c, int64_t ldc,
+                            int mr, int nr, int mode, const float *bias)
+{
+    const int32_t *a = av;
+    const __m512i *b = bv;
+    switch (mr) {
+#define ROWS(r)                                                                                   \
+    case r: ukr_bf16_rows(r, kp, a, b, c, ldc, nr, mode, bias); break;
+        ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11)
+#undef ROWS
+    default: ukr_bf16_rows(MR, kp, a, b, c, ldc, nr, mode, bias); break;
+    }
+}
+
+void cpu_gemm_avx512(struct cpu_gemm_kernels *k)
+{
+    *k = (struct cpu_gemm_kernels){
+        .isa = CPU_ISA_AVX512, .bf16 = false, .mr = MR, .nr = NR, .kc = 256, .mc = 96,
+        .elem = sizeof(float), .ukr = ukr, .pack_a = pack_a, .pack_b = pack_b,
+        .pack_bk = pack_bk, .rowdot = rowdot, .ukr_wpairs = ukr_wpairs,
+        .pack_wpairs = pack_wpairs,
+    };
 }
 
 void cpu_gemm_avx512_bf16(struct cpu_gemm_kernels *k)
@@ -353,5 +443,6 @@ void cpu_gemm_avx512_bf16(struct cpu_gemm_kernels *k)
         .isa = CPU_ISA_AVX512_BF16, .bf16 = true, .mr = MR, .nr = NR, .kc = 512, .mc = 96,
         .elem = sizeof(uint16_t), .ukr = ukr_bf16, .pack_a = pack_a_bf16,
         .pack_b = pack_b_bf16, .pack_bk = pack_bk_bf16, .rowdot = rowdot,
+        .pack_wpairs = pack_wpairs, /* its ukr reads the pairs as they are */
     };
 }

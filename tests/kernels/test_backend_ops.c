@@ -251,6 +251,66 @@ static void test_linear(void)
     report(dut.label, name, &t, prod_tol());
 }
 
+/* A bf16 weight packed once on the side (when its backend packs it: NULL, or 0 bytes, keeps
+ * it as stored) and the product on it. Returns whether it packed. */
+static bool run_linear_packed(struct side *s, const float *x, int64_t ldx, const uint16_t *w,
+                              const float *b, const float *y0, int64_t ldy, int64_t m, int64_t n,
+                              int64_t k, int acc, float *y_out)
+{
+    const size_t pb = s->K->linear_pack_bytes
+                          ? s->K->linear_pack_bytes(s->kc, WEFT_DTYPE_BF16, n, k)
+                          : 0;
+    if (!pb)
+        return false;
+    const size_t ny = (size_t)(m * ldy);
+    float *X = put(s, x, (size_t)(m * ldx) * 4);
+    void *W = put(s, w, (size_t)(n * k) * 2), *P = put(s, NULL, pb);
+    float *B = put_opt(s, b, (size_t)n * 4), *Y = put(s, y0, ny * 4);
+    s->K->linear_pack(s->kc, W, WEFT_DTYPE_BF16, P, n, k);
+    s->K->linear_packed(s->kc, X, ldx, P, B, Y, ldy, m, n, k, acc);
+    get(s, y_out, Y, ny * 4);
+    done(s, "linear_packed");
+    return true;
+}
+
+/* Packed weights on the device under test against the reference's linear on the weights as
+ * stored (the same bits above a few rows) where the device packs them. */
+static void test_linear_packed(void)
+{
+    struct tally t = {0};
+    for (int c = 0; c < cases; c++) {
+        const int64_t m = PICK(1, 7, 33, 77), n = PICK(1, 3, 64, 257), k = PICK(1, 5, 67, 768);
+        const int64_t ldx = k + PICK(0, 3), ldy = n + PICK(0, 5);
+        const int bias = (int)(next_u64() % 2), acc = (int)(next_u64() % 2);
+        float *x = rnd(m * ldx, -1, 1), *wf = rnd(n * k, -0.5f, 0.5f), *b = rnd(n, -1, 1);
+        float *y0 = rnd(m * ldy, -1, 1);
+        uint16_t *w = as_dtype(wf, n * k, WEFT_DTYPE_BF16);
+        float *want = malloc((size_t)(m * ldy) * 4), *got = malloc((size_t)(m * ldy) * 4);
+        run_linear(&ref, x, ldx, w, WEFT_DTYPE_BF16, bias ? b : NULL, y0, ldy, m, n, k, acc,
+                   want);
+        if (run_linear_packed(&dut, x, ldx, w, bias ? b : NULL, y0, ldy, m, n, k, acc, got)) {
+            char shape[128];
+            snprintf(shape, sizeof(shape), "[%lld x %lld] . packed [%lld x %lld]^T%s%s, %s "
+                     "compute", (long long)m, (long long)k, (long long)n, (long long)k,
+                     bias ? " +b" : "", acc ? " +=" : "", weft_dtype_name(compute));
+            /* few rows: f32 products summed in another order than linear's */
+            const int saved = exact;
+            exact = exact && m > 6;
+            compare(&t, "linear_packed", shape, "y", want, got, (size_t)(m * ldy),
+                    exact ? 0 : 2e-5);
+            exact = saved;
+        }
+        free(x), free(wf), free(b), free(y0), free(w), free(want), free(got);
+    }
+    if (t.n) {
+        printf("%-10s linear_packed/%s %3d cases, %sworst relative L2 error %.2g (tolerance "
+               "2e-05)\n", dut.label, weft_dtype_name(compute), t.n,
+               exact ? "bit for bit above 6 rows, else " : "", t.worst);
+    } else {
+        printf("%s: linear_packed: no packed weights on this backend\n", dut.label);
+    }
+}
+
 /* Elementwise and normalization ops: in f32 whatever the compute dtype. */
 static void test_rows_ops(void)
 {
@@ -642,6 +702,7 @@ int main(int argc, char **argv)
         if (compute != WEFT_DTYPE_F32 && dut.K->set_compute(dut.kc, compute) != WEFT_OK)
             continue; /* no such path on the device under test */
         test_linear();
+        test_linear_packed();
         test_attention();
         test_image_ops();
     }

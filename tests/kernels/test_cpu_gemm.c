@@ -3,7 +3,9 @@
  * f16), shapes on both sides of every tile and block edge, strided rows, bias or none,
  * accumulate or not, 1 and 2 threads (the same bits: the order of each sum does not depend on
  * the thread count). f32 compute is exact to f32 rounding on the widened weights; bf16 compute
- * is checked against the reference on bf16-rounded inputs (what it promises) and against f32. */
+ * is checked against the reference on bf16-rounded inputs (what it promises) and against f32.
+ * Weights packed once (the table's linear_pack, linear_packed) give the bits of the same
+ * weights as stored. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -212,6 +214,90 @@ static void test_threads(void)
     }
 }
 
+/* A bf16 weight packed once through the table gives linear's bits on the weight as stored
+ * (few rows: f32 products both, summed in another order), in either compute dtype whichever
+ * it was packed under, on 1 and 2 threads; packing writes only its bytes; f32 and f16 weights
+ * are not packed, nor anything without AVX-512. */
+static void test_packed(enum cpu_isa have)
+{
+    const struct shape s[] = {{77, 768, 768}, {13, 33, 257}, {7, 1, 3},    {25, 100, 513},
+                              {97, 70, 1025}, {200, 9, 40},  {3, 65, 300}, {1, 33, 70},
+                              {6, 31, 1},     {40, 1100, 33}, {12, 32, 256}};
+    for (int threads = 1; threads <= 2; threads++) {
+        const struct weft_kernels *K;
+        struct weft_kctx *c;
+        CHECK_OK(weft_kernels_cpu_create(threads, &K, &c));
+        CHECK(K->linear_pack_bytes(c, WEFT_DTYPE_F32, 64, 64) == 0);
+        CHECK(K->linear_pack_bytes(c, WEFT_DTYPE_F16, 64, 64) == 0);
+        if (have < CPU_ISA_AVX512) {
+            CHECK(K->linear_pack_bytes(c, WEFT_DTYPE_BF16, 64, 64) == 0);
+            weft_kernels_cpu_destroy(c);
+            continue;
+        }
+        for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+            const int64_t m = s[i].m, n = s[i].n, k = s[i].k, ldx = k + 3, ldy = n + 5;
+            const size_t pb = K->linear_pack_bytes(c, WEFT_DTYPE_BF16, n, k);
+            /* NR-column panels of k rounded up to pairs */
+            CHECK(pb == (size_t)((n + 31) / 32 * 32 * ((k + 1) / 2 * 2)) * 2);
+            float *x = malloc((size_t)(m * ldx) * 4), *b = malloc((size_t)n * 4);
+            float *y0 = malloc((size_t)(m * ldy) * 4), *y1 = malloc((size_t)(m * ldy) * 4);
+            float *y2 = malloc((size_t)(m * ldy) * 4);
+            uint16_t *w = malloc((size_t)(n * k) * 2);
+            void *packed;
+            CHECK(x && b && y0 && y1 && y2 && w);
+            CHECK_OK(K->buf_alloc(c, pb + 64, &packed));
+            memset((char *)packed + pb, 0x5a, 64);
+            for (int64_t t = 0; t < m * ldx; t++)
+                x[t] = frand();
+            for (int64_t t = 0; t < n * k; t++)
+                w[t] = weft_f32_to_bf16(frand());
+            for (int64_t j = 0; j < n; j++)
+                b[j] = frand();
+            for (int64_t t = 0; t < m * ldy; t++)
+                y0[t] = frand();
+            const bool bf_first = i % 2 == 1; /* packed under either compute dtype */
+            (void)weft_kernels_cpu_set_compute(c, bf_first ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32);
+            K->linear_pack(c, w, WEFT_DTYPE_BF16, packed, n, k);
+            for (int t = 0; t < 64; t++)
+                CHECK(((unsigned char *)packed)[pb + t] == 0x5a);
+            for (int bf = 0; bf < 2; bf++) {
+                if (bf && weft_kernels_cpu_set_compute(c, WEFT_DTYPE_BF16) != WEFT_OK)
+                    continue;
+                if (!bf)
+                    (void)weft_kernels_cpu_set_compute(c, WEFT_DTYPE_F32);
+                for (int mode = 0; mode < 3; mode++) {
+                    const bool bias = mode != 1, acc = mode == 2;
+                    memcpy(y1, y0, (size_t)(m * ldy) * 4);
+                    memcpy(y2, y0, (size_t)(m * ldy) * 4);
+                    K->linear(c, x, ldx, w, WEFT_DTYPE_BF16, bias ? b : NULL, y1, ldy, m, n, k,
+                              acc);
+                    K->linear_packed(c, x, ldx, packed, bias ? b : NULL, y2, ldy, m, n, k, acc);
+                    if (m > CPU_GEMM_ROWDOT_MAX) {
+                        if (memcmp(y1, y2, (size_t)(m * ldy) * 4) != 0) {
+                            fprintf(stderr, "packed %lldx%lldx%lld %s compute, mode %d, %d "
+                                    "threads: not the bits of the weight as stored\n",
+                                    (long long)m, (long long)n, (long long)k,
+                                    bf ? "bf16" : "f32", mode, threads);
+                            exit(1);
+                        }
+                    } else {
+                        const float tol = 2e-6f * sqrtf((float)k + 1);
+                        for (int64_t t = 0; t < m * ldy; t++)
+                            CHECK(fabsf(y1[t] - y2[t]) <= tol * (1 + fabsf(y1[t])));
+                        for (int64_t r = 0; r < m; r++) /* the gaps between rows untouched */
+                            for (int64_t j = n; j < ldy; j++)
+                                CHECK(y2[r * ldy + j] == y0[r * ldy + j]);
+                    }
+                }
+            }
+            K->buf_free(c, packed, pb + 64);
+            free(x), free(b), free(y0), free(y1), free(y2), free(w);
+        }
+        weft_kernels_cpu_destroy(c);
+    }
+    printf("packed bf16 weights: the bits of the weights as stored\n");
+}
+
 int main(void)
 {
     const enum cpu_isa have = cpu_isa_detect();
@@ -222,6 +308,7 @@ int main(void)
     }
     test_threads();
     test_kmajor();
+    test_packed(have);
     /* the table's own entry and the compute switch */
     const struct weft_kernels *K;
     struct weft_kctx *c;
