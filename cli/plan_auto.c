@@ -139,6 +139,82 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
     return 0;
 }
 
+static double step_bytes(const struct weft_autoplan *p)
+{
+    return p->tp_bytes + p->ulysses_bytes + p->ring_bytes + p->stage_bytes;
+}
+
+static void print_json(const char *dir, const struct weft_autoplan *p,
+                       const struct weft_autoplan_devices *dev)
+{
+    const struct weft_autoplan_memory *pk = &p->peak;
+    const double step = step_bytes(p);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "weft_plan", 1);
+    cJSON_AddStringToObject(o, "model", dir);
+    cJSON *d = cJSON_AddObjectToObject(o, "degrees");
+    cJSON_AddNumberToObject(d, "dp", p->dp);
+    cJSON_AddNumberToObject(d, "cfg", p->cfg);
+    cJSON_AddNumberToObject(d, "ring", p->ring);
+    cJSON_AddNumberToObject(d, "ulysses", p->ulysses);
+    cJSON_AddNumberToObject(d, "tp", p->tp);
+    cJSON_AddBoolToObject(o, "ulysses_anything", p->ulysses_anything);
+    cJSON_AddBoolToObject(o, "ring_anything", p->ring_anything);
+    if (p->device_map) {
+        cJSON_AddStringToObject(o, "device_map_strategy", "balanced");
+        cJSON_AddNumberToObject(o, "devices_per_replica", p->pp);
+        cJSON_AddItemToObject(o, "device_map", weft_devmap_json(&p->map, NULL));
+    }
+    cJSON_AddNumberToObject(o, "idle_devices", p->idle);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory_per_device");
+    cJSON_AddNumberToObject(mem, "device", p->peak_device);
+    cJSON_AddNumberToObject(mem, "weights", (double)pk->weights);
+    cJSON_AddNumberToObject(mem, "activations", (double)pk->activations);
+    cJSON_AddNumberToObject(mem, "workspace", (double)pk->workspace);
+    cJSON_AddNumberToObject(mem, "total",
+                            (double)(pk->weights + pk->activations + pk->workspace));
+    cJSON_AddNumberToObject(mem, "device_memory", (double)dev->memory);
+    cJSON *c = cJSON_AddObjectToObject(o, "communication_per_step");
+    cJSON_AddNumberToObject(c, "tp_allreduce_bytes", p->tp_bytes);
+    cJSON_AddNumberToObject(c, "tp_allreduces", p->tp_allreduces);
+    cJSON_AddNumberToObject(c, "ulysses_alltoall_bytes", p->ulysses_bytes);
+    cJSON_AddNumberToObject(c, "ring_bytes", p->ring_bytes);
+    cJSON_AddNumberToObject(c, "device_map_bytes", p->stage_bytes);
+    cJSON_AddNumberToObject(c, "total_bytes", step);
+    cJSON *r = cJSON_AddArrayToObject(o, "reasons");
+    for (int i = 0; i < p->n_reasons; i++)
+        cJSON_AddItemToArray(r, cJSON_CreateString(p->reasons[i]));
+    char *text = cJSON_Print(o);
+    if (text)
+        printf("%s\n", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+static void print_text(const struct weft_autoplan *p, const struct weft_autoplan_devices *dev)
+{
+    const struct weft_autoplan_memory *pk = &p->peak;
+    const double step = step_bytes(p);
+    if (p->device_map)
+        printf("plan: dp %d x device_map balanced over %d devices", p->dp, p->pp);
+    else
+        printf("plan: dp %d x cfg %d x ring %d x ulysses %d x tp %d%s%s", p->dp, p->cfg,
+               p->ring, p->ulysses, p->tp, p->ulysses_anything ? " (ulysses_anything)" : "",
+               p->ring_anything ? " (ring_anything)" : "");
+    printf("%s\n", p->idle ? " (some devices idle)" : "");
+    char t[4][24];
+    printf("memory on device %d: %s of %s (weights %s, activations %s, workspace %s)\n",
+           p->peak_device, size(pk->weights + pk->activations + pk->workspace, t[0]),
+           size(dev->memory, t[1]), size(pk->weights, t[2]), size(pk->activations, t[3]),
+           size(pk->workspace, (char[24]){0}));
+    printf("sent per step by a rank: %s (tp all-reduce %s in %d calls, ulysses %s, ring %s, "
+           "device_map %s)\n", size((uint64_t)step, t[0]), size((uint64_t)p->tp_bytes, t[1]),
+           p->tp_allreduces, size((uint64_t)p->ulysses_bytes, t[2]),
+           size((uint64_t)p->ring_bytes, t[3]), size((uint64_t)p->stage_bytes, (char[24]){0}));
+    for (int i = 0; i < p->n_reasons; i++)
+        printf("  - %s\n", p->reasons[i]);
+}
+
 int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
 {
     const char *dir = default_dir, *v;
@@ -205,7 +281,7 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
             }
             dev.link = (enum weft_link)l;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--goal"))) {
-            if (strcmp(v, "latency") && strcmp(v, "throughput")) {
+            if (strcmp(v, "latency") != 0 && strcmp(v, "throughput") != 0) {
                 WEFT_LOG_ERROR("plan", "--goal '%s': expected latency or throughput", v);
                 return 2;
             }
@@ -251,69 +327,10 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
         weft_model_close(model);
         return 1;
     }
-    const struct weft_autoplan_memory *pk = &p.peak;
-    const double step = p.tp_bytes + p.ulysses_bytes + p.ring_bytes + p.stage_bytes;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "weft_plan", 1);
-        cJSON_AddStringToObject(o, "model", dir);
-        cJSON *d = cJSON_AddObjectToObject(o, "degrees");
-        cJSON_AddNumberToObject(d, "dp", p.dp);
-        cJSON_AddNumberToObject(d, "cfg", p.cfg);
-        cJSON_AddNumberToObject(d, "ring", p.ring);
-        cJSON_AddNumberToObject(d, "ulysses", p.ulysses);
-        cJSON_AddNumberToObject(d, "tp", p.tp);
-        cJSON_AddBoolToObject(o, "ulysses_anything", p.ulysses_anything);
-        cJSON_AddBoolToObject(o, "ring_anything", p.ring_anything);
-        if (p.device_map) {
-            cJSON_AddStringToObject(o, "device_map_strategy", "balanced");
-            cJSON_AddNumberToObject(o, "devices_per_replica", p.pp);
-            cJSON_AddItemToObject(o, "device_map", weft_devmap_json(&p.map, NULL));
-        }
-        cJSON_AddNumberToObject(o, "idle_devices", p.idle);
-        cJSON *mem = cJSON_AddObjectToObject(o, "memory_per_device");
-        cJSON_AddNumberToObject(mem, "device", p.peak_device);
-        cJSON_AddNumberToObject(mem, "weights", (double)pk->weights);
-        cJSON_AddNumberToObject(mem, "activations", (double)pk->activations);
-        cJSON_AddNumberToObject(mem, "workspace", (double)pk->workspace);
-        cJSON_AddNumberToObject(mem, "total",
-                                (double)(pk->weights + pk->activations + pk->workspace));
-        cJSON_AddNumberToObject(mem, "device_memory", (double)dev.memory);
-        cJSON *c = cJSON_AddObjectToObject(o, "communication_per_step");
-        cJSON_AddNumberToObject(c, "tp_allreduce_bytes", p.tp_bytes);
-        cJSON_AddNumberToObject(c, "tp_allreduces", p.tp_allreduces);
-        cJSON_AddNumberToObject(c, "ulysses_alltoall_bytes", p.ulysses_bytes);
-        cJSON_AddNumberToObject(c, "ring_bytes", p.ring_bytes);
-        cJSON_AddNumberToObject(c, "device_map_bytes", p.stage_bytes);
-        cJSON_AddNumberToObject(c, "total_bytes", step);
-        cJSON *r = cJSON_AddArrayToObject(o, "reasons");
-        for (int i = 0; i < p.n_reasons; i++)
-            cJSON_AddItemToArray(r, cJSON_CreateString(p.reasons[i]));
-        char *text = cJSON_Print(o);
-        if (text)
-            printf("%s\n", text);
-        cJSON_free(text);
-        cJSON_Delete(o);
-    } else {
-        if (p.device_map)
-            printf("plan: dp %d x device_map balanced over %d devices", p.dp, p.pp);
-        else
-            printf("plan: dp %d x cfg %d x ring %d x ulysses %d x tp %d%s%s", p.dp, p.cfg,
-                   p.ring, p.ulysses, p.tp, p.ulysses_anything ? " (ulysses_anything)" : "",
-                   p.ring_anything ? " (ring_anything)" : "");
-        printf("%s\n", p.idle ? " (some devices idle)" : "");
-        char t[4][24];
-        printf("memory on device %d: %s of %s (weights %s, activations %s, workspace %s)\n",
-               p.peak_device, size(pk->weights + pk->activations + pk->workspace, t[0]),
-               size(dev.memory, t[1]), size(pk->weights, t[2]), size(pk->activations, t[3]),
-               size(pk->workspace, (char[24]){0}));
-        printf("sent per step by a rank: %s (tp all-reduce %s in %d calls, ulysses %s, ring %s, "
-               "device_map %s)\n", size((uint64_t)step, t[0]), size((uint64_t)p.tp_bytes, t[1]),
-               p.tp_allreduces, size((uint64_t)p.ulysses_bytes, t[2]),
-               size((uint64_t)p.ring_bytes, t[3]), size((uint64_t)p.stage_bytes, (char[24]){0}));
-        for (int i = 0; i < p.n_reasons; i++)
-            printf("  - %s\n", p.reasons[i]);
-    }
+    if (json)
+        print_json(dir, &p, &dev);
+    else
+        print_text(&p, &dev);
     weft_autoplan_cleanup(&p);
     weft_autoplan_model_cleanup(&am);
     weft_model_close(model);

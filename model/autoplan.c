@@ -52,6 +52,7 @@ static void reason(struct weft_autoplan *p, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): a false positive on glibc */
     vsnprintf(p->reasons[p->n_reasons++], sizeof(p->reasons[0]), fmt, ap);
     va_end(ap);
 }
