@@ -88,6 +88,8 @@ weft_status_t weft_autoplan_model_open(const struct weft_model *model,
             out->tp_bytes[1] = out->transformer_bytes;
             continue;
         }
+        if (model->info.heads > 0 && model->info.heads % t) /* no degree: nothing to resolve */
+            continue;
         if (!has_plan || weft_tp_resolve(&plan, ck, &model->info, t, t, &lay, &quiet) != WEFT_OK)
             continue;
         out->tp_bytes[t] = lay->replicated_bytes + lay->planned_bytes / (uint64_t)t;
@@ -392,11 +394,12 @@ static weft_status_t choose_split(const struct weft_autoplan_model *m,
         reason(p, "no tensor-parallel degree up to %d (within a node) fits: device_map",
                per_node);
     } else if (one_too_big) {
-        const int t = tp_ok(m, 2, n) ? 2 : 0;
-        const double bytes = t ? 2.0 * m->tp_allreduces[2] * 0.5 *
-                                     (double)(image_tokens(m, job) + job->text_tokens) *
-                                     (double)m->flux.inner_dim * 4 * (job->cfg ? 2 : 1)
-                               : 0;
+        /* what tp 2 would send: the same count as a chosen layout's */
+        struct weft_autoplan at2 = {.dp = 1, .cfg = 1, .ring = 1, .ulysses = 1, .pp = 1,
+                                    .tp = tp_ok(m, 2, n) ? 2 : 1};
+        messages(m, job, &at2);
+        const int t = at2.tp > 1;
+        const double bytes = at2.tp_bytes;
         reason(p, "%s's weights (%s) do not fit a %s device with its activations; over %s "
                "tensor parallelism's %d all-reduces per pass (%s a step at tp 2, %.0f ms at "
                "%.0f GB/s) can outweigh the compute it saves: device_map",
