@@ -60,6 +60,24 @@ static int parse_size(const char *opt, const char *v, uint64_t *out)
     return 2;
 }
 
+/* A worker's host: its boot id when it reported one (two containers on one machine are one
+ * host), else its host name. */
+static const char *host_of(const cJSON *w)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(w, "host_id");
+    if (!cJSON_IsString(h))
+        h = cJSON_GetObjectItemCaseSensitive(w, "host");
+    return cJSON_IsString(h) ? h->valuestring : "?";
+}
+
+static int host_index(char (*hosts)[128], int n_hosts, const char *name)
+{
+    int k = 0;
+    while (k < n_hosts && strcmp(hosts[k], name) != 0)
+        k++;
+    return k;
+}
+
 /* The devices of a running cluster, from its workers' inventories (GET /v1/cluster). */
 static int devices_of_cluster(const char *server, const char *token, bool link_given,
                               struct weft_autoplan_devices *dev)
@@ -86,13 +104,8 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
     const cJSON *w;
     cJSON_ArrayForEach(w, ws) /* hosts first: a CPU worker shares its host's memory */
     {
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(w, "host_id");
-        if (!cJSON_IsString(h))
-            h = cJSON_GetObjectItemCaseSensitive(w, "host");
-        const char *name = cJSON_IsString(h) ? h->valuestring : "?";
-        int k = 0;
-        while (k < n_hosts && strcmp(hosts[k], name) != 0)
-            k++;
+        const char *name = host_of(w);
+        const int k = host_index(hosts, n_hosts, name);
         if (k == n_hosts && n_hosts < 64)
             snprintf(hosts[n_hosts++], sizeof(hosts[0]), "%s", name);
         if (k < 64)
@@ -101,12 +114,7 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
     uint64_t least = 0;
     cJSON_ArrayForEach(w, ws)
     {
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(w, "host_id");
-        if (!cJSON_IsString(h))
-            h = cJSON_GetObjectItemCaseSensitive(w, "host");
-        int k = 0;
-        while (k < n_hosts && strcmp(hosts[k], cJSON_IsString(h) ? h->valuestring : "?") != 0)
-            k++;
+        const int k = host_index(hosts, n_hosts, host_of(w));
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "device");
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(w, "memory");
         const bool gpu = cJSON_IsString(d) && strncmp(d->valuestring, "cuda", 4) == 0;
