@@ -373,7 +373,12 @@ void weft_cr_on_msg(struct weft_link *link, uint16_t type, const void *data, siz
         return;
     }
     w->last_heard = weft_cr_now();
-    switch (w->state == W_JOINED ? type : WEFT_MSG_PING) { /* a leaving worker's: ignored */
+    if (w->state != W_JOINED) { /* leaving: what it still says concerns no job of ours */
+        weft_msg_cleanup(type, m);
+        weft_free(m);
+        return;
+    }
+    switch (type) {
     case WEFT_MSG_PING:
         break;
     case WEFT_MSG_ASSIGNED:
