@@ -16,7 +16,7 @@
 static inline cJSON *variant_read(const char *rel)
 {
     char path[2048];
-    snprintf(path, sizeof(path), "%s/models/flux-tiny/%s", getenv("WEFT_SOURCE_ROOT"), rel);
+    snprintf(path, sizeof(path), "%s/tests/data/random/flux-tiny/%s", getenv("WEFT_SOURCE_ROOT"), rel);
     FILE *f = fopen(path, "rb");
     CHECK(f);
     static char buf[1 << 16];
@@ -68,7 +68,7 @@ static inline void variant_make(char dir[64])
         "vae/diffusion_pytorch_model.safetensors", "prompts/red-fox.safetensors",
         "prompts/lighthouse.safetensors", "prompts/city-night.safetensors"};
     for (int i = 0; i < 5; i++) {
-        snprintf(target, sizeof(target), "%s/models/flux-tiny/%s", getenv("WEFT_SOURCE_ROOT"),
+        snprintf(target, sizeof(target), "%s/tests/data/random/flux-tiny/%s", getenv("WEFT_SOURCE_ROOT"),
                  links[i]);
         snprintf(path, sizeof(path), "%s/%s", dir, links[i]);
         CHECK(symlink(target, path) == 0);

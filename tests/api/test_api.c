@@ -387,7 +387,7 @@ static int case_batch(void)
     }
     /* the same embeddings sent inline give the same image as by name */
     char path[1200];
-    snprintf(path, sizeof(path), "%s/models/flux-tiny/prompts/lighthouse.safetensors",
+    snprintf(path, sizeof(path), "%s/tests/data/random/flux-tiny/prompts/lighthouse.safetensors",
              getenv("WEFT_SOURCE_ROOT"));
     FILE *f = fopen(path, "rb");
     CHECK(f);

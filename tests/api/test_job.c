@@ -406,7 +406,7 @@ int main(void)
     const char *root = getenv("WEFT_SOURCE_ROOT");
     CHECK(root);
     char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", root);
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny", root);
     struct weft_error e = WEFT_ERROR_INIT;
     CHECK_OK(weft_job_model_load(dir, &model, &e));
     test_model();

@@ -81,7 +81,7 @@ int main(void)
     cJSON_Hooks hooks = {hook_malloc, hook_free};
     cJSON_InitHooks(&hooks);
     char dir[1024], prompt[1100];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     snprintf(prompt, sizeof(prompt), "%s/prompts/red-fox.safetensors", dir);
     for (int staged = 0; staged < 2; staged++) {
         long before = weft_alloc_count();

@@ -19,7 +19,7 @@
 static void cut(const char *dir, const char *rel, double keep)
 {
     char src[1024], dst[256];
-    snprintf(src, sizeof(src), "%s/models/flux-tiny/%s", getenv("WEFT_SOURCE_ROOT"), rel);
+    snprintf(src, sizeof(src), "%s/tests/data/random/flux-tiny/%s", getenv("WEFT_SOURCE_ROOT"), rel);
     snprintf(dst, sizeof(dst), "%s/%s", dir, rel);
     CHECK(unlink(dst) == 0);
     FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");

@@ -42,7 +42,7 @@ static void check_components(const struct weft_runtime *rt)
 static void run(bool staged, struct weft_rt_result *r)
 {
     char dir[1024], prompt[1100];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     snprintf(prompt, sizeof(prompt), "%s/prompts/red-fox.safetensors", dir);
     const struct weft_rt_opts opts = {K, kc, staged};
     struct weft_runtime *rt;
@@ -77,7 +77,7 @@ static void run(bool staged, struct weft_rt_result *r)
 static void true_cfg(void)
 {
     char dir[1024], pos[1100], neg[1100];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     snprintf(pos, sizeof(pos), "%s/prompts/red-fox.safetensors", dir);
     snprintf(neg, sizeof(neg), "%s/prompts/lighthouse.safetensors", dir);
     const struct weft_rt_opts opts = {K, kc, false};

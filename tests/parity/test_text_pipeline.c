@@ -199,7 +199,7 @@ static void whole(void)
 static void no_encoders(void)
 {
     char model[2200];
-    snprintf(model, sizeof(model), "%s/models/flux-tiny", root);
+    snprintf(model, sizeof(model), "%s/tests/data/random/flux-tiny", root);
     struct weft_runtime *rt = runtime(false, 0, model);
     struct weft_prompt_embeds pe;
     CHECK_FAILS(weft_runtime_encode(rt, "a cat", 64, &pe, TERR), WEFT_ERR_UNSUPPORTED,

@@ -1,5 +1,5 @@
 /* The AutoencoderKL decoder against Diffusers' own vae.decode (tests/data/vae/golden, made by
- * tests/golden/make_vae.py with models/flux-tiny/vae): from the packed latents through the
+ * tests/golden/make_vae.py with tests/data/random/flux-tiny/vae): from the packed latents through the
  * pipeline's unpack and unscale, the image within 1e-4 relative L2 and the 8-bit pixels within
  * one level; the tiled decode (3x3 overlapping tiles) within 1e-4. Also: loading refuses a
  * checkpoint that does not match its config. */
@@ -31,7 +31,7 @@ static float *to_nhwc(const float *src, int64_t c, int64_t h, int64_t w)
 static struct weft_vae *load_vae(void)
 {
     char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny/vae", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny/vae", getenv("WEFT_SOURCE_ROOT"));
     struct weft_vae_opts opts = {K, kc};
     struct weft_vae *v;
     CHECK_OK(weft_vae_load(dir, &opts, &v, TERR));
@@ -132,9 +132,9 @@ static void refusals(void)
     snprintf(dir, sizeof(dir), "%s/vae_bad_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     CHECK(mkdtemp(dir));
     snprintf(cmd, sizeof(cmd),
-             "cp '%s/models/flux-tiny/vae/diffusion_pytorch_model.safetensors' '%s/' && "
+             "cp '%s/tests/data/random/flux-tiny/vae/diffusion_pytorch_model.safetensors' '%s/' && "
              "sed 's/\"latent_channels\": 16/\"latent_channels\": 8/' "
-             "'%s/models/flux-tiny/vae/config.json' > '%s/config.json'",
+             "'%s/tests/data/random/flux-tiny/vae/config.json' > '%s/config.json'",
              getenv("WEFT_SOURCE_ROOT"), dir, getenv("WEFT_SOURCE_ROOT"), dir);
     CHECK(system(cmd) == 0);
     struct weft_vae_opts opts = {K, kc};
@@ -144,7 +144,7 @@ static void refusals(void)
                 "config implies");
     snprintf(cmd, sizeof(cmd),
              "sed 's/UpDecoderBlock2D/AttnUpDecoderBlock2D/' "
-             "'%s/models/flux-tiny/vae/config.json' > '%s/config.json'",
+             "'%s/tests/data/random/flux-tiny/vae/config.json' > '%s/config.json'",
              getenv("WEFT_SOURCE_ROOT"), dir);
     CHECK(system(cmd) == 0);
     CHECK_FAILS(weft_vae_load(dir, &opts, &v, TERR), WEFT_ERR_UNSUPPORTED, "up_block_types",
@@ -165,7 +165,7 @@ int main(void)
     /* the inventory is the file: the loader found every tensor in it with its shape, and
      * there are as many (encoder included) as it lists */
     char path[1100];
-    snprintf(path, sizeof(path), "%s/models/flux-tiny/vae/diffusion_pytorch_model.safetensors",
+    snprintf(path, sizeof(path), "%s/tests/data/random/flux-tiny/vae/diffusion_pytorch_model.safetensors",
              getenv("WEFT_SOURCE_ROOT"));
     struct weft_st_file *f;
     CHECK_OK(weft_st_open(path, &f, TERR));

@@ -126,7 +126,7 @@ int main(int argc, char **argv)
     check_model("tests/data/flux1/tiny-bf16");
 
     char cmd[2048], *out;
-    snprintf(cmd, sizeof(cmd), "%s inspect --json --no-tensors '%s/models/flux-tiny'", weft, root);
+    snprintf(cmd, sizeof(cmd), "%s inspect --json --no-tensors '%s/tests/data/random/flux-tiny'", weft, root);
     CHECK_EQ(run(cmd, &out, NULL), 0);
     cJSON *j = cJSON_Parse(out);
     CHECK(j && strcmp(cJSON_GetObjectItem(j, "kind")->valuestring, "pipeline") == 0);

@@ -36,7 +36,7 @@ static void refused(const char *rel, const char *key, const char *value, weft_st
 static void test_open(void)
 {
     char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     struct weft_model *m;
     struct weft_error err = WEFT_ERROR_INIT;
     CHECK_OK(weft_model_open(dir, &m, &err));
@@ -47,7 +47,7 @@ static void test_open(void)
     CHECK(m->transformer_file_bytes > 0 && m->vae_file_bytes > 0);
     weft_model_close(m);
     /* the transformer folder alone: latents only, FluxPipeline's default scale */
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny/transformer", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny/transformer", getenv("WEFT_SOURCE_ROOT"));
     CHECK_OK(weft_model_open(dir, &m, &err));
     CHECK(!m->pipeline && !m->has_vae && m->side_unit == 16);
     weft_model_close(m);
@@ -108,7 +108,7 @@ static void expect_layout(const struct weft_model *m, const struct weft_layout *
 static void test_layout(void)
 {
     char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(dir, sizeof(dir), "%s/tests/data/random/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     struct weft_model *m;
     struct weft_error err = WEFT_ERROR_INIT;
     CHECK_OK(weft_model_open(dir, &m, &err));
