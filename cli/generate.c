@@ -50,13 +50,15 @@ static void help(FILE *out)
         "  --true-cfg-scale S   above 1 (default 1: off), two transformer passes a step,\n"
         "                       combined as FluxPipeline's true_cfg_scale does:\n"
         "                       neg + S (pred - neg); S needs a negative prompt\n"
-        "  --max-sequence-length N  T5 tokens of the prompt, 1..512 (default 512; FLUX.1-schnell\n"
-        "                       uses 256)\n"
+        "  --max-sequence-length N  T5 tokens of the prompt, 1..512 (default: the model's\n"
+        "                       tokenizer_2 model_max_length up to 512; FLUX.1: 512, schnell\n"
+        "                       uses 256; the embedded model: 48)\n"
         "  --prompt-embeds F    precomputed embeddings instead of text: safetensors with\n"
         "                       prompt_embeds [1, T, joint_dim] and pooled_prompt_embeds\n"
         "                       [1, pooled_dim]; a bare NAME means DIR/prompts/NAME.safetensors;\n"
         "                       with neither option: the first file of DIR/prompts\n"
-        "  --height, --width N  image size in pixels, multiples of 16 (default 1024)\n"
+        "  --height, --width N  image size in pixels, multiples of 16 (default: the VAE's\n"
+        "                       sample_size up to 1024; FLUX.1: 1024, the embedded model: 128)\n"
         "  --steps N            denoising steps (default 28)\n"
         "  --guidance G         embedded guidance scale (default 3.5; guidance-distilled models)\n"
         "  --seed S             initial noise seed (default 0); the same seed gives the same\n"
@@ -135,9 +137,8 @@ static bool ends_with(const char *s, const char *suffix)
 
 static int parse_args(struct weft_cli *cli, struct gen_opts *o)
 {
-    *o = (struct gen_opts){.height = 1024, .width = 1024, .steps = 28, .guidance = 3.5,
-                           .true_cfg_scale = 1.0,
-                           .max_sequence_length = WEFT_MODEL_MAX_SEQUENCE_LENGTH};
+    /* sides and max_sequence_length 0: the model's defaults (model.h), set once it is open */
+    *o = (struct gen_opts){.steps = 28, .guidance = 3.5, .true_cfg_scale = 1.0};
     for (int i = 1; i < cli->argc; i++) {
         if (weft_cli_is_help(cli->argv[i])) {
             help(stdout);
@@ -458,6 +459,11 @@ int weft_cmd_generate(struct weft_cli *cli)
         st = weft_runtime_assign(rt, a, NULL, &err);
     }
     if (st == WEFT_OK) {
+        const struct weft_model *m = weft_runtime_model(rt);
+        o.height = o.height ? o.height : m->default_side;
+        o.width = o.width ? o.width : m->default_side;
+        if (!o.max_sequence_length)
+            o.max_sequence_length = m->default_text_tokens;
         log_components(rt);
         st = run(&o, dir, prompt, neg, rt, &err);
     }

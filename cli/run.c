@@ -41,8 +41,9 @@ static void help(FILE *out)
         "here), submit one job, show its progress, write the PNG(s), stop everything (each\n"
         "worker's peak resident memory is printed as it exits), exit 0.\n"
         "The mesh is dp x ring x ulysses x tp = N (--np alone: that many data-parallel\n"
-        "replicas). Defaults: the embedded models/flux-tiny (random weights) and its first\n"
-        "prompt, 1024x1024, 28 steps; [parallel], [kernels] and [transport] settings apply.\n"
+        "replicas). Defaults: the embedded models/flux-tiny (a tiny FLUX.1 pipeline trained to\n"
+        "draw simple shapes), the model's size (its VAE's sample_size up to 1024: 128 for\n"
+        "flux-tiny, 1024 for FLUX.1), 28 steps; [parallel], [kernels] and [transport] apply.\n"
         "\n"
         "  --np N              workers (default: the product of the degrees, else 1)\n"
         "  --device-map S      place the pipeline over each replica's devices ([device_map]\n"
@@ -56,7 +57,8 @@ static void help(FILE *out)
         "                      precomputed prompts); repeat for a batch (split across the\n"
         "                      dp replicas)\n"
         "  --prompt-embeds NAME  precomputed embeddings of the model's prompts/ folder instead\n"
-        "  --max-sequence-length N  T5 tokens of each text prompt, 1..512 (default 512)\n"
+        "  --max-sequence-length N  T5 tokens of each text prompt, 1..512 (default: the\n"
+        "                      model's tokenizer_2 model_max_length up to 512; flux-tiny 48)\n"
         "  -o, --out PATH      PATH ending in .png: that file (several images: PATH-<i>.png);\n"
         "                      any other PATH is a folder: PATH/<i>.png (created, and checked\n"
         "                      writable, before anything starts). Default weft.png\n"
@@ -85,8 +87,8 @@ struct run_opts {
 
 static int parse(struct weft_cli *cli, struct run_opts *o)
 {
-    *o = (struct run_opts){.out = "weft.png", .height = 1024, .width = 1024, .steps = 28,
-                           .count = 1, .guidance = 3.5};
+    /* sides 0: the server's, the model's defaults (model/model.h) */
+    *o = (struct run_opts){.out = "weft.png", .steps = 28, .count = 1, .guidance = 3.5};
     static const char *const names[] = {"--np",     "--tp",    "--ulysses", "--ring",  "--dp",
                                         "--height", "--width", "--steps",   "--count"};
     long long *fields[] = {&o->np,     &o->tp,    &o->uly,   &o->ring, &o->dp,

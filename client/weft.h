@@ -64,13 +64,13 @@ struct weft_prompt {
 struct weft_job_request {
     const struct weft_prompt *prompts;
     size_t n_prompts;
-    int64_t height, width; /* 0: the server's default (1024) */
+    int64_t height, width; /* 0: the server's default (the model's: 1024 for FLUX.1) */
     int64_t steps;         /* 0: 28 */
     int64_t count;         /* images per prompt; 0: 1 */
     double guidance;       /* 0: 3.5 (for exactly 0, use weft_client_submit_json) */
     uint64_t seed;
     int seed_random;       /* non-zero: the server draws the seed (seed -1); seed is ignored */
-    int64_t max_sequence_length; /* T5 tokens of each text prompt; 0: 512 */
+    int64_t max_sequence_length; /* T5 tokens of each text prompt; 0: the model's (512 FLUX.1) */
 };
 
 /* Submit; id gets the job's id. */

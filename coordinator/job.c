@@ -473,19 +473,24 @@ static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limi
 }
 
 static weft_status_t parse_numbers(const cJSON *root, const struct weft_job_limits *lim,
-                                   struct weft_job_spec *s, char *err, size_t len)
+                                   const struct weft_job_model *model, struct weft_job_spec *s,
+                                   char *err, size_t len)
 {
     weft_status_t st;
     const int64_t max_steps = limit(lim->max_steps, WEFT_JOB_MAX_STEPS);
     const int64_t max_images = limit(lim->max_images, WEFT_JOB_MAX_IMAGES);
-    if ((st = get_int(root, "height", 1024, 1, WEFT_JOB_MAX_SIDE, "", &s->height, err, len)) ||
-        (st = get_int(root, "width", 1024, 1, WEFT_JOB_MAX_SIDE, "", &s->width, err, len)) ||
+    /* what the request does not say: the model's defaults (model/model.h) */
+    const struct weft_model *d = model ? model->desc : NULL;
+    const int64_t side = d ? d->default_side : 1024;
+    const int64_t text = d ? d->default_text_tokens : WEFT_MODEL_MAX_SEQUENCE_LENGTH;
+    if ((st = get_int(root, "height", side, 1, WEFT_JOB_MAX_SIDE, "", &s->height, err, len)) ||
+        (st = get_int(root, "width", side, 1, WEFT_JOB_MAX_SIDE, "", &s->width, err, len)) ||
         (st = get_int(root, "steps", 28, 1, max_steps, " ([api] max_steps)", &s->steps, err,
                       len)) ||
         (st = get_int(root, "count", 1, 1, max_images, " ([api] max_images)", &s->count, err,
                       len)) ||
-        (st = get_int(root, "max_sequence_length", WEFT_MODEL_MAX_SEQUENCE_LENGTH, 1,
-                      WEFT_MODEL_MAX_SEQUENCE_LENGTH, "", &s->max_sequence_length, err, len)) ||
+        (st = get_int(root, "max_sequence_length", text, 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH, "",
+                      &s->max_sequence_length, err, len)) ||
         (st = get_seed(root, &s->seed, &s->seed_random, err, len)))
         return st;
     s->guidance = 3.5;
@@ -538,7 +543,7 @@ weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct wef
                                         "steps", "guidance", "seed", "count",
                                         "max_sequence_length"};
     if ((st = check_fields(root, "", known, sizeof(known) / sizeof(known[0]), err, err_len)) ||
-        (st = parse_numbers(root, lim, &s, err, err_len)) ||
+        (st = parse_numbers(root, lim, model, &s, err, err_len)) ||
         (st = parse_prompts(root, lim, model, &s, err, err_len)))
         goto out;
     *spec = s;
@@ -635,7 +640,7 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_m
     /* the bounds of the API's fields, without the configurable limits (which may have changed
      * since the job was accepted: an accepted job stays accepted) */
     static const struct weft_job_limits wide = {0, 0, 0, 0};
-    if ((st = parse_numbers(json, &wide, &s, err, err_len)) != WEFT_OK) {
+    if ((st = parse_numbers(json, &wide, model, &s, err, err_len)) != WEFT_OK) {
         st = st == WEFT_ERR_NOMEM ? st : WEFT_ERR_FORMAT;
         goto out;
     }

@@ -294,9 +294,14 @@ static bool parse_request(const struct weft_job_model *m, const struct weft_conf
     }
     if (!prompt || !prompt[0])
         return fail(f, 400, "prompt", "'prompt' is required");
-    r->spec = (struct weft_job_spec){.height = 1024, .width = 1024, .steps = 28, .count = 1,
-                                     .guidance = 3.5,
-                                     .max_sequence_length = WEFT_MODEL_MAX_SEQUENCE_LENGTH};
+    /* size "auto" or absent, no max_sequence_length: the model's defaults (model/model.h) */
+    const struct weft_model *d = m->desc;
+    r->spec = (struct weft_job_spec){.height = d ? d->default_side : 1024,
+                                     .width = d ? d->default_side : 1024, .steps = 28,
+                                     .count = 1, .guidance = 3.5,
+                                     .max_sequence_length =
+                                         d ? d->default_text_tokens
+                                           : WEFT_MODEL_MAX_SEQUENCE_LENGTH};
     const char *size = "auto";
     if (!get_int(root, "max_sequence_length", 1, WEFT_MODEL_MAX_SEQUENCE_LENGTH,
                  &r->spec.max_sequence_length, f) ||

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "model/checkpoint.h"
@@ -188,9 +189,31 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
 }
 
 /* The text encoders' configs, and their widths against the transformer's. */
+/* T5's length: tokenizer_2/tokenizer_config.json's model_max_length, at most FluxPipeline's. */
+static weft_status_t text_length(struct weft_model *m, struct weft_error *err)
+{
+    m->default_text_tokens = WEFT_MODEL_MAX_SEQUENCE_LENGTH;
+    if (!m->t5.tokenizer)
+        return WEFT_OK;
+    char path[WEFT_CONF_PATH + 64];
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", m->t5.tokenizer_dir);
+    if (access(path, F_OK) != 0)
+        return WEFT_OK;
+    cJSON *cfg;
+    int64_t n;
+    weft_status_t st = weft_json_read_file(path, 1 << 20, &cfg, err);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_tokenizer_max_length(cfg, false, path, &n, err);
+    cJSON_Delete(cfg);
+    if (st == WEFT_OK && n < m->default_text_tokens)
+        m->default_text_tokens = n;
+    return st;
+}
+
 static weft_status_t open_text(struct weft_model *m, struct weft_error *err)
 {
-    weft_status_t st = WEFT_OK;
+    weft_status_t st = text_length(m, err);
     char origin[WEFT_CONF_PATH + 48];
     for (int k = 0; k < 2 && st == WEFT_OK; k++) {
         struct weft_model_text *t = k ? &m->t5 : &m->clip;
@@ -322,6 +345,9 @@ weft_status_t weft_model_open(const char *dir, struct weft_model **model_p,
     }
     m->vae_scale = m->has_vae ? m->vae.scale : 8;
     m->side_unit = 2 * m->vae_scale;
+    m->default_side = 1024;
+    if (m->has_vae && m->vae.sample_size <= 1024 && m->vae.sample_size % m->side_unit == 0)
+        m->default_side = m->vae.sample_size;
     *model_p = m;
     return WEFT_OK;
 }

@@ -62,6 +62,12 @@ struct weft_model {
     uint64_t transformer_file_bytes, vae_file_bytes;
     /* what a worker holds: the transformer's weights, the VAE decoder's (weft_ckpt_held_bytes) */
     uint64_t transformer_held_bytes, vae_held_bytes;
+    /* what a job that does not say takes: the image side (the VAE config's sample_size, the
+     * size it was made for, when that is a multiple of side_unit up to 1024; else FluxPipeline's
+     * 1024) and the T5 length of a text prompt (tokenizer_2's model_max_length up to
+     * WEFT_MODEL_MAX_SEQUENCE_LENGTH; FluxPipeline's 512 without tokenizer_2). FLUX.1's folders
+     * give FluxPipeline's own defaults. */
+    int64_t default_side, default_text_tokens;
 };
 
 /* Open dir and check everything that needs no weight: the pipeline class and every component

@@ -27,6 +27,21 @@ static weft_status_t want_string(const cJSON *cfg, const char *key, const char *
                                     key, v, def);
 }
 
+weft_status_t weft_tokenizer_max_length(const cJSON *config, bool clip, const char *origin,
+                                        int64_t *out, struct weft_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, "model_max_length");
+    *out = clip ? 77 : 512;
+    if (!v || cJSON_IsNull(v))
+        return WEFT_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1))
+        return weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: model_max_length is not a positive "
+                                 "number", origin);
+    *out = v->valuedouble > WEFT_TOKENIZER_MAX_LEN ? WEFT_TOKENIZER_MAX_LEN
+                                                    : (int64_t)v->valuedouble;
+    return WEFT_OK;
+}
+
 weft_status_t weft_clip_text_config_parse(const cJSON *cfg, const char *origin,
                                           struct weft_clip_text_config *out,
                                           struct weft_error *err)

@@ -48,6 +48,15 @@ weft_status_t weft_clip_text_config_parse(const cJSON *config, const char *origi
 weft_status_t weft_t5_config_parse(const cJSON *config, const char *origin,
                                    struct weft_t5_config *out, struct weft_error *err);
 
+#define WEFT_TOKENIZER_MAX_LEN 4096 /* tokens of one encoded prompt, at most */
+
+/* A tokenizer_config.json's model_max_length (config may be NULL: no file): the default when
+ * absent or null (77 for CLIP's tokenizer, 512 for T5's, as transformers' checkpoints declare),
+ * transformers' "no limit" (1e30) capped at WEFT_TOKENIZER_MAX_LEN; anything but a positive
+ * number is refused naming origin. */
+weft_status_t weft_tokenizer_max_length(const cJSON *config, bool clip, const char *origin,
+                                        int64_t *out, struct weft_error *err);
+
 /* One parameter: its checkpoint key, shape, and the layer it belongs to (-1: the model's own). */
 struct weft_text_param {
     char name[112];

@@ -35,22 +35,6 @@ int weft_tokenizer_kind_of(const char *class_name)
     return -1;
 }
 
-static weft_status_t max_length(const cJSON *config, enum weft_tokenizer_kind kind,
-                                const char *origin, int64_t *out, struct weft_error *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, "model_max_length");
-    *out = kind == WEFT_TOKENIZER_CLIP ? 77 : 512;
-    if (!v || cJSON_IsNull(v))
-        return WEFT_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1)
-        return weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: model_max_length is not a positive "
-                                 "number", origin);
-    /* transformers writes 1e30 for "no limit": the encoder's positions bound it then */
-    *out = v->valuedouble > WEFT_TOKENIZER_MAX_LEN ? WEFT_TOKENIZER_MAX_LEN
-                                                    : (int64_t)v->valuedouble;
-    return WEFT_OK;
-}
-
 weft_status_t weft_tokenizer_open_mem(enum weft_tokenizer_kind kind, const void *a, size_t a_len,
                                       const void *b, size_t b_len, const char *config,
                                       size_t config_len, struct weft_tokenizer **tok_p,
@@ -69,7 +53,10 @@ weft_status_t weft_tokenizer_open_mem(enum weft_tokenizer_kind kind, const void 
     weft_status_t st = WEFT_OK;
     {
         t->kind = kind;
-        st = max_length(cfg, kind, origin, &t->model_max_length, err);
+        char where[48];
+        snprintf(where, sizeof(where), "%s/tokenizer_config.json", origin);
+        st = weft_tokenizer_max_length(cfg, kind == WEFT_TOKENIZER_CLIP, where,
+                                       &t->model_max_length, err);
         t->clean_up = kind == WEFT_TOKENIZER_T5 &&
                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
                           cfg, "clean_up_tokenization_spaces"));

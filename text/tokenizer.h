@@ -24,8 +24,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-
-#define WEFT_TOKENIZER_MAX_LEN 4096 /* tokens of one encoded prompt, at most */
+#include "model/text_encoder.h" /* WEFT_TOKENIZER_MAX_LEN */
 
 enum weft_tokenizer_kind { WEFT_TOKENIZER_CLIP, WEFT_TOKENIZER_T5, WEFT_TOKENIZER_KIND_COUNT };
 

@@ -771,7 +771,7 @@ static void prompt_file(const char *path, int64_t t)
 static void poison(const char *dir, const char *tensor)
 {
     char src[1024], dst[256], cmd[1400];
-    snprintf(src, sizeof(src), "%s/models/flux-tiny/transformer/"
+    snprintf(src, sizeof(src), "%s/tests/data/random/flux-tiny/transformer/"
              "diffusion_pytorch_model.safetensors", getenv("WEFT_SOURCE_ROOT"));
     snprintf(dst, sizeof(dst), "%s/transformer/diffusion_pytorch_model.safetensors", dir);
     snprintf(cmd, sizeof(cmd), "rm -f '%s' && cp '%s' '%s'", dst, src, dst);
@@ -1006,7 +1006,9 @@ static int case_text(void)
      * tokenizer broken, T5 on device 1 (device_map) or over both ranks (tp 2) */
     char broken[1200], cmd[3000];
     snprintf(broken, sizeof(broken), "%s/text_broken", tmp);
-    snprintf(cmd, sizeof(cmd), "cp -rL '%s' '%s' && echo '{' > '%s/tokenizer_2/tokenizer_config.json'",
+    /* (a tokenizer_config.json that is not JSON is refused where the model is opened, before
+     * any rank: the SentencePiece model is what only the encoding rank reads) */
+    snprintf(cmd, sizeof(cmd), "cp -rL '%s' '%s' && echo garbage > '%s/tokenizer_2/spiece.model'",
              model, broken, broken);
     CHECK(system(cmd) == 0);
     static const char *const failing[][6] = {
@@ -1022,7 +1024,7 @@ static int case_text(void)
             args[n++] = failing[l][i];
         args[n] = NULL;
         static char log_text[16384];
-        expect_fail(args, "tokenizer_2/tokenizer_config.json: not JSON", 20000, log_text,
+        expect_fail(args, "tokenizer_2: not a SentencePiece model", 20000, log_text,
                     sizeof(log_text));
         CHECK(!strstr(log_text, "could not encode the prompt") &&
               !strstr(log_text, "their reports say why"));

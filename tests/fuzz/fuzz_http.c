@@ -25,14 +25,14 @@ static struct weft_model desc = {
     .dir = "fuzz", .pipeline = true, .prompts_dir = "fuzz/prompts", .has_vae = true,
     .flux = {.in_channels = 64, .out_channels = 64, .joint_attention_dim = 64,
              .pooled_projection_dim = 64, .num_attention_heads = 12, .attention_head_dim = 16},
-    .vae_scale = 8, .side_unit = 16,
+    .vae_scale = 8, .side_unit = 16, .default_side = 1024, .default_text_tokens = 512,
 };
 /* the same with both text encoders: text prompts take the text path */
 static struct weft_model desc_text = {
     .dir = "fuzz", .pipeline = true, .prompts_dir = "fuzz/prompts", .has_vae = true,
     .flux = {.in_channels = 64, .out_channels = 64, .joint_attention_dim = 64,
              .pooled_projection_dim = 64, .num_attention_heads = 12, .attention_head_dim = 16},
-    .vae_scale = 8, .side_unit = 16,
+    .vae_scale = 8, .side_unit = 16, .default_side = 128, .default_text_tokens = 48,
     .clip = {.tokenizer = true, .encoder = true}, .t5 = {.tokenizer = true, .encoder = true},
 };
 
