@@ -32,7 +32,8 @@ static void help(FILE *out)
     fprintf(out,
         "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
         "                [--prompt TEXT]... [--prompt-embeds NAME]... [--max-sequence-length N]\n"
-        "                [--height N] [--width N] [--steps N]\n"
+        "                [--negative-prompt TEXT | --negative-prompt-embeds NAME]\n"
+        "                [--true-cfg-scale S] [--height N] [--width N] [--steps N]\n"
         "                [--guidance G] [--seed S] [-n|--count N] [-o|--out FILE.png|DIR] [-v]\n"
         "                [--progress auto|bar|plain|none]\n"
         "                [--device-map balanced|auto --np N [--max-memory 0:SIZE,1:SIZE,cpu:SIZE]]\n"
@@ -57,6 +58,10 @@ static void help(FILE *out)
         "                      precomputed prompts); repeat for a batch (split across the\n"
         "                      dp replicas)\n"
         "  --prompt-embeds NAME  precomputed embeddings of the model's prompts/ folder instead\n"
+        "  --negative-prompt TEXT, --negative-prompt-embeds NAME  what true classifier-free\n"
+        "                      guidance steers every prompt away from, with\n"
+        "  --true-cfg-scale S  above 1 (default 1: off): two transformer passes a step,\n"
+        "                      neg + S (pred - neg), as FluxPipeline's true_cfg_scale\n"
         "  --max-sequence-length N  T5 tokens of each text prompt, 1..512 (default: the\n"
         "                      model's tokenizer_2 model_max_length up to 512; flux-tiny 48)\n"
         "  -o, --out PATH      PATH ending in .png: that file (several images: PATH-<i>.png);\n"
@@ -78,7 +83,9 @@ struct run_opts {
     bool embeds[MAX_PROMPTS]; /* --prompt-embeds (else --prompt: text) */
     int n_prompts;
     long long np, tp, uly, ring, dp, height, width, steps, count, max_sequence_length;
-    double guidance;
+    double guidance, true_cfg_scale;
+    const char *negative; /* --negative-prompt TEXT or --negative-prompt-embeds NAME */
+    bool negative_embeds;
     unsigned long long seed;
     bool verbose;
     int progress; /* enum weft_progress_mode */
@@ -149,6 +156,14 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
                 return -1;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
             if (weft_cli_parse_guidance("--guidance", v, &o->guidance))
+                return -1;
+        } else if ((embeds = (v = weft_cli_opt_value(cli->argc, argv, &i,
+                                                     "--negative-prompt-embeds")) != NULL) ||
+                   (v = weft_cli_opt_value(cli->argc, argv, &i, "--negative-prompt"))) {
+            o->negative = v;
+            o->negative_embeds = embeds;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--true-cfg-scale"))) {
+            if (weft_cli_parse_guidance("--true-cfg-scale", v, &o->true_cfg_scale))
                 return -1;
         } else {
             WEFT_LOG_ERROR("run", "unexpected argument '%s' (see `weft run --help`)", argv[i]);
@@ -370,11 +385,15 @@ static int submit_and_fetch(const struct run_opts *o, const char *api)
             (void)fclose(f);
         }
     }
+    const struct weft_prompt negative = {.name = o->negative_embeds ? o->negative : NULL,
+                                         .text = o->negative_embeds ? NULL : o->negative};
     struct weft_job_request req = {.prompts = prompts,
                                    .n_prompts = (size_t)n_prompts,
                                    .height = o->height, .width = o->width, .steps = o->steps,
                                    .count = o->count, .guidance = o->guidance, .seed = o->seed,
-                                   .max_sequence_length = o->max_sequence_length};
+                                   .max_sequence_length = o->max_sequence_length,
+                                   .negative_prompt = o->negative ? &negative : NULL,
+                                   .true_cfg_scale = o->true_cfg_scale};
     char id[WEFT_CLIENT_ID_MAX];
     if (weft_client_submit(c, &req, id) != WEFT_OK) {
         WEFT_LOG_ERROR("run", "submit: %s", weft_client_error(c));

@@ -20,6 +20,8 @@ static void help(FILE *out)
 {
     fprintf(out,
         "usage: weft submit [--prompt TEXT]... [--prompt-embeds NAME|FILE]...\n"
+        "                   [--negative-prompt TEXT | --negative-prompt-embeds NAME]\n"
+        "                   [--true-cfg-scale S]\n"
         "                   [--max-sequence-length N] [--height N] [--width N] [--steps N]\n"
         "                   [--guidance G] [--seed S] [-n|--count N] [-o|--out DIR] [--no-wait]\n"
         "                   [--progress auto|bar|plain|none] [--timeout SECONDS]\n"
@@ -39,6 +41,9 @@ static void help(FILE *out)
         "                      model's prompts/ folder, or a local safetensors file\n"
         "                      (prompt_embeds, pooled_prompt_embeds) sent inline; repeatable.\n"
         "                      With no prompt at all: the server's first precomputed prompt\n"
+        "  --negative-prompt TEXT, --negative-prompt-embeds NAME  true classifier-free\n"
+        "                      guidance: what every prompt is steered away from, with\n"
+        "  --true-cfg-scale S  above 1 (server default 1: off), as FluxPipeline's\n"
         "  --max-sequence-length N  T5 tokens of each text prompt, 1..512 (default: the model's)\n"
         "  --height, --width N image size in pixels, multiples of 16 (default: the model's)\n"
         "  --steps N           denoising steps (server default 28)\n"
@@ -61,7 +66,9 @@ struct submit_opts {
     bool embeds[MAX_PROMPTS]; /* --prompt-embeds (else --prompt: text) */
     int n_prompts;
     long long height, width, steps, count, timeout_s, max_sequence_length;
-    double guidance;
+    double guidance, true_cfg_scale;
+    const char *negative; /* --negative-prompt TEXT or --negative-prompt-embeds NAME */
+    bool negative_embeds;
     unsigned long long seed;
     bool seed_random;
     bool no_wait;
@@ -114,6 +121,12 @@ static int parse_args(struct weft_cli *cli, struct submit_opts *o)
             }
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--guidance"))) {
             bad = weft_cli_parse_guidance("--guidance", v, &o->guidance);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--true-cfg-scale"))) {
+            bad = weft_cli_parse_guidance("--true-cfg-scale", v, &o->true_cfg_scale);
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--negative-prompt-embeds"))) {
+            o->negative = v, o->negative_embeds = true;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--negative-prompt"))) {
+            o->negative = v, o->negative_embeds = false;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--out")) ||
                    (v = weft_cli_opt_value(cli->argc, argv, &i, "-o"))) {
             o->out = v;
@@ -237,10 +250,13 @@ static int download(struct weft_client *c, const struct weft_job_status *st, con
 static int submit_and_wait(struct weft_client *c, const struct submit_opts *o,
                            struct weft_prompt *prompts, int n)
 {
+    const struct weft_prompt negative = {.name = o->negative_embeds ? o->negative : NULL,
+                                         .text = o->negative_embeds ? NULL : o->negative};
     struct weft_job_request req = {
         .prompts = prompts, .n_prompts = (size_t)n, .height = o->height, .width = o->width,
         .steps = o->steps, .count = o->count, .guidance = o->guidance, .seed = o->seed,
         .seed_random = o->seed_random, .max_sequence_length = o->max_sequence_length,
+        .negative_prompt = o->negative ? &negative : NULL, .true_cfg_scale = o->true_cfg_scale,
     };
     char id[WEFT_CLIENT_ID_MAX];
     if (weft_client_submit(c, &req, id) != WEFT_OK) {

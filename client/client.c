@@ -616,6 +616,29 @@ static char *base64(const void *data, size_t len)
     return out;
 }
 
+/* A prompt as the job API takes it: text, {"safetensors"} or {"name"}; NULL without memory. */
+static cJSON *prompt_json(const struct weft_prompt *p)
+{
+    if (p->text)
+        return cJSON_CreateString(p->text);
+    cJSON *item = cJSON_CreateObject();
+    if (!item)
+        return NULL;
+    if (p->safetensors) {
+        char *b = base64(p->safetensors, p->safetensors_len);
+        if (!b || !cJSON_AddStringToObject(item, "safetensors", b)) {
+            cJSON_Delete(item);
+            item = NULL;
+        }
+        weft_free(b);
+    } else if (!cJSON_AddStringToObject(item, "name", p->name ? p->name : "")) {
+        /* precomputed embeddings by name: the object, never mistaken for text */
+        cJSON_Delete(item);
+        item = NULL;
+    }
+    return item;
+}
+
 static cJSON *request_json(const struct weft_job_request *req)
 {
     cJSON *o = cJSON_CreateObject();
@@ -623,28 +646,16 @@ static cJSON *request_json(const struct weft_job_request *req)
     if (!ps)
         goto err;
     for (size_t i = 0; i < req->n_prompts; i++) {
-        const struct weft_prompt *p = &req->prompts[i];
-        cJSON *item;
-        if (p->text) {
-            item = cJSON_CreateString(p->text);
-        } else if (p->safetensors) {
-            char *b = base64(p->safetensors, p->safetensors_len);
-            item = b ? cJSON_CreateObject() : NULL;
-            if (item && !cJSON_AddStringToObject(item, "safetensors", b)) {
-                cJSON_Delete(item);
-                item = NULL;
-            }
-            weft_free(b);
-        } else { /* precomputed embeddings by name: the object, never mistaken for text */
-            item = cJSON_CreateObject();
-            if (item && !cJSON_AddStringToObject(item, "name", p->name ? p->name : "")) {
-                cJSON_Delete(item);
-                item = NULL;
-            }
-        }
+        cJSON *item = prompt_json(&req->prompts[i]);
         if (!item)
             goto err;
         cJSON_AddItemToArray(ps, item);
+    }
+    if (req->negative_prompt) { /* true CFG: one negative prompt for every prompt */
+        cJSON *item = prompt_json(req->negative_prompt);
+        if (!item)
+            goto err;
+        cJSON_AddItemToObject(o, "negative_prompt", item);
     }
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)req->seed);
@@ -657,6 +668,8 @@ static cJSON *request_json(const struct weft_job_request *req)
         (req->guidance > 0 && !cJSON_AddNumberToObject(o, "guidance", req->guidance)) ||
         (req->max_sequence_length &&
          !cJSON_AddNumberToObject(o, "max_sequence_length", (double)req->max_sequence_length)) ||
+        (req->true_cfg_scale > 0 &&
+         !cJSON_AddNumberToObject(o, "true_cfg_scale", req->true_cfg_scale)) ||
         !cJSON_AddStringToObject(o, "seed", seed))
         goto err;
     return o;

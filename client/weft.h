@@ -71,6 +71,11 @@ struct weft_job_request {
     uint64_t seed;
     int seed_random;       /* non-zero: the server draws the seed (seed -1); seed is ignored */
     int64_t max_sequence_length; /* T5 tokens of each text prompt; 0: the model's (512 FLUX.1) */
+    /* true classifier-free guidance (FluxPipeline's negative_prompt, true_cfg_scale): with a
+     * negative prompt (for every prompt; NULL: none) and a scale above 1, two transformer
+     * passes a step combined as neg + s (pred - neg); 0: the server's default, 1 (off) */
+    const struct weft_prompt *negative_prompt;
+    double true_cfg_scale;
 };
 
 /* Submit; id gets the job's id. */

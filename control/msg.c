@@ -117,8 +117,17 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
         return bad(err, w, "steps", "outside 1..1000");
     if (!isfinite(r->guidance) || r->guidance < 0 || r->guidance > WEFT_JOB_MAX_GUIDANCE)
         return bad(err, w, "guidance", "outside 0..1000");
-    if (!in(r->n_prompts, 1, WEFT_JOB_MAX_PROMPTS) || !in(r->n_images, 1, WEFT_JOB_MAX_IMAGES))
+    if (!in(r->n_prompts, 1, 2 * WEFT_JOB_MAX_PROMPTS) ||
+        !in(r->n_images, 1, WEFT_JOB_MAX_IMAGES))
         return bad(err, w, "prompts or images", "count out of bounds");
+    const int32_t positive = r->n_prompts - r->n_negatives;
+    if (r->n_negatives != 0 && r->n_negatives != positive)
+        return bad(err, w, "n_negatives", "is neither 0 nor one per prompt");
+    if (positive > WEFT_JOB_MAX_PROMPTS)
+        return bad(err, w, "prompts", "count out of bounds");
+    if (!isfinite(r->true_cfg_scale) || r->true_cfg_scale < 0 ||
+        r->true_cfg_scale > WEFT_JOB_MAX_GUIDANCE)
+        return bad(err, w, "true_cfg_scale", "outside 0..1000");
     size_t floats = 0;
     for (int i = 0; i < r->n_prompts; i++) {
         const struct weft_msg_prompt *p = &r->prompts[i];
@@ -136,7 +145,7 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
     }
     for (int i = 0; i < r->n_images; i++)
         if (!in(r->images[i].index, 0, WEFT_JOB_MAX_IMAGES - 1) ||
-            !in(r->images[i].prompt, 0, r->n_prompts - 1))
+            !in(r->images[i].prompt, 0, positive - 1))
             return bad(err, w, "image", "index or prompt out of bounds");
     if (floats != r->n_embeds)
         return weft_error_refuse(err, WEFT_ERR_PROTOCOL,
@@ -354,10 +363,12 @@ static weft_status_t f_run(struct codec *c, struct weft_msg_run *r)
     f_u64(c, &r->seed, "seed");
     f_i32(c, &r->n_prompts, "n_prompts");
     f_i32(c, &r->n_images, "n_images");
+    f_i32(c, &r->n_negatives, "n_negatives");
+    f_f64(c, &r->true_cfg_scale, "true_cfg_scale");
     if (c->r) {
         if (c->r->failed)
             return WEFT_OK;
-        if (!in(r->n_prompts, 1, WEFT_JOB_MAX_PROMPTS) ||
+        if (!in(r->n_prompts, 1, 2 * WEFT_JOB_MAX_PROMPTS) ||
             !in(r->n_images, 1, WEFT_JOB_MAX_IMAGES)) {
             c->r->failed = "n_prompts or n_images";
             return WEFT_OK;

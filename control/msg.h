@@ -23,7 +23,7 @@
 #include "model/job.h"
 #include "model/model.h"
 
-#define WEFT_MSG_VERSION 3
+#define WEFT_MSG_VERSION 4
 #define WEFT_MSG_ID_MAX 16      /* a worker's id: "w12" */
 #define WEFT_MSG_ADDR_MAX 300   /* host:port */
 #define WEFT_MSG_NAME_MAX 64    /* a prompt's name */
@@ -115,6 +115,10 @@ struct weft_msg_run {
     double guidance;
     uint64_t seed;
     int32_t n_prompts, n_images;
+    /* true classifier-free guidance: the last n_negatives of prompts[] are the negative prompts
+     * of the first ones, in order (0, or half of n_prompts), used when true_cfg_scale > 1 */
+    int32_t n_negatives;
+    double true_cfg_scale;
     struct weft_msg_prompt *prompts;   /* [n_prompts] */
     struct weft_msg_image_ref *images; /* [n_images] */
     float *embeds; /* the tail: owned by a decoded message, borrowed when encoding */

@@ -40,6 +40,11 @@ struct weft_runner_job {
     uint64_t key;        /* events name the job by this */
     const char *id;      /* the job's API id, for log lines and the PNGs */
     int n_prompts;
+    /* true classifier-free guidance: the prompt arrays hold n_prompts + n_negatives entries, the
+     * last n_negatives (0 or n_prompts) the negative prompts of the first ones, in order; used
+     * when true_cfg_scale > 1 (FluxPipeline's neg + s (pred - neg)) */
+    int n_negatives;
+    double true_cfg_scale;
     const char *const *prompt_paths; /* [n_prompts] safetensors files, each with prompt_embeds
                                         [1, T, joint_attention_dim] and pooled_prompt_embeds
                                         [1, pooled_projection_dim]; NULL for a text prompt */

@@ -385,15 +385,21 @@ cJSON *weft_api_job_json(struct weft_coord *c, const struct job *j)
     cJSON *r = cJSON_AddObjectToObject(o, "request");
     cJSON *ps = cJSON_AddArrayToObject(r, "prompts");
     cJSON *kinds = cJSON_AddArrayToObject(r, "prompt_types");
-    for (int i = 0; i < j->spec.n_prompts; i++) {
+    cJSON *negs = j->spec.n_negatives ? cJSON_AddArrayToObject(r, "negative_prompts") : NULL;
+    for (int i = 0; i < j->spec.n_prompts + j->spec.n_negatives; i++) {
         const struct weft_job_prompt *jp = &j->spec.prompts[i];
-        cJSON_AddItemToArray(ps, cJSON_CreateString(jp->text      ? jp->text
-                                                    : jp->name[0] ? jp->name
-                                                                 : "(inline)"));
+        const char *what = jp->text ? jp->text : jp->name[0] ? jp->name : "(inline)";
+        if (i >= j->spec.n_prompts) { /* the negatives, after the prompts */
+            cJSON_AddItemToArray(negs, cJSON_CreateString(what));
+            continue;
+        }
+        cJSON_AddItemToArray(ps, cJSON_CreateString(what));
         cJSON_AddItemToArray(kinds, cJSON_CreateString(jp->text      ? "text"
                                                        : jp->name[0] ? "name"
                                                                     : "inline"));
     }
+    if (j->spec.n_negatives || j->spec.true_cfg_scale != 1.0)
+        cJSON_AddNumberToObject(r, "true_cfg_scale", j->spec.true_cfg_scale);
     cJSON_AddNumberToObject(r, "max_sequence_length", (double)j->spec.max_sequence_length);
     cJSON_AddNumberToObject(r, "height", (double)j->spec.height);
     cJSON_AddNumberToObject(r, "width", (double)j->spec.width);

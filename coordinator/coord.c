@@ -377,7 +377,7 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
     char dir[2200];
     weft_coord_job_dir(c, j, dir, sizeof(dir));
     weft_status_t st = weft_files_mkdirs(dir, err);
-    const int n = j->spec.n_prompts;
+    const int n = j->spec.n_prompts + j->spec.n_negatives; /* the negatives after the prompts */
     char (*paths)[2400] = weft_calloc((size_t)n, sizeof(*paths));
     const char **ptrs = weft_calloc((size_t)n, sizeof(*ptrs));
     const char **names = weft_calloc((size_t)n, sizeof(*names));
@@ -412,7 +412,9 @@ static weft_status_t job_start(struct weft_coord *c, struct job *j, struct weft_
         cJSON_Delete(rec);
     if (st == WEFT_OK) {
         struct weft_runner_job rj = {
-            .key = j->key, .id = j->id, .n_prompts = n, .prompt_paths = ptrs,
+            .key = j->key, .id = j->id, .n_prompts = j->spec.n_prompts,
+            .n_negatives = j->spec.n_negatives, .true_cfg_scale = j->spec.true_cfg_scale,
+            .prompt_paths = ptrs,
             .prompt_names = names, .prompt_texts = texts,
             .max_sequence_length = j->spec.max_sequence_length,
             .height = j->spec.height, .width = j->spec.width,
@@ -478,7 +480,8 @@ static void dispatch(struct weft_coord *c)
 static weft_status_t check_spec(const struct weft_coord *c, const struct weft_job_spec *spec,
                                 struct weft_error *err)
 {
-    int64_t *tokens = weft_calloc((size_t)spec->n_prompts + 1, sizeof(*tokens));
+    int64_t *tokens = weft_calloc((size_t)spec->n_prompts + (size_t)spec->n_negatives + 1,
+                                  sizeof(*tokens));
     if (!tokens)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     struct weft_job_desc desc;
@@ -512,7 +515,7 @@ static weft_status_t store_inline(struct weft_coord *c, struct job *j, struct we
     char dir[2200];
     weft_coord_job_dir(c, j, dir, sizeof(dir));
     weft_status_t st = weft_files_mkdirs(dir, err);
-    for (int i = 0; st == WEFT_OK && i < j->spec.n_prompts; i++) {
+    for (int i = 0; st == WEFT_OK && i < j->spec.n_prompts + j->spec.n_negatives; i++) {
         struct weft_job_prompt *p = &j->spec.prompts[i];
         if (p->name[0] || p->text)
             continue;

@@ -458,7 +458,8 @@ static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limi
                         (long long)max);
         n = size;
     }
-    spec->prompts = weft_calloc((size_t)n, sizeof(*spec->prompts));
+    /* room for a negative prompt each (parse_negatives) */
+    spec->prompts = weft_calloc(2 * (size_t)n, sizeof(*spec->prompts));
     if (!spec->prompts)
         return WEFT_ERR_NOMEM;
     spec->n_prompts = n;
@@ -470,6 +471,70 @@ static weft_status_t parse_prompts(const cJSON *root, const struct weft_job_limi
             return st;
     }
     return WEFT_OK;
+}
+
+/* A copy of p (its text or inline bytes duplicated). */
+static weft_status_t prompt_copy(const struct weft_job_prompt *p, struct weft_job_prompt *out)
+{
+    *out = *p;
+    out->text = NULL, out->data = NULL;
+    if (p->text && !(out->text = weft_strdup(p->text)))
+        return WEFT_ERR_NOMEM;
+    if (p->data) {
+        if (!(out->data = weft_malloc(p->len))) {
+            weft_free(out->text);
+            out->text = NULL;
+            return WEFT_ERR_NOMEM;
+        }
+        memcpy(out->data, p->data, p->len);
+    }
+    return WEFT_OK;
+}
+
+/* True CFG (FluxPipeline's negative_prompt and true_cfg_scale): "negative_prompt" for every
+ * prompt or "negative_prompts" one per prompt, each taken as a prompt is, into
+ * spec->prompts[n_prompts..]; "true_cfg_scale" above 1 needs them. */
+static weft_status_t parse_negatives(const cJSON *root, const struct weft_job_model *m,
+                                     struct weft_job_spec *s, char *err, size_t len)
+{
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(root, "negative_prompt");
+    const cJSON *many = cJSON_GetObjectItemCaseSensitive(root, "negative_prompts");
+    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(root, "true_cfg_scale");
+    s->true_cfg_scale = 1.0;
+    if (scale && (!cJSON_IsNumber(scale) || !isfinite(scale->valuedouble) ||
+                  scale->valuedouble < 0 || scale->valuedouble > WEFT_JOB_MAX_GUIDANCE))
+        return errf(err, len, WEFT_ERR_INVALID, "\"true_cfg_scale\" must be a number in 0..1000");
+    if (scale)
+        s->true_cfg_scale = scale->valuedouble;
+    if (one && many)
+        return errf(err, len, WEFT_ERR_INVALID,
+                    "give one of \"negative_prompt\" or \"negative_prompts\"");
+    if (!one && !many) {
+        if (s->true_cfg_scale > 1.0)
+            return errf(err, len, WEFT_ERR_INVALID,
+                        "\"true_cfg_scale\" above 1 needs \"negative_prompt\" or "
+                        "\"negative_prompts\" (true classifier-free guidance steers away from "
+                        "it)");
+        return WEFT_OK;
+    }
+    if (many && (!cJSON_IsArray(many) || cJSON_GetArraySize(many) != s->n_prompts))
+        return errf(err, len, WEFT_ERR_INVALID,
+                    "\"negative_prompts\" must be an array of %d (one per prompt)", s->n_prompts);
+    const cJSON *v = many ? many->child : one;
+    weft_status_t st = WEFT_OK;
+    for (int i = 0; i < s->n_prompts && st == WEFT_OK; i++) {
+        struct weft_job_prompt *p = &s->prompts[s->n_prompts + i];
+        if (many || i == 0)
+            st = parse_prompt(v, many ? "negative_prompts" : "negative_prompt", i, many != NULL,
+                              m, s->max_sequence_length, p, err, len);
+        else
+            st = prompt_copy(&s->prompts[s->n_prompts], p);
+        s->n_negatives = st == WEFT_OK ? i + 1 : i;
+        v = many ? v->next : v;
+    }
+    if (st == WEFT_OK)
+        s->n_negatives = s->n_prompts;
+    return st;
 }
 
 static weft_status_t parse_numbers(const cJSON *root, const struct weft_job_limits *lim,
@@ -541,10 +606,12 @@ weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct wef
     }
     static const char *const known[] = {"prompt", "prompts", "prompt_embeds", "height", "width",
                                         "steps", "guidance", "seed", "count",
-                                        "max_sequence_length"};
+                                        "max_sequence_length", "negative_prompt",
+                                        "negative_prompts", "true_cfg_scale"};
     if ((st = check_fields(root, "", known, sizeof(known) / sizeof(known[0]), err, err_len)) ||
         (st = parse_numbers(root, lim, model, &s, err, err_len)) ||
-        (st = parse_prompts(root, lim, model, &s, err, err_len)))
+        (st = parse_prompts(root, lim, model, &s, err, err_len)) ||
+        (st = parse_negatives(root, model, &s, err, err_len)))
         goto out;
     *spec = s;
     s = (struct weft_job_spec){0};
@@ -558,7 +625,7 @@ out:
 
 void weft_job_spec_cleanup(struct weft_job_spec *spec)
 {
-    for (int i = 0; spec->prompts && i < spec->n_prompts; i++) {
+    for (int i = 0; spec->prompts && i < spec->n_prompts + spec->n_negatives; i++) {
         weft_free(spec->prompts[i].data);
         weft_free(spec->prompts[i].text);
     }
@@ -574,12 +641,14 @@ int64_t weft_job_spec_images(const struct weft_job_spec *spec)
 void weft_job_spec_desc(const struct weft_job_spec *spec, int64_t *tokens,
                         struct weft_job_desc *desc)
 {
-    for (int i = 0; i < spec->n_prompts; i++)
+    for (int i = 0; i < spec->n_prompts + spec->n_negatives; i++)
         tokens[i] = spec->prompts[i].tokens;
     *desc = (struct weft_job_desc){
         .height = spec->height, .width = spec->width, .steps = spec->steps,
         .guidance = spec->guidance, .seed = spec->seed, .count = spec->count,
         .n_prompts = spec->n_prompts, .prompt_tokens = tokens, .decode = true,
+        .true_cfg_scale = spec->true_cfg_scale,
+        .negative_tokens = spec->n_negatives ? tokens + spec->n_prompts : NULL,
     };
 }
 
@@ -592,7 +661,7 @@ cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec)
     cJSON *ps = cJSON_AddArrayToObject(j, "prompts");
     if (!ps)
         goto err;
-    for (int i = 0; i < spec->n_prompts; i++) {
+    for (int i = 0; i < spec->n_prompts + spec->n_negatives; i++) {
         cJSON *p = cJSON_CreateObject();
         if (!p)
             goto err;
@@ -613,7 +682,10 @@ cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec)
         !cJSON_AddNumberToObject(j, "count", (double)spec->count) ||
         !cJSON_AddNumberToObject(j, "guidance", spec->guidance) ||
         !cJSON_AddNumberToObject(j, "max_sequence_length", (double)spec->max_sequence_length) ||
-        !cJSON_AddStringToObject(j, "seed", seed))
+        !cJSON_AddStringToObject(j, "seed", seed) ||
+        (spec->n_negatives && !cJSON_AddNumberToObject(j, "negatives", spec->n_negatives)) ||
+        (spec->true_cfg_scale != 1.0 &&
+         !cJSON_AddNumberToObject(j, "true_cfg_scale", spec->true_cfg_scale)))
         goto err;
     return j;
 err:
@@ -627,16 +699,28 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_m
     struct weft_job_spec s = {0};
     weft_status_t st = WEFT_ERR_FORMAT;
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(json, "prompts");
+    const cJSON *neg = cJSON_GetObjectItemCaseSensitive(json, "negatives");
+    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(json, "true_cfg_scale");
     int n = cJSON_IsArray(ps) ? cJSON_GetArraySize(ps) : 0;
-    if (n < 1 || n > WEFT_JOB_MAX_PROMPTS) {
-        errf(err, err_len, st, "\"prompts\" missing or out of bounds");
+    const int n_neg = cJSON_IsNumber(neg) ? (int)neg->valuedouble : 0;
+    /* the negatives (one per prompt, or none) follow the prompts */
+    if (n < 1 || n > 2 * WEFT_JOB_MAX_PROMPTS || (neg && !cJSON_IsNumber(neg)) ||
+        (n_neg != 0 && 2 * n_neg != n) || (n_neg == 0 && n > WEFT_JOB_MAX_PROMPTS)) {
+        errf(err, err_len, st, "\"prompts\" or \"negatives\" missing or out of bounds");
+        goto out;
+    }
+    if (scale && (!cJSON_IsNumber(scale) || !isfinite(scale->valuedouble) ||
+                  scale->valuedouble < 0 || scale->valuedouble > WEFT_JOB_MAX_GUIDANCE)) {
+        errf(err, err_len, st, "\"true_cfg_scale\" out of bounds");
         goto out;
     }
     if (!(s.prompts = weft_calloc((size_t)n, sizeof(*s.prompts)))) {
         st = WEFT_ERR_NOMEM;
         goto out;
     }
-    s.n_prompts = n;
+    s.n_prompts = n - n_neg;
+    s.n_negatives = n_neg;
+    s.true_cfg_scale = scale ? scale->valuedouble : 1.0;
     /* the bounds of the API's fields, without the configurable limits (which may have changed
      * since the job was accepted: an accepted job stays accepted) */
     static const struct weft_job_limits wide = {0, 0, 0, 0};

@@ -63,7 +63,11 @@ struct weft_job_prompt {
 
 struct weft_job_spec {
     int n_prompts;
+    /* [n_prompts + n_negatives]: the prompts, then (true classifier-free guidance) the negative
+     * prompt of each, in order; n_negatives is 0 or n_prompts */
     struct weft_job_prompt *prompts;
+    int n_negatives;
+    double true_cfg_scale; /* FluxPipeline's: on above 1 (needs negatives); 1 without */
     int64_t height, width, steps, count;
     double guidance;
     uint64_t seed;
@@ -80,13 +84,14 @@ weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct wef
                                   char *err, size_t err_len);
 void weft_job_spec_cleanup(struct weft_job_spec *spec);
 int64_t weft_job_spec_images(const struct weft_job_spec *spec);
-/* The job's description for weft_job_check (tokens points at an array of n_prompts). */
+/* The job's description for weft_job_check (tokens: an array of n_prompts + n_negatives). */
 void weft_job_spec_desc(const struct weft_job_spec *spec, int64_t *tokens,
                         struct weft_job_desc *desc);
 
 /* Journal form: inline prompts become {"file": i, "tokens": T} (stored as
- * prompt-<i>.safetensors in the job's folder), text prompts {"text": "...", "tokens": T}. NULL
- * when out of memory. */
+ * prompt-<i>.safetensors in the job's folder), text prompts {"text": "...", "tokens": T}; the
+ * negatives follow the prompts in "prompts" ("negatives": their count). NULL when out of
+ * memory. */
 cJSON *weft_job_spec_to_json(const struct weft_job_spec *spec);
 /* Back from the journal form; the same bounds are checked (a journal is input too). */
 weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_model *model,

@@ -10,8 +10,8 @@
  * (b64_json, url), output_format (png, jpeg, webp), output_compression (0..100), and quality,
  * style, background ("auto", "opaque"), moderation and user (accepted; weft makes opaque
  * images of the size asked, whatever the quality); weft's own seed (-1 or absent: random),
- * steps (or num_inference_steps), guidance (or guidance_scale). negative_prompt and
- * true_cfg_scale are refused: the FLUX.1 pipeline has no true CFG in weft yet. */
+ * steps (or num_inference_steps), guidance (or guidance_scale), and Diffusers' negative_prompt
+ * and true_cfg_scale (true classifier-free guidance: FluxPipeline's neg + s (pred - neg)). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -227,11 +227,29 @@ static bool parse_weft_fields(const cJSON *root, const struct weft_conf_api *api
         s->seed = (uint64_t)d;
         s->seed_random = false;
     }
-    static const char *const no_cfg[] = {"negative_prompt", "true_cfg_scale", NULL};
-    for (int i = 0; no_cfg[i]; i++)
-        if (cJSON_HasObjectItem(root, no_cfg[i]))
-            return fail(f, 400, no_cfg[i], "'%s' is not available: this model runs with "
-                        "embedded guidance only (no true CFG in weft yet)", no_cfg[i]);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "true_cfg_scale");
+    s->true_cfg_scale = 1.0;
+    if (cfg && !cJSON_IsNull(cfg)) {
+        if (!cJSON_IsNumber(cfg) || !isfinite(cfg->valuedouble) || cfg->valuedouble < 0 ||
+            cfg->valuedouble > WEFT_JOB_MAX_GUIDANCE)
+            return fail(f, 400, "true_cfg_scale", "'true_cfg_scale' must be a number in 0..1000");
+        s->true_cfg_scale = cfg->valuedouble;
+    }
+    return true;
+}
+
+/* A prompt (or negative prompt) as the job API takes text: into spec->prompts[i]. */
+static bool prompt_into(const struct weft_job_model *m, const char *text, const char *key,
+                        int i, struct weft_job_spec *spec, struct oa_fail *f)
+{
+    char err[480], where[32];
+    snprintf(where, sizeof(where), "\"%s\"", key);
+    weft_status_t st = weft_prompt_resolve(m, text, spec->max_sequence_length, where,
+                                           &spec->prompts[i], err, sizeof(err));
+    if (st == WEFT_ERR_NOMEM)
+        return fail(f, 500, NULL, "out of memory");
+    if (st != WEFT_OK)
+        return fail(f, 400, key, "%s", err);
     return true;
 }
 
@@ -309,19 +327,22 @@ static bool parse_request(const struct weft_job_model *m, const struct weft_conf
         !get_str(root, "size", &size, f) || !parse_size(size, &r->spec, f) ||
         !parse_weft_fields(root, api, &r->spec, f) || !parse_output(root, api, r, f))
         return false;
-    struct weft_job_prompt p;
-    char err[480];
-    weft_status_t st = weft_prompt_resolve(m, prompt, r->spec.max_sequence_length,
-                                           "\"prompt\"", &p, err, sizeof(err));
-    if (st == WEFT_ERR_NOMEM)
-        return fail(f, 500, NULL, "out of memory");
-    if (st != WEFT_OK)
-        return fail(f, 400, "prompt", "%s", err);
-    r->spec.prompts = weft_calloc(1, sizeof(*r->spec.prompts));
+    /* the prompt, and (true CFG, Diffusers' negative_prompt) its negative after it */
+    const char *negative = NULL;
+    if (!get_str(root, "negative_prompt", &negative, f))
+        return false;
+    if (!negative && r->spec.true_cfg_scale > 1.0)
+        return fail(f, 400, "true_cfg_scale", "'true_cfg_scale' above 1 needs a "
+                    "'negative_prompt' (true classifier-free guidance steers away from it)");
+    r->spec.prompts = weft_calloc(2, sizeof(*r->spec.prompts));
     if (!r->spec.prompts)
         return fail(f, 500, NULL, "out of memory");
-    r->spec.prompts[0] = p;
+    if (!prompt_into(m, prompt, "prompt", 0, &r->spec, f))
+        return false;
     r->spec.n_prompts = 1;
+    if (negative && !prompt_into(m, negative, "negative_prompt", 1, &r->spec, f))
+        return false;
+    r->spec.n_negatives = negative ? 1 : 0;
     return true;
 }
 

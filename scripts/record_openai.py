@@ -25,6 +25,8 @@ import serve_util  # noqa: E402
 import openai  # noqa: E402  (PyPI; not in CI)
 
 TOKEN = "sk-weft-recording"
+# the model the replay test serves: the test suites' random-weight pipeline (tests/meson.build)
+os.environ["WEFT_MODEL_PATH"] = os.path.join(ROOT, "tests", "data", "random", "flux-tiny")
 SKIP_HEADERS = {"host", "content-length", "connection", "accept-encoding"}
 
 
@@ -133,7 +135,11 @@ def main():
             model="dall-e-3", prompt="red-fox", size="64x64"), images)
         call("images.generate negative prompt", lambda: client.images.generate(
             model="flux-tiny", prompt="red-fox", size="64x64",
-            extra_body={"negative_prompt": "blurry"}), images)
+            extra_body={"negative_prompt": "city-night", "true_cfg_scale": 3, "seed": 11,
+                        "steps": 2}), images)
+        call("images.generate true_cfg_scale alone", lambda: client.images.generate(
+            model="flux-tiny", prompt="red-fox", size="64x64",
+            extra_body={"true_cfg_scale": 3}), images)
     finally:
         proxy.shutdown()
         srv.stop()

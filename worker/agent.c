@@ -273,20 +273,31 @@ static int is_cancelled(void *arg)
     return atomic_load(&rc->a->cancel_job) == rc->job || atomic_load(&rc->a->stop_all);
 }
 
+/* Whether the RUN does true CFG: negative prompts and a scale above 1 (FluxPipeline). */
+static bool run_cfg(const struct weft_msg_run *r)
+{
+    return r->n_negatives > 0 && r->true_cfg_scale > 1.0;
+}
+
 /* The text prompts of a RUN's images encoded over the replica (its first rank encodes, in
  * prompt order on every rank), each into text[i]; embeds[i] and pooled[i] point at each
- * prompt's embeddings (from the text, or in the RUN's tail). */
+ * prompt's embeddings (from the text, or in the RUN's tail). A negative prompt is encoded when
+ * its prompt is and true CFG is on. */
 static weft_status_t encode_texts(struct agent *a, const struct weft_msg_run *r,
                                   struct weft_prompt_embeds *text, const float **embeds,
                                   const float **pooled, struct weft_error *err)
 {
     weft_status_t st = WEFT_OK;
     size_t off = 0;
+    const int positive = r->n_prompts - r->n_negatives;
     for (int i = 0; i < r->n_prompts && st == WEFT_OK; i++) {
         const struct weft_msg_prompt *p = &r->prompts[i];
-        bool used = false; /* only the prompts of this replica's images */
-        for (int k = 0; k < r->n_images && !used; k++)
-            used = r->images[k].prompt == i;
+        const int of = i < positive ? i : i - positive;
+        bool used = i < positive || run_cfg(r); /* only the prompts of this replica's images */
+        bool here = false;
+        for (int k = 0; k < r->n_images && used && !here; k++)
+            here = r->images[k].prompt == of;
+        used = used && here;
         if (p->is_text && used) {
             st = weft_runtime_encode(a->rt, p->text, p->tokens, &text[i], err);
             embeds[i] = text[i].embeds;
@@ -316,6 +327,8 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
     for (int k = 0; k < r->n_images && st == WEFT_OK; k++) {
         const struct weft_msg_image_ref *ref = &r->images[k];
         const struct weft_msg_prompt *p = &r->prompts[ref->prompt];
+        const int neg = run_cfg(r) ? r->n_prompts - r->n_negatives + ref->prompt : -1;
+        const struct weft_msg_prompt *np = neg >= 0 ? &r->prompts[neg] : NULL;
         struct run_ctx rc = {a, r->job, ref->index};
         const struct weft_rt_image img = {
             .prompt_embeds = embeds[ref->prompt],
@@ -325,12 +338,16 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
             .width = r->width,
             .steps = (int)r->steps,
             .guidance = (float)r->guidance,
+            .neg_prompt_embeds = np ? embeds[neg] : NULL,
+            .neg_pooled = np ? pooled[neg] : NULL,
+            .true_cfg_scale = np ? (float)r->true_cfg_scale : 1.0f,
             .seed = r->seed,
             .noise_index = ref->index,
             .decode = true,
             .png_prompt = p->is_text ? p->text : p->name,
             .png_model = r->model_name[0] ? r->model_name : NULL,
             .png_job = r->job_id,
+            .png_negative_prompt = !np ? NULL : np->is_text ? np->text : np->name,
             .png_prompt_index = ref->prompt,
         };
         const struct weft_model *mod = weft_runtime_model(a->rt);
@@ -342,6 +359,12 @@ static weft_status_t do_run(struct agent *a, const struct weft_msg_run *r, struc
                                 (long long)p->joint, (long long)p->pooled,
                                 (long long)mod->flux.joint_attention_dim,
                                 (long long)mod->flux.pooled_projection_dim);
+            break;
+        }
+        if (np && np->tokens != p->tokens) {
+            st = weft_error_set(err, WEFT_ERR_PROTOCOL, "worker",
+                                "prompt %d has %lld tokens, its negative prompt %lld",
+                                ref->prompt, (long long)p->tokens, (long long)np->tokens);
             break;
         }
         struct weft_rt_result res;

@@ -73,9 +73,10 @@ static void lr_job_free(struct lr_job *j)
 {
     if (!j)
         return;
-    strv_free(j->prompt_paths, j->job.n_prompts);
-    strv_free(j->prompt_names, j->job.n_prompts);
-    strv_free(j->prompt_texts, j->job.n_prompts);
+    const int n = j->job.n_prompts + j->job.n_negatives;
+    strv_free(j->prompt_paths, n);
+    strv_free(j->prompt_names, n);
+    strv_free(j->prompt_texts, n);
     weft_free(j->id);
     weft_free(j->out_dir);
     weft_free(j);
@@ -150,19 +151,39 @@ static int is_cancelled(void *arg)
 
 /* Image i of the job: prompt i / count, the seed's noise at [i n, (i + 1) n) (runner.h),
  * written as out_dir/<i>.png before it is reported. */
+static bool job_cfg(const struct weft_runner_job *job)
+{
+    return job->n_negatives > 0 && job->true_cfg_scale > 1.0;
+}
+
+/* What the PNG names prompt i by: its text, else its name. */
+static const char *prompt_label(const struct weft_runner_job *job, int i)
+{
+    return job->prompt_texts[i] ? job->prompt_texts[i] : job->prompt_names[i];
+}
+
 static weft_status_t run_image(struct local_runner *r, const struct weft_runner_job *job,
                                int image, const struct weft_prompt_embeds *pe,
                                struct weft_error *err)
 {
     const int prompt = (int)(image / job->count);
+    /* true CFG: the prompt's negative, after the prompts */
+    const struct weft_prompt_embeds *np = job_cfg(job) ? &pe[job->n_prompts + prompt] : NULL;
+    const struct weft_prompt_embeds *p = &pe[prompt];
     struct step_ctx sc = {r, job->key, image};
+    if (np && np->tokens != p->tokens)
+        return weft_error_refuse(err, WEFT_ERR_INVALID, "prompt %d has %lld tokens, its "
+                                 "negative prompt %lld", prompt, (long long)p->tokens,
+                                 (long long)np->tokens);
     const struct weft_rt_image img = {
-        .prompt_embeds = pe->embeds, .s_txt = pe->tokens, .pooled = pe->pooled,
+        .prompt_embeds = p->embeds, .s_txt = p->tokens, .pooled = p->pooled,
         .height = job->height, .width = job->width, .steps = (int)job->steps,
         .guidance = (float)job->guidance, .seed = job->seed, .noise_index = image,
+        .neg_prompt_embeds = np ? np->embeds : NULL, .neg_pooled = np ? np->pooled : NULL,
+        .true_cfg_scale = np ? (float)job->true_cfg_scale : 1.0f,
         .decode = true,
-        .png_prompt = job->prompt_texts[prompt] ? job->prompt_texts[prompt]
-                                                : job->prompt_names[prompt],
+        .png_prompt = prompt_label(job, prompt),
+        .png_negative_prompt = np ? prompt_label(job, job->n_prompts + prompt) : NULL,
         .png_model = r->model_dir,
         .png_job = job->id, .png_prompt_index = prompt,
     };
@@ -194,12 +215,14 @@ static weft_status_t run_job(struct local_runner *r, const struct weft_runner_jo
                              struct weft_error *err)
 {
     const struct weft_model *m = weft_runtime_model(r->rt);
-    struct weft_prompt_embeds *pe = weft_calloc((size_t)job->n_prompts, sizeof(*pe));
+    /* the prompts, then (true CFG) their negatives */
+    const int n = job->n_prompts + (job_cfg(job) ? job->n_negatives : 0);
+    struct weft_prompt_embeds *pe = weft_calloc((size_t)n, sizeof(*pe));
     if (!pe)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     double t0 = now_s();
     weft_status_t st = WEFT_OK;
-    for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++)
+    for (int i = 0; i < n && st == WEFT_OK; i++)
         st = job->prompt_texts[i]
                  ? weft_runtime_encode(r->rt, job->prompt_texts[i], job->max_sequence_length,
                                        &pe[i], err)
@@ -207,8 +230,8 @@ static weft_status_t run_job(struct local_runner *r, const struct weft_runner_jo
     post_stage(r, job->key, "encode", now_s() - t0);
     const int64_t images = (int64_t)job->n_prompts * job->count;
     for (int64_t i = 0; st == WEFT_OK && i < images; i++)
-        st = run_image(r, job, (int)i, &pe[i / job->count], err);
-    for (int i = 0; i < job->n_prompts; i++)
+        st = run_image(r, job, (int)i, pe, err);
+    for (int i = 0; i < n; i++)
         weft_prompt_embeds_cleanup(&pe[i]);
     weft_free(pe);
     return st;
@@ -308,9 +331,10 @@ static struct lr_job *job_copy(const struct weft_runner_job *src)
     j->job = *src;
     j->id = weft_strdup(src->id);
     j->out_dir = weft_strdup(src->out_dir);
-    j->prompt_paths = strv_copy(src->prompt_paths, src->n_prompts);
-    j->prompt_names = strv_copy(src->prompt_names, src->n_prompts);
-    j->prompt_texts = strv_copy(src->prompt_texts, src->n_prompts);
+    const int n = src->n_prompts + src->n_negatives;
+    j->prompt_paths = strv_copy(src->prompt_paths, n);
+    j->prompt_names = strv_copy(src->prompt_names, n);
+    j->prompt_texts = strv_copy(src->prompt_texts, n);
     if (!j->id || !j->out_dir || !j->prompt_paths || !j->prompt_names || !j->prompt_texts) {
         lr_job_free(j);
         return NULL;

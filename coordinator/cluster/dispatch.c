@@ -97,13 +97,15 @@ static weft_status_t load_prompts(struct cluster_runner *r, const struct weft_ru
                                   struct weft_msg_run *m, struct weft_error *err)
 {
     const struct weft_flux_config *fc = &r->model->flux;
-    m->prompts = weft_calloc((size_t)job->n_prompts, sizeof(*m->prompts));
+    const int n = job->n_prompts + job->n_negatives; /* the negatives after the prompts */
+    m->prompts = weft_calloc((size_t)n, sizeof(*m->prompts));
     if (!m->prompts)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
-    m->n_prompts = job->n_prompts;
+    m->n_prompts = n;
+    m->n_negatives = job->n_negatives;
     size_t total = 0;
     weft_status_t st = WEFT_OK;
-    for (int i = 0; i < job->n_prompts && st == WEFT_OK; i++) {
+    for (int i = 0; i < n && st == WEFT_OK; i++) {
         if (job->prompt_texts && job->prompt_texts[i]) { /* encoded by the replica */
             m->prompts[i] = (struct weft_msg_prompt){
                 .tokens = job->max_sequence_length, .joint = fc->joint_attention_dim,
@@ -193,6 +195,7 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
     struct weft_msg_run m = {
         .job = job->key, .epoch = r->epoch, .height = job->height, .width = job->width,
         .steps = job->steps, .guidance = job->guidance, .seed = job->seed,
+        .true_cfg_scale = job->true_cfg_scale,
     };
     snprintf(m.job_id, sizeof(m.job_id), "%s", job->id);
     snprintf(m.model_name, sizeof(m.model_name), "%s", r->model_dir);

@@ -1434,8 +1434,12 @@ static int case_openai(void)
                     "city-night, lighthouse, red-fox");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"model\": \"dall-e-3\"}", 404, "model",
                     "not served here");
-    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"negative_prompt\": \"blur\"}", 400,
-                    "negative_prompt", "no true CFG");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"negative_prompt\": \"blur\", "
+                    "\"true_cfg_scale\": 2}", 400, "negative_prompt", "cannot encode text");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"true_cfg_scale\": 2}", 400,
+                    "true_cfg_scale", "needs a 'negative_prompt'");
+    expect_oa_error(c, "{\"prompt\": \"red-fox\", \"negative_prompt\": \"lighthouse\", "
+                    "\"true_cfg_scale\": -1}", 400, "true_cfg_scale", "0..1000");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"size\": \"big\"}", 400, "size", "WIDTHxHEIGHT");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"size\": \"60x60\"}", 400, NULL,
                     "multiples of 16");

@@ -400,6 +400,60 @@ static void test_text(const char *root)
     weft_job_model_destroy(tm);
 }
 
+/* True CFG: negative_prompt for every prompt, negative_prompts one each, true_cfg_scale; the
+ * journal keeps them; the refusals name the field. */
+static void test_true_cfg(void)
+{
+    struct weft_job_spec s, back;
+    char err[256];
+    const char *body = "{\"prompts\": [\"red-fox\", \"city-night\"], \"negative_prompt\": "
+                       "\"lighthouse\", \"true_cfg_scale\": 4.5, \"height\": 64, \"width\": 64}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK(s.n_prompts == 2 && s.n_negatives == 2 && s.true_cfg_scale == 4.5);
+    CHECK(strcmp(s.prompts[2].name, "lighthouse") == 0 &&
+          strcmp(s.prompts[3].name, "lighthouse") == 0);
+    CHECK_EQ(weft_job_spec_images(&s), 2);
+    int64_t tokens[8];
+    struct weft_job_desc desc;
+    weft_job_spec_desc(&s, tokens, &desc);
+    CHECK(desc.negative_tokens == tokens + 2 && desc.true_cfg_scale == 4.5);
+    struct weft_layout one;
+    weft_layout_single(&one);
+    struct weft_error e = WEFT_ERROR_INIT;
+    CHECK_OK(weft_job_check(model->desc, &one, &desc, &lim, &e));
+    cJSON *j = weft_job_spec_to_json(&s);
+    CHECK(j);
+    CHECK_OK(weft_job_spec_from_json(j, model, &back, err, sizeof(err)));
+    CHECK(back.n_prompts == 2 && back.n_negatives == 2 && back.true_cfg_scale == 4.5);
+    CHECK(strcmp(back.prompts[3].name, "lighthouse") == 0);
+    CHECK_EQ(back.prompts[3].tokens, s.prompts[3].tokens);
+    /* a journal whose negatives are not one per prompt is refused */
+    cJSON_ReplaceItemInObject(j, "negatives", cJSON_CreateNumber(1));
+    weft_job_spec_cleanup(&back);
+    CHECK(weft_job_spec_from_json(j, model, &back, err, sizeof(err)) == WEFT_ERR_FORMAT);
+    cJSON_Delete(j);
+    weft_job_spec_cleanup(&s);
+    body = "{\"prompts\": [\"red-fox\", \"city-night\"], \"negative_prompts\": "
+           "[\"lighthouse\", {\"name\": \"red-fox\"}], \"true_cfg_scale\": 2}";
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK(strcmp(s.prompts[3].name, "red-fox") == 0 && s.n_negatives == 2);
+    weft_job_spec_cleanup(&s);
+    /* negatives without a scale above 1 are kept, and unused (as Diffusers) */
+    expect("{\"prompt\": \"red-fox\", \"negative_prompt\": \"lighthouse\"}", WEFT_OK, NULL);
+    expect("{\"prompt\": \"red-fox\", \"true_cfg_scale\": 2}", WEFT_ERR_INVALID,
+           "\"true_cfg_scale\" above 1 needs");
+    expect("{\"prompt\": \"red-fox\", \"negative_prompt\": \"x\", \"negative_prompts\": "
+           "[\"x\"]}", WEFT_ERR_INVALID, "give one of");
+    expect("{\"prompts\": [\"red-fox\", \"lighthouse\"], \"negative_prompts\": [\"x\"]}",
+           WEFT_ERR_INVALID, "an array of 2");
+    expect("{\"prompt\": \"red-fox\", \"negative_prompt\": \"nope\", \"true_cfg_scale\": 2}",
+           WEFT_ERR_UNSUPPORTED, "\"negative_prompt\"");
+    expect("{\"prompt\": \"red-fox\", \"negative_prompt\": \"lighthouse\", "
+           "\"true_cfg_scale\": \"3\"}", WEFT_ERR_INVALID, "0..1000");
+    expect("{\"prompt\": \"red-fox\", \"negative_prompt\": \"lighthouse\", "
+           "\"true_cfg_scale\": 1001}", WEFT_ERR_INVALID, "0..1000");
+}
+
 int main(void)
 {
     test_quiet();
@@ -416,6 +470,7 @@ int main(void)
     test_inline();
     test_base64();
     test_text(root);
+    test_true_cfg();
     weft_job_model_destroy(model);
     printf("ok\n");
     return 0;

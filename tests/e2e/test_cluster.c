@@ -566,9 +566,90 @@ static int case_device(void)
     return 0;
 }
 
+/* True CFG through the job: `weft run` with a negative prompt and --true-cfg-scale 3 in
+ * several layouts, and a served local runner, give weft generate's image within one level; the
+ * PNG says the negative prompt; the job API refuses a scale without negatives, or a count of
+ * negatives that is not one per prompt. */
+static void true_cfg_jobs(void)
+{
+    char ref[512], out[512];
+    snprintf(ref, sizeof(ref), "%s/cfg_ref.png", tmp);
+    const char *gen[] = {"generate", "--prompt-embeds", "red-fox", "--negative-prompt-embeds",
+                         "lighthouse", "--true-cfg-scale", "3", "--height", "64", "--width",
+                         "64", "--steps", "3", "--seed", "5", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    snprintf(out, sizeof(out), "%s/cfg_off.png", tmp);
+    const char *off[] = {"generate", "--prompt-embeds", "red-fox", "--height", "64", "--width",
+                         "64", "--steps", "3", "--seed", "5", "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(off, NULL, NULL)), 0);
+    printf("without true CFG: max pixel difference %d (the guidance changes the image)\n",
+           png_max_diff(ref, out));
+    CHECK(png_max_diff(ref, out) > 8);
+    static const char *const layouts[][3] = {
+        {"--np", "1"}, {"--tp", "2"}, {"--ulysses", "2"}, {"--ring", "2"}, {"--dp", "2"}};
+    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+        snprintf(out, sizeof(out), "%s/cfg_run%zu.png", tmp, l);
+        const char *run[] = {"run", "--prompt-embeds", "red-fox", "--negative-prompt-embeds",
+                             "lighthouse", "--true-cfg-scale", "3", "--height", "64", "--width",
+                             "64", "--steps", "3", "--seed", "5", "--progress", "none", "--out",
+                             out, layouts[l][0], layouts[l][1], NULL};
+        CHECK_EQ(wait_pid(run_weft(run, NULL, NULL)), 0);
+        const int d = png_max_diff(ref, out);
+        printf("weft run --true-cfg-scale 3 %s %s: max pixel difference to generate %d\n",
+               layouts[l][0], layouts[l][1], d);
+        CHECK(d <= 1);
+    }
+    struct weft_png_image im;
+    CHECK_OK(weft_png_read(out, &im, TERR));
+    const char *params = weft_png_image_text(&im, "parameters");
+    CHECK(params && strstr(params, "Negative prompt: lighthouse"));
+    weft_png_image_cleanup(&im);
+    /* the job API: negative_prompts one per prompt; refusals */
+    const char *extra[] = {"--parallel.tp_degree=1", NULL};
+    struct cluster k;
+    cluster_up(&k, "1", extra, 1);
+    char id[WEFT_CLIENT_ID_MAX];
+    CHECK_OK(weft_client_submit_json(
+        k.c, "{\"prompts\": [{\"name\": \"red-fox\"}, {\"name\": \"city-night\"}], "
+             "\"negative_prompts\": [{\"name\": \"lighthouse\"}, {\"name\": \"lighthouse\"}], "
+             "\"true_cfg_scale\": 3, \"height\": 64, \"width\": 64, \"steps\": 3, "
+             "\"seed\": 5}", id));
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
+    weft_job_status_cleanup(&st);
+    snprintf(out, sizeof(out), "%s/cfg_api.png", tmp);
+    CHECK_OK(weft_client_image_save(k.c, id, 0, out));
+    const int d = png_max_diff(ref, out);
+    printf("job API negative_prompts + true_cfg_scale 3: image 0 to generate %d\n", d);
+    CHECK(d <= 1);
+    char *body;
+    int code;
+    size_t len;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    CHECK_OK(weft_client_request(k.c, "GET", path, NULL, 0, &code, &body, &len));
+    CHECK(code == 200 && strstr(body, "\"negative_prompts\":[\"lighthouse\",\"lighthouse\"]") &&
+          strstr(body, "\"true_cfg_scale\":3"));
+    weft_client_free(body);
+    static const char *const refused[][2] = {
+        {"{\"prompt\": {\"name\": \"red-fox\"}, \"true_cfg_scale\": 3}", "needs"},
+        {"{\"prompts\": [{\"name\": \"red-fox\"}], \"negative_prompts\": [], "
+         "\"true_cfg_scale\": 3}", "one per prompt"},
+        {"{\"prompt\": {\"name\": \"red-fox\"}, \"negative_prompt\": {\"name\": \"nope\"}}",
+         "unknown prompt"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        CHECK(weft_client_submit_json(k.c, refused[i][0], id) != WEFT_OK);
+        printf("refused: %s\n", weft_client_error(k.c));
+        CHECK(weft_client_http_status(k.c) == 400 && strstr(weft_client_error(k.c), refused[i][1]));
+    }
+    cluster_down(&k);
+}
+
 /* weft generate with true CFG (a negative prompt, --true-cfg-scale 3) from Diffusers' initial
  * latents gives Diffusers' final latents (tests/data/pipeline_cfg); a scale without a negative
- * prompt, or both kinds of negative prompt, are one line each. */
+ * prompt, or both kinds of negative prompt, are one line each; then through the job. */
 static int case_true_cfg(void)
 {
     char golden_path[1200], out[512], log[512];
@@ -612,6 +693,7 @@ static int case_true_cfg(void)
     CHECK_EQ(wait_pid(run_weft(both, NULL, log)), 2);
     read_text(log, text, sizeof(text));
     CHECK(strstr(text, "not both"));
+    true_cfg_jobs();
     return 0;
 }
 
