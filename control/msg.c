@@ -117,7 +117,7 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
         return bad(err, w, "steps", "outside 1..1000");
     if (!isfinite(r->guidance) || r->guidance < 0 || r->guidance > WEFT_JOB_MAX_GUIDANCE)
         return bad(err, w, "guidance", "outside 0..1000");
-    if (!in(r->n_prompts, 1, 2 * WEFT_JOB_MAX_PROMPTS) ||
+    if (!in(r->n_prompts, 1, (int64_t)2 * WEFT_JOB_MAX_PROMPTS) ||
         !in(r->n_images, 1, WEFT_JOB_MAX_IMAGES))
         return bad(err, w, "prompts or images", "count out of bounds");
     const int32_t positive = r->n_prompts - r->n_negatives;
@@ -368,7 +368,7 @@ static weft_status_t f_run(struct codec *c, struct weft_msg_run *r)
     if (c->r) {
         if (c->r->failed)
             return WEFT_OK;
-        if (!in(r->n_prompts, 1, 2 * WEFT_JOB_MAX_PROMPTS) ||
+        if (!in(r->n_prompts, 1, (int64_t)2 * WEFT_JOB_MAX_PROMPTS) ||
             !in(r->n_images, 1, WEFT_JOB_MAX_IMAGES)) {
             c->r->failed = "n_prompts or n_images";
             return WEFT_OK;
