@@ -702,9 +702,13 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_m
     const cJSON *neg = cJSON_GetObjectItemCaseSensitive(json, "negatives");
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(json, "true_cfg_scale");
     int n = cJSON_IsArray(ps) ? cJSON_GetArraySize(ps) : 0;
-    const int n_neg = cJSON_IsNumber(neg) ? (int)neg->valuedouble : 0;
+    const int n_neg = !neg ? 0
+                      : cJSON_IsNumber(neg) && neg->valuedouble >= 0 &&
+                              neg->valuedouble <= WEFT_JOB_MAX_PROMPTS
+                          ? (int)neg->valuedouble
+                          : -1;
     /* the negatives (one per prompt, or none) follow the prompts */
-    if (n < 1 || n > 2 * WEFT_JOB_MAX_PROMPTS || (neg && !cJSON_IsNumber(neg)) ||
+    if (n < 1 || n > 2 * WEFT_JOB_MAX_PROMPTS || n_neg < 0 ||
         (n_neg != 0 && 2 * n_neg != n) || (n_neg == 0 && n > WEFT_JOB_MAX_PROMPTS)) {
         errf(err, err_len, st, "\"prompts\" or \"negatives\" missing or out of bounds");
         goto out;
