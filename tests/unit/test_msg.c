@@ -2,7 +2,11 @@
  * field (64-bit integers exactly, the largest seed included); every bound is refused by the
  * encoder (nothing is sent) and by the decoder (a peer that skipped the encoder); every
  * truncation of every message is refused cleanly; a RUN that cannot be decoded still gives
- * its job key. */
+ * its job key.
+ *
+ * With WEFT_MSG_CORPUS=DIR set it also writes every message it round-trips into DIR (the type
+ * byte, then the payload: fuzz_msg's input), which is how tests/fuzz/corpus/msg is made:
+ *   rm -f tests/fuzz/corpus/msg/[a-z]* && WEFT_MSG_CORPUS=tests/fuzz/corpus/msg build/tests/unit/test_msg */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +25,19 @@ static union weft_msg *roundtrip(unsigned type, const union weft_msg *m, void **
     if (weft_msg_encode(type, m, buf_p, len_p, &err) != WEFT_OK) {
         fprintf(stderr, "encode %s: %s\n", weft_msg_name(type), weft_error_text(&err));
         exit(1);
+    }
+    const char *corpus = getenv("WEFT_MSG_CORPUS");
+    if (corpus) {
+        static int written[WEFT_MSG_TYPE_COUNT + 1];
+        char path[1024];
+        const int k = written[type]++;
+        if (k)
+            snprintf(path, sizeof(path), "%s/%s_%d", corpus, weft_msg_name(type), k);
+        else
+            snprintf(path, sizeof(path), "%s/%s", corpus, weft_msg_name(type));
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fputc((int)type, f) == (int)type &&
+              fwrite(*buf_p, 1, *len_p, f) == *len_p && fclose(f) == 0);
     }
     union weft_msg *back = calloc(1, sizeof(*back));
     CHECK(back);
@@ -264,6 +281,25 @@ static void test_run(void)
     bad = m, bad.prompts = empty, bad.n_embeds = 8;
     expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "prompt");
     test_run_text(&m);
+
+    /* true CFG: the negatives after the prompts; images are of the first ones only */
+    struct weft_msg_image_ref firsts[2] = {{0, 0}, {4, 0}};
+    struct weft_msg_run cfg = m;
+    cfg.n_negatives = 1, cfg.true_cfg_scale = 3.5, cfg.images = firsts, cfg.n_images = 2;
+    b = roundtrip(WEFT_MSG_RUN, (union weft_msg *)&cfg, &buf, &len);
+    CHECK(b->run.n_prompts == 2 && b->run.n_negatives == 1 && b->run.true_cfg_scale == 3.5);
+    CHECK(b->run.images[1].index == 4 && b->run.images[1].prompt == 0);
+    weft_msg_cleanup(WEFT_MSG_RUN, b);
+    free(b);
+    weft_free(buf);
+    bad = cfg, bad.images = images, bad.n_images = 3; /* an image of the negative prompt */
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "image");
+    bad = cfg, bad.n_negatives = 2;
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "n_negatives");
+    bad = cfg, bad.true_cfg_scale = NAN;
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "true_cfg_scale");
+    bad = cfg, bad.true_cfg_scale = 1000.5;
+    expect_refused(WEFT_MSG_RUN, (union weft_msg *)&bad, "true_cfg_scale");
 }
 
 static void test_small(void)
