@@ -90,6 +90,10 @@ void weft_api_models(struct weft_coord *c, struct weft_api_response *resp)
     cJSON *x = cJSON_AddObjectToObject(m, "weft");
     cJSON_AddStringToObject(x, "class", c->model->desc->pipeline_class);
     cJSON_AddBoolToObject(x, "text_encoder", weft_prompt_has_text_encoder(c->model));
+    /* what a request that does not say gets (model/model.h) */
+    cJSON_AddNumberToObject(x, "default_size", (double)c->model->desc->default_side);
+    cJSON_AddNumberToObject(x, "max_sequence_length",
+                            (double)c->model->desc->default_text_tokens);
     cJSON *names = cJSON_AddArrayToObject(x, "prompts");
     for (size_t i = 0; names && i < c->model->n_names; i++)
         cJSON_AddItemToArray(names, cJSON_CreateString(c->model->names[i]));
