@@ -24,7 +24,7 @@ static void help(FILE *out)
         "(`weft --dump-config --defaults`).\n"
         "\n"
         "  --model DIR        Diffusers pipeline folder served; default [model] path, else the\n"
-        "                     embedded models/flux-tiny (random weights)\n"
+        "                     embedded models/flux-tiny (trained to draw simple shapes)\n"
         "  --listen ADDR      host:port or unix:/path (default [api] listen, 127.0.0.1:8642);\n"
         "                     port 0 picks a free one. Only loopback unless set explicitly.\n"
         "  --runner NAME      what runs the jobs: local (this process, this machine's CPU) or\n"

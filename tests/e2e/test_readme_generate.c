@@ -1,8 +1,11 @@
 /* The README's first command, end to end: the `build/weft ...` part of its first shell line
- * (today `weft run`: a local cluster of workers) is taken from README.md itself (so the two cannot drift apart), run with the weft binary
- * of this build in a fresh, empty directory (nothing left by other tests can help it), and
- * what it writes must be a PNG of the size the command asks for: the signature, IHDR's width
- * and height, a full decode by libspng, and an image that is not one flat colour.
+ * (today `weft run`: a local cluster of workers) is taken from README.md itself (so the two
+ * cannot drift apart), run with the weft binary of this build in a fresh, empty directory
+ * (nothing left by other tests can help it) and the environment a newcomer has (the test
+ * suites' WEFT_MODEL_PATH removed: the embedded default model), and what it writes must be a
+ * PNG of the size the command asks for (the model's default when it does not say): the
+ * signature, IHDR's width and height, a full decode by libspng, and a picture of what its prompt
+ * asks for, judged as the picture suite judges (tests/picture/judge.h).
  *
  * usage: test_readme_generate /path/to/build/weft */
 #include <errno.h>
@@ -16,14 +19,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "picture/judge.h"
 #include "test.h"
 
 extern char **environ;
 
 #define MAX_ARGS 64
 
-/* The first line of README.md containing "build/weft ": its words after "build/weft"
- * up to the end of the command (a '#' comment, "&&", ";" or the end of the line). */
+/* The first line of README.md containing "build/weft ": its words after "build/weft" up to the
+ * end of the command (a '#' comment, "&&", ";" or the end of the line); a word in double quotes
+ * is one word. */
 static int readme_command(char *line, size_t len, char **args)
 {
     char path[2048];
@@ -40,12 +45,24 @@ static int readme_command(char *line, size_t len, char **args)
         exit(1);
     }
     int n = 0;
-    char *save = NULL;
-    for (char *w = strtok_r(hit + strlen("build/weft"), " \t\r\n", &save);
-         w && n < MAX_ARGS - 1; w = strtok_r(NULL, " \t\r\n", &save)) {
-        if (w[0] == '#' || strcmp(w, "&&") == 0 || strcmp(w, ";") == 0)
+    char *p = hit + strlen("build/weft");
+    while (n < MAX_ARGS - 1) {
+        p += strspn(p, " \t\r\n");
+        if (!*p || *p == '#' || strncmp(p, "&&", 2) == 0 || *p == ';')
             break;
-        args[n++] = w;
+        char *end;
+        if (*p == '"') {
+            end = strchr(++p, '"');
+            CHECK(end); /* an unterminated quote in the README */
+        } else {
+            end = p + strcspn(p, " \t\r\n");
+        }
+        const bool last = !*end;
+        *end = '\0';
+        args[n++] = p;
+        if (last)
+            break;
+        p = end + 1;
     }
     args[n] = NULL;
     return n;
@@ -101,16 +118,26 @@ static void check_png(const char *path, uint32_t want_w, uint32_t want_h)
 int main(int argc, char **argv)
 {
     CHECK(argc == 2);
-    char line[4096], *args[MAX_ARGS];
+    load_prompts();
+    char line[4096], *args[MAX_ARGS], bin[4096];
     int n = readme_command(line, sizeof(line), args + 1);
-    args[0] = argv[1];
+    CHECK(realpath(argv[1], bin)); /* it runs in another directory */
+    args[0] = bin;
     const char *out = arg_value(args, n + 1, "--out");
     const char *w = arg_value(args, n + 1, "--width"), *h = arg_value(args, n + 1, "--height");
-    CHECK(out && w && h);
+    const char *prompt = arg_value(args, n + 1, "--prompt");
+    CHECK(out && prompt);
     printf("running:");
     for (int i = 0; i <= n; i++)
-        printf(" %s", args[i]);
+        printf(strchr(args[i], ' ') ? " \"%s\"" : " %s", args[i]);
     printf("\n");
+    /* a newcomer's environment: no test suite's model */
+    char *env[512];
+    int ne = 0;
+    for (char **e = environ; *e && ne < 511; e++)
+        if (strncmp(*e, "WEFT_MODEL_PATH=", 16) != 0)
+            env[ne++] = *e;
+    env[ne] = NULL;
 
     char dir[256];
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -118,14 +145,25 @@ int main(int argc, char **argv)
     CHECK(mkdtemp(dir));
     CHECK(chdir(dir) == 0);
     pid_t pid;
-    CHECK(posix_spawn(&pid, argv[1], NULL, NULL, args, environ) == 0);
+    CHECK(posix_spawn(&pid, bin, NULL, NULL, args, env) == 0);
     int status;
     CHECK(waitpid(pid, &status, 0) == pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr, "weft exited with status %d\n", status);
         exit(1);
     }
-    check_png(out, (uint32_t)atoi(w), (uint32_t)atoi(h));
+    check_png(out, w ? (uint32_t)atoi(w) : (uint32_t)pic_side,
+              h ? (uint32_t)atoi(h) : (uint32_t)pic_side);
+    struct want want;
+    CHECK(want_of_caption(prompt, &want));
+    struct weft_png_image im;
+    CHECK_OK(weft_png_read(out, &im, TERR));
+    char why[200] = "";
+    const bool ok = judge(&im, &want, why, sizeof(why));
+    printf("%s: a %s shape on a %s background? %s%s\n", out, pal.name[want.s[0].colour],
+           pal.name[want.bg], ok ? "yes" : "no: ", why);
+    CHECK(ok);
+    weft_png_image_cleanup(&im);
     CHECK(remove(out) == 0);
     CHECK(chdir("/") == 0);
     CHECK(rmdir(dir) == 0);

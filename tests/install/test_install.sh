@@ -46,7 +46,7 @@ ldd "$libdir/libweft.so" | grep -q libasan && san="-fsanitize=address,undefined"
 # shellcheck disable=SC2086
 cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/example" "$tmp/example.c" $flags
 
-"$weft" serve --listen 127.0.0.1:0 --port-file "$tmp/port" --api.state_dir="$tmp/state" \
+env -u WEFT_MODEL_PATH "$weft" serve --listen 127.0.0.1:0 --port-file "$tmp/port" --api.state_dir="$tmp/state" \
     --kernels.threads=1 >"$tmp/serve.log" 2>&1 &
 serve_pid=$!
 i=0
@@ -58,7 +58,7 @@ done
 addr=$(cat "$tmp/port")
 (cd "$tmp" && WEFT_SERVER=$addr LD_LIBRARY_PATH=$libdir timeout 120 ./example) ||
     { cat "$tmp/serve.log"; echo "the example failed"; exit 1; }
-head -c 8 "$tmp/fox.png" | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a' ||
+head -c 8 "$tmp/ring.png" | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a' ||
     { echo "the example did not write a PNG"; exit 1; }
 [ "$(LD_LIBRARY_PATH=$libdir ldd "$tmp/example" | grep -c "$libdir/libweft.so")" = 1 ] ||
     { ldd "$tmp/example"; echo "the example is not linked with the installed libweft"; exit 1; }

@@ -9,7 +9,11 @@
  *  - the prompt cache: a repeated prompt is a hit with the same bytes, another
  *    max_sequence_length is a miss, a cache of 0 bytes keeps nothing;
  *  - the refusals: text on a model without encoders names what is missing; an out-of-range
- *    max_sequence_length; invalid UTF-8. */
+ *    max_sequence_length; invalid UTF-8;
+ *  - the embedded default model (models/flux-tiny, trained) at its defaults (128x128, 48 T5
+ *    tokens, 28 steps, no guidance embedding) from the golden's initial latents: FluxPipeline's
+ *    final latents within 1e-4 and its image within one level
+ *    (tests/data/picture/golden.safetensors, tests/golden/train_default_model.py). */
 #include <cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -195,7 +199,57 @@ static void whole(void)
     weft_rt_result_cleanup(&resident);
 }
 
-/* The embedded model has no text encoders: text is refused, naming them. */
+static void default_model(void)
+{
+    char model[2300];
+    snprintf(model, sizeof(model), "%s/models/flux-tiny", root);
+    struct weft_runtime *rt = runtime(true, 0, model);
+    const struct weft_model *m = weft_runtime_model(rt);
+    CHECK(m->default_side == 128 && m->default_text_tokens == 48);
+    struct golden g;
+    golden_open(&g, "tests/data/picture/golden.safetensors");
+    const char *text = NULL;
+    for (size_t i = 0; i < weft_st_meta_count(g.f); i++)
+        if (strcmp(weft_st_meta_at(g.f, i)->key, "prompt") == 0)
+            text = weft_st_meta_at(g.f, i)->value;
+    CHECK(text);
+    struct weft_prompt_embeds pe;
+    CHECK_OK(weft_runtime_encode(rt, text, m->default_text_tokens, &pe, TERR));
+    int64_t n;
+    float *init = golden_need(&g, "latents_init", &n);
+    float *want = golden_need(&g, "latents_final", &n);
+    const struct weft_rt_image img = {
+        .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled,
+        .height = m->default_side, .width = m->default_side, .steps = 28, .guidance = 3.5f,
+        .latents_init = init, .decode = true, .keep_latents = true, .keep_rgb = true,
+        .png_prompt = text, .png_prompt_index = -1,
+    };
+    struct weft_rt_result r;
+    CHECK_OK(weft_runtime_image(rt, &img, NULL, NULL, NULL, &r, TERR));
+    CHECK_EQ(r.tokens * r.channels, n);
+    const struct weft_st_tensor *u8t = weft_st_find(g.f, "image_u8");
+    CHECK(u8t && u8t->numel == 128 * 128 * 3);
+    static uint8_t want_u8[128 * 128 * 3];
+    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8, TERR));
+    int worst = 0;
+    for (int i = 0; i < 128 * 128 * 3; i++) {
+        int d = abs((int)r.rgb[i] - (int)want_u8[i]);
+        worst = d > worst ? d : worst;
+    }
+    const double e = rel_l2(r.latents, want, n);
+    printf("the embedded default model, \"%s\", 128x128, 28 steps: latents_final rel L2 %.3g, "
+           "worst 8-bit difference %d\n", text, e, worst);
+    CHECK(e <= 1e-4);
+    CHECK(worst <= 1);
+    free(init);
+    free(want);
+    golden_close(&g);
+    weft_prompt_embeds_cleanup(&pe);
+    weft_rt_result_cleanup(&r);
+    weft_runtime_destroy(rt);
+}
+
+/* The random-weight test pipeline has no text encoders: text is refused, naming them. */
 static void no_encoders(void)
 {
     char model[2200];
@@ -223,6 +277,7 @@ int main(void)
     encode_cases(true);
     encode_cases(false);
     whole();
+    default_model();
     no_encoders();
     cJSON_Delete(prompts);
     K->destroy(kc);
