@@ -30,7 +30,7 @@ enum bench_op { BOP_ALLREDUCE, BOP_ALLGATHER, BOP_ALLTOALL };
 static const char *const bop_names[] = {"allreduce", "allgather", "alltoall"};
 
 /* Every figure of one run, per size. */
-enum column { COL_WEFT, COL_MPI, COL_MPI_TUNED, COL_MEMCPY, COL_COUNT };
+enum column { COL_WEFT, COL_WEFT_UCX, COL_MPI, COL_MPI_TUNED, COL_MEMCPY, COL_COUNT };
 
 struct params {
     enum bench_op op;
@@ -40,6 +40,7 @@ struct params {
     int iters[MAX_SIZES];
     struct weft_bench b; /* rounds, --json, --quick */
     bool no_mpi, bind;
+    bool ucx_side; /* the weft-ucx column: weft with [transport] shm off */
     const char *mpi_helper;
     struct weft_transport_opts opts;
     char tls[WEFT_CONF_STR];
@@ -54,8 +55,10 @@ static void help(FILE *out)
         "                       [--rounds N] [--warmup N] [--quick] [--iters N] [--no-mpi]\n"
         "                       [--no-bind] [--mpi-helper PATH]\n"
         "\n"
-        "Runs the collective on N forked weft processes (f32, out of place, on huge-page\n"
-        "buffers), then the same through Open MPI (mpirun --oversubscribe -np N, default and with\n"
+        "Runs the collective on N forked weft processes (f32, out of place), once as\n"
+        "configured (buffers from weft_big_alloc_shared, which the shared-memory path reads\n"
+        "in place) and once with [transport] shm off (weft-ucx: UCX moves every byte, from\n"
+        "private huge-page buffers), then the same through Open MPI (mpirun --oversubscribe -np N, default and with\n"
         "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=16GiB), then a one-core memcpy of the same\n"
         "size, in turn in every round. LIST: sizes such as 1MiB,16MiB,64MiB (the\n"
         "per-rank buffer: the input of all-reduce, the output of all-gather, the send buffer of\n"
@@ -93,7 +96,10 @@ static int rank_sizes(struct weft_transport *tp, const struct params *p, int out
     for (int k = 0; k < p->nsizes; k++) {
         size_t sb, rb;
         op_sizes(p->op, p->bytes[k], n, &sb, &rb);
-        float *s = weft_big_alloc(sb), *r = weft_big_alloc(rb);
+        /* the shared-memory path reads shareable buffers in place; UCX is at its best on
+         * private huge pages (its CMA copies pin every page) */
+        float *s = p->ucx_side ? weft_big_alloc(sb) : weft_big_alloc_shared(sb);
+        float *r = p->ucx_side ? weft_big_alloc(rb) : weft_big_alloc_shared(rb);
         if (!s || !r)
             return 1;
         for (size_t i = 0; i < sb / 4; i++)
@@ -139,7 +145,9 @@ static void rank_main(int rank, const struct params *p, const char *where, int o
     }
     weft_log_set_rank(rank);
     struct weft_transport *tp;
-    if (weft_transport_create(&p->opts, rank, p->np, where, &tp, NULL) != WEFT_OK)
+    struct weft_transport_opts o = p->opts;
+    o.shm = o.shm && !p->ucx_side;
+    if (weft_transport_create(&o, rank, p->np, where, &tp, NULL) != WEFT_OK)
         _exit(1);
     int rc = rank_sizes(tp, p, out);
     weft_transport_destroy(tp);
@@ -147,8 +155,10 @@ static void rank_main(int rank, const struct params *p, const char *where, int o
 }
 
 /* One weft round: fork the ranks, host their rendezvous, read rank 0's figures. */
-static int run_weft(struct params *p, int round)
+static int run_weft(struct params *p, int round, bool ucx)
 {
+    p->ucx_side = ucx;
+    const int col = ucx ? COL_WEFT_UCX : COL_WEFT;
     struct weft_rdv_server *srv;
     if (weft_rdv_server_create("127.0.0.1", 0, p->np, &srv, NULL) != WEFT_OK)
         return 1;
@@ -183,7 +193,7 @@ static int run_weft(struct params *p, int round)
     size_t b;
     double us;
     while (f && got < p->nsizes && fscanf(f, "%zu %lf", &b, &us) == 2)
-        weft_bench_series_set(&p->us[got++][COL_WEFT], round, us);
+        weft_bench_series_set(&p->us[got++][col], round, us);
     if (f)
         (void)fclose(f); /* a read-only pipe: nothing to lose */
     else
@@ -305,9 +315,18 @@ static void env_describe(const struct params *p, char *buf, size_t len)
              *ucx ? ucx : "none", thp);
 }
 
-static const char *const col_names[] = {"weft", "mpi", "mpi-tuned", "memcpy"};
-static const char *const col_keys[] = {"weft", "mpi", "mpi_tuned", "memcpy"};
-static const char *const col_wins[] = {"", "mpi faster", "mpi-tuned faster", "memcpy faster"};
+static const char *const col_names[] = {"weft", "weft-ucx", "mpi", "mpi-tuned", "memcpy"};
+static const char *const col_keys[] = {"weft", "weft_ucx", "mpi", "mpi_tuned", "memcpy"};
+static const char *const col_wins[] = {"", "weft-ucx faster", "mpi faster", "mpi-tuned faster",
+                                       "memcpy faster"};
+
+/* Columns this run has. */
+static bool col_on(const struct params *p, int col)
+{
+    if (col == COL_MPI || col == COL_MPI_TUNED)
+        return !p->no_mpi;
+    return col != COL_WEFT_UCX || p->opts.shm;
+}
 
 static void report_json(const struct params *p, const char *env)
 {
@@ -323,7 +342,7 @@ static void report_json(const struct params *p, const char *env)
         cJSON_AddNumberToObject(e, "iters", p->iters[k]);
         struct weft_bench_series g[COL_COUNT];
         for (int col = 0; col < COL_COUNT; col++) {
-            if (p->no_mpi && (col == COL_MPI || col == COL_MPI_TUNED))
+            if (!col_on(p, col))
                 continue;
             char key[64];
             gbs_series(p, k, col, &g[col]);
@@ -359,7 +378,7 @@ static void report_table(const struct params *p, const char *env)
     for (int k = 0; k < p->nsizes; k++) {
         struct weft_bench_series g[COL_COUNT];
         for (int col = 0; col < COL_COUNT; col++) {
-            if (p->no_mpi && (col == COL_MPI || col == COL_MPI_TUNED))
+            if (!col_on(p, col))
                 continue;
             char f1[96] = "", f2[96], f3[96] = "";
             const char *verdict = "";
@@ -494,8 +513,10 @@ int weft_bench_comm(struct weft_cli *cli)
         return 1;
     int rc = parse(cli, p);
     for (int r = rc == 0 ? -p->b.warmup : 0; rc == 0 && r < p->b.rounds; r++) {
-        weft_bench_round_note(&p->b, r); /* weft, mpi, mpi tuned, memcpy; weft, ... */
-        rc = run_weft(p, r);
+        weft_bench_round_note(&p->b, r); /* weft, weft-ucx, mpi, mpi tuned, memcpy; ... */
+        rc = run_weft(p, r, false);
+        if (rc == 0 && p->opts.shm)
+            rc = run_weft(p, r, true);
         if (rc == 0 && !p->no_mpi)
             rc = run_mpi(p, r, false) || run_mpi(p, r, true);
         if (rc == 0)

@@ -1,10 +1,12 @@
 /* Allocation wrappers with fault injection. */
 #include "common/alloc.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 static atomic_long alloc_count;
 static atomic_long fail_at = -1;
@@ -93,8 +95,106 @@ void *weft_big_alloc(size_t size)
     return p;
 }
 
+/* ---- shareable buffers: a registry of the memfds behind them ---- */
+
+struct shared_buf {
+    char *base;
+    size_t len;
+    int fd;
+    uint64_t id;
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_buf *shared;
+static size_t n_shared, cap_shared;
+static uint64_t shared_next_id = 1;
+static atomic_ullong shared_freed;
+
+void *weft_big_alloc_shared(size_t size)
+{
+    size_t len = big_round(size);
+    if (should_fail())
+        return NULL;
+    int fd = memfd_create("weft-shared", MFD_CLOEXEC);
+    if (fd < 0)
+        return weft_big_alloc(size); /* descriptors exhausted: a private buffer still works */
+    char *raw = MAP_FAILED, *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0)
+        raw = mmap(NULL, len + HUGE_SZ, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw != MAP_FAILED) {
+        /* the shared mapping placed on a 2 MiB boundary inside a reservation, as above */
+        char *at = (char *)(((size_t)raw + HUGE_SZ - 1) & ~(HUGE_SZ - 1));
+        p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+        if (p == MAP_FAILED) {
+            munmap(raw, len + HUGE_SZ);
+        } else {
+            if (at > raw)
+                munmap(raw, (size_t)(at - raw));
+            size_t tail = (size_t)(raw + len + HUGE_SZ - (at + len));
+            if (tail)
+                munmap(at + len, tail);
+        }
+    }
+    pthread_mutex_lock(&shared_lock);
+    if (p != MAP_FAILED && n_shared == cap_shared) {
+        size_t cap = cap_shared ? cap_shared * 2 : 16;
+        struct shared_buf *nb = realloc(shared, cap * sizeof(*nb));
+        if (nb) {
+            shared = nb;
+            cap_shared = cap;
+        }
+    }
+    if (p != MAP_FAILED && n_shared < cap_shared) {
+        shared[n_shared++] = (struct shared_buf){p, len, fd, shared_next_id++};
+        pthread_mutex_unlock(&shared_lock);
+        if (len >= HUGE_SZ)
+            madvise(p, len, MADV_HUGEPAGE);
+        return p;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    if (p != MAP_FAILED)
+        munmap(p, len);
+    close(fd);
+    return NULL;
+}
+
+int weft_shared_find(const void *p, size_t bytes, struct weft_shared_region *out)
+{
+    const char *c = p;
+    int found = -1;
+    pthread_mutex_lock(&shared_lock);
+    for (size_t i = 0; i < n_shared && found < 0; i++) {
+        const struct shared_buf *b = &shared[i];
+        if (c >= b->base && c <= b->base + b->len && bytes <= (size_t)(b->base + b->len - c)) {
+            *out = (struct weft_shared_region){b->fd, b->id, b->len, (size_t)(c - b->base)};
+            found = 0;
+        }
+    }
+    pthread_mutex_unlock(&shared_lock);
+    return found;
+}
+
+uint64_t weft_shared_frees(void)
+{
+    return atomic_load(&shared_freed);
+}
+
 void weft_big_free(void *p, size_t size)
 {
-    if (p)
-        munmap(p, big_round(size));
+    if (!p)
+        return;
+    int fd = -1;
+    pthread_mutex_lock(&shared_lock);
+    for (size_t i = 0; i < n_shared; i++) {
+        if (shared[i].base == p) {
+            fd = shared[i].fd;
+            shared[i] = shared[--n_shared];
+            atomic_fetch_add(&shared_freed, 1);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shared_lock);
+    munmap(p, big_round(size));
+    if (fd >= 0)
+        close(fd);
 }

@@ -7,6 +7,7 @@
 #define WEFT_COMMON_ALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,7 +21,31 @@ char *weft_strdup(const char *s);
 
 /* Page-aligned zeroed buffer of at least size bytes with MADV_HUGEPAGE; NULL on failure. */
 void *weft_big_alloc(size_t size);
+/* Either kind of big buffer (a shareable one is looked up by its address). */
 void weft_big_free(void *p, size_t size);
+
+/* A big buffer that other processes of this host may map: zeroed and page-aligned like
+ * weft_big_alloc, backed by a memfd (MAP_SHARED) so the transport's shared-memory collectives
+ * read it in place from a peer. Huge pages back it only where the kernel gives them to shared
+ * memory (transparent_hugepage/shmem_enabled; "never" is common, and then every 4 KiB page
+ * costs a fault on first touch): meant for the buffers collectives move, not for weights.
+ * Falls back to a private buffer (which collectives copy once) when no memfd can be made
+ * (descriptors exhausted). Free with weft_big_free. A forked child shares it. */
+void *weft_big_alloc_shared(size_t size);
+
+/* Where [p, p + bytes) lies in a shareable buffer: the memfd, the buffer's id (unique in this
+ * process, never reused), its mapped length and the offset of p in it. 0 on success, -1 when
+ * the range is not inside one. */
+struct weft_shared_region {
+    int fd;
+    uint64_t id;
+    size_t len;
+    size_t offset;
+};
+int weft_shared_find(const void *p, size_t bytes, struct weft_shared_region *out);
+/* How many shareable buffers this process has freed so far (a peer that maps them drops its
+ * mappings when this changes). */
+uint64_t weft_shared_frees(void);
 
 /* Fault injection: the n-th allocation from now (1 = the next) fails, and every one after it
  * while sticky is set. n <= 0 disables. Counts weft_malloc/calloc/realloc/strdup/big_alloc. */

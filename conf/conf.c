@@ -162,6 +162,10 @@ static const struct conf_key transport_keys[] = {
             "How long a wait polls UCX before it sleeps on the worker's event descriptor. Busy "
             "polling starves peers when there are more processes than cores. -1: 50 when this "
             "host runs no more ranks than the process may use cores, else 0."),
+    KEY_BOOL(weft_conf_transport, shm, "true",
+             "Groups whose ranks all run on one host move their collectives through shared "
+             "memory: each rank reads its peers' buffers in place (a fused copy-reduce for "
+             "all-reduce), UCX carrying only the set-up. false: UCX for everything."),
 };
 
 static const struct conf_key cluster_keys[] = {

@@ -60,6 +60,7 @@ struct weft_conf_transport {
     uint64_t allreduce_direct_max;
     int64_t timeout_ms;
     int64_t spin_us;
+    bool shm;
 };
 
 /* [cluster]: how workers find and join the coordinator (weft serve --cluster, weft worker,

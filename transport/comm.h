@@ -24,6 +24,7 @@
 #ifndef WEFT_TRANSPORT_COMM_H
 #define WEFT_TRANSPORT_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,8 @@ struct weft_transport_opts {
     int timeout_ms;              /* deadline of every wait */
     int spin_us;                 /* poll this long before sleeping on the event descriptor;
                                     -1: 50 if this host has a core per local rank, else 0 */
+    bool shm;                    /* groups whose ranks all run on this host move their
+                                    collectives through shared memory (transport/shm.c) */
     int freeze_ms;               /* a process found not to have run for longer than this
                                     (stopped, paused) revokes its world; 0: off, else >= 20.
                                     Below the time after which peers give up on a silent rank
@@ -137,7 +140,11 @@ void weft_transport_revoke(struct weft_transport *tp, weft_status_t why);
 /* A group of n world ranks (ranks[i] becomes group rank i; the caller must be one of them).
  * id (1..65535) names the group's tag space: every member passes the same id, and the groups
  * one process belongs to have different ids (groups with no common member may share one).
- * Local: no message is exchanged. */
+ * Collective over the members, as MPI_Comm_create is: they agree whether the group's
+ * collectives go through shared memory (two small all-gathers), so every member creates its
+ * groups in an order the others' agree with, and a member that never comes fails the creation
+ * with "timed out" after opts.timeout_ms (a dead one with "peer lost"). A group of a failed or
+ * revoked world is born failed, without a message. */
 weft_status_t weft_comm_create(struct weft_transport *tp, int n, const int *ranks, uint32_t id,
                                struct weft_comm **comm_p);
 void weft_comm_destroy(struct weft_comm *comm);
@@ -145,6 +152,11 @@ int weft_comm_rank(const struct weft_comm *comm);
 int weft_comm_size(const struct weft_comm *comm);
 /* WEFT_OK, or the peer-lost status the group failed with. */
 weft_status_t weft_comm_status(const struct weft_comm *comm);
+/* Whether the group's collectives go through shared memory ([transport] shm, every member on
+ * this host): decided by all members when the group was created. A
+ * buffer from weft_big_alloc_shared (common/alloc.h) is then read by the peers in place, any
+ * other is copied once into a shareable staging buffer. */
+bool weft_comm_uses_shm(const struct weft_comm *comm);
 
 /* ---- Point-to-point ---------------------------------------------------------------------- */
 

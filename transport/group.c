@@ -96,7 +96,17 @@ weft_status_t weft_comm_create(struct weft_transport *tp, int n, const int *rank
                        "1..%d", id, n, TAG_GROUP_MAX, tp ? tp->size : 0);
         return WEFT_ERR_INVALID;
     }
-    return weft_tp_comm_new(tp, n, ranks, id, comm_p);
+    struct weft_comm *c;
+    weft_status_t st = weft_tp_comm_new(tp, n, ranks, id, &c);
+    if (st != WEFT_OK)
+        return st;
+    st = weft_tp_shm_setup(c);
+    if (st != WEFT_OK) {
+        weft_tp_comm_free(c);
+        return st;
+    }
+    *comm_p = c;
+    return WEFT_OK;
 }
 
 static void scratch_release(struct weft_comm *c)
@@ -157,6 +167,7 @@ void weft_tp_comm_free(struct weft_comm *c)
         }
     }
     scratch_release(c);
+    weft_tp_shm_free(c);
     comm_arrays_free(c);
 }
 

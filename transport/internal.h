@@ -144,6 +144,9 @@ struct weft_comm {
     int depth;
     struct weft_tp_op op;
     bool busy; /* op handed out and not yet released */
+    /* the shared-memory path (shm.c): decided when the group is created */
+    enum { SHM_UNKNOWN, SHM_SETUP, SHM_ON, SHM_OFF } shm_state;
+    struct weft_tp_shm *shm;
     struct weft_comm *next;
 };
 
@@ -354,5 +357,22 @@ weft_status_t weft_tp_ring_progress(struct weft_tp_op *op, int *moved);
 weft_status_t weft_tp_ring_setup(struct weft_tp_op *op, bool rs, bool ag);
 weft_status_t weft_tp_direct_allreduce_progress(struct weft_tp_op *op, int *moved);
 weft_status_t weft_tp_direct_allreduce_setup(struct weft_tp_op *op);
+
+/* ---- shared-memory collectives (shm.c) ---- */
+/* At the group's creation, decide with every member whether it takes the shared-memory path
+ * (two exchanges over UCX); a failure of them is the group's (peer lost). */
+weft_status_t weft_tp_shm_setup(struct weft_comm *comm);
+bool weft_tp_shm_on(const struct weft_comm *comm);
+/* Start the op on the shared-memory path; the layouts are set as for the UCX engines
+ * (comm->off/len, and soff/slen for all-to-all). WEFT_INPROGRESS, or a failure. */
+weft_status_t weft_tp_shm_barrier(struct weft_tp_op *op);
+weft_status_t weft_tp_shm_allreduce(struct weft_tp_op *op);
+weft_status_t weft_tp_shm_allgather(struct weft_tp_op *op);
+weft_status_t weft_tp_shm_alltoall(struct weft_tp_op *op);
+weft_status_t weft_tp_shm_bcast(struct weft_tp_op *op);
+/* Sleep on the doorbell when the collectives in flight are all shared-memory ones (at most a
+ * millisecond); false when there is UCX work to sleep on instead. */
+bool weft_tp_shm_sleep(struct weft_transport *tp, int64_t deadline);
+void weft_tp_shm_free(struct weft_comm *comm);
 
 #endif

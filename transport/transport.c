@@ -317,6 +317,8 @@ weft_status_t weft_transport_create(const struct weft_transport_opts *opts, int 
     st = weft_tp_comm_new(tp, size, all, 0, &tp->world);
     weft_free(all);
     if (st == WEFT_OK)
+        st = weft_tp_shm_setup(tp->world);
+    if (st == WEFT_OK)
         st = weft_tp_watch_start(tp);
     if (st != WEFT_OK) {
         step_failed(err, st, "the world group");

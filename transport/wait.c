@@ -139,6 +139,8 @@ weft_status_t weft_transport_progress(struct weft_transport *tp)
 /* A revocation writes wake_fd, which is in the set: the sleep ends at once. */
 void weft_tp_sleep(struct weft_transport *tp, int64_t deadline)
 {
+    if (weft_tp_shm_sleep(tp, deadline))
+        return;
     if (!weft_tp_ucx_enter(tp))
         return;
     ucs_status_t s = ucp_worker_arm(tp->worker);

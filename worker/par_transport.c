@@ -279,6 +279,7 @@ void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
         .allreduce_direct_max = t->allreduce_direct_max,
         .timeout_ms = (int)t->timeout_ms,
         .spin_us = (int)t->spin_us,
+        .shm = t->shm,
         /* [cluster] worker_timeout_ms / 2 in a worker, which holds the whole configuration
          * (this function sees [transport] only): off for benches and tools */
         .freeze_ms = 0,

@@ -2,8 +2,13 @@
  * against a naive reference computed locally (coll_ref.h).
  *
  * usage: test_comm_coll NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] [--depth=N]
+ *                       [--shm=off] [--shared]
  *   NP ranks run the matrix on the world; --mesh (NP = 4) runs it on the strided sub-groups
  *   {0,2},{1,3} of a 2x2 mesh and the small sizes on the contiguous ones {0,1},{2,3}.
+ *   The ranks share one host, so the groups take the shared-memory path unless --shm=off
+ *   (UCX for everything; checked after the first collective). Buffers are private (the path
+ *   copies them into its staging buffer) or, with --shared, from weft_big_alloc_shared (read by
+ *   the peers in place).
  *
  * Sizes: 0, 1, 7, 4099 elements, 1 MiB and 64 MiB (the largest buffer of the call). 64 MiB
  * cases are the slow ones on two cores; they run for every op in f32 (in and out of place),
@@ -81,9 +86,12 @@ struct bufs {
     size_t alen, blen;
 };
 
+static bool shared_bufs;
+static bool expect_shm; /* every test rank runs on this host */
+
 static void *big(size_t bytes)
 {
-    void *p = weft_big_alloc(bytes);
+    void *p = shared_bufs ? weft_big_alloc_shared(bytes) : weft_big_alloc(bytes);
     CHECK(p);
     memset(p, 0xa5, bytes); /* what was not written shows as garbage */
     return p;
@@ -231,6 +239,12 @@ static int run_matrix(struct weft_comm *comm, const char *label, int max_size)
     uint32_t seed = 1;
     if (check_barrier(comm))
         fails++;
+    bool want = expect_shm && weft_comm_size(comm) > 1;
+    if (weft_comm_uses_shm(comm) != want) {
+        fprintf(stderr, "%s: the group %s shared memory\n", label,
+                want ? "does not use" : "uses");
+        fails++;
+    }
     for (int op = 0; op < OP_COUNT; op++) {
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
             enum weft_dtype dt = dtypes[d];
@@ -300,7 +314,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] "
-                        "[--depth=N] [--no-big]\n", argv[0]);
+                        "[--depth=N] [--no-big] [--shm=off] [--shared]\n", argv[0]);
         return 2;
     }
     int np = atoi(argv[1]);
@@ -320,11 +334,16 @@ int main(int argc, char **argv)
             opts.pipeline_depth = atoi(argv[i] + 8);
         else if (strcmp(argv[i], "--no-big") == 0)
             a.max_size = BIG;
+        else if (strcmp(argv[i], "--shm=off") == 0)
+            opts.shm = false;
+        else if (strcmp(argv[i], "--shared") == 0)
+            shared_bufs = true;
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
         }
     }
     CHECK(np >= 1 && np <= 16 && (!a.mesh || np == 4));
+    expect_shm = opts.shm;
     return launch_run(np, &opts, rank_fn, &a, 170, -1);
 }

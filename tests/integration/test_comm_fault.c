@@ -2,7 +2,10 @@
  * survivor must return a "peer lost" status within the deadline, the group must refuse further
  * work with it, and nobody may hang or crash (the launcher kills and fails a hung rank).
  *
- * usage: test_comm_fault kill|stop NP */
+ * usage: test_comm_fault kill|stop NP [shared|ucx]
+ *   The ranks share one host: the group takes the shared-memory path, on private buffers (its
+ *   staging copies), on shareable ones (shared: read in place), or UCX (ucx: [transport] shm
+ *   off). */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 
 struct args {
     bool stop; /* SIGSTOP instead of SIGKILL */
+    bool shared;
     int victim;
     int timeout_ms;
 };
@@ -36,7 +40,8 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     test_quiet(); /* the losses are logged as errors: expected here */
     struct weft_comm *world = weft_transport_world(tp);
     int me = weft_transport_rank(tp);
-    float *x = weft_big_alloc(COUNT * sizeof(float));
+    float *x = a->shared ? weft_big_alloc_shared(COUNT * sizeof(float))
+                         : weft_big_alloc(COUNT * sizeof(float));
     CHECK(x);
     for (size_t i = 0; i < COUNT; i++)
         x[i] = 1.0f;
@@ -95,8 +100,8 @@ static int rank_fn(struct weft_transport *tp, void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "kill") != 0 && strcmp(argv[1], "stop") != 0)) {
-        fprintf(stderr, "usage: %s kill|stop NP\n", argv[0]);
+    if (argc < 3 || argc > 4 || (strcmp(argv[1], "kill") != 0 && strcmp(argv[1], "stop") != 0)) {
+        fprintf(stderr, "usage: %s kill|stop NP [shared|ucx]\n", argv[0]);
         return 2;
     }
     int np = atoi(argv[2]);
@@ -104,6 +109,9 @@ int main(int argc, char **argv)
     struct args a = {.stop = strcmp(argv[1], "stop") == 0, .victim = np > 2 ? 2 : 1};
     struct weft_transport_opts opts;
     launch_opts(&opts);
+    a.shared = argc == 4 && strcmp(argv[3], "shared") == 0;
+    if (argc == 4 && strcmp(argv[3], "ucx") == 0)
+        opts.shm = false;
     /* a SIGKILL must be seen well before this; a silent peer is caught by it */
     opts.timeout_ms = a.stop ? 1500 : 8000;
     a.timeout_ms = opts.timeout_ms;

@@ -171,7 +171,9 @@ static void group_errors(struct weft_transport *tp)
 {
     int me = weft_transport_rank(tp);
     struct weft_comm *g, *h;
-    int pair[2] = {me, (me + 1) % N}, other[2] = {(me + 1) % N, (me + 2) % N};
+    /* creation is collective: both members of a pair create it (the refusals exchange
+     * nothing) */
+    int pair[2] = {me & ~1, (me & ~1) + 1}, other[2] = {(me + 1) % N, (me + 2) % N};
     int twice[2] = {me, me}, outside[2] = {me, N};
     CHECK_FAILS_LOGGED(weft_comm_create(tp, 2, other, 5, &g), WEFT_ERR_INVALID, "not a member");
     CHECK_FAILS_LOGGED(weft_comm_create(tp, 2, twice, 5, &g), WEFT_ERR_INVALID, "listed twice");

@@ -1,0 +1,814 @@
+/* Shared-memory collectives for the ranks of one host.
+ *
+ * A group whose members all run on this host (and may open each other's descriptors through
+ * /proc/PID/fd, the permission CMA also needs) moves its collectives through memory instead of
+ * UCX. Each member maps a small control page of every other member (a memfd: sequence flags,
+ * a doorbell, the descriptors of the call's buffers), and the buffers themselves: a buffer from
+ * weft_big_alloc_shared is read by the peers in place; any other is first copied into the
+ * member's own shareable staging buffer. Then:
+ *  - all-reduce is a fused copy-reduce: each rank sums its block straight from every rank's
+ *    input (one read of each, one write, the sum order of comm.h), and every rank copies the
+ *    other blocks from their owners' results;
+ *  - all-gather(v), all-to-all(v) and broadcast are single copies from the peers' buffers;
+ *  - barrier is the arrival flags alone.
+ * The flags count this group's shared-memory calls (64 bits, never wrap): arrive (the call's
+ * descriptors are published), reduced (this rank's block of the sum is ready) and done (this
+ * rank has read everything it needed from the others). A rank leaves a call only once every
+ * rank is done, so the caller may reuse its buffers at once.
+ *
+ * Waiting: the op's progress callback only looks at the flags (weft_tp_progress, wait.c, runs
+ * it); a wait that finds nothing sleeps on the doorbell of its own control page (a futex the
+ * peers ring after every flag they raise) for at most a millisecond, so the liveness sockets
+ * and the deadline are read as often as before: a dead peer fails the call with "peer lost", a
+ * silent one with "timed out", whatever path the bytes took. A rank that cannot map a peer's
+ * buffer raises its failed flag and every peer fails the call with it.
+ *
+ * Whether a group uses this path is decided when it is created, by every member together (two
+ * small all-gathers over UCX): all must want it ([transport] shm) and all must have mapped
+ * every other member's control page. Knows nothing about models. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "transport/internal.h"
+
+#define SHM_MAX_RANKS 64
+#define SHM_MAPS 8            /* cached mappings of one peer's buffers */
+#define SHM_SLEEP_NS 1000000  /* longest doorbell sleep: liveness is read at least this often */
+#define SHM_TILE 2048         /* elements summed at a time (the f32 accumulator stays in L1) */
+
+/* A buffer a rank publishes for its peers to read: id 0 is none. */
+struct shm_desc {
+    uint64_t id;
+    uint64_t len;    /* the mapped length of the memfd */
+    uint64_t offset; /* of the data in it */
+    int32_t fd;
+    int32_t pad;
+};
+
+/* One rank's control page; its owner writes everything but the doorbell, which peers ring. */
+struct shm_ctl {
+    uint64_t cookie;
+    _Alignas(64) _Atomic uint64_t arrive;
+    _Alignas(64) _Atomic uint64_t reduced;
+    _Alignas(64) _Atomic uint64_t done;
+    _Alignas(64) _Atomic uint64_t failed; /* the call this rank failed (0: none) */
+    _Alignas(64) _Atomic uint32_t bell;
+    _Atomic uint32_t sleeping;
+    _Alignas(64) uint64_t frees; /* weft_shared_frees() of the owner when it published */
+    struct shm_desc src, res;    /* what peers read: the input; all-reduce: the summed block */
+    uint64_t soff[SHM_MAX_RANKS]; /* all-to-all(v): element offset of the block for rank j */
+};
+
+struct shm_map {
+    uint64_t id;
+    char *base;
+    size_t len;
+    uint64_t used; /* call number of the last use */
+};
+
+enum shm_kind { SHM_BARRIER, SHM_ALLREDUCE, SHM_ALLGATHER, SHM_ALLTOALL, SHM_BCAST };
+
+struct weft_tp_shm {
+    int n, me;
+    int ctl_fd;
+    struct shm_ctl **ctl;   /* [n]: every rank's control page, mapped (ctl[me] is ours) */
+    pid_t *pid;
+    struct shm_map *maps;   /* [n][SHM_MAPS] */
+    uint64_t *peer_frees;   /* [n]: the frees count their mappings were made under */
+    const char **src;       /* [n]: this call's input of each rank, mapped */
+    const char **res;       /* [n]: this call's summed block of each rank */
+    uint64_t seq;           /* shared-memory calls so far (the current one while in flight) */
+    char *stage;            /* shareable copy of a buffer that is not shareable itself */
+    size_t stage_len;
+    bool res_staged;        /* all-reduce: the summed block is published from stage + res_at */
+    size_t res_at;
+    enum shm_kind kind;
+};
+
+/* The hello each member sends at the group's first collective. */
+struct shm_hello {
+    uint8_t boot_id[16];
+    uint64_t cookie;
+    int32_t pid;
+    int32_t fd;
+    uint32_t uid;
+    uint32_t want; /* this rank takes the path: [transport] shm and its page made */
+};
+
+/* Copies of at least this many bytes bypass the cache (streaming stores): the result is
+ * larger than what the cache would keep, and a store that misses would first read the line. */
+#define SHM_NT_MIN ((size_t)1 << 20)
+
+/* memcpy with streaming stores; the caller fences (shm_fence) before raising a flag. */
+static void copy_out(void *dst, const void *src, size_t bytes, bool stream)
+{
+#ifdef __SSE2__
+    if (stream) {
+        char *d = dst;
+        const char *s = src;
+        size_t head = (size_t)(-(uintptr_t)d & 15);
+        if (head > bytes)
+            head = bytes;
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        bytes -= head;
+        for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)s);
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+            __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
+        }
+        memcpy(d, s, bytes);
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst, src, bytes);
+}
+
+/* Streaming stores are not ordered by release stores: fence them before a flag. */
+static void shm_fence(void)
+{
+#ifdef __SSE2__
+    _mm_sfence();
+#endif
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void ring_all(struct weft_tp_shm *s)
+{
+    for (int r = 0; r < s->n; r++) {
+        if (r == s->me)
+            continue;
+        struct shm_ctl *c = s->ctl[r];
+        atomic_fetch_add(&c->bell, 1);
+        if (atomic_load(&c->sleeping))
+            futex(&c->bell, FUTEX_WAKE, INT32_MAX, NULL);
+    }
+}
+
+static void raise_flag(struct weft_tp_shm *s, _Atomic uint64_t *flag)
+{
+    shm_fence();
+    atomic_store_explicit(flag, s->seq, memory_order_release);
+    ring_all(s);
+}
+
+static void boot_id(uint8_t out[16])
+{
+    memset(out, 0, 16);
+    char text[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(text, sizeof(text), f))
+            text[0] = '\0';
+        (void)fclose(f);
+    }
+    /* the text itself identifies the boot; folded into 16 bytes */
+    for (size_t i = 0; text[i] && text[i] != '\n'; i++)
+        out[i % 16] = (uint8_t)(out[i % 16] * 31 + (uint8_t)text[i]);
+}
+
+/* Map the memfd fd of process pid (the whole len bytes) on a 2 MiB boundary, so the huge pages
+ * behind it are mapped as such. */
+static char *map_peer(pid_t pid, int fd, size_t len, bool writable)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+    int f = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (f < 0)
+        return NULL;
+    const size_t huge = (size_t)2 << 20;
+    char *raw = mmap(NULL, len + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = MAP_FAILED;
+    if (raw != MAP_FAILED) {
+        char *at = (char *)(((size_t)raw + huge - 1) & ~(huge - 1));
+        p = mmap(at, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, f, 0);
+        if (p == MAP_FAILED) {
+            munmap(raw, len + huge);
+        } else {
+            if (at > raw)
+                munmap(raw, (size_t)(at - raw));
+            size_t tail = (size_t)(raw + len + huge - (at + len));
+            if (tail)
+                munmap(at + len, tail);
+        }
+    }
+    close(f);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void maps_drop(struct weft_tp_shm *s, int r)
+{
+    for (int k = 0; k < SHM_MAPS; k++) {
+        struct shm_map *m = &s->maps[r * SHM_MAPS + k];
+        if (m->base)
+            munmap(m->base, m->len);
+        *m = (struct shm_map){0};
+    }
+}
+
+void weft_tp_shm_free(struct weft_comm *comm)
+{
+    struct weft_tp_shm *s = comm->shm;
+    if (!s)
+        return;
+    for (int r = 0; r < s->n; r++) {
+        if (s->maps)
+            maps_drop(s, r);
+        if (s->ctl && s->ctl[r])
+            munmap(s->ctl[r], sizeof(struct shm_ctl));
+    }
+    if (s->ctl_fd >= 0)
+        close(s->ctl_fd);
+    weft_big_free(s->stage, s->stage_len);
+    weft_free(s->ctl);
+    weft_free(s->pid);
+    weft_free(s->maps);
+    weft_free(s->peer_frees);
+    weft_free(s->src);
+    weft_free(s->res);
+    weft_free(s);
+    comm->shm = NULL;
+}
+
+static struct weft_tp_shm *shm_new(int n, int me)
+{
+    struct weft_tp_shm *s = weft_calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->n = n;
+    s->me = me;
+    s->ctl_fd = -1;
+    size_t un = (size_t)n;
+    s->ctl = weft_calloc(un, sizeof(*s->ctl));
+    s->pid = weft_calloc(un, sizeof(*s->pid));
+    s->maps = weft_calloc(un * SHM_MAPS, sizeof(*s->maps));
+    s->peer_frees = weft_calloc(un, sizeof(*s->peer_frees));
+    s->src = weft_calloc(un, sizeof(*s->src));
+    s->res = weft_calloc(un, sizeof(*s->res));
+    if (!s->ctl || !s->pid || !s->maps || !s->peer_frees || !s->src || !s->res)
+        return s; /* the caller sees the missing arrays and gives up */
+    int fd = memfd_create("weft-shm-ctl", MFD_CLOEXEC);
+    if (fd < 0)
+        return s;
+    s->ctl_fd = fd;
+    if (ftruncate(fd, sizeof(struct shm_ctl)) != 0)
+        return s;
+    void *p = mmap(NULL, sizeof(struct shm_ctl), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return s;
+    s->ctl[me] = p;
+    uint64_t cookie = 0;
+    if (getrandom(&cookie, sizeof(cookie), 0) != sizeof(cookie))
+        cookie = (uint64_t)weft_tp_now_ns() ^ ((uint64_t)getpid() << 32);
+    s->ctl[me]->cookie = cookie | 1;
+    return s;
+}
+
+/* The group's first collective: every member says whether it can and wants to, and what to
+ * map; then whether it mapped every other member. Both exchanges over UCX. */
+static weft_status_t shm_setup(struct weft_comm *comm)
+{
+    int n = comm->size, me = comm->rank;
+    struct weft_tp_shm *s = n <= SHM_MAX_RANKS ? shm_new(n, me) : NULL;
+    struct shm_hello mine = {0};
+    boot_id(mine.boot_id);
+    mine.pid = (int32_t)getpid();
+    mine.uid = (uint32_t)getuid();
+    mine.want = comm->tp->opts.shm && s && s->ctl && s->ctl[me];
+    mine.fd = mine.want ? s->ctl_fd : -1;
+    mine.cookie = mine.want ? s->ctl[me]->cookie : 0;
+    struct shm_hello *all = weft_calloc((size_t)n, sizeof(*all));
+    uint8_t *ok = weft_calloc((size_t)n, 1);
+    weft_status_t st = all && ok ? WEFT_OK : WEFT_ERR_NOMEM;
+    if (st == WEFT_OK)
+        st = weft_comm_allgather(comm, &mine, all, sizeof(mine), WEFT_DTYPE_U8);
+    bool able = st == WEFT_OK && mine.want;
+    for (int r = 0; r < n && able; r++) {
+        able = all[r].want && memcmp(all[r].boot_id, mine.boot_id, 16) == 0;
+        if (!able || r == me)
+            continue;
+        s->pid[r] = all[r].pid;
+        s->ctl[r] = (struct shm_ctl *)map_peer(all[r].pid, all[r].fd, sizeof(struct shm_ctl),
+                                               true);
+        /* the cookie proves the page is that rank's, not another process's with its pid */
+        able = s->ctl[r] && s->ctl[r]->cookie == all[r].cookie;
+    }
+    uint8_t me_ok = able;
+    if (st == WEFT_OK)
+        st = weft_comm_allgather(comm, &me_ok, ok, 1, WEFT_DTYPE_U8);
+    bool on = st == WEFT_OK;
+    for (int r = 0; r < n && on; r++)
+        on = ok[r];
+    weft_free(all);
+    weft_free(ok);
+    comm->shm = s;
+    if (on) {
+        s->pid[me] = getpid();
+        comm->shm_state = SHM_ON;
+        WEFT_LOG_DEBUG("transport", "group %u: %d ranks on this host, collectives through shared "
+                       "memory", comm->id, n);
+    } else {
+        weft_tp_shm_free(comm);
+        comm->shm_state = SHM_OFF;
+    }
+    return st;
+}
+
+weft_status_t weft_tp_shm_setup(struct weft_comm *comm)
+{
+    if (comm->size == 1 || comm->failed != WEFT_OK) {
+        comm->shm_state = SHM_OFF;
+        return WEFT_OK;
+    }
+    comm->shm_state = SHM_SETUP; /* the setup's own exchanges take UCX */
+    weft_status_t st = shm_setup(comm);
+    if (st != WEFT_OK)
+        comm->shm_state = SHM_OFF; /* the group failed with it (peer lost) */
+    return st;
+}
+
+/* ---- buffers ---- */
+
+/* Describe [p, p + bytes) for the peers; a buffer that is not shareable is copied into the
+ * staging buffer at stage_off first (copy set). */
+static weft_status_t publish(struct weft_tp_shm *s, const void *p, size_t bytes, size_t stage_off,
+                             bool copy, struct shm_desc *d)
+{
+    struct weft_shared_region reg;
+    if (!bytes) {
+        *d = (struct shm_desc){0};
+        return WEFT_OK;
+    }
+    if (!copy && weft_shared_find(p, bytes, &reg) == 0) {
+        *d = (struct shm_desc){reg.id, reg.len, reg.offset, reg.fd, 0};
+        return WEFT_OK;
+    }
+    if (weft_shared_find(s->stage + stage_off, bytes, &reg) != 0)
+        return WEFT_ERR_NOMEM; /* the staging buffer could not be made shareable */
+    if (copy && p)
+        memcpy(s->stage + stage_off, p, bytes);
+    *d = (struct shm_desc){reg.id, reg.len, reg.offset, reg.fd, 0};
+    return WEFT_OK;
+}
+
+static weft_status_t stage_need(struct weft_tp_shm *s, size_t bytes)
+{
+    if (bytes <= s->stage_len)
+        return WEFT_OK;
+    weft_big_free(s->stage, s->stage_len);
+    s->stage_len = 0;
+    s->stage = weft_big_alloc_shared(bytes);
+    if (!s->stage)
+        return WEFT_ERR_NOMEM;
+    s->stage_len = bytes;
+    return WEFT_OK;
+}
+
+/* Whether a buffer needs the staging copy: not inside a shareable buffer. */
+static bool unshared(const void *p, size_t bytes)
+{
+    struct weft_shared_region reg;
+    return bytes && weft_shared_find(p, bytes, &reg) != 0;
+}
+
+/* The address of rank r's described buffer in this process (mapped on first use). */
+static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *d)
+{
+    if (!d->id)
+        return NULL;
+    struct shm_map *m = &s->maps[r * SHM_MAPS], *victim = m;
+    for (int k = 0; k < SHM_MAPS; k++) {
+        if (m[k].id == d->id && m[k].len == d->len) {
+            m[k].used = s->seq;
+            return m[k].base + d->offset;
+        }
+        if (m[k].used < victim->used)
+            victim = &m[k];
+    }
+    if (victim->base)
+        munmap(victim->base, victim->len);
+    *victim = (struct shm_map){0};
+    char *base = map_peer(s->pid[r], d->fd, d->len, false);
+    if (!base)
+        return NULL;
+    *victim = (struct shm_map){d->id, base, d->len, s->seq};
+    return base + d->offset;
+}
+
+/* ---- the calls ---- */
+
+static weft_status_t peer_failed(struct weft_comm *c, int r)
+{
+    WEFT_LOG_ERROR("transport", "group %u: rank %d could not take part in shared-memory "
+                   "collective %llu (it could not map a buffer)", c->id, r,
+                   (unsigned long long)c->shm->seq);
+    if (c->failed == WEFT_OK)
+        c->failed = WEFT_ERR_PROTOCOL; /* the members are out of step: the group is done */
+    return WEFT_ERR_PROTOCOL;
+}
+
+/* Every rank's flag at this call: WEFT_OK, WEFT_INPROGRESS, or a peer's failure. */
+static weft_status_t all_at(struct weft_comm *c, size_t field)
+{
+    struct weft_tp_shm *s = c->shm;
+    for (int r = 0; r < s->n; r++) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)s->ctl[r] + field);
+        if (atomic_load_explicit(f, memory_order_acquire) >= s->seq)
+            continue;
+        if (atomic_load(&s->ctl[r]->failed) >= s->seq)
+            return peer_failed(c, r);
+        return WEFT_INPROGRESS;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t fail_here(struct weft_comm *c, weft_status_t st, const char *what, int r)
+{
+    struct weft_tp_shm *s = c->shm;
+    atomic_store(&s->ctl[s->me]->failed, s->seq);
+    ring_all(s);
+    if (c->failed == WEFT_OK)
+        c->failed = st;
+    WEFT_LOG_ERROR("transport", "group %u: %s of rank %d: %s", c->id, what, r,
+                   st == WEFT_ERR_NOMEM ? "cannot map it (out of memory or descriptors)"
+                                        : weft_status_str(st));
+    return st;
+}
+
+/* The peers' buffers of this call, mapped; new mappings after a peer freed a shareable
+ * buffer (what it frees may come back at the same descriptor). */
+static weft_status_t resolve_all(struct weft_comm *c, bool res)
+{
+    struct weft_tp_shm *s = c->shm;
+    for (int r = 0; r < s->n; r++) {
+        const struct shm_ctl *k = s->ctl[r];
+        if (r != s->me && k->frees != s->peer_frees[r]) {
+            maps_drop(s, r);
+            s->peer_frees[r] = k->frees;
+        }
+        s->src[r] = NULL;
+        s->res[r] = NULL;
+        if (r == s->me)
+            continue;
+        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src)))
+            return fail_here(c, WEFT_ERR_NOMEM, "the input", r);
+        if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res)))
+            return fail_here(c, WEFT_ERR_NOMEM, "the summed block", r);
+    }
+    return WEFT_OK;
+}
+
+/* Part of block b of the sum (elements off + from .. off + to) from every rank's input, in the
+ * order of comm.h: starting after the owner, ending with it. mine: this rank's own input. */
+static void sum_part(struct weft_tp_op *op, const char *mine, int b, char *dst, size_t from,
+                     size_t to)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    int n = s->n;
+    size_t off = c->off[b], es = op->esize;
+    const bool stream = c->len[b] * es >= SHM_NT_MIN;
+    float acc[SHM_TILE];
+    uint16_t half[SHM_TILE];
+    for (size_t t = from; t < to; t += SHM_TILE) {
+        size_t m = to - t < SHM_TILE ? to - t : SHM_TILE;
+        for (int k = 1; k <= n; k++) {
+            int r = (b + k) % n;
+            const char *x = (r == s->me ? mine : s->src[r]) + (off + t) * es;
+            if (k == 1)
+                weft_tp_sum_load(acc, x, m, op->dtype);
+            else
+                weft_tp_sum_acc(acc, x, m, op->dtype);
+        }
+        if (op->dtype == WEFT_DTYPE_F32) {
+            copy_out(dst + t * es, acc, m * es, stream);
+        } else {
+            weft_tp_sum_store(half, acc, m, op->dtype);
+            copy_out(dst + t * es, half, m * es, stream);
+        }
+    }
+}
+
+/* The k-th copy (k = 1 .. n-1: from rank me + k) of the copying step: destination, source
+ * and bytes; 0 bytes when there is nothing to copy from that rank. */
+static size_t copy_job(struct weft_tp_op *op, int k, char **dst, const char **src)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    size_t es = op->esize;
+    int r = (s->me + k) % s->n; /* each rank starts at a different peer */
+    *dst = op->out + c->off[r] * es;
+    switch (s->kind) {
+    case SHM_ALLREDUCE:
+        *src = s->res[r];
+        return c->len[r] * es;
+    case SHM_ALLGATHER:
+        *src = s->src[r];
+        return c->len[r] * es;
+    case SHM_ALLTOALL:
+        *src = s->src[r] ? s->src[r] + s->ctl[r]->soff[s->me] * es : NULL;
+        return c->len[r] * es;
+    case SHM_BCAST:
+        *dst = op->out;
+        *src = s->src[r];
+        return r == op->root ? op->count * es : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Copy from the peers, at most budget bytes (op->next_stream: the copy, op->done: bytes of
+ * it). True once every copy is done. */
+static bool copy_step(struct weft_tp_op *op, size_t budget)
+{
+    struct weft_tp_shm *s = op->comm->shm;
+    if (op->next_stream == 0)
+        op->next_stream = 1;
+    while (op->next_stream < (size_t)s->n) {
+        char *dst = NULL;
+        const char *src = NULL;
+        size_t len = copy_job(op, (int)op->next_stream, &dst, &src);
+        size_t m = len - op->done < budget ? len - op->done : budget;
+        if (m)
+            copy_out(dst + op->done, src + op->done, m, len >= SHM_NT_MIN);
+        op->done += m;
+        budget -= m;
+        if (op->done < len)
+            return false;
+        op->next_stream++;
+        op->done = 0;
+    }
+    return true;
+}
+
+/* This rank's own block, where it stays (out of place: from its input). */
+static void own_copy(struct weft_tp_op *op)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    size_t es = op->esize;
+    if (s->kind == SHM_ALLGATHER && c->len[s->me] && !op->in_place)
+        memcpy(op->out + c->off[s->me] * es, op->in, c->len[s->me] * es);
+    if (s->kind == SHM_ALLTOALL && c->len[s->me] && !op->in_place)
+        memmove(op->out + c->off[s->me] * es, op->in + c->soff[s->me] * es,
+                c->len[s->me] * es);
+}
+
+static void phase_next(struct weft_tp_op *op, int phase)
+{
+    op->phase = phase;
+    op->retired = 0; /* the phase's buffers are not resolved yet */
+    op->next_stream = 0;
+    op->done = 0;
+}
+
+/* One progress call moves at most this much, so a test() returns while the bytes move. */
+#define SHM_STEP ((size_t)1 << 20)
+
+static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    struct shm_ctl *me = s->ctl[s->me];
+    weft_status_t st;
+    size_t es = op->esize;
+    switch (op->phase) {
+    case 0: /* everyone's descriptors: sum (all-reduce) or copy */
+        if (!op->retired) {
+            if ((st = all_at(c, offsetof(struct shm_ctl, arrive))) != WEFT_OK)
+                return st;
+            *moved = 1;
+            if (s->kind == SHM_BARRIER)
+                return WEFT_OK;
+            if ((st = resolve_all(c, false)) != WEFT_OK)
+                return st;
+            op->retired = 1;
+            if (s->kind != SHM_ALLREDUCE)
+                own_copy(op);
+        }
+        *moved = 1;
+        if (s->kind == SHM_ALLREDUCE) {
+            /* the summed block goes where the peers read it: out itself when out is
+             * shareable, else the staging buffer after the input's copy */
+            int b = s->me;
+            size_t len = c->len[b], to = op->done + SHM_STEP / es;
+            char *out_b = op->out + c->off[b] * es;
+            char *dst = s->res_staged ? s->stage + s->res_at : out_b;
+            to = to < len ? to : len;
+            sum_part(op, op->in, b, dst, op->done, to);
+            if (dst != out_b)
+                memcpy(out_b + op->done * es, dst + op->done * es, (to - op->done) * es);
+            op->done = to;
+            if (to < len)
+                return WEFT_INPROGRESS;
+            phase_next(op, 1);
+            raise_flag(s, &me->reduced);
+            return WEFT_INPROGRESS;
+        }
+        if (!copy_step(op, SHM_STEP))
+            return WEFT_INPROGRESS;
+        phase_next(op, 2);
+        raise_flag(s, &me->done);
+        return WEFT_INPROGRESS;
+    case 1: /* all-reduce: every block summed; copy the others' */
+        if (!op->retired) {
+            if ((st = all_at(c, offsetof(struct shm_ctl, reduced))) != WEFT_OK)
+                return st;
+            if ((st = resolve_all(c, true)) != WEFT_OK)
+                return st;
+            op->retired = 1;
+        }
+        *moved = 1;
+        if (!copy_step(op, SHM_STEP))
+            return WEFT_INPROGRESS;
+        phase_next(op, 2);
+        raise_flag(s, &me->done);
+        return WEFT_INPROGRESS;
+    default: /* nobody reads this rank's buffers any more */
+        if ((st = all_at(c, offsetof(struct shm_ctl, done))) != WEFT_OK)
+            return st;
+        *moved = 1;
+        return WEFT_OK;
+    }
+}
+
+/* Publish this call's buffers and raise arrive. The layouts are in comm->off/len (the blocks
+ * this rank receives or sums) and comm->soff/slen (what it sends). */
+static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    struct shm_ctl *me = s->ctl[s->me];
+    size_t es = op->esize;
+    s->kind = kind;
+    s->seq++;
+    op->progress = shm_progress;
+    phase_next(op, 0);
+    me->src = (struct shm_desc){0};
+    me->res = (struct shm_desc){0};
+    weft_status_t st = WEFT_OK;
+    size_t in_bytes = 0;
+    bool copy = false;
+    switch (kind) {
+    case SHM_BARRIER:
+        break;
+    case SHM_ALLREDUCE: {
+        /* in place, a shareable buffer is read in place: a peer reads only the blocks it
+         * sums, which this rank overwrites only once every sum is done (phase 1) */
+        in_bytes = op->count * es;
+        size_t res_bytes = c->len[s->me] * es;
+        copy = unshared(op->in, in_bytes);
+        s->res_staged = unshared(op->out, in_bytes);
+        s->res_at = copy ? in_bytes : 0;
+        st = stage_need(s, s->res_at + (s->res_staged ? res_bytes : 0));
+        if (st == WEFT_OK)
+            st = publish(s, op->in, in_bytes, 0, copy, &me->src);
+        if (st == WEFT_OK)
+            st = s->res_staged
+                     ? publish(s, NULL, res_bytes, s->res_at, false, &me->res)
+                     : publish(s, op->out + c->off[s->me] * es, res_bytes, 0, false, &me->res);
+        break;
+    }
+    case SHM_ALLGATHER:
+        in_bytes = c->len[s->me] * es;
+        copy = unshared(op->in, in_bytes);
+        st = stage_need(s, copy ? in_bytes : 0);
+        if (st == WEFT_OK)
+            st = publish(s, op->in, in_bytes, 0, copy, &me->src);
+        break;
+    case SHM_ALLTOALL:
+        for (int r = 0; r < s->n; r++) {
+            me->soff[r] = c->soff[r];
+            in_bytes += c->slen[r] * es; /* blocks packed in rank order */
+        }
+        /* in place, the peers would read what this rank is overwriting: always a copy */
+        copy = op->in_place || unshared(op->in, in_bytes);
+        st = stage_need(s, copy ? in_bytes : 0);
+        if (st == WEFT_OK)
+            st = publish(s, op->in, in_bytes, 0, copy, &me->src);
+        break;
+    case SHM_BCAST:
+        if (c->rank == op->root) {
+            in_bytes = op->count * es;
+            copy = unshared(op->out, in_bytes);
+            st = stage_need(s, copy ? in_bytes : 0);
+            if (st == WEFT_OK)
+                st = publish(s, op->out, in_bytes, 0, copy, &me->src);
+        }
+        break;
+    }
+    if (st != WEFT_OK)
+        return fail_here(c, st, "a staging buffer", s->me);
+    me->frees = weft_shared_frees();
+    raise_flag(s, &me->arrive);
+    return WEFT_INPROGRESS;
+}
+
+bool weft_tp_shm_on(const struct weft_comm *comm)
+{
+    return comm->shm_state == SHM_ON;
+}
+
+bool weft_comm_uses_shm(const struct weft_comm *comm)
+{
+    return comm && comm->shm_state == SHM_ON;
+}
+
+weft_status_t weft_tp_shm_barrier(struct weft_tp_op *op)
+{
+    return shm_start(op, SHM_BARRIER);
+}
+
+weft_status_t weft_tp_shm_allreduce(struct weft_tp_op *op)
+{
+    return shm_start(op, SHM_ALLREDUCE);
+}
+
+weft_status_t weft_tp_shm_allgather(struct weft_tp_op *op)
+{
+    return shm_start(op, SHM_ALLGATHER);
+}
+
+weft_status_t weft_tp_shm_alltoall(struct weft_tp_op *op)
+{
+    return shm_start(op, SHM_ALLTOALL);
+}
+
+weft_status_t weft_tp_shm_bcast(struct weft_tp_op *op)
+{
+    return shm_start(op, SHM_BCAST);
+}
+
+/* ---- sleeping ---- */
+
+/* Whether the flag the op waits for has moved (read only: the next progress takes it). */
+static bool shm_ready(const struct weft_tp_op *op)
+{
+    const struct weft_tp_shm *s = op->comm->shm;
+    if (op->retired)
+        return true; /* between two steps of work, not waiting */
+    size_t field = op->phase == 0   ? offsetof(struct shm_ctl, arrive)
+                   : op->phase == 1 ? offsetof(struct shm_ctl, reduced)
+                                    : offsetof(struct shm_ctl, done);
+    for (int r = 0; r < s->n; r++) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)s->ctl[r] + field);
+        if (atomic_load(f) < s->seq && atomic_load(&s->ctl[r]->failed) < s->seq)
+            return false;
+    }
+    return true;
+}
+
+bool weft_tp_shm_sleep(struct weft_transport *tp, int64_t deadline)
+{
+    const struct weft_tp_op *op = NULL;
+    int shm_ops = 0, others = 0;
+    for (const struct weft_tp_op *a = tp->active; a; a = a->next_active) {
+        if (a->progress == shm_progress) {
+            op = op ? op : a;
+            shm_ops++;
+        } else {
+            others++;
+        }
+    }
+    if (!op || others)
+        return false; /* UCX has work in flight too: its descriptor is the one to sleep on */
+    struct shm_ctl *me = op->comm->shm->ctl[op->comm->shm->me];
+    uint32_t v = atomic_load(&me->bell);
+    if (shm_ready(op))
+        return true;
+    int64_t left = deadline - weft_tp_now_ns();
+    if (left <= 0)
+        return true;
+    if (left > SHM_SLEEP_NS || shm_ops > 1)
+        left = SHM_SLEEP_NS;
+    struct timespec ts = {0, (long)left};
+    atomic_store(&me->sleeping, 1);
+    (void)futex(&me->bell, FUTEX_WAIT, v, &ts); /* woken, timed out, or the bell moved */
+    atomic_store(&me->sleeping, 0);
+    return true;
+}
