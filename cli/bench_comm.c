@@ -41,6 +41,7 @@ struct params {
     struct weft_bench b; /* rounds, --json, --quick */
     bool no_mpi, bind;
     bool ucx_side; /* the weft-ucx column: weft with [transport] shm off */
+    bool private_bufs; /* --private: the weft column on private buffers too (staged copies) */
     const char *mpi_helper;
     struct weft_transport_opts opts;
     char tls[WEFT_CONF_STR];
@@ -53,13 +54,15 @@ static void help(FILE *out)
     fprintf(out,
         "usage: weft bench comm --op allreduce|allgather|alltoall --np N --bytes LIST [--json]\n"
         "                       [--rounds N] [--warmup N] [--quick] [--iters N] [--no-mpi]\n"
-        "                       [--no-bind] [--mpi-helper PATH]\n"
+        "                       [--no-bind] [--private] [--mpi-helper PATH]\n"
         "\n"
         "Runs the collective on N forked weft processes (f32, out of place), once as\n"
         "configured (buffers from weft_big_alloc_shared, which the shared-memory path reads\n"
-        "in place) and once with [transport] shm off (weft-ucx: UCX moves every byte, from\n"
-        "private huge-page buffers), then the same through Open MPI (mpirun --oversubscribe -np N, default and with\n"
-        "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=16GiB), then a one-core memcpy of the same\n"
+        "in place, up to [transport] shm_max; private huge pages above) and once with [transport] shm off (weft-ucx: UCX moves every byte, from\n"
+        "private huge-page buffers; --private: the first on such buffers too, which the\n"
+        "shared-memory path copies into its staging buffer), then the same through Open MPI\n"
+        "(mpirun --oversubscribe -np N, default and with MALLOC_MMAP_MAX_=0\n"
+        "MALLOC_TRIM_THRESHOLD_=16GiB), then a one-core memcpy of the same\n"
         "size, in turn in every round. LIST: sizes such as 1MiB,16MiB,64MiB (the\n"
         "per-rank buffer: the input of all-reduce, the output of all-gather, the send buffer of\n"
         "all-to-all). busbw as nccl-tests: algbw x 2(n-1)/n for all-reduce, x (n-1)/n else.\n"
@@ -98,8 +101,12 @@ static int rank_sizes(struct weft_transport *tp, const struct params *p, int out
         op_sizes(p->op, p->bytes[k], n, &sb, &rb);
         /* the shared-memory path reads shareable buffers in place; UCX is at its best on
          * private huge pages (its CMA copies pin every page) */
-        float *s = p->ucx_side ? weft_big_alloc(sb) : weft_big_alloc_shared(sb);
-        float *r = p->ucx_side ? weft_big_alloc(rb) : weft_big_alloc_shared(rb);
+        /* a call above [transport] shm_max takes UCX: private huge pages then, as for
+         * weft-ucx */
+        bool over = p->opts.shm_max && p->bytes[k] > p->opts.shm_max;
+        bool priv = p->ucx_side || p->private_bufs || over;
+        float *s = priv ? weft_big_alloc(sb) : weft_big_alloc_shared(sb);
+        float *r = priv ? weft_big_alloc(rb) : weft_big_alloc_shared(rb);
         if (!s || !r)
             return 1;
         for (size_t i = 0; i < sb / 4; i++)
@@ -309,9 +316,11 @@ static void env_describe(const struct params *p, char *buf, size_t len)
             strcat(strcat(ucx, *ucx ? " " : ""), *e);
     snprintf(buf, len,
              "[transport] tls = '%s' (empty: UCX's choice), chunk_bytes = %zu, "
-             "pipeline_depth = %d, spin_us = %d (-1: auto); UCX environment: %s; THP: %s (weft "
+             "pipeline_depth = %d, spin_us = %d (-1: auto), shm = %s, shm_max = %zu (0: every "
+             "size); UCX environment: %s; THP: %s (weft "
              "buffers and memcpy use MADV_HUGEPAGE)",
              p->tls, p->opts.chunk_bytes, p->opts.pipeline_depth, p->opts.spin_us,
+             p->opts.shm ? "true" : "false", p->opts.shm_max,
              *ucx ? ucx : "none", thp);
 }
 
@@ -467,6 +476,8 @@ static int parse(struct weft_cli *cli, struct params *p)
             p->mpi_helper = v;
         } else if (strcmp(cli->argv[i], "--no-mpi") == 0) {
             p->no_mpi = true;
+        } else if (strcmp(cli->argv[i], "--private") == 0) {
+            p->private_bufs = true;
         } else if (strcmp(cli->argv[i], "--no-bind") == 0) {
             p->bind = false;
         } else {

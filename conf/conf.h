@@ -61,6 +61,7 @@ struct weft_conf_transport {
     int64_t timeout_ms;
     int64_t spin_us;
     bool shm;
+    uint64_t shm_max;
 };
 
 /* [cluster]: how workers find and join the coordinator (weft serve --cluster, weft worker,

@@ -114,7 +114,7 @@ weft_status_t weft_comm_bcast_start(struct weft_comm *comm, void *buf, size_t co
     op->root = root;
     if (n == 1 || count == 0)
         return weft_tp_op_launch(op, WEFT_OK, req_p);
-    if (weft_tp_shm_on(comm))
+    if (weft_tp_shm_on(comm, count * op->esize))
         return weft_tp_op_launch(op, weft_tp_shm_bcast(op), req_p);
     size_t bytes = count * op->esize;
     const struct weft_transport_opts *o = &comm->tp->opts;
@@ -190,7 +190,7 @@ weft_status_t weft_comm_barrier_start(struct weft_comm *comm, struct weft_comm_r
         return st;
     if (comm->size == 1)
         return weft_tp_op_launch(op, WEFT_OK, req_p);
-    if (weft_tp_shm_on(comm))
+    if (weft_tp_shm_on(comm, 0))
         return weft_tp_op_launch(op, weft_tp_shm_barrier(op), req_p);
     st = barrier_post(op);
     return weft_tp_op_launch(op, st == WEFT_OK ? WEFT_INPROGRESS : st, req_p);

@@ -60,6 +60,7 @@ struct weft_transport_opts {
                                     -1: 50 if this host has a core per local rank, else 0 */
     bool shm;                    /* groups whose ranks all run on this host move their
                                     collectives through shared memory (transport/shm.c) */
+    size_t shm_max;              /* ... those of at most this many bytes per rank (0: all) */
     int freeze_ms;               /* a process found not to have run for longer than this
                                     (stopped, paused) revokes its world; 0: off, else >= 20.
                                     Below the time after which peers give up on a silent rank

@@ -362,7 +362,9 @@ weft_status_t weft_tp_direct_allreduce_setup(struct weft_tp_op *op);
 /* At the group's creation, decide with every member whether it takes the shared-memory path
  * (two exchanges over UCX); a failure of them is the group's (peer lost). */
 weft_status_t weft_tp_shm_setup(struct weft_comm *comm);
-bool weft_tp_shm_on(const struct weft_comm *comm);
+/* Whether a call of bytes per rank (the same on every member; SIZE_MAX: sizes differ between
+ * members) takes the shared-memory path: [transport] shm_max. */
+bool weft_tp_shm_on(const struct weft_comm *comm, size_t bytes);
 /* Start the op on the shared-memory path; the layouts are set as for the UCX engines
  * (comm->off/len, and soff/slen for all-to-all). WEFT_INPROGRESS, or a failure. */
 weft_status_t weft_tp_shm_barrier(struct weft_tp_op *op);

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +49,7 @@
 #define SHM_MAX_RANKS 64
 #define SHM_MAPS 8            /* cached mappings of one peer's buffers */
 #define SHM_SLEEP_NS 1000000  /* longest doorbell sleep: liveness is read at least this often */
+#define SHM_YIELD_NS 20000    /* yield this long before sleeping on the doorbell */
 #define SHM_TILE 2048         /* elements summed at a time (the f32 accumulator stays in L1) */
 
 /* A buffer a rank publishes for its peers to read: id 0 is none. */
@@ -61,14 +63,14 @@ struct shm_desc {
 
 /* One rank's control page; its owner writes everything but the doorbell, which peers ring. */
 struct shm_ctl {
-    uint64_t cookie;
-    _Alignas(64) _Atomic uint64_t arrive;
+    _Alignas(64) _Atomic uint64_t arrive; /* each flag on a cache line of its own */
     _Alignas(64) _Atomic uint64_t reduced;
     _Alignas(64) _Atomic uint64_t done;
     _Alignas(64) _Atomic uint64_t failed; /* the call this rank failed (0: none) */
     _Alignas(64) _Atomic uint32_t bell;
     _Atomic uint32_t sleeping;
-    _Alignas(64) uint64_t frees; /* weft_shared_frees() of the owner when it published */
+    uint64_t cookie;
+    uint64_t frees;              /* weft_shared_frees() of the owner when it published */
     struct shm_desc src, res;    /* what peers read: the input; all-reduce: the summed block */
     uint64_t soff[SHM_MAX_RANKS]; /* all-to-all(v): element offset of the block for rank j */
 };
@@ -116,6 +118,8 @@ struct shm_hello {
 /* memcpy with streaming stores; the caller fences (shm_fence) before raising a flag. */
 static void copy_out(void *dst, const void *src, size_t bytes, bool stream)
 {
+    if (!bytes)
+        return;
 #ifdef __SSE2__
     if (stream) {
         char *d = dst;
@@ -224,7 +228,7 @@ static char *map_peer(pid_t pid, int fd, size_t len, bool writable)
 static void maps_drop(struct weft_tp_shm *s, int r)
 {
     for (int k = 0; k < SHM_MAPS; k++) {
-        struct shm_map *m = &s->maps[r * SHM_MAPS + k];
+        struct shm_map *m = &s->maps[(size_t)r * SHM_MAPS + k];
         if (m->base)
             munmap(m->base, m->len);
         *m = (struct shm_map){0};
@@ -264,7 +268,7 @@ static struct weft_tp_shm *shm_new(int n, int me)
     s->me = me;
     s->ctl_fd = -1;
     size_t un = (size_t)n;
-    s->ctl = weft_calloc(un, sizeof(*s->ctl));
+    s->ctl = weft_calloc(un, sizeof(struct shm_ctl *));
     s->pid = weft_calloc(un, sizeof(*s->pid));
     s->maps = weft_calloc(un * SHM_MAPS, sizeof(*s->maps));
     s->peer_frees = weft_calloc(un, sizeof(*s->peer_frees));
@@ -307,7 +311,7 @@ static weft_status_t shm_setup(struct weft_comm *comm)
     weft_status_t st = all && ok ? WEFT_OK : WEFT_ERR_NOMEM;
     if (st == WEFT_OK)
         st = weft_comm_allgather(comm, &mine, all, sizeof(mine), WEFT_DTYPE_U8);
-    bool able = st == WEFT_OK && mine.want;
+    bool able = st == WEFT_OK && mine.want && s;
     for (int r = 0; r < n && able; r++) {
         able = all[r].want && memcmp(all[r].boot_id, mine.boot_id, 16) == 0;
         if (!able || r == me)
@@ -401,7 +405,7 @@ static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *
 {
     if (!d->id)
         return NULL;
-    struct shm_map *m = &s->maps[r * SHM_MAPS], *victim = m;
+    struct shm_map *m = &s->maps[(size_t)r * SHM_MAPS], *victim = m;
     for (int k = 0; k < SHM_MAPS; k++) {
         if (m[k].id == d->id && m[k].len == d->len) {
             m[k].used = s->seq;
@@ -554,7 +558,7 @@ static bool copy_step(struct weft_tp_op *op, size_t budget)
         const char *src = NULL;
         size_t len = copy_job(op, (int)op->next_stream, &dst, &src);
         size_t m = len - op->done < budget ? len - op->done : budget;
-        if (m)
+        if (m && src) /* a rank publishes a buffer for every block it holds */
             copy_out(dst + op->done, src + op->done, m, len >= SHM_NT_MIN);
         op->done += m;
         budget -= m;
@@ -729,9 +733,10 @@ static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
     return WEFT_INPROGRESS;
 }
 
-bool weft_tp_shm_on(const struct weft_comm *comm)
+bool weft_tp_shm_on(const struct weft_comm *comm, size_t bytes)
 {
-    return comm->shm_state == SHM_ON;
+    size_t max = comm->tp->opts.shm_max;
+    return comm->shm_state == SHM_ON && (max == 0 || bytes <= max);
 }
 
 bool weft_comm_uses_shm(const struct weft_comm *comm)
@@ -798,6 +803,14 @@ bool weft_tp_shm_sleep(struct weft_transport *tp, int64_t deadline)
     if (!op || others)
         return false; /* UCX has work in flight too: its descriptor is the one to sleep on */
     struct shm_ctl *me = op->comm->shm->ctl[op->comm->shm->me];
+    /* Yield first: a peer on another core arrives within microseconds, and one waiting for
+     * this core gets it; a futex sleep and wake-up cost tens of microseconds each. */
+    int64_t t0 = weft_tp_now_ns();
+    while (weft_tp_now_ns() - t0 < SHM_YIELD_NS) {
+        if (shm_ready(op))
+            return true;
+        sched_yield();
+    }
     uint32_t v = atomic_load(&me->bell);
     if (shm_ready(op))
         return true;

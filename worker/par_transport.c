@@ -71,7 +71,8 @@ static float *stage_get(struct stage *s, size_t floats)
 {
     if (floats > s->floats) {
         weft_big_free(s->p, s->floats * sizeof(float));
-        s->p = weft_big_alloc(floats * sizeof(float));
+        /* shareable: the shared-memory collectives read it in place */
+        s->p = weft_big_alloc_shared(floats * sizeof(float));
         s->floats = s->p ? floats : 0;
     }
     return s->p;
@@ -280,6 +281,7 @@ void weft_transport_opts_from_conf(const struct weft_conf_transport *t,
         .timeout_ms = (int)t->timeout_ms,
         .spin_us = (int)t->spin_us,
         .shm = t->shm,
+        .shm_max = t->shm_max,
         /* [cluster] worker_timeout_ms / 2 in a worker, which holds the whole configuration
          * (this function sees [transport] only): off for benches and tools */
         .freeze_ms = 0,

@@ -2,11 +2,12 @@
  * against a naive reference computed locally (coll_ref.h).
  *
  * usage: test_comm_coll NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] [--depth=N]
- *                       [--shm=off] [--shared]
+ *                       [--shm=off] [--shm-max=BYTES] [--shared]
  *   NP ranks run the matrix on the world; --mesh (NP = 4) runs it on the strided sub-groups
  *   {0,2},{1,3} of a 2x2 mesh and the small sizes on the contiguous ones {0,1},{2,3}.
  *   The ranks share one host, so the groups take the shared-memory path unless --shm=off
- *   (UCX for everything; checked after the first collective). Buffers are private (the path
+ *   (UCX for everything; checked after the group's creation); --shm-max: [transport] shm_max
+ *   (0: every size on shared memory). Buffers are private (the path
  *   copies them into its staging buffer) or, with --shared, from weft_big_alloc_shared (read by
  *   the peers in place).
  *
@@ -314,7 +315,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] "
-                        "[--depth=N] [--no-big] [--shm=off] [--shared]\n", argv[0]);
+                        "[--depth=N] [--no-big] [--shm=off] [--shm-max=N] [--shared]\n", argv[0]);
         return 2;
     }
     int np = atoi(argv[1]);
@@ -336,6 +337,8 @@ int main(int argc, char **argv)
             a.max_size = BIG;
         else if (strcmp(argv[i], "--shm=off") == 0)
             opts.shm = false;
+        else if (strncmp(argv[i], "--shm-max=", 10) == 0)
+            opts.shm_max = strtoul(argv[i] + 10, NULL, 10);
         else if (strcmp(argv[i], "--shared") == 0)
             shared_bufs = true;
         else {

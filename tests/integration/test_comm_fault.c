@@ -112,6 +112,8 @@ int main(int argc, char **argv)
     a.shared = argc == 4 && strcmp(argv[3], "shared") == 0;
     if (argc == 4 && strcmp(argv[3], "ucx") == 0)
         opts.shm = false;
+    else
+        opts.shm_max = 0; /* the 64 MiB call on shared memory too */
     /* a SIGKILL must be seen well before this; a silent peer is caught by it */
     opts.timeout_ms = a.stop ? 1500 : 8000;
     a.timeout_ms = opts.timeout_ms;
