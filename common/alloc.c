@@ -110,6 +110,27 @@ static size_t n_shared, cap_shared;
 static uint64_t shared_next_id = 1;
 static atomic_ullong shared_freed;
 
+void *weft_map_shared(int fd, size_t len, int writable)
+{
+    /* the shared mapping placed on a 2 MiB boundary inside a reservation, as above */
+    char *raw = mmap(NULL, len + HUGE_SZ, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    char *at = (char *)(((size_t)raw + HUGE_SZ - 1) & ~(HUGE_SZ - 1));
+    char *p = mmap(at, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, fd,
+                   0);
+    if (p == MAP_FAILED) {
+        munmap(raw, len + HUGE_SZ);
+        return NULL;
+    }
+    if (at > raw)
+        munmap(raw, (size_t)(at - raw));
+    size_t tail = (size_t)(raw + len + HUGE_SZ - (at + len));
+    if (tail)
+        munmap(at + len, tail);
+    return p;
+}
+
 void *weft_big_alloc_shared(size_t size)
 {
     size_t len = big_round(size);
@@ -118,23 +139,9 @@ void *weft_big_alloc_shared(size_t size)
     int fd = memfd_create("weft-shared", MFD_CLOEXEC);
     if (fd < 0)
         return weft_big_alloc(size); /* descriptors exhausted: a private buffer still works */
-    char *raw = MAP_FAILED, *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)len) == 0)
-        raw = mmap(NULL, len + HUGE_SZ, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw != MAP_FAILED) {
-        /* the shared mapping placed on a 2 MiB boundary inside a reservation, as above */
-        char *at = (char *)(((size_t)raw + HUGE_SZ - 1) & ~(HUGE_SZ - 1));
-        p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-        if (p == MAP_FAILED) {
-            munmap(raw, len + HUGE_SZ);
-        } else {
-            if (at > raw)
-                munmap(raw, (size_t)(at - raw));
-            size_t tail = (size_t)(raw + len + HUGE_SZ - (at + len));
-            if (tail)
-                munmap(at + len, tail);
-        }
-    }
+    char *p = ftruncate(fd, (off_t)len) == 0 ? weft_map_shared(fd, len, 1) : NULL;
+    if (!p)
+        p = MAP_FAILED;
     pthread_mutex_lock(&shared_lock);
     if (p != MAP_FAILED && n_shared == cap_shared) {
         size_t cap = cap_shared ? cap_shared * 2 : 16;

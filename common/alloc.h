@@ -33,6 +33,11 @@ void weft_big_free(void *p, size_t size);
  * (descriptors exhausted). Free with weft_big_free. A forked child shares it. */
 void *weft_big_alloc_shared(size_t size);
 
+/* Map len bytes of the file fd (a memfd: this process's or a peer's) shared, on a 2 MiB
+ * boundary so huge pages behind it map as such; read-only unless writable. NULL on failure;
+ * munmap(p, len) undoes it. */
+void *weft_map_shared(int fd, size_t len, int writable);
+
 /* Where [p, p + bytes) lies in a shareable buffer: the memfd, the buffer's id (unique in this
  * process, never reused), its mapped length and the offset of p in it. 0 on success, -1 when
  * the range is not inside one. */

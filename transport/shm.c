@@ -205,24 +205,9 @@ static char *map_peer(pid_t pid, int fd, size_t len, bool writable)
     int f = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (f < 0)
         return NULL;
-    const size_t huge = (size_t)2 << 20;
-    char *raw = mmap(NULL, len + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    char *p = MAP_FAILED;
-    if (raw != MAP_FAILED) {
-        char *at = (char *)(((size_t)raw + huge - 1) & ~(huge - 1));
-        p = mmap(at, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, f, 0);
-        if (p == MAP_FAILED) {
-            munmap(raw, len + huge);
-        } else {
-            if (at > raw)
-                munmap(raw, (size_t)(at - raw));
-            size_t tail = (size_t)(raw + len + huge - (at + len));
-            if (tail)
-                munmap(at + len, tail);
-        }
-    }
+    char *p = weft_map_shared(f, len, writable);
     close(f);
-    return p == MAP_FAILED ? NULL : p;
+    return p;
 }
 
 static void maps_drop(struct weft_tp_shm *s, int r)
