@@ -1,6 +1,7 @@
 /* weft plan --auto: the strategy for a model, devices and a job (model/autoplan.h). */
 #include <cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -15,7 +16,8 @@ void weft_plan_auto_help(FILE *out)
         "       weft plan [--model DIR] --auto (--devices N --device-memory SIZE | --server ADDR)\n"
         "                 [--interconnect nvlink|pcie|none] [--nodes K] [--host-memory SIZE]\n"
         "                 [--height H --width W] [--steps N] [--prompts N] [--text-tokens T]\n"
-        "                 [--cfg] [--goal latency|throughput] [--json]\n");
+        "                 [--cfg] [--goal latency|throughput] [--device-tflops F]\n"
+        "                 [--link-bandwidth SIZE] [--link-latency-us U] [--json]\n");
 }
 
 void weft_plan_auto_help_text(FILE *out)
@@ -39,7 +41,13 @@ void weft_plan_auto_help_text(FILE *out)
         "its API, [api] token): one device per worker, the nodes its distinct hosts, each\n"
         "device's memory the smallest a worker reported (a CPU worker: its host's memory\n"
         "shared by the workers there); CPU workers of one host talk through memory\n"
-        "(counted as nvlink), GPUs as pcie unless --interconnect says otherwise.\n");
+        "(counted as nvlink), GPUs as pcie unless --interconnect says otherwise.\n"
+        "--device-tflops F (a device's dense rate, [plan] device_gflops) adds the predicted\n"
+        "time of one denoising step: the transformer's operations at that rate, each\n"
+        "collective's latency plus its bytes at --link-bandwidth per second (default the\n"
+        "interconnect's nominal: nvlink 300GB, pcie 24GB, none 10GB; 12.5GB between nodes)\n"
+        "and --link-latency-us (nvlink 10, pcie 20, none 30; 30 between nodes), and ranks\n"
+        "every layout of the chosen replica's devices by it (the rules above choose).\n");
 }
 
 /* 12.34 GB or 5.6 MB (a small model's sizes read too) */
@@ -152,8 +160,45 @@ static double step_bytes(const struct weft_autoplan *p)
     return p->tp_bytes + p->ulysses_bytes + p->ring_bytes + p->stage_bytes;
 }
 
+static cJSON *time_json(const struct weft_autoplan_time *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "total", t->total);
+    cJSON_AddNumberToObject(o, "compute", t->compute);
+    cJSON_AddNumberToObject(o, "tp", t->tp);
+    cJSON_AddNumberToObject(o, "ulysses", t->ulysses);
+    cJSON_AddNumberToObject(o, "ring", t->ring);
+    cJSON_AddNumberToObject(o, "device_map", t->stage);
+    return o;
+}
+
+/* "tp 2 x ulysses 2", "device_map over 4", "one device" */
+static const char *layout_name(const struct weft_autoplan_candidate *c, char *buf, size_t len)
+{
+    if (c->device_map) {
+        snprintf(buf, len, "device_map over %d", c->pp);
+        return buf;
+    }
+    const struct {
+        const char *name;
+        int d;
+    } parts[] = {{"ring", c->ring}, {"ulysses", c->ulysses}, {"tp", c->tp}};
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < 3; i++)
+        if (parts[i].d > 1 && n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s %d", n ? " x " : "", parts[i].name,
+                                  parts[i].d);
+    if (!n)
+        snprintf(buf, len, "one device");
+    return buf;
+}
+
+#define RANKED 12
+
 static void print_json(const char *dir, const struct weft_autoplan *p,
-                       const struct weft_autoplan_devices *dev)
+                       const struct weft_autoplan_devices *dev,
+                       const struct weft_autoplan_candidate *ranked, int n_ranked)
 {
     const struct weft_autoplan_memory *pk = &p->peak;
     const double step = step_bytes(p);
@@ -189,6 +234,25 @@ static void print_json(const char *dir, const struct weft_autoplan *p,
     cJSON_AddNumberToObject(c, "ring_bytes", p->ring_bytes);
     cJSON_AddNumberToObject(c, "device_map_bytes", p->stage_bytes);
     cJSON_AddNumberToObject(c, "total_bytes", step);
+    if (dev->flops > 0) {
+        cJSON_AddItemToObject(o, "step_time", time_json(&p->time));
+        cJSON *rk = cJSON_AddArrayToObject(o, "ranked");
+        for (int i = 0; i < n_ranked; i++) {
+            char name[64];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "layout", layout_name(&ranked[i], name, sizeof(name)));
+            cJSON_AddNumberToObject(e, "ring", ranked[i].ring);
+            cJSON_AddNumberToObject(e, "ulysses", ranked[i].ulysses);
+            cJSON_AddNumberToObject(e, "tp", ranked[i].tp);
+            cJSON_AddBoolToObject(e, "device_map", ranked[i].device_map);
+            cJSON_AddNumberToObject(e, "memory", (double)(ranked[i].peak.weights +
+                                                          ranked[i].peak.activations +
+                                                          ranked[i].peak.workspace));
+            cJSON_AddNumberToObject(e, "bytes_per_step", ranked[i].bytes);
+            cJSON_AddItemToObject(e, "step_time", time_json(&ranked[i].time));
+            cJSON_AddItemToArray(rk, e);
+        }
+    }
     cJSON *r = cJSON_AddArrayToObject(o, "reasons");
     for (int i = 0; i < p->n_reasons; i++)
         cJSON_AddItemToArray(r, cJSON_CreateString(p->reasons[i]));
@@ -199,7 +263,15 @@ static void print_json(const char *dir, const struct weft_autoplan *p,
     cJSON_Delete(o);
 }
 
-static void print_text(const struct weft_autoplan *p, const struct weft_autoplan_devices *dev)
+static void print_time(const char *what, const struct weft_autoplan_time *t)
+{
+    printf("%s %.2f ms (compute %.2f, tp %.2f, ulysses %.2f, ring %.2f, device_map %.2f)\n",
+           what, t->total * 1e3, t->compute * 1e3, t->tp * 1e3, t->ulysses * 1e3,
+           t->ring * 1e3, t->stage * 1e3);
+}
+
+static void print_text(const struct weft_autoplan *p, const struct weft_autoplan_devices *dev,
+                       const struct weft_autoplan_candidate *ranked, int n_ranked)
 {
     const struct weft_autoplan_memory *pk = &p->peak;
     const double step = step_bytes(p);
@@ -219,8 +291,21 @@ static void print_text(const struct weft_autoplan *p, const struct weft_autoplan
            "device_map %s)\n", size((uint64_t)step, t[0]), size((uint64_t)p->tp_bytes, t[1]),
            p->tp_allreduces, size((uint64_t)p->ulysses_bytes, t[2]),
            size((uint64_t)p->ring_bytes, t[3]), size((uint64_t)p->stage_bytes, (char[24]){0}));
+    if (dev->flops > 0)
+        print_time("predicted step time:", &p->time);
     for (int i = 0; i < p->n_reasons; i++)
         printf("  - %s\n", p->reasons[i]);
+    if (n_ranked > 1) {
+        printf("the layouts of one replica's %d device(s), fastest predicted first:\n",
+               p->device_map ? p->pp : p->ring * p->ulysses * p->tp);
+        for (int i = 0; i < n_ranked; i++) {
+            char name[64], what[96], mem[24];
+            snprintf(what, sizeof(what), "  %-24s %10s", layout_name(&ranked[i], name,
+                     sizeof(name)), size(ranked[i].peak.weights + ranked[i].peak.activations +
+                                         ranked[i].peak.workspace, mem));
+            print_time(what, &ranked[i].time);
+        }
+    }
 }
 
 int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
@@ -229,7 +314,10 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
     const struct weft_conf_plan *cp = &cli->conf.plan; /* [plan]: the defaults of the options */
     struct weft_autoplan_devices dev = {.n = 0, .nodes = 1, .memory = cp->device_memory,
                                         .host_memory = cp->host_memory,
-                                        .link = (enum weft_link)cp->interconnect};
+                                        .link = (enum weft_link)cp->interconnect,
+                                        .flops = (double)cp->device_gflops * 1e9,
+                                        .link_bps = (double)cp->link_bandwidth,
+                                        .link_latency = (double)cp->link_latency_us * 1e-6};
     struct weft_autoplan_job job = {.height = 1024, .width = 1024, .steps = 28, .prompts = 1,
                                     .text_tokens = 512, .goal = WEFT_GOAL_LATENCY};
     long long n = cp->devices, nodes = cp->nodes, n_opt = 0;
@@ -276,6 +364,25 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--host-memory"))) {
             if (parse_size("--host-memory", v, &dev.host_memory) != 0)
                 return 2;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--device-tflops"))) {
+            char *end;
+            const double f = strtod(v, &end);
+            if (end == v || *end || !(f > 0) || f > 1e6) {
+                WEFT_LOG_ERROR("plan", "--device-tflops '%s': expected a positive number of "
+                                       "TFLOP/s (e.g. 989 or 0.05)", v);
+                return 2;
+            }
+            dev.flops = f * 1e12;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--link-bandwidth"))) {
+            uint64_t b;
+            if (parse_size("--link-bandwidth", v, &b) != 0)
+                return 2;
+            dev.link_bps = (double)b;
+        } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--link-latency-us"))) {
+            long long us;
+            if (weft_cli_parse_int("--link-latency-us", v, 1, 1000000, &us) != 0)
+                return 2;
+            dev.link_latency = (double)us * 1e-6;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--server"))) {
             server = v;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--token"))) {
@@ -335,10 +442,14 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
         weft_model_close(model);
         return 1;
     }
+    struct weft_autoplan_candidate ranked[RANKED];
+    const int n_ranked =
+        dev.flops > 0 ? weft_autoplan_rank(&am, &dev, &job, p.device_map ? p.pp
+                                           : p.ring * p.ulysses * p.tp, ranked, RANKED) : 0;
     if (json)
-        print_json(dir, &p, &dev);
+        print_json(dir, &p, &dev, ranked, n_ranked);
     else
-        print_text(&p, &dev);
+        print_text(&p, &dev, ranked, n_ranked);
     weft_autoplan_cleanup(&p);
     weft_autoplan_model_cleanup(&am);
     weft_model_close(model);

@@ -305,6 +305,15 @@ static const struct conf_key plan_keys[] = {
             "Nodes the devices are spread over, evenly (Ulysses inside a node, ring across)."),
     KEY_SIZE(weft_conf_plan, host_memory, "0", 0, 1ll << 50,
              "Host memory device_map may spill to (0: none)."),
+    KEY_INT(weft_conf_plan, device_gflops, "0", 0, 1000000000,
+            "One device's dense GEMM rate in GFLOP/s, for the predicted step time (0: "
+            "unknown, no time predicted)."),
+    KEY_SIZE(weft_conf_plan, link_bandwidth, "0", 0, 1ll << 50,
+             "Bytes per second a rank sends to a device of its node (0: the interconnect's "
+             "nominal: nvlink 300GB, pcie 24GB, none 10GB)."),
+    KEY_INT(weft_conf_plan, link_latency_us, "0", 0, 1000000,
+            "Microseconds a collective costs beyond its bytes (0: the interconnect's nominal: "
+            "nvlink 10, pcie 20, none 30)."),
 };
 
 static const struct conf_section sections[] = {

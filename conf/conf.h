@@ -91,6 +91,9 @@ struct weft_conf_plan {
     int interconnect;     /* enum weft_link: none, pcie, nvlink */
     int64_t nodes;
     uint64_t host_memory; /* 0: no spilling to host memory */
+    int64_t device_gflops;   /* for the predicted step time; 0: unknown */
+    uint64_t link_bandwidth; /* bytes per second; 0: the interconnect's nominal */
+    int64_t link_latency_us; /* 0: the interconnect's nominal */
 };
 
 /* max_memory parsed: a bound per device index and for host memory ("cpu"). */

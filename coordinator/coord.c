@@ -362,7 +362,15 @@ static void job_finish(struct weft_coord *c, struct job *j, enum job_state state
         WEFT_LOG_WARN("coord", "job %s: cannot journal that it is %s; after a restart it "
                                "runs again", j->id, weft_coord_state_name(state));
     list_push(&c->finished, j);
-    WEFT_LOG_INFO("coord", "job %s %s%s%s", j->id, weft_coord_state_name(state),
+    /* its stages' seconds (summed over its images and replicas), as its record's timings */
+    char times[256] = "", stages[200] = "";
+    for (int i = 0, n = 0; i < j->n_stages && n < (int)sizeof(stages); i++)
+        n += snprintf(stages + n, sizeof(stages) - (size_t)n, "%s%s %.3f s", i ? ", " : " (",
+                      j->stages[i].name, j->stages[i].seconds);
+    if (state == JOB_DONE && j->started_at > 0)
+        snprintf(times, sizeof(times), " in %.3f s%s%s", j->finished_at - j->started_at, stages,
+                 stages[0] ? ")" : "");
+    WEFT_LOG_INFO("coord", "job %s %s%s%s%s", j->id, weft_coord_state_name(state), times,
                   reason ? ": " : "", reason ? reason : "");
     weft_api_job_changed(c, j, -1);
     retain(c);

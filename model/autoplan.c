@@ -29,10 +29,15 @@ const char *weft_link_name(enum weft_link link)
     return link == WEFT_LINK_NVLINK ? "NVLink" : link == WEFT_LINK_PCIE ? "PCIe" : "no link";
 }
 
-/* Nominal bandwidths for the reasons' time figures, bytes per second. */
+/* Nominal figures of a link kind (autoplan.h): bytes per second, seconds a call. */
 static double link_bps(enum weft_link link)
 {
     return link == WEFT_LINK_NVLINK ? 300e9 : link == WEFT_LINK_PCIE ? 24e9 : 10e9;
+}
+
+static double link_latency(enum weft_link link)
+{
+    return link == WEFT_LINK_NVLINK ? 10e-6 : link == WEFT_LINK_PCIE ? 20e-6 : 30e-6;
 }
 
 static const char *gb(uint64_t b, char *buf, size_t len)
@@ -198,16 +203,65 @@ static void messages(const struct weft_autoplan_model *m, const struct weft_auto
         p->tp_allreduces = passes * m->tp_allreduces[p->tp];
         p->tp_bytes = p->tp_allreduces * 2.0 * (p->tp - 1) / p->tp * S * D * 4;
     }
-    if (p->ulysses > 1) /* q, k, v there and the output back: (u - 1) / u of each moves */
+    if (p->ulysses > 1) { /* q, k, v there (one call) and the output back (another): (u - 1)
+                           * / u of each moves */
+        p->ulysses_calls = passes * (int)layers * 2;
         p->ulysses_bytes =
             passes * (double)layers * 4.0 * (p->ulysses - 1) / p->ulysses * S * Dl * 4;
-    if (p->ring > 1) /* every other ring rank's K and V (all-gather) */
+    }
+    if (p->ring > 1) { /* every other ring rank's K and V (two all-gathers) */
+        p->ring_calls = passes * (int)layers * 2;
         p->ring_bytes = passes * (double)layers * (p->ring - 1) * 2.0 * S * p->ulysses *
                         (Dl / p->ulysses) * 4;
-    if (p->device_map) /* the hidden states and time embedding at a stage boundary, and the
-                        * output from the last stage to the others */
+    }
+    if (p->device_map) { /* the hidden states and time embedding at a stage boundary, and the
+                          * output from the last stage to the others */
+        p->stage_calls = passes * p->pp;
         p->stage_bytes = passes * ((S * D + D) * 4 +
                                    (double)s_img * (double)f->out_channels * 4 * (p->pp - 1));
+    }
+}
+
+/* calls collectives moving bytes in a group of span consecutive devices (the mesh's inner
+ * degrees first: tp, then ulysses, then ring): over the network once it leaves a host. */
+static double coll_time(const struct weft_autoplan_devices *dev, int span, int calls,
+                        double bytes)
+{
+    if (!calls)
+        return 0;
+    double bps = WEFT_AUTOPLAN_NET_BPS, lat = WEFT_AUTOPLAN_NET_LATENCY;
+    if (span <= dev->n / dev->nodes) {
+        bps = dev->link_bps > 0 ? dev->link_bps : link_bps(dev->link);
+        lat = dev->link_latency > 0 ? dev->link_latency : link_latency(dev->link);
+    }
+    return calls * lat + bytes / bps;
+}
+
+/* The step time of p (its messages counted), autoplan.h's weft_autoplan_time. */
+static void predict_time(const struct weft_autoplan_model *m,
+                         const struct weft_autoplan_devices *dev,
+                         const struct weft_autoplan_job *job, struct weft_autoplan *p)
+{
+    struct weft_autoplan_time *t = &p->time;
+    memset(t, 0, sizeof(*t));
+    if (!(dev->flops > 0))
+        return;
+    const int cp = p->ring * p->ulysses;
+    const int64_t s_img = image_tokens(m, job), s_txt = job->text_tokens;
+    int64_t b, ni, nt;
+    weft_cp_chunk(s_img, cp, 0, &b, &ni);
+    weft_cp_chunk(s_txt, cp, 0, &b, &nt);
+    /* a rank's queries are its chunk's, its Linear rows too; tp splits both again. Stages of a
+     * device_map run one after another: the replica's step is the whole pass. */
+    const double share =
+        p->device_map ? 1.0 : (double)(ni + nt) / (double)(s_img + s_txt) / p->tp;
+    t->compute = (job->cfg ? 2.0 : 1.0) * weft_flux_flops(&m->flux, s_img, s_txt) * share /
+                 dev->flops;
+    t->tp = coll_time(dev, p->tp, p->tp_allreduces, p->tp_bytes);
+    t->ulysses = coll_time(dev, p->tp * p->ulysses, p->ulysses_calls, p->ulysses_bytes);
+    t->ring = coll_time(dev, p->tp * cp, p->ring_calls, p->ring_bytes);
+    t->stage = coll_time(dev, p->pp, p->stage_calls, p->stage_bytes);
+    t->total = t->compute + t->tp + t->ulysses + t->ring + t->stage;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -492,7 +546,76 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
         p->peak_device = 0;
     }
     messages(m, job, p);
+    predict_time(m, dev, job, p);
     return WEFT_OK;
+}
+
+static bool faster(const struct weft_autoplan_candidate *a,
+                   const struct weft_autoplan_candidate *b)
+{
+    if (a->time.total != b->time.total)
+        return a->time.total < b->time.total;
+    return total(&a->peak) < total(&b->peak);
+}
+
+/* q (degrees and peak set) into the ranking out[*n], kept sorted and at most max long. */
+static void rank_add(const struct weft_autoplan_model *m,
+                     const struct weft_autoplan_devices *dev,
+                     const struct weft_autoplan_job *job, struct weft_autoplan *q,
+                     struct weft_autoplan_candidate *out, int *n, int max)
+{
+    messages(m, job, q);
+    predict_time(m, dev, job, q);
+    const struct weft_autoplan_candidate c = {
+        .ring = q->ring, .ulysses = q->ulysses, .tp = q->tp, .pp = q->pp,
+        .device_map = q->device_map, .anything = q->ulysses_anything || q->ring_anything,
+        .peak = q->peak, .time = q->time,
+        .bytes = q->tp_bytes + q->ulysses_bytes + q->ring_bytes + q->stage_bytes};
+    int at = *n;
+    while (at > 0 && faster(&c, &out[at - 1])) {
+        if (at < max)
+            out[at] = out[at - 1];
+        at--;
+    }
+    if (at < max)
+        out[at] = c;
+    *n += *n < max;
+}
+
+int weft_autoplan_rank(const struct weft_autoplan_model *m,
+                       const struct weft_autoplan_devices *dev,
+                       const struct weft_autoplan_job *job, int k,
+                       struct weft_autoplan_candidate *out, int max)
+{
+    struct weft_error quiet = WEFT_ERROR_INIT;
+    if (k < 1 || k > dev->n || check_inputs(m, dev, job, &quiet) != WEFT_OK)
+        return 0;
+    const int per_node = dev->n / dev->nodes;
+    const int64_t s_img = image_tokens(m, job);
+    int n = 0;
+    for (int tp = 1; tp <= k; tp++) {
+        if (k % tp || (tp > 1 && !tp_ok(m, tp, per_node)))
+            continue;
+        const int64_t heads = m->flux.num_attention_heads / tp;
+        for (int u = 1; u <= k / tp; u++) {
+            if ((k / tp) % u || heads % u || (u > 1 && tp * u > per_node))
+                continue;
+            struct weft_autoplan q = {.dp = 1, .cfg = 1, .ring = k / tp / u, .ulysses = u,
+                                      .tp = tp, .pp = 1};
+            const bool even = s_img % (k / tp) == 0 && job->text_tokens % (k / tp) == 0;
+            q.ulysses_anything = !even && u > 1;
+            q.ring_anything = !even && q.ring > 1;
+            q.peak = weft_autoplan_memory_of(m, job, q.ring, u, tp);
+            if (total(&q.peak) <= dev->memory)
+                rank_add(m, dev, job, &q, out, &n, max);
+        }
+    }
+    struct weft_autoplan q = {.dp = 1, .cfg = 1, .ring = 1, .ulysses = 1, .tp = 1, .pp = 1};
+    if (k > 1 && k <= WEFT_DEVMAP_MAX_DEVICES && try_devmap(m, job, dev, k, &q)) {
+        rank_add(m, dev, job, &q, out, &n, max);
+        weft_devmap_cleanup(&q.map);
+    }
+    return n;
 }
 
 void weft_autoplan_cleanup(struct weft_autoplan *p)

@@ -71,7 +71,17 @@ struct weft_autoplan_devices {
     uint64_t memory;      /* each device's */
     uint64_t host_memory; /* room for device_map to spill to host memory; 0: none */
     enum weft_link link;  /* between the devices of one host (hosts: a network) */
+    /* for the predicted step time (0: unknown) */
+    double flops;        /* one device's dense rate, FLOP/s; 0: no time is predicted */
+    double link_bps;     /* what a rank sends per second to a device of its host; 0: the
+                          * link's nominal figure (NVLink 300 GB/s, PCIe 24, none 10) */
+    double link_latency; /* seconds a collective costs beyond its bytes; 0: nominal (NVLink
+                          * 10 us, PCIe 20, none 30) */
 };
+
+/* Between hosts the planner counts a network of 12.5 GB/s (100 Gb/s) and 30 us a call. */
+#define WEFT_AUTOPLAN_NET_BPS 12.5e9
+#define WEFT_AUTOPLAN_NET_LATENCY 30e-6
 
 struct weft_autoplan_job {
     int64_t height, width, steps, prompts, text_tokens;
@@ -82,6 +92,14 @@ struct weft_autoplan_job {
 /* What one device holds, in bytes. */
 struct weft_autoplan_memory {
     uint64_t weights, activations, workspace;
+};
+
+/* One denoising step of one prompt on its replica, predicted, seconds: the first rank's share
+ * of the transformer's operations (weft_flux_flops) at the device's rate, and each kind of
+ * collective as its calls' latency plus its bytes at the link's rate (the network's where the
+ * group spans hosts), nothing overlapped. All 0 when the device rate is unknown. */
+struct weft_autoplan_time {
+    double compute, tp, ulysses, ring, stage, total;
 };
 
 struct weft_autoplan {
@@ -99,6 +117,8 @@ struct weft_autoplan {
      * all-to-alls, ring exchanges, device_map hand-overs */
     double tp_bytes, ulysses_bytes, ring_bytes, stage_bytes;
     int tp_allreduces; /* per step */
+    int ulysses_calls, ring_calls, stage_calls;
+    struct weft_autoplan_time time;
     char reasons[WEFT_AUTOPLAN_REASONS][240];
     int n_reasons;
 };
@@ -109,6 +129,22 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
                             const struct weft_autoplan_job *job, struct weft_autoplan *out,
                             struct weft_error *err);
 void weft_autoplan_cleanup(struct weft_autoplan *p);
+
+/* Every layout of one replica over exactly k devices that fits them (tp x ulysses x ring = k,
+ * and device_map over k when k > 1), fastest predicted step first (by memory when the rate is
+ * unknown); at most max, returns how many. The rules of weft_autoplan choose; this shows what
+ * the cost model thinks of the alternatives (weft plan --auto --rank, weft bench plan). */
+struct weft_autoplan_candidate {
+    int ring, ulysses, tp, pp;
+    bool device_map, anything;
+    struct weft_autoplan_memory peak;
+    struct weft_autoplan_time time;
+    double bytes; /* a rank sends per step */
+};
+int weft_autoplan_rank(const struct weft_autoplan_model *m,
+                       const struct weft_autoplan_devices *dev,
+                       const struct weft_autoplan_job *job, int k,
+                       struct weft_autoplan_candidate *out, int max);
 
 /* The memory of one layout's fullest device (device_map excluded): what the choice compares. */
 struct weft_autoplan_memory weft_autoplan_memory_of(const struct weft_autoplan_model *m,

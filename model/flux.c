@@ -365,3 +365,41 @@ size_t weft_flux_act_sizes(const struct weft_flux_config *c, int tp, bool cp, in
     }
     return floats * sizeof(float);
 }
+
+/* How many rows a layer's input has in one forward pass: the image's tokens, the text's, both
+ * (single blocks), or one vector a sample (the modulation and embedding layers). */
+static double linear_flops(const struct weft_flux_linear_desc *d, int64_t rows)
+{
+    return d->present ? 2.0 * (double)rows * (double)d->in * (double)d->out : 0.0;
+}
+
+double weft_flux_flops(const struct weft_flux_config *c, int64_t s_img, int64_t s_txt)
+{
+    struct weft_flux_linear_desc top[WEFT_FLUX_TOP_COUNT], dbl[WEFT_FLUX_DOUBLE_COUNT],
+        sgl[WEFT_FLUX_SINGLE_COUNT];
+    weft_flux_top_linears(c, top);
+    weft_flux_double_linears(c, dbl);
+    weft_flux_single_linears(c, sgl);
+    const int64_t S = s_img + s_txt;
+    double f = 0;
+    for (int i = 0; i < WEFT_FLUX_TOP_COUNT; i++)
+        f += linear_flops(&top[i], i == WEFT_FLUX_X_EMBEDDER || i == WEFT_FLUX_PROJ_OUT ? s_img
+                                   : i == WEFT_FLUX_CONTEXT_EMBEDDER              ? s_txt
+                                                                                  : 1);
+    double block = 0;
+    for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++) {
+        const bool txt = i == WEFT_FLUX_D_ADD_Q || i == WEFT_FLUX_D_ADD_K ||
+                         i == WEFT_FLUX_D_ADD_V || i == WEFT_FLUX_D_TO_ADD_OUT ||
+                         i == WEFT_FLUX_D_FF_CONTEXT_IN || i == WEFT_FLUX_D_FF_CONTEXT_OUT;
+        const bool vec = i == WEFT_FLUX_D_NORM1 || i == WEFT_FLUX_D_NORM1_CONTEXT;
+        block += linear_flops(&dbl[i], vec ? 1 : txt ? s_txt : s_img);
+    }
+    /* joint attention: Q K^T and the weighted sum of V, S x S x inner multiply-adds each */
+    const double attn = 4.0 * (double)S * (double)S * (double)c->inner_dim;
+    f += (double)c->num_layers * (block + attn);
+    block = 0;
+    for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT; i++)
+        block += linear_flops(&sgl[i], i == WEFT_FLUX_S_NORM ? 1 : S);
+    f += (double)c->num_single_layers * (block + attn);
+    return f;
+}

@@ -174,6 +174,12 @@ int weft_flux_unit_count(const struct weft_flux_config *c);
 size_t weft_flux_act_sizes(const struct weft_flux_config *c, int tp, bool cp, int64_t batch,
                            int64_t ni, int64_t nt, int64_t s_img,
                            int64_t sizes[WEFT_FLUX_ACT_BUFFERS]);
+/* Floating-point operations of one forward pass over s_img image and s_txt text tokens, batch
+ * 1: every Linear (2 x rows x in x out, rows the tokens of its stream, 1 for the modulation and
+ * embedding layers) and the joint attention (4 x S^2 x inner a block). Elementwise work (norms,
+ * RoPE, softmax, activations) is not counted. Under tensor and context parallelism a rank does
+ * 1/(tp x cp) of it. */
+double weft_flux_flops(const struct weft_flux_config *c, int64_t s_img, int64_t s_txt);
 /* The unit a parameter (checkpoint key) belongs to; -1 for a name of no unit. */
 int weft_flux_param_unit(const struct weft_flux_config *c, const char *name);
 void weft_flux_unit_name(const struct weft_flux_config *c, int unit, char *buf, size_t len);

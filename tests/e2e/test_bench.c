@@ -6,6 +6,7 @@
  * usage: test_bench WEFT_BINARY WEFT_API_LOAD_BINARY */
 #include <cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -92,7 +93,7 @@ static void walk(const cJSON *j, int rounds, struct found *f)
 
 /* A bench's --quick --json run: exit 0, the context, figures (and ratios when want_ratios),
  * the warm-up round reported before round 1 on stderr. */
-static void check_bench(char *const *argv, const char *name, bool want_ratios)
+static cJSON *bench_json(char *const *argv, const char *name, bool want_ratios)
 {
     char *out, *err;
     int rc = run(argv, &out, &err);
@@ -124,9 +125,41 @@ static void check_bench(char *const *argv, const char *name, bool want_ratios)
     const char *r2 = strstr(err, "round 2 of 2");
     CHECK(warm && r1 && r2 && warm < r1 && r1 < r2);
     printf("%s: %d figures, %d ratios\n", name, f.figures, f.ratios);
-    cJSON_Delete(j);
     free(out);
     free(err);
+    return j;
+}
+
+static void check_bench(char *const *argv, const char *name, bool want_ratios)
+{
+    cJSON_Delete(bench_json(argv, name, want_ratios));
+}
+
+/* weft bench plan: every layout's predicted and measured memory and step time, the two
+ * rankings a permutation each, the calibration layout's prediction its own measurement. */
+static void check_plan(char *const *argv)
+{
+    cJSON *j = bench_json(argv, "weft bench plan", false);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(j, "rows"), *e;
+    CHECK_EQ(cJSON_GetArraySize(rows), 5);
+    int seen_p = 0, seen_m = 0;
+    cJSON_ArrayForEach(e, rows)
+    {
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(e, "predicted_step_seconds");
+        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(e, "measured_step_seconds");
+        const double pm = cJSON_GetObjectItemCaseSensitive(ps, "median")->valuedouble;
+        const double mm = cJSON_GetObjectItemCaseSensitive(ms, "median")->valuedouble;
+        CHECK(pm > 0 && mm > 0);
+        if (e == rows->child) /* one device: the calibration */
+            CHECK(fabs(pm - mm) <= 1e-9 + 1e-6 * mm);
+        const int pr = cJSON_GetObjectItemCaseSensitive(e, "predicted_rank")->valueint;
+        const int mr = cJSON_GetObjectItemCaseSensitive(e, "measured_rank")->valueint;
+        CHECK(pr >= 1 && pr <= 5 && mr >= 1 && mr <= 5);
+        seen_p |= 1 << pr, seen_m |= 1 << mr;
+    }
+    CHECK(seen_p == 0x3e && seen_m == 0x3e);
+    CHECK(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "rankings_agree")));
+    cJSON_Delete(j);
 }
 
 /* weft bench text: T5 per rank at tp 1 and 2, each tp 2 rank holding less than tp 1 (its
@@ -177,7 +210,7 @@ int main(int argc, char **argv)
     char *gen[] = {weft, "bench", "generate", "--quick", "--no-torch", "--json", NULL};
     check_bench(gen, "weft bench generate", false);
     char *plan[] = {weft, "bench", "plan", "--quick", "--json", NULL};
-    check_bench(plan, "weft bench plan", false);
+    check_plan(plan);
     char *text[] = {weft, "bench", "text", "--quick", "--no-torch", "--json", NULL};
     check_bench(text, "weft bench text", false);
     check_text_per_rank(text);

@@ -5,6 +5,7 @@
  * -> tp x cp; heads that do not divide the devices -> a smaller degree or ring, said why; a
  * pipeline that fits nowhere -> refused naming the sizes. */
 #include <cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -176,6 +177,45 @@ static void from_folder(const char *weft)
     out2[n2] = '\0';
     CHECK_EQ(pclose(f), 0);
     CHECK(n2 == n && strcmp(out, out2) == 0);
+    CHECK(!strstr(out, "step_time")); /* no rate given: no time */
+    /* with a device rate: the step time and the ranked layouts of the replica's devices */
+    snprintf(cmd, sizeof(cmd), "%s plan --model %s --auto --devices 2 --device-memory 1GB "
+             "--height 256 --width 256 --text-tokens 64 --device-tflops 0.05 "
+             "--link-bandwidth 5GB --link-latency-us 40 --json", weft, dir);
+    f = popen(cmd, "r");
+    CHECK(f);
+    const size_t n3 = fread(out2, 1, sizeof(out2) - 1, f);
+    out2[n3] = '\0';
+    CHECK_EQ(pclose(f), 0);
+    j = cJSON_Parse(out2);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "step_time");
+    const cJSON *rk = cJSON_GetObjectItemCaseSensitive(j, "ranked");
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(t, "total")) &&
+          cJSON_GetObjectItemCaseSensitive(t, "total")->valuedouble > 0);
+    CHECK(cJSON_IsArray(rk) && cJSON_GetArraySize(rk) >= 2);
+    double prev = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, rk)
+    {
+        const double v = cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(e, "step_time"), "total")
+                             ->valuedouble;
+        CHECK(v >= prev);
+        prev = v;
+    }
+    printf("weft plan --auto --device-tflops 0.05 on 2 devices: %.2f ms a step, %d layouts "
+           "ranked, fastest %s\n", cJSON_GetObjectItemCaseSensitive(t, "total")->valuedouble * 1e3,
+           cJSON_GetArraySize(rk),
+           cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(rk, 0), "layout")->valuestring);
+    cJSON_Delete(j);
+    snprintf(cmd, sizeof(cmd), "%s plan --model %s --auto --devices 2 --device-memory 1GB "
+             "--device-tflops fast 2>&1", weft, dir);
+    f = popen(cmd, "r");
+    CHECK(f);
+    const size_t n4 = fread(out2, 1, sizeof(out2) - 1, f);
+    out2[n4] = '\0';
+    CHECK_EQ(WEXITSTATUS(pclose(f)), 2);
+    CHECK(strstr(out2, "--device-tflops 'fast'"));
     /* bad input: one line, exit 2 */
     snprintf(cmd, sizeof(cmd), "%s plan --auto --devices 4 --device-memory lots 2>&1", weft);
     f = popen(cmd, "r");
@@ -186,6 +226,73 @@ static void from_folder(const char *weft)
     CHECK(strstr(out, "--device-memory 'lots'"));
 }
 
+/* The operation count of FLUX.1-dev's forward pass, written out from its shapes (D 3072, MLP
+ * 4D, 64 latent channels, T5 4096 wide, CLIP 768, 19 double and 38 single blocks) against
+ * weft_flux_flops, which walks the layer tables; then the predicted step time and the ranking. */
+static void step_time(const struct weft_autoplan_model *m)
+{
+    const double D = 3072, si = 4096, st = 512, S = si + st;
+    const double top = 64 * D * si + 4096 * D * st + 256 * D + D * D /* time */ +
+                       256 * D + D * D /* guidance */ + 768 * D + D * D /* text */ +
+                       D * 2 * D + D * 64 * si /* norm_out, proj_out */;
+    const double dbl = 12 * D * D * S + 2 * 6 * D * D, sgl = 12 * D * D * S + 3 * D * D;
+    const double want = 2 * (top + 19 * dbl + 38 * sgl) + 57 * 4 * S * S * D;
+    const double got = weft_flux_flops(&m->flux, (int64_t)si, (int64_t)st);
+    printf("FLUX.1-dev at 1024 x 1024, 512 text tokens: %.2f TFLOP a pass (written out %.2f)\n",
+           got / 1e12, want / 1e12);
+    CHECK(fabs(got - want) <= 1e-9 * want);
+    /* a token passes one stream of a double block (12 D^2 of its 24 D^2 weights), every
+     * weight of a single block but the modulation: 57 x 12 D^2 x 4608 x 2 = 59.5 T, and
+     * attention 14.9 T */
+    CHECK(got > 70e12 && got < 80e12);
+
+    /* 4 devices of 80 GB at 400 TFLOP/s, NVLink at its nominal figures */
+    const struct weft_autoplan_devices dev = {.n = 4, .nodes = 1, .memory = 80 * GB,
+                                              .link = WEFT_LINK_NVLINK, .flops = 400e12};
+    const struct weft_autoplan_job job = {1024, 1024, 28, 1, 512, false, WEFT_GOAL_LATENCY};
+    struct weft_autoplan_candidate c[16];
+    const int n1 = weft_autoplan_rank(m, &dev, &job, 1, c, 16);
+    CHECK_EQ(n1, 1);
+    CHECK(fabs(c[0].time.compute - got / 400e12) < 1e-12 && c[0].time.total == c[0].time.compute);
+    const double one = c[0].time.total;
+    const int n4 = weft_autoplan_rank(m, &dev, &job, 4, c, 16);
+    /* tp 4, ulysses 4, ring 4, tp 2 x ulysses 2, tp 2 x ring 2, ring 2 x ulysses 2, device_map */
+    CHECK_EQ(n4, 7);
+    for (int i = 0; i < n4; i++) {
+        printf("  %s ring %d ulysses %d tp %d: %.1f ms (compute %.1f)\n",
+               c[i].device_map ? "device_map" : "", c[i].ring, c[i].ulysses, c[i].tp,
+               c[i].time.total * 1e3, c[i].time.compute * 1e3);
+        CHECK(i == 0 || c[i].time.total >= c[i - 1].time.total);
+        if (c[i].device_map) { /* the stages run one after another */
+            CHECK(fabs(c[i].time.compute - one) < 1e-9);
+            continue;
+        }
+        CHECK(fabs(c[i].time.compute - one / 4) < 1e-9 * one); /* 4608 splits evenly */
+        if (c[i].tp == 4) { /* 114 all-reduces of 4608 x 3072 floats, 2 x 3/4 of each sent */
+            const double bytes = 114 * 2.0 * 3 / 4 * S * D * 4;
+            CHECK(fabs(c[i].time.tp - (114 * 10e-6 + bytes / 300e9)) < 1e-9);
+        }
+    }
+    CHECK(c[n4 - 1].device_map);
+    /* no rate: no time, the ranking by memory */
+    struct weft_autoplan_devices slow = dev;
+    slow.flops = 0;
+    CHECK_EQ(weft_autoplan_rank(m, &slow, &job, 4, c, 16), 7);
+    CHECK(c[0].time.total == 0);
+    /* the chosen plan carries its time */
+    struct weft_autoplan p;
+    CHECK_OK(weft_autoplan(m, &dev, &job, &p, TERR));
+    CHECK(p.time.total > 0 && p.time.compute <= one);
+    weft_autoplan_cleanup(&p);
+    /* over two nodes a group that leaves its host pays the network: ring 4 across 2 nodes */
+    const struct weft_autoplan_devices two = {.n = 4, .nodes = 2, .memory = 80 * GB,
+                                              .link = WEFT_LINK_NVLINK, .flops = 400e12};
+    const int n2 = weft_autoplan_rank(m, &two, &job, 4, c, 16);
+    for (int i = 0; i < n2; i++)
+        if (c[i].ring == 4)
+            CHECK(c[i].time.ring > 57 * 2 * WEFT_AUTOPLAN_NET_LATENCY);
+}
+
 int main(int argc, char **argv)
 {
     test_quiet();
@@ -193,6 +300,7 @@ int main(int argc, char **argv)
     from_folder(argv[1]);
     struct weft_autoplan_model m;
     flux_dev(&m, true);
+    step_time(&m);
     struct weft_autoplan p;
 
     /* many prompts, a model that fits: one replica per device */
