@@ -99,12 +99,10 @@ static int rank_sizes(struct weft_transport *tp, const struct params *p, int out
     for (int k = 0; k < p->nsizes; k++) {
         size_t sb, rb;
         op_sizes(p->op, p->bytes[k], n, &sb, &rb);
-        /* the shared-memory path reads shareable buffers in place; UCX is at its best on
-         * private huge pages (its CMA copies pin every page) */
-        /* a call above [transport] shm_max takes UCX: private huge pages then, as for
-         * weft-ucx */
-        bool over = p->opts.shm_max && p->bytes[k] > p->opts.shm_max;
-        bool priv = p->ucx_side || p->private_bufs || over;
+        /* the shared-memory path reads shareable buffers in place; UCX (weft-ucx, and calls
+         * above [transport] shm_max) is at its best on private huge pages (its CMA copies pin
+         * every page) */
+        bool priv = p->private_bufs || !weft_comm_shm_fits(w, p->bytes[k]);
         float *s = priv ? weft_big_alloc(sb) : weft_big_alloc_shared(sb);
         float *r = priv ? weft_big_alloc(rb) : weft_big_alloc_shared(rb);
         if (!s || !r)

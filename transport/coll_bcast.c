@@ -114,8 +114,8 @@ weft_status_t weft_comm_bcast_start(struct weft_comm *comm, void *buf, size_t co
     op->root = root;
     if (n == 1 || count == 0)
         return weft_tp_op_launch(op, WEFT_OK, req_p);
-    if (weft_tp_shm_on(comm, count * op->esize))
-        return weft_tp_op_launch(op, weft_tp_shm_bcast(op), req_p);
+    if (weft_comm_shm_fits(comm, count * op->esize))
+        return weft_tp_op_launch(op, weft_tp_shm_start(op, WEFT_SHM_BCAST), req_p);
     size_t bytes = count * op->esize;
     const struct weft_transport_opts *o = &comm->tp->opts;
     if (bytes > o->chunk_bytes) {
@@ -190,8 +190,8 @@ weft_status_t weft_comm_barrier_start(struct weft_comm *comm, struct weft_comm_r
         return st;
     if (comm->size == 1)
         return weft_tp_op_launch(op, WEFT_OK, req_p);
-    if (weft_tp_shm_on(comm, 0))
-        return weft_tp_op_launch(op, weft_tp_shm_barrier(op), req_p);
+    if (weft_comm_shm_fits(comm, 0))
+        return weft_tp_op_launch(op, weft_tp_shm_start(op, WEFT_SHM_BARRIER), req_p);
     st = barrier_post(op);
     return weft_tp_op_launch(op, st == WEFT_OK ? WEFT_INPROGRESS : st, req_p);
 }

@@ -219,8 +219,8 @@ static weft_status_t a2a_begin(struct weft_comm *comm, const char *name, const v
                        name, comm->slen[me], comm->len[me]);
         return weft_tp_op_launch(op, WEFT_ERR_INVALID, req_p);
     }
-    if (weft_tp_shm_on(comm, sendcounts ? SIZE_MAX : stot * op->esize))
-        return weft_tp_op_launch(op, weft_tp_shm_alltoall(op), req_p);
+    if (weft_comm_shm_fits(comm, sendcounts ? SIZE_MAX : stot * op->esize))
+        return weft_tp_op_launch(op, weft_tp_shm_start(op, WEFT_SHM_ALLTOALL), req_p);
     if (!op->in_place)
         return weft_tp_op_launch(op, a2a_setup(op), req_p);
     st = weft_tp_scratch_need(comm, 0);

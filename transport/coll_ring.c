@@ -278,8 +278,8 @@ weft_status_t weft_comm_allreduce_start(struct weft_comm *comm, const void *send
                             bytes <= o->allreduce_direct_max));
     for (int b = 0; b < n; b++)
         weft_comm_block(count, n, b, &comm->off[b], &comm->len[b]);
-    if (weft_tp_shm_on(comm, bytes))
-        return weft_tp_op_launch(op, weft_tp_shm_allreduce(op), req_p);
+    if (weft_comm_shm_fits(comm, bytes))
+        return weft_tp_op_launch(op, weft_tp_shm_start(op, WEFT_SHM_ALLREDUCE), req_p);
     if (direct) {
         op->progress = weft_tp_direct_allreduce_progress;
         return weft_tp_op_launch(op, weft_tp_direct_allreduce_setup(op), req_p);
@@ -356,8 +356,8 @@ static weft_status_t allgather_begin(struct weft_comm *comm, const char *name,
             memcpy(op->out, op->in, mine * op->esize);
         return weft_tp_op_launch(op, WEFT_OK, req_p);
     }
-    if (weft_tp_shm_on(comm, total * op->esize))
-        return weft_tp_op_launch(op, weft_tp_shm_allgather(op), req_p);
+    if (weft_comm_shm_fits(comm, total * op->esize))
+        return weft_tp_op_launch(op, weft_tp_shm_start(op, WEFT_SHM_ALLGATHER), req_p);
     return weft_tp_op_launch(op, weft_tp_ring_setup(op, false, true), req_p);
 }
 

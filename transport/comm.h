@@ -158,6 +158,10 @@ weft_status_t weft_comm_status(const struct weft_comm *comm);
  * buffer from weft_big_alloc_shared (common/alloc.h) is then read by the peers in place, any
  * other is copied once into a shareable staging buffer. */
 bool weft_comm_uses_shm(const struct weft_comm *comm);
+/* Whether a collective of bytes per rank takes the shared-memory path: the group uses it and
+ * bytes is within [transport] shm_max (0: every size). SIZE_MAX: sizes that differ between
+ * the members (all-to-all with counts), which take it only with shm_max 0. */
+bool weft_comm_shm_fits(const struct weft_comm *comm, size_t bytes);
 
 /* ---- Point-to-point ---------------------------------------------------------------------- */
 

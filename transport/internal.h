@@ -362,16 +362,16 @@ weft_status_t weft_tp_direct_allreduce_setup(struct weft_tp_op *op);
 /* At the group's creation, decide with every member whether it takes the shared-memory path
  * (two exchanges over UCX); a failure of them is the group's (peer lost). */
 weft_status_t weft_tp_shm_setup(struct weft_comm *comm);
-/* Whether a call of bytes per rank (the same on every member; SIZE_MAX: sizes differ between
- * members) takes the shared-memory path: [transport] shm_max. */
-bool weft_tp_shm_on(const struct weft_comm *comm, size_t bytes);
 /* Start the op on the shared-memory path; the layouts are set as for the UCX engines
  * (comm->off/len, and soff/slen for all-to-all). WEFT_INPROGRESS, or a failure. */
-weft_status_t weft_tp_shm_barrier(struct weft_tp_op *op);
-weft_status_t weft_tp_shm_allreduce(struct weft_tp_op *op);
-weft_status_t weft_tp_shm_allgather(struct weft_tp_op *op);
-weft_status_t weft_tp_shm_alltoall(struct weft_tp_op *op);
-weft_status_t weft_tp_shm_bcast(struct weft_tp_op *op);
+enum weft_tp_shm_kind {
+    WEFT_SHM_BARRIER,
+    WEFT_SHM_ALLREDUCE,
+    WEFT_SHM_ALLGATHER,
+    WEFT_SHM_ALLTOALL,
+    WEFT_SHM_BCAST,
+};
+weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kind);
 /* Sleep on the doorbell when the collectives in flight are all shared-memory ones (at most a
  * millisecond); false when there is UCX work to sleep on instead. */
 bool weft_tp_shm_sleep(struct weft_transport *tp, int64_t deadline);

@@ -82,7 +82,6 @@ struct shm_map {
     uint64_t used; /* call number of the last use */
 };
 
-enum shm_kind { SHM_BARRIER, SHM_ALLREDUCE, SHM_ALLGATHER, SHM_ALLTOALL, SHM_BCAST };
 
 struct weft_tp_shm {
     int n, me;
@@ -98,7 +97,7 @@ struct weft_tp_shm {
     size_t stage_len;
     bool res_staged;        /* all-reduce: the summed block is published from stage + res_at */
     size_t res_at;
-    enum shm_kind kind;
+    enum weft_tp_shm_kind kind;
 };
 
 /* The hello each member sends at the group's first collective. */
@@ -181,6 +180,7 @@ static void raise_flag(struct weft_tp_shm *s, _Atomic uint64_t *flag)
     ring_all(s);
 }
 
+/* /proc files report no size: read with stdio (weft_files_read sizes by fstat). */
 static void boot_id(uint8_t out[16])
 {
     memset(out, 0, 16);
@@ -421,19 +421,26 @@ static weft_status_t peer_failed(struct weft_comm *c, int r)
     return WEFT_ERR_PROTOCOL;
 }
 
-/* Every rank's flag at this call: WEFT_OK, WEFT_INPROGRESS, or a peer's failure. */
-static weft_status_t all_at(struct weft_comm *c, size_t field)
+/* The first rank whose flag (the field of its control page) has not reached this call, -1 when
+ * every one has; *failed: that rank has raised its failed flag instead. */
+static int first_behind(const struct weft_tp_shm *s, size_t field, bool *failed)
 {
-    struct weft_tp_shm *s = c->shm;
     for (int r = 0; r < s->n; r++) {
         _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)s->ctl[r] + field);
         if (atomic_load_explicit(f, memory_order_acquire) >= s->seq)
             continue;
-        if (atomic_load(&s->ctl[r]->failed) >= s->seq)
-            return peer_failed(c, r);
-        return WEFT_INPROGRESS;
+        *failed = atomic_load(&s->ctl[r]->failed) >= s->seq;
+        return r;
     }
-    return WEFT_OK;
+    return -1;
+}
+
+/* Every rank's flag at this call: WEFT_OK, WEFT_INPROGRESS, or a peer's failure. */
+static weft_status_t all_at(struct weft_comm *c, size_t field)
+{
+    bool failed = false;
+    const int r = first_behind(c->shm, field, &failed);
+    return r < 0 ? WEFT_OK : failed ? peer_failed(c, r) : WEFT_INPROGRESS;
 }
 
 static weft_status_t fail_here(struct weft_comm *c, weft_status_t st, const char *what, int r)
@@ -513,16 +520,16 @@ static size_t copy_job(struct weft_tp_op *op, int k, char **dst, const char **sr
     int r = (s->me + k) % s->n; /* each rank starts at a different peer */
     *dst = op->out + c->off[r] * es;
     switch (s->kind) {
-    case SHM_ALLREDUCE:
+    case WEFT_SHM_ALLREDUCE:
         *src = s->res[r];
         return c->len[r] * es;
-    case SHM_ALLGATHER:
+    case WEFT_SHM_ALLGATHER:
         *src = s->src[r];
         return c->len[r] * es;
-    case SHM_ALLTOALL:
+    case WEFT_SHM_ALLTOALL:
         *src = s->src[r] ? s->src[r] + s->ctl[r]->soff[s->me] * es : NULL;
         return c->len[r] * es;
-    case SHM_BCAST:
+    case WEFT_SHM_BCAST:
         *dst = op->out;
         *src = s->src[r];
         return r == op->root ? op->count * es : 0;
@@ -561,9 +568,9 @@ static void own_copy(struct weft_tp_op *op)
     struct weft_comm *c = op->comm;
     struct weft_tp_shm *s = c->shm;
     size_t es = op->esize;
-    if (s->kind == SHM_ALLGATHER && c->len[s->me] && !op->in_place)
+    if (s->kind == WEFT_SHM_ALLGATHER && c->len[s->me] && !op->in_place)
         memcpy(op->out + c->off[s->me] * es, op->in, c->len[s->me] * es);
-    if (s->kind == SHM_ALLTOALL && c->len[s->me] && !op->in_place)
+    if (s->kind == WEFT_SHM_ALLTOALL && c->len[s->me] && !op->in_place)
         memmove(op->out + c->off[s->me] * es, op->in + c->soff[s->me] * es,
                 c->len[s->me] * es);
 }
@@ -592,16 +599,16 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             if ((st = all_at(c, offsetof(struct shm_ctl, arrive))) != WEFT_OK)
                 return st;
             *moved = 1;
-            if (s->kind == SHM_BARRIER)
+            if (s->kind == WEFT_SHM_BARRIER)
                 return WEFT_OK;
             if ((st = resolve_all(c, false)) != WEFT_OK)
                 return st;
             op->retired = 1;
-            if (s->kind != SHM_ALLREDUCE)
+            if (s->kind != WEFT_SHM_ALLREDUCE)
                 own_copy(op);
         }
         *moved = 1;
-        if (s->kind == SHM_ALLREDUCE) {
+        if (s->kind == WEFT_SHM_ALLREDUCE) {
             /* the summed block goes where the peers read it: out itself when out is
              * shareable, else the staging buffer after the input's copy */
             int b = s->me;
@@ -648,7 +655,7 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
 
 /* Publish this call's buffers and raise arrive. The layouts are in comm->off/len (the blocks
  * this rank receives or sums) and comm->soff/slen (what it sends). */
-static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
+weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kind)
 {
     struct weft_comm *c = op->comm;
     struct weft_tp_shm *s = c->shm;
@@ -664,9 +671,9 @@ static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
     size_t in_bytes = 0;
     bool copy = false;
     switch (kind) {
-    case SHM_BARRIER:
+    case WEFT_SHM_BARRIER:
         break;
-    case SHM_ALLREDUCE: {
+    case WEFT_SHM_ALLREDUCE: {
         /* in place, a shareable buffer is read in place: a peer reads only the blocks it
          * sums, which this rank overwrites only once every sum is done (phase 1) */
         in_bytes = op->count * es;
@@ -683,14 +690,14 @@ static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
                      : publish(s, op->out + c->off[s->me] * es, res_bytes, 0, false, &me->res);
         break;
     }
-    case SHM_ALLGATHER:
+    case WEFT_SHM_ALLGATHER:
         in_bytes = c->len[s->me] * es;
         copy = unshared(op->in, in_bytes);
         st = stage_need(s, copy ? in_bytes : 0);
         if (st == WEFT_OK)
             st = publish(s, op->in, in_bytes, 0, copy, &me->src);
         break;
-    case SHM_ALLTOALL:
+    case WEFT_SHM_ALLTOALL:
         for (int r = 0; r < s->n; r++) {
             me->soff[r] = c->soff[r];
             in_bytes += c->slen[r] * es; /* blocks packed in rank order */
@@ -701,7 +708,7 @@ static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
         if (st == WEFT_OK)
             st = publish(s, op->in, in_bytes, 0, copy, &me->src);
         break;
-    case SHM_BCAST:
+    case WEFT_SHM_BCAST:
         if (c->rank == op->root) {
             in_bytes = op->count * es;
             copy = unshared(op->out, in_bytes);
@@ -718,7 +725,7 @@ static weft_status_t shm_start(struct weft_tp_op *op, enum shm_kind kind)
     return WEFT_INPROGRESS;
 }
 
-bool weft_tp_shm_on(const struct weft_comm *comm, size_t bytes)
+bool weft_comm_shm_fits(const struct weft_comm *comm, size_t bytes)
 {
     size_t max = comm->tp->opts.shm_max;
     return comm->shm_state == SHM_ON && (max == 0 || bytes <= max);
@@ -729,48 +736,19 @@ bool weft_comm_uses_shm(const struct weft_comm *comm)
     return comm && comm->shm_state == SHM_ON;
 }
 
-weft_status_t weft_tp_shm_barrier(struct weft_tp_op *op)
-{
-    return shm_start(op, SHM_BARRIER);
-}
-
-weft_status_t weft_tp_shm_allreduce(struct weft_tp_op *op)
-{
-    return shm_start(op, SHM_ALLREDUCE);
-}
-
-weft_status_t weft_tp_shm_allgather(struct weft_tp_op *op)
-{
-    return shm_start(op, SHM_ALLGATHER);
-}
-
-weft_status_t weft_tp_shm_alltoall(struct weft_tp_op *op)
-{
-    return shm_start(op, SHM_ALLTOALL);
-}
-
-weft_status_t weft_tp_shm_bcast(struct weft_tp_op *op)
-{
-    return shm_start(op, SHM_BCAST);
-}
-
 /* ---- sleeping ---- */
 
-/* Whether the flag the op waits for has moved (read only: the next progress takes it). */
+/* Whether the flag the op waits for has moved, or a rank it waits for failed (read only: the
+ * next progress takes it). */
 static bool shm_ready(const struct weft_tp_op *op)
 {
-    const struct weft_tp_shm *s = op->comm->shm;
     if (op->retired)
         return true; /* between two steps of work, not waiting */
-    size_t field = op->phase == 0   ? offsetof(struct shm_ctl, arrive)
-                   : op->phase == 1 ? offsetof(struct shm_ctl, reduced)
-                                    : offsetof(struct shm_ctl, done);
-    for (int r = 0; r < s->n; r++) {
-        _Atomic uint64_t *f = (_Atomic uint64_t *)((char *)s->ctl[r] + field);
-        if (atomic_load(f) < s->seq && atomic_load(&s->ctl[r]->failed) < s->seq)
-            return false;
-    }
-    return true;
+    const size_t field = op->phase == 0   ? offsetof(struct shm_ctl, arrive)
+                         : op->phase == 1 ? offsetof(struct shm_ctl, reduced)
+                                          : offsetof(struct shm_ctl, done);
+    bool failed = false;
+    return first_behind(op->comm->shm, field, &failed) < 0 || failed;
 }
 
 bool weft_tp_shm_sleep(struct weft_transport *tp, int64_t deadline)
