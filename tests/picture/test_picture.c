@@ -22,12 +22,13 @@
 
 static char model[1200];
 
-/* The issue's target is 90 % of the pictures right; the model measured 21 of 40 (the
- * background and the places right in all 40, the shape's colour often a neighbour's: orange
- * for red or yellow, purple for blue). The test holds the model to what it was measured to do,
- * with a margin: a regression fails it (an undertrained checkpoint, step 2500 of a run whose
- * text encoder could not tell the colours' roles apart, scored 2 of 40). */
-#define MIN_RIGHT 18      /* of 40: pictures wholly right (target: 36) */
+/* The issue's target is 90 % of the pictures right; the model measured 32 of 40 (30 of the 32
+ * one-shape prompts, 2 of the 8 two-shape ones; the background and the places right in all 40;
+ * the misses a shape's colour: orange drawn red, or the two shapes' colours mixed up). The test
+ * holds the model to what it was measured to do, with a margin for other CPUs' kernels: a
+ * regression fails it (the first training stage alone scored 21; an undertrained checkpoint,
+ * step 2500 of a run whose text encoder could not tell the colours' roles apart, 2). */
+#define MIN_RIGHT 29      /* of 40: pictures wholly right (target: 36) */
 #define MIN_BACKGROUND 36 /* of 40: the background right */
 
 /* Judge every picture of a set (path i = fmt with i); checks the bars. */
