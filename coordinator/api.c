@@ -374,6 +374,8 @@ cJSON *weft_api_job_json(struct weft_coord *c, const struct job *j)
             cJSON_AddNumberToObject(p, "eta", elapsed * (1 - fraction) / fraction);
     }
 
+    if (j->layout[0])
+        cJSON_AddStringToObject(o, "layout", j->layout);
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     if (j->submitted_at > 0 && j->started_at > 0)
         cJSON_AddNumberToObject(t, "queued", j->started_at - j->submitted_at);

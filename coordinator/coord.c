@@ -250,6 +250,8 @@ static cJSON *record_final(const struct job *j)
         goto err;
     if (j->state == JOB_FAILED && !cJSON_AddStringToObject(r, "reason", j->reason))
         goto err;
+    if (j->layout[0] && !cJSON_AddStringToObject(r, "layout", j->layout))
+        goto err;
     cJSON *t = timings_json(j);
     if (!t)
         goto err;
@@ -356,8 +358,19 @@ static void job_finish(struct weft_coord *c, struct job *j, enum job_state state
     if (reason)
         snprintf(j->reason, sizeof(j->reason), "%s", reason);
     c->m.finished[state]++;
-    if (state == JOB_DONE && j->started_at > 0)
+    if (state == JOB_DONE && j->started_at > 0) {
         observe(c->m.job_bucket, &c->m.job_count, &c->m.job_sum, j->finished_at - j->started_at);
+        int k = 0;
+        while (k < c->m.n_layouts && strcmp(c->m.layouts[k].name, j->layout) != 0)
+            k++;
+        if (k == c->m.n_layouts && k < LAYOUTS_MAX)
+            snprintf(c->m.layouts[c->m.n_layouts++].name, sizeof(c->m.layouts[0].name), "%s",
+                     j->layout);
+        else if (k == c->m.n_layouts)
+            snprintf(c->m.layouts[k = LAYOUTS_MAX].name, sizeof(c->m.layouts[0].name), "other");
+        c->m.layouts[k].done++;
+        c->m.layouts[k].seconds += j->finished_at - j->started_at;
+    }
     if (journal_put(c, record_final(j), true, NULL) != WEFT_OK)
         WEFT_LOG_WARN("coord", "job %s: cannot journal that it is %s; after a restart it "
                                "runs again", j->id, weft_coord_state_name(state));
@@ -476,7 +489,11 @@ static void dispatch(struct weft_coord *c)
         j->started_at = unix_now();
         j->cancel_requested = false;
         c->running++;
-        WEFT_LOG_INFO("coord", "job %s started (attempt %d)", j->id, j->attempts);
+        struct weft_layout lay;
+        c->runner->ops->layout(c->runner, &lay); /* dp may have shrunk after a loss */
+        weft_layout_name(&lay, j->layout, sizeof(j->layout));
+        WEFT_LOG_INFO("coord", "job %s started (attempt %d) on %s", j->id, j->attempts,
+                      j->layout);
         weft_api_job_changed(c, j, -1);
     }
 }
@@ -886,6 +903,9 @@ static void replay_final(struct job *j, const cJSON *rec, enum job_state state)
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(rec, "reason");
     const cJSON *timings = cJSON_GetObjectItemCaseSensitive(rec, "timings");
     const cJSON *images = cJSON_GetObjectItemCaseSensitive(rec, "images");
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(rec, "layout");
+    if (cJSON_IsString(layout))
+        snprintf(j->layout, sizeof(j->layout), "%s", layout->valuestring);
     j->state = state;
     j->finished_at = cJSON_IsNumber(at) ? at->valuedouble : 0;
     j->started_at = cJSON_IsNumber(started) ? started->valuedouble : 0;

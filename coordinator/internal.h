@@ -57,6 +57,7 @@ struct job {
     int n_stages;
     struct job_stage stages[JOB_MAX_STAGES];
     char reason[256];
+    char layout[96]; /* the layout it last started on (weft_layout_name; "" not yet) */
     /* Idempotency-Key of the submission ("" none) and the hash of what it asked (route and
      * body): a retry with the same key and request gets this job, another request a 422 */
     char idem_key[WEFT_IDEM_KEY_MAX + 1];
@@ -82,6 +83,15 @@ struct coord_metrics {
     uint64_t job_count;
     double job_sum;
     uint64_t job_bucket[STEP_BUCKETS];
+    /* jobs done, and their run seconds, per layout (the first LAYOUTS_MAX layouts seen; later
+     * ones counted as "other") */
+#define LAYOUTS_MAX 8
+    struct {
+        char name[96];
+        uint64_t done;
+        double seconds;
+    } layouts[LAYOUTS_MAX + 1];
+    int n_layouts;
     uint64_t http[600]; /* responses by status code */
     uint64_t connections_total, connections_refused, connections_evicted, timeouts;
 };

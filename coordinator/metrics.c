@@ -109,6 +109,18 @@ void weft_coord_metrics_write(struct weft_coord *c, struct weft_sbuf *b)
               c->m.step_bucket, c->m.step_count, c->m.step_sum);
     histogram(b, "weft_job_run_seconds", "Time from start to done of completed jobs.",
               c->m.job_bucket, c->m.job_count, c->m.job_sum);
+    weft_sbuf_puts(b, "# HELP weft_jobs_done_by_layout_total Jobs completed, by the layout they "
+                      "ran on.\n# TYPE weft_jobs_done_by_layout_total counter\n");
+    for (int k = 0; k <= LAYOUTS_MAX; k++)
+        if (c->m.layouts[k].done)
+            weft_sbuf_printf(b, "weft_jobs_done_by_layout_total{layout=\"%s\"} %llu\n",
+                             c->m.layouts[k].name, (unsigned long long)c->m.layouts[k].done);
+    weft_sbuf_puts(b, "# HELP weft_job_run_seconds_by_layout_total Run seconds of completed "
+                      "jobs, by layout.\n# TYPE weft_job_run_seconds_by_layout_total counter\n");
+    for (int k = 0; k <= LAYOUTS_MAX; k++)
+        if (c->m.layouts[k].done)
+            weft_sbuf_printf(b, "weft_job_run_seconds_by_layout_total{layout=\"%s\"} %.6f\n",
+                             c->m.layouts[k].name, c->m.layouts[k].seconds);
     weft_sbuf_puts(b, "# HELP weft_http_responses_total HTTP responses by status code.\n"
                       "# TYPE weft_http_responses_total counter\n");
     for (int code = 100; code < 600; code++)

@@ -150,7 +150,23 @@ static int case_kill(void)
     double n_calls = strtod(strchr(calls, '}') + 2, NULL);
     printf("metrics: %.0f tensor-parallel all-reduces\n", n_calls);
     CHECK(n_calls >= 2 * 2 * 2); /* 2 steps x (at least 2 per block) x 2 ranks */
+    /* the layout the job ran on: in its record and counted per layout */
+    const char *done = strstr(metrics, "weft_jobs_done_by_layout_total{layout=\"dp 1 x ring 1 x "
+                                       "ulysses 1 x tp 2\"} ");
+    CHECK(done && strtod(strchr(done, '}') + 2, NULL) >= 1);
+    CHECK(strstr(metrics, "weft_job_run_seconds_by_layout_total{layout=\"dp 1 x ring 1 x "
+                          "ulysses 1 x tp 2\"} "));
     weft_client_free(metrics);
+    char path[64], *rec;
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    CHECK_OK(weft_client_request(c, "GET", path, NULL, 0, &code, &rec, &mlen));
+    CHECK_EQ(code, 200);
+    cJSON *j = cJSON_Parse(rec);
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    CHECK(cJSON_IsString(lay) && strcmp(lay->valuestring, "dp 1 x ring 1 x ulysses 1 x tp 2") == 0);
+    printf("the job's record: layout \"%s\"\n", lay->valuestring);
+    cJSON_Delete(j);
+    weft_client_free(rec);
     cluster_down(&k);
     return 0;
 }
