@@ -46,8 +46,10 @@ void weft_plan_auto_help_text(FILE *out)
         "time of one denoising step: the transformer's operations at that rate, each\n"
         "collective's latency plus its bytes at --link-bandwidth per second (default the\n"
         "interconnect's nominal: nvlink 300GB, pcie 24GB, none 10GB; 12.5GB between nodes)\n"
-        "and --link-latency-us (nvlink 10, pcie 20, none 30; 30 between nodes), and ranks\n"
-        "every layout of the chosen replica's devices by it (the rules above choose).\n");
+        "and --link-latency-us (nvlink 10, pcie 20, none 30; 30 between nodes), ranks\n"
+        "every layout of the chosen replica's devices by it, and splits the spare devices\n"
+        "of a latency job by it (the degree whose step is the shortest) instead of the\n"
+        "tokens-per-rank rule; the other rules choose as before.\n");
 }
 
 /* 12.34 GB or 5.6 MB (a small model's sizes read too) */

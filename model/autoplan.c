@@ -296,6 +296,45 @@ static void choose_cp(const struct weft_autoplan_model *m, const struct weft_aut
                u > 1 && p->ring > 1 ? "ulysses_anything and ring" : u > 1 ? "ulysses" : "ring");
 }
 
+/* Latency with spare devices and a known device rate: the context-parallel degree (1 to
+ * spare) whose predicted step is the shortest, the fewest devices on a tie; returns it. */
+static int choose_cp_timed(const struct weft_autoplan_model *m,
+                           const struct weft_autoplan_devices *dev,
+                           const struct weft_autoplan_job *job, int spare, int per_node,
+                           struct weft_autoplan *p)
+{
+    struct weft_autoplan best = *p, q;
+    messages(m, job, &best);
+    predict_time(m, dev, job, &best);
+    const double alone = best.time.total;
+    int best_k = 1;
+    for (int k = 2; k <= spare; k++) {
+        q = *p;
+        choose_cp(m, job, k, p->tp, per_node / p->tp ? per_node / p->tp : 1, &q);
+        const struct weft_autoplan_memory mq =
+            weft_autoplan_memory_of(m, job, q.ring, q.ulysses, q.tp);
+        if (mq.weights + mq.activations + mq.workspace > dev->memory)
+            continue;
+        messages(m, job, &q);
+        predict_time(m, dev, job, &q);
+        if (q.time.total < best.time.total) {
+            best = q;
+            best_k = k;
+        }
+    }
+    *p = best;
+    if (best_k > 1)
+        reason(p, "latency: %d prompt(s) leave %d device(s) per replica spare; at the "
+               "device's rate context parallelism over %d ranks is the fastest predicted "
+               "(%.2f ms a step, %.2f ms unsplit)", (int)job->prompts, spare, best_k,
+               best.time.total * 1e3, alone * 1e3);
+    else
+        reason(p, "latency: %d device(s) per replica spare, but at the device's rate no "
+               "context-parallel degree beats the unsplit step (%.2f ms predicted): its "
+               "messages outweigh the compute it saves", spare, alone * 1e3);
+    return best_k;
+}
+
 /* Tensor-parallel degrees the plan resolves at, up to limit. */
 static bool tp_ok(const struct weft_autoplan_model *m, int t, int limit)
 {
@@ -515,7 +554,9 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
         const int64_t spare = n / per / (job->prompts < n ? job->prompts : n);
         const int64_t by_tokens = s_img / MIN_TOKENS_PER_RANK;
         const int k = (int)(spare < by_tokens ? spare : by_tokens);
-        if (k >= 2) {
+        if (dev->flops > 0 && spare >= 2) {
+            per *= choose_cp_timed(m, dev, job, (int)spare, per_node, p);
+        } else if (k >= 2) {
             reason(p, "latency: %lld prompt(s) leave %lld device(s) per replica spare; the "
                    "image's %lld tokens split over %d ranks: context parallelism",
                    (long long)job->prompts, (long long)spare, (long long)s_img, k);

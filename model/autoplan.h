@@ -19,7 +19,9 @@
  *
  * Pure arithmetic over the model layer's own formulas (the transformer's and the VAE's
  * activation reservations, the tensor-parallel plan's bytes per rank, device_map's placement):
- * shared by the CLI and, later, the coordinator; nothing is loaded. */
+ * shared by the CLI and, later, the coordinator; nothing is loaded. With a device rate
+ * (weft_autoplan_devices.flops) the spare devices of a latency job are split by the predicted
+ * step time (weft_autoplan_time) instead of the tokens-per-rank rule. */
 #ifndef WEFT_MODEL_AUTOPLAN_H
 #define WEFT_MODEL_AUTOPLAN_H
 

@@ -279,10 +279,26 @@ static void step_time(const struct weft_autoplan_model *m)
     slow.flops = 0;
     CHECK_EQ(weft_autoplan_rank(m, &slow, &job, 4, c, 16), 7);
     CHECK(c[0].time.total == 0);
-    /* the chosen plan carries its time */
+    /* the chosen plan carries its time; with a rate, the spare devices of a latency job split
+     * the step when the predicted time says so (ulysses 4 here, as the token rule) */
     struct weft_autoplan p;
     CHECK_OK(weft_autoplan(m, &dev, &job, &p, TERR));
+    show("timed 1024", &p);
     CHECK(p.time.total > 0 && p.time.compute <= one);
+    CHECK(p.ulysses == 4 && said(&p, "fastest predicted"));
+    weft_autoplan_cleanup(&p);
+    /* 512 x 512: the token rule would not split its 1024 tokens; at 400 TFLOP/s over NVLink the
+     * cost model does, and over a 100 MB/s link with 1 ms calls it does not */
+    const struct weft_autoplan_job small = {512, 512, 28, 1, 512, false, WEFT_GOAL_LATENCY};
+    CHECK_OK(weft_autoplan(m, &dev, &small, &p, TERR));
+    show("timed 512", &p);
+    CHECK(p.ring * p.ulysses > 1 && said(&p, "fastest predicted"));
+    weft_autoplan_cleanup(&p);
+    struct weft_autoplan_devices thin = dev;
+    thin.link_bps = 1e8, thin.link_latency = 1e-3;
+    CHECK_OK(weft_autoplan(m, &thin, &small, &p, TERR));
+    show("timed 512, thin link", &p);
+    CHECK(p.ring * p.ulysses == 1 && p.idle == 3 && said(&p, "no context-parallel degree"));
     weft_autoplan_cleanup(&p);
     /* over two nodes a group that leaves its host pays the network: ring 4 across 2 nodes */
     const struct weft_autoplan_devices two = {.n = 4, .nodes = 2, .memory = 80 * GB,
