@@ -22,13 +22,14 @@
 
 static char model[1200];
 
-/* The issue's target is 90 % of the pictures right; the model measured 32 of 40 (30 of the 32
- * one-shape prompts, 2 of the 8 two-shape ones; the background and the places right in all 40;
- * the misses a shape's colour: orange drawn red, or the two shapes' colours mixed up). The test
- * holds the model to what it was measured to do, with a margin for other CPUs' kernels: a
- * regression fails it (the first training stage alone scored 21; an undertrained checkpoint,
- * step 2500 of a run whose text encoder could not tell the colours' roles apart, 2). */
-#define MIN_RIGHT 29      /* of 40: pictures wholly right (target: 36) */
+/* The issue's target is 90 % of the pictures right; the model measured 33 of 40 (30 of the 32
+ * one-shape prompts, 3 of the 8 two-shape ones; the background right in all 40; the misses a
+ * shape's colour, orange drawn red or the two shapes' colours mixed up, and one second shape
+ * not drawn). The test holds the model to what it was measured to do, with a margin for other
+ * CPUs' kernels: a regression fails it (the first training stage alone scored 21, the first two
+ * 32; an undertrained checkpoint, step 2500 of a run whose text encoder could not tell the
+ * colours' roles apart, 2). */
+#define MIN_RIGHT 30      /* of 40: pictures wholly right (target: 36) */
 #define MIN_BACKGROUND 36 /* of 40: the background right */
 
 /* Judge every picture of a set (path i = fmt with i); checks the bars. */
