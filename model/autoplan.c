@@ -267,6 +267,18 @@ static void predict_time(const struct weft_autoplan_model *m,
 /* ---------------------------------------------------------------------------------------- */
 /* Choosing                                                                                  */
 
+/* The anything flags of p's ring x ulysses over k ranks: set where the image and text tokens do
+ * not split evenly over k; returns whether they do. */
+static bool set_anything(const struct weft_autoplan_model *m, const struct weft_autoplan_job *job,
+                         int k, struct weft_autoplan *p)
+{
+    const int64_t s_img = image_tokens(m, job);
+    const bool even = s_img % k == 0 && job->text_tokens % k == 0;
+    p->ulysses_anything = !even && p->ulysses > 1;
+    p->ring_anything = !even && p->ring > 1;
+    return even;
+}
+
 /* k context-parallel ranks: Ulysses over the largest divisor of the heads that fits one node
  * and divides k, ring over the rest (across nodes); the anything flags where the lengths do
  * not split evenly. */
@@ -279,9 +291,7 @@ static void choose_cp(const struct weft_autoplan_model *m, const struct weft_aut
         if (k % d == 0 && heads % d == 0)
             u = d;
     p->ulysses = u, p->ring = k / u;
-    const bool even = s_img % k == 0 && job->text_tokens % k == 0;
-    p->ulysses_anything = !even && u > 1;
-    p->ring_anything = !even && p->ring > 1;
+    const bool even = set_anything(m, job, k, p);
     if (u < k && u < per_node && k <= per_node)
         reason(p, "%lld heads%s do not divide by %d: Ulysses %d, ring %d (ring splits the "
                "sequence, not the heads)", (long long)heads, tp > 1 ? " per tp rank" : "", k, u,
@@ -313,7 +323,7 @@ static int choose_cp_timed(const struct weft_autoplan_model *m,
         choose_cp(m, job, k, p->tp, per_node / p->tp ? per_node / p->tp : 1, &q);
         const struct weft_autoplan_memory mq =
             weft_autoplan_memory_of(m, job, q.ring, q.ulysses, q.tp);
-        if (mq.weights + mq.activations + mq.workspace > dev->memory)
+        if (total(&mq) > dev->memory)
             continue;
         messages(m, job, &q);
         predict_time(m, dev, job, &q);
@@ -632,7 +642,6 @@ int weft_autoplan_rank(const struct weft_autoplan_model *m,
     if (k < 1 || k > dev->n || check_inputs(m, dev, job, &quiet) != WEFT_OK)
         return 0;
     const int per_node = dev->n / dev->nodes;
-    const int64_t s_img = image_tokens(m, job);
     int n = 0;
     for (int tp = 1; tp <= k; tp++) {
         if (k % tp || (tp > 1 && !tp_ok(m, tp, per_node)))
@@ -643,9 +652,7 @@ int weft_autoplan_rank(const struct weft_autoplan_model *m,
                 continue;
             struct weft_autoplan q = {.dp = 1, .cfg = 1, .ring = k / tp / u, .ulysses = u,
                                       .tp = tp, .pp = 1};
-            const bool even = s_img % (k / tp) == 0 && job->text_tokens % (k / tp) == 0;
-            q.ulysses_anything = !even && u > 1;
-            q.ring_anything = !even && q.ring > 1;
+            set_anything(m, job, k / tp, &q);
             q.peak = weft_autoplan_memory_of(m, job, q.ring, u, tp);
             if (total(&q.peak) <= dev->memory)
                 rank_add(m, dev, job, &q, out, &n, max);
