@@ -174,25 +174,13 @@ static cJSON *time_json(const struct weft_autoplan_time *t)
     return o;
 }
 
-/* "tp 2 x ulysses 2", "device_map over 4", "one device" */
+/* The name a job's record and /metrics give the layout (weft_layout_name), for one replica. */
 static const char *layout_name(const struct weft_autoplan_candidate *c, char *buf, size_t len)
 {
-    if (c->device_map) {
-        snprintf(buf, len, "device_map over %d", c->pp);
-        return buf;
-    }
-    const struct {
-        const char *name;
-        int d;
-    } parts[] = {{"ring", c->ring}, {"ulysses", c->ulysses}, {"tp", c->tp}};
-    size_t n = 0;
-    buf[0] = 0;
-    for (int i = 0; i < 3; i++)
-        if (parts[i].d > 1 && n < len)
-            n += (size_t)snprintf(buf + n, len - n, "%s%s %d", n ? " x " : "", parts[i].name,
-                                  parts[i].d);
-    if (!n)
-        snprintf(buf, len, "one device");
+    const struct weft_layout l = {
+        .mesh = {.dp = 1, .ring = c->ring, .ulysses = c->ulysses, .tp = c->tp, .pp = c->pp},
+        .device_map = c->device_map};
+    weft_layout_name(&l, buf, len);
     return buf;
 }
 
@@ -302,7 +290,7 @@ static void print_text(const struct weft_autoplan *p, const struct weft_autoplan
                p->device_map ? p->pp : p->ring * p->ulysses * p->tp);
         for (int i = 0; i < n_ranked; i++) {
             char name[64], what[96], mem[24];
-            snprintf(what, sizeof(what), "  %-24s %10s", layout_name(&ranked[i], name,
+            snprintf(what, sizeof(what), "  %-34s %10s", layout_name(&ranked[i], name,
                      sizeof(name)), size(ranked[i].peak.weights + ranked[i].peak.activations +
                                          ranked[i].peak.workspace, mem));
             print_time(what, &ranked[i].time);
