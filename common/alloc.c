@@ -70,6 +70,27 @@ static size_t big_round(size_t size)
     return size >= HUGE_SZ ? (size + HUGE_SZ - 1) & ~(HUGE_SZ - 1) : (size + page - 1) & ~(page - 1);
 }
 
+/* A mapping of len bytes (prot, flags, fd as mmap's) that starts on a 2 MiB boundary, so every
+ * part of it can be backed by a huge page: one huge page more is reserved, the mapping placed
+ * inside, the rest of the reservation trimmed. NULL when mmap fails. */
+static void *map_aligned(size_t len, int prot, int flags, int fd)
+{
+    char *raw = mmap(NULL, len + HUGE_SZ, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    char *at = (char *)(((size_t)raw + HUGE_SZ - 1) & ~(HUGE_SZ - 1));
+    if (mmap(at, len, prot, flags | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        munmap(raw, len + HUGE_SZ);
+        return NULL;
+    }
+    if (at > raw)
+        munmap(raw, (size_t)(at - raw));
+    size_t tail = (size_t)(raw + len + HUGE_SZ - (at + len));
+    if (tail)
+        munmap(at + len, tail);
+    return at;
+}
+
 void *weft_big_alloc(size_t size)
 {
     if (should_fail())
@@ -79,19 +100,9 @@ void *weft_big_alloc(size_t size)
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         return p == MAP_FAILED ? NULL : p;
     }
-    /* Over-map by one huge page and trim, so the buffer starts on a 2 MiB boundary and every
-     * part of it can be backed by a huge page. */
-    char *raw = mmap(NULL, len + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
-    if (raw == MAP_FAILED)
-        return NULL;
-    char *p = (char *)(((size_t)raw + HUGE_SZ - 1) & ~(HUGE_SZ - 1));
-    if (p > raw)
-        munmap(raw, (size_t)(p - raw));
-    size_t tail = (size_t)(raw + len + HUGE_SZ - (p + len));
-    if (tail)
-        munmap(p + len, tail);
-    madvise(p, len, MADV_HUGEPAGE);
+    void *p = map_aligned(len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+    if (p)
+        madvise(p, len, MADV_HUGEPAGE);
     return p;
 }
 
@@ -112,23 +123,7 @@ static atomic_ullong shared_freed;
 
 void *weft_map_shared(int fd, size_t len, int writable)
 {
-    /* the shared mapping placed on a 2 MiB boundary inside a reservation, as above */
-    char *raw = mmap(NULL, len + HUGE_SZ, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
-        return NULL;
-    char *at = (char *)(((size_t)raw + HUGE_SZ - 1) & ~(HUGE_SZ - 1));
-    char *p = mmap(at, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, fd,
-                   0);
-    if (p == MAP_FAILED) {
-        munmap(raw, len + HUGE_SZ);
-        return NULL;
-    }
-    if (at > raw)
-        munmap(raw, (size_t)(at - raw));
-    size_t tail = (size_t)(raw + len + HUGE_SZ - (at + len));
-    if (tail)
-        munmap(at + len, tail);
-    return p;
+    return map_aligned(len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd);
 }
 
 void *weft_big_alloc_shared(size_t size)
@@ -140,10 +135,8 @@ void *weft_big_alloc_shared(size_t size)
     if (fd < 0)
         return weft_big_alloc(size); /* descriptors exhausted: a private buffer still works */
     char *p = ftruncate(fd, (off_t)len) == 0 ? weft_map_shared(fd, len, 1) : NULL;
-    if (!p)
-        p = MAP_FAILED;
     pthread_mutex_lock(&shared_lock);
-    if (p != MAP_FAILED && n_shared == cap_shared) {
+    if (p && n_shared == cap_shared) {
         size_t cap = cap_shared ? cap_shared * 2 : 16;
         struct shared_buf *nb = realloc(shared, cap * sizeof(*nb));
         if (nb) {
@@ -151,7 +144,7 @@ void *weft_big_alloc_shared(size_t size)
             cap_shared = cap;
         }
     }
-    if (p != MAP_FAILED && n_shared < cap_shared) {
+    if (p && n_shared < cap_shared) {
         shared[n_shared++] = (struct shared_buf){p, len, fd, shared_next_id++};
         pthread_mutex_unlock(&shared_lock);
         if (len >= HUGE_SZ)
@@ -159,7 +152,7 @@ void *weft_big_alloc_shared(size_t size)
         return p;
     }
     pthread_mutex_unlock(&shared_lock);
-    if (p != MAP_FAILED)
+    if (p)
         munmap(p, len);
     close(fd);
     return NULL;
