@@ -30,7 +30,8 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--dp N] [--model DIR]\n"
+        "usage: weft run [--np N] [--tp N] [--ulysses N] [--ring N] [--cfg 1|2] [--dp N]\n"
+        "                [--model DIR]\n"
         "                [--prompt TEXT]... [--prompt-embeds NAME]... [--max-sequence-length N]\n"
         "                [--negative-prompt TEXT | --negative-prompt-embeds NAME]\n"
         "                [--true-cfg-scale S] [--height N] [--width N] [--steps N]\n"
@@ -41,7 +42,7 @@ static void help(FILE *out)
         "Start a coordinator and N local `weft worker` processes (one per device; CPU devices\n"
         "here), submit one job, show its progress, write the PNG(s), stop everything (each\n"
         "worker's peak resident memory is printed as it exits), exit 0.\n"
-        "The mesh is dp x ring x ulysses x tp = N (--np alone: that many data-parallel\n"
+        "The mesh is dp x cfg x ring x ulysses x tp = N (--np alone: that many data-parallel\n"
         "replicas). Defaults: the embedded models/flux-tiny (a tiny FLUX.1 pipeline trained to\n"
         "draw simple shapes), the model's size (its VAE's sample_size up to 1024: 128 for\n"
         "flux-tiny, 1024 for FLUX.1), 28 steps; [parallel], [kernels] and [transport] apply.\n"
@@ -52,6 +53,8 @@ static void help(FILE *out)
         "                      the transformer is split by blocks where one device is too\n"
         "                      small; --max-memory bounds each device (and cpu: host memory)\n"
         "  --tp/--ulysses/--ring/--dp N  parallel degrees\n"
+        "  --cfg 2             CFG parallelism: with true CFG, the prompt's and the negative\n"
+        "                      prompt's passes on the two halves of each replica at once\n"
         "  --prompt TEXT       a prompt, encoded by the model's text encoders once per replica\n"
         "                      (on its first rank, or where --device-map places them; a\n"
         "                      model without them takes only the name of one of its\n"
@@ -82,7 +85,7 @@ struct run_opts {
     const char *prompts[MAX_PROMPTS];
     bool embeds[MAX_PROMPTS]; /* --prompt-embeds (else --prompt: text) */
     int n_prompts;
-    long long np, tp, uly, ring, dp, height, width, steps, count, max_sequence_length;
+    long long np, tp, uly, ring, cfg, dp, height, width, steps, count, max_sequence_length;
     double guidance, true_cfg_scale;
     const char *negative; /* --negative-prompt TEXT or --negative-prompt-embeds NAME */
     bool negative_embeds;
@@ -96,10 +99,15 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
 {
     /* sides 0: the server's, the model's defaults (model/model.h) */
     *o = (struct run_opts){.out = "weft.png", .steps = 28, .count = 1, .guidance = 3.5};
-    static const char *const names[] = {"--np",     "--tp",    "--ulysses", "--ring",  "--dp",
-                                        "--height", "--width", "--steps",   "--count"};
-    long long *fields[] = {&o->np,     &o->tp,    &o->uly,   &o->ring, &o->dp,
-                           &o->height, &o->width, &o->steps, &o->count};
+    static const char *const names[] = {"--np",    "--tp",     "--ulysses", "--ring",
+                                        "--dp",    "--cfg",    "--height",  "--width",
+                                        "--steps", "--count"};
+    long long *fields[] = {&o->np,    &o->tp,     &o->uly,   &o->ring,  &o->dp,
+                           &o->cfg,   &o->height, &o->width, &o->steps, &o->count};
+    static const long long hi[] = {MAX_RANKS,          MAX_RANKS,          MAX_RANKS,
+                                   MAX_RANKS,          MAX_RANKS,          2,
+                                   WEFT_JOB_MAX_SIDE,  WEFT_JOB_MAX_SIDE,  WEFT_JOB_MAX_SIDE,
+                                   WEFT_JOB_MAX_SIDE};
     for (int i = 1; i < cli->argc; i++) {
         char **argv = cli->argv;
         const char *v;
@@ -112,8 +120,7 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++) {
             if ((v = weft_cli_opt_value(cli->argc, argv, &i, names[k]))) {
                 hit = 1;
-                if (weft_cli_parse_int(names[k], v, 1, k >= 5 ? WEFT_JOB_MAX_SIDE : MAX_RANKS,
-                                       fields[k]))
+                if (weft_cli_parse_int(names[k], v, 1, hi[k], fields[k]))
                     return -1;
             }
         }
@@ -183,19 +190,21 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         }
         o->tp = o->tp ? o->tp : p->tp_degree, o->uly = o->uly ? o->uly : p->ulysses_degree;
         o->ring = o->ring ? o->ring : p->ring_degree;
+        o->cfg = o->cfg ? o->cfg : p->cfg_degree;
         return 0;
     }
     long long tp = o->tp ? o->tp : p->tp_degree, uly = o->uly ? o->uly : p->ulysses_degree;
-    long long ring = o->ring ? o->ring : p->ring_degree, per = tp * uly * ring;
+    long long ring = o->ring ? o->ring : p->ring_degree, cfg = o->cfg ? o->cfg : p->cfg_degree;
+    long long per = cfg * tp * uly * ring;
     long long dp = o->dp ? o->dp : o->np ? o->np / per : p->dp_degree;
     if (!o->np)
         o->np = dp * per;
     if (o->np != dp * per || o->np > MAX_RANKS) {
-        WEFT_LOG_ERROR("run", "--np %lld is not dp %lld x ring %lld x ulysses %lld x tp %lld",
-                       o->np, dp, ring, uly, tp);
+        WEFT_LOG_ERROR("run", "--np %lld is not dp %lld x cfg %lld x ring %lld x ulysses %lld x "
+                       "tp %lld", o->np, dp, cfg, ring, uly, tp);
         return -1;
     }
-    o->tp = tp, o->uly = uly, o->ring = ring, o->dp = dp;
+    o->tp = tp, o->uly = uly, o->ring = ring, o->cfg = cfg, o->dp = dp;
     return 0;
 }
 
@@ -469,10 +478,11 @@ int weft_cmd_run(struct weft_cli *cli)
     snprintf(w_port, sizeof(w_port), "%s/workers", dir);
     snprintf(journal, sizeof(journal), "--api.journal_dir=%s/journal", dir);
     snprintf(outdir, sizeof(outdir), "--api.output_dir=%s/out", dir);
-    char tp[48], uly[48], ring[48], dp[48], threads[48], workers[48];
+    char tp[48], uly[48], ring[48], cfg[48], dp[48], threads[48], workers[48];
     snprintf(tp, sizeof(tp), "--parallel.tp_degree=%lld", o.tp);
     snprintf(uly, sizeof(uly), "--parallel.ulysses_degree=%lld", o.uly);
     snprintf(ring, sizeof(ring), "--parallel.ring_degree=%lld", o.ring);
+    snprintf(cfg, sizeof(cfg), "--parallel.cfg_degree=%lld", o.cfg);
     snprintf(dp, sizeof(dp), "--parallel.dp_degree=%lld", o.dp);
     snprintf(workers, sizeof(workers), "--cluster.workers=%lld", o.np);
     /* a thread count given here is every worker's; without one the coordinator gives each
@@ -488,8 +498,8 @@ int weft_cmd_run(struct weft_cli *cli)
              o.max_memory ? o.max_memory : cli->conf.device_map.max_memory);
     char *cargv[] = {self, "serve", "--runner", "cluster", "--model", (char *)model,
                      "--listen", "127.0.0.1:0", "--port-file", a_port, "--worker-port-file",
-                     w_port, "--cluster.listen=127.0.0.1:0", journal, outdir, tp, uly, ring, dp,
-                     workers, dm, mm, NULL};
+                     w_port, "--cluster.listen=127.0.0.1:0", journal, outdir, tp, uly, ring, cfg,
+                     dp, workers, dm, mm, NULL};
     pid_t coord = spawn(cli, o.verbose, cargv, env), pids[MAX_RANKS] = {0};
     track_child(coord);
     int rc = 1;
@@ -508,8 +518,8 @@ int weft_cmd_run(struct weft_cli *cli)
         WEFT_LOG_INFO("run", "%lld worker(s): dp %lld replicas of %lld device_map devices, %s",
                       o.np, o.dp, o.np / o.dp, model);
     else
-        WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x ring %lld x ulysses %lld x tp %lld, %s",
-                      o.np, o.dp, o.ring, o.uly, o.tp, model);
+        WEFT_LOG_INFO("run", "%lld worker(s): dp %lld x cfg %lld x ring %lld x ulysses %lld x "
+                      "tp %lld, %s", o.np, o.dp, o.cfg, o.ring, o.uly, o.tp, model);
     rc = run_signal ? 1 : submit_and_fetch(&o, api);
 out:
     (void)stop_child(coord, 30); /* it tells its workers to exit */

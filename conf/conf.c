@@ -122,6 +122,11 @@ static const struct conf_key parallel_keys[] = {
             "Ring-attention context-parallel degree."),
     KEY_INT(weft_conf_parallel, dp_degree, "1", 1, 1024,
             "Data-parallel replicas; a batch of prompts is split between them."),
+    KEY_INT(weft_conf_parallel, cfg_degree, "1", 1, 2,
+            "CFG parallelism: 2 runs a true-CFG job's conditional and unconditional passes on "
+            "the two halves of each replica at once (each half tp x ulysses x ring), one "
+            "exchange of the predictions a step; a job without true CFG runs the conditional "
+            "pass on both halves."),
     KEY_BOOL(weft_conf_parallel, ulysses_anything, "false",
              "Any sequence length and head count for Ulysses (and unified 2-D): uneven splits, "
              "the first ranks one token (or head) longer."),

@@ -45,6 +45,7 @@ struct weft_conf_parallel {
     int64_t ulysses_degree;
     int64_t ring_degree;
     int64_t dp_degree;
+    int64_t cfg_degree; /* 1 or 2: CFG-parallel halves of a replica */
     bool ulysses_anything;
     bool ring_anything;
     int ring_rotation; /* enum weft_ring_rotation: allgather, p2p */

@@ -296,6 +296,7 @@ static void f_layout(struct codec *c, struct weft_layout *l)
     f_int(c, &l->mesh.ulysses, "mesh.ulysses");
     f_int(c, &l->mesh.tp, "mesh.tp");
     f_int(c, &l->mesh.pp, "mesh.pp");
+    f_int(c, &l->mesh.cfg, "mesh.cfg");
     f_bool(c, &l->ulysses_anything, "ulysses_anything");
     f_bool(c, &l->ring_anything, "ring_anything");
     int rotation = (int)l->rotation;

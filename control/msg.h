@@ -23,7 +23,7 @@
 #include "model/job.h"
 #include "model/model.h"
 
-#define WEFT_MSG_VERSION 4
+#define WEFT_MSG_VERSION 5
 #define WEFT_MSG_ID_MAX 16      /* a worker's id: "w12" */
 #define WEFT_MSG_ADDR_MAX 300   /* host:port */
 #define WEFT_MSG_NAME_MAX 64    /* a prompt's name */

@@ -6,9 +6,14 @@ static int stages(const struct weft_mesh *m)
     return m->pp > 1 ? m->pp : 1;
 }
 
+static int halves(const struct weft_mesh *m)
+{
+    return m->cfg > 1 ? m->cfg : 1;
+}
+
 int weft_mesh_size(const struct weft_mesh *m)
 {
-    return m->dp * stages(m) * m->ring * m->ulysses * m->tp;
+    return m->dp * halves(m) * stages(m) * m->ring * m->ulysses * m->tp;
 }
 
 void weft_mesh_coord(const struct weft_mesh *m, int rank, struct weft_mesh_coord *c)
@@ -20,14 +25,16 @@ void weft_mesh_coord(const struct weft_mesh *m, int rank, struct weft_mesh_coord
     c->ring = rank % m->ring;
     rank /= m->ring;
     c->pp = rank % stages(m);
-    c->dp = rank / stages(m);
+    rank /= stages(m);
+    c->cfg = rank % halves(m);
+    c->dp = rank / halves(m);
     c->cp = c->ring * m->ulysses + c->ulysses;
 }
 
 int weft_mesh_rank(const struct weft_mesh *m, const struct weft_mesh_coord *c)
 {
-    return (((c->dp * stages(m) + c->pp) * m->ring + c->ring) * m->ulysses + c->ulysses) * m->tp +
-           c->tp;
+    return ((((c->dp * halves(m) + c->cfg) * stages(m) + c->pp) * m->ring + c->ring) *
+                m->ulysses + c->ulysses) * m->tp + c->tp;
 }
 
 int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group kind, int *ranks,
@@ -38,7 +45,8 @@ int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group ki
     int n = 0;
     for (int r = 0; r < weft_mesh_size(m); r++) {
         weft_mesh_coord(m, r, &c);
-        int same = c.dp == me.dp;
+        int same = c.dp == me.dp && (kind == WEFT_MESH_REPLICA || kind == WEFT_MESH_CFG ||
+                                     c.cfg == me.cfg);
         switch (kind) {
         case WEFT_MESH_TP:
             same = same && c.pp == me.pp && c.ring == me.ring && c.ulysses == me.ulysses;
@@ -55,6 +63,10 @@ int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group ki
         case WEFT_MESH_PIPE:
             same = same && c.ring == me.ring && c.ulysses == me.ulysses && c.tp == me.tp;
             break;
+        case WEFT_MESH_CFG:
+            same = same && c.pp == me.pp && c.ring == me.ring && c.ulysses == me.ulysses &&
+                   c.tp == me.tp;
+            break;
         default:
             break;
         }
@@ -70,6 +82,6 @@ int weft_mesh_group(const struct weft_mesh *m, int rank, enum weft_mesh_group ki
 const char *weft_mesh_group_name(enum weft_mesh_group g)
 {
     static const char *const names[WEFT_MESH_GROUP_COUNT] = {"tp",      "ulysses", "ring", "cp",
-                                                             "replica", "pipe"};
+                                                             "replica", "pipe",    "cfg"};
     return (unsigned)g < WEFT_MESH_GROUP_COUNT ? names[g] : "?";
 }

@@ -371,7 +371,7 @@ void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica
     const struct weft_conf_parallel *p = &conf->parallel;
     *out = (struct weft_layout){
         .mesh = {(int)p->dp_degree, (int)p->ring_degree, (int)p->ulysses_degree,
-                 (int)p->tp_degree, 1},
+                 (int)p->tp_degree, 1, (int)p->cfg_degree},
         .ulysses_anything = p->ulysses_anything,
         .ring_anything = p->ring_anything,
         .rotation = (enum weft_ring_rotation)p->ring_rotation,
@@ -384,11 +384,14 @@ void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica
 
 void weft_layout_name(const struct weft_layout *l, char *buf, size_t len)
 {
+    char cfg[16] = "";
+    if (l->mesh.cfg > 1)
+        snprintf(cfg, sizeof(cfg), "cfg %d x ", l->mesh.cfg);
     if (l->device_map)
-        snprintf(buf, len, "dp %d x %d device_map stages", l->mesh.dp, l->mesh.pp);
+        snprintf(buf, len, "dp %d x %s%d device_map stages", l->mesh.dp, cfg, l->mesh.pp);
     else
-        snprintf(buf, len, "dp %d x ring %d x ulysses %d x tp %d", l->mesh.dp, l->mesh.ring,
-                 l->mesh.ulysses, l->mesh.tp);
+        snprintf(buf, len, "dp %d x %sring %d x ulysses %d x tp %d", l->mesh.dp, cfg,
+                 l->mesh.ring, l->mesh.ulysses, l->mesh.tp);
 }
 
 static weft_status_t check_degrees(const struct weft_layout *l, struct weft_error *err)
@@ -398,6 +401,16 @@ static weft_status_t check_degrees(const struct weft_layout *l, struct weft_erro
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "every parallel degree must be at least 1 (dp %d, ring %d, "
                                  "ulysses %d, tp %d)", m->dp, m->ring, m->ulysses, m->tp);
+    if (m->cfg < 0 || m->cfg > 2)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] cfg_degree must be 1 or 2 (it is %d): CFG "
+                                 "parallelism splits a replica into the conditional and the "
+                                 "unconditional half", m->cfg);
+    if (l->device_map && m->cfg > 1)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[device_map] strategy cannot be combined with CFG parallelism "
+                                 "(cfg_degree %d) in this version; set cfg_degree = 1 or "
+                                 "strategy = none", m->cfg);
     if (l->ulysses_anything && m->ulysses < 2)
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "[parallel] ulysses_anything needs ulysses_degree > 1 (it is "

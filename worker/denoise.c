@@ -28,10 +28,12 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
         return st;
     float *img_ids = weft_malloc((size_t)(s_img * c->n_axes) * sizeof(float));
     float *txt_ids = weft_calloc((size_t)(p->s_txt * c->n_axes) + 1, sizeof(float));
-    float *pred = weft_big_alloc((size_t)n * sizeof(float));
     const bool cfg = p->neg_prompt_embeds && p->neg_pooled && p->true_cfg_scale > 1.0f;
-    float *neg = cfg ? weft_big_alloc((size_t)n * sizeof(float)) : NULL;
-    if (!img_ids || !txt_ids || !pred || (cfg && !neg)) {
+    const bool split = cfg && p->cfg_comm && p->cfg_comm->cfg; /* CFG parallelism */
+    /* pred, then neg (true CFG): adjacent, so the halves' all-gather fills both at once */
+    const size_t pred_bytes = (size_t)n * (cfg ? 2 : 1) * sizeof(float);
+    float *pred = weft_big_alloc(pred_bytes), *neg = cfg && pred ? pred + n : NULL;
+    if (!img_ids || !txt_ids || !pred) {
         st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -55,13 +57,32 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
     for (int i = 0; i < s->steps; i++) {
         /* FluxPipeline passes t.to(dtype) / 1000, computed in dtype */
         t_in = weft_dtype_round(dt, weft_dtype_round(dt, s->timesteps[i]) / 1000.0f);
-        if ((st = weft_flux_forward(m, &in, pred)) != WEFT_OK) {
+        if (split) {
+            /* this half's pass, then the halves' two predictions on both */
+            const bool neg_half = p->cfg_half == 1;
+            in.encoder = neg_half ? p->neg_prompt_embeds : p->prompt_embeds;
+            in.pooled = neg_half ? p->neg_pooled : p->pooled;
+            float *mine = neg_half ? neg : pred;
+            if ((st = weft_flux_forward(m, &in, mine)) != WEFT_OK) {
+                weft_error_refuse(err, st, "the transformer failed at step %d of %d (%s): %s",
+                                  i + 1, s->steps, neg_half ? "negative prompt, CFG half 1"
+                                                            : "CFG half 0",
+                                  weft_status_str(st));
+                break;
+            }
+            const size_t counts[2] = {(size_t)n, (size_t)n};
+            if ((st = p->cfg_comm->host_allgatherv(p->cfg_comm->cfg, mine, pred,
+                                                    counts)) != WEFT_OK) {
+                weft_error_refuse(err, st, "exchanging the CFG halves' predictions at step %d of "
+                                  "%d: %s", i + 1, s->steps, weft_status_str(st));
+                break;
+            }
+        } else if ((st = weft_flux_forward(m, &in, pred)) != WEFT_OK) {
             /* the kernels and collectives below logged the cause where they met it */
             weft_error_refuse(err, st, "the transformer failed at step %d of %d: %s", i + 1,
                               s->steps, weft_status_str(st));
             break;
-        }
-        if (cfg) {
+        } else if (cfg) {
             in.encoder = p->neg_prompt_embeds, in.pooled = p->neg_pooled;
             st = weft_flux_forward(m, &in, neg);
             in.encoder = p->prompt_embeds, in.pooled = p->pooled;
@@ -70,6 +91,8 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
                                   "prompt): %s", i + 1, s->steps, weft_status_str(st));
                 break;
             }
+        }
+        if (cfg) {
             /* noise_pred = neg_noise_pred + true_cfg_scale * (noise_pred - neg_noise_pred),
              * each operation on tensors of the model's dtype */
             for (int64_t k = 0; k < n; k++) {
@@ -85,8 +108,6 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
 out:
     weft_free(img_ids);
     weft_free(txt_ids);
-    weft_big_free(pred, (size_t)n * sizeof(float));
-    if (neg)
-        weft_big_free(neg, (size_t)n * sizeof(float));
+    weft_big_free(pred, pred_bytes);
     return st;
 }

@@ -8,6 +8,7 @@
 
 #include "model/scheduler.h"
 #include "worker/flux.h"
+#include "worker/par.h"
 
 /* Called after every step with the latents after it (host memory). Non-OK stops the loop. */
 typedef weft_status_t (*weft_denoise_step_cb)(void *arg, int step, int steps,
@@ -25,6 +26,13 @@ struct weft_denoise_params {
     const float *neg_prompt_embeds; /* NULL: off */
     const float *neg_pooled;
     float true_cfg_scale;
+    /* CFG parallelism: this rank's half of the replica (0 runs the prompt's pass, 1 the
+     * negative prompt's) and the comm whose cfg group joins it to its peer in the other half;
+     * the two predictions are exchanged once a step (an all-gather) and every rank combines
+     * them as above. NULL: one rank runs both passes. Without true CFG both halves run the
+     * prompt's pass and nothing is exchanged. */
+    const struct weft_par_comm *cfg_comm;
+    int cfg_half;
     const struct weft_schedule *schedule;
     weft_denoise_step_cb on_step; /* may be NULL */
     void *cb_arg;

@@ -30,6 +30,10 @@ struct weft_par_comm {
     weft_status_t (*recv)(void *group, float *buf, size_t count, int peer);
     /* buf of group rank root to every rank's buf. */
     weft_status_t (*bcast)(void *group, float *buf, size_t count, int root);
+    /* allgatherv on host memory whatever the backend (the denoising loop's own buffers: CFG
+     * parallelism's exchange of the halves' predictions). In place as the transport's. */
+    weft_status_t (*host_allgatherv)(void *group, const float *send, float *recv,
+                                     const size_t *counts);
 
     void *tp;      /* tensor-parallel group */
     void *ulysses; /* Ulysses group: contiguous context-parallel ranks */
@@ -37,6 +41,7 @@ struct weft_par_comm {
     void *cp;      /* every context-parallel rank of the replica, flattened order */
     void *replica; /* every rank of the replica (agreeing on cancellation at step ends) */
     void *pipe;    /* the pipeline stages of the replica, in stage order (device_map) */
+    void *cfg;     /* this rank and its peer in the other CFG half (CFG parallelism) */
 };
 
 #endif

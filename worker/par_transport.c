@@ -165,6 +165,16 @@ static weft_status_t allgatherv(void *g, const float *send, float *recv, const s
     return account(pg, WEFT_PAR_ALLGATHER, t0, mine * sizeof(float), st);
 }
 
+static weft_status_t host_allgatherv(void *g, const float *send, float *recv,
+                                     const size_t *counts)
+{
+    struct par_group *pg = g;
+    double t0 = now_s();
+    return account(pg, WEFT_PAR_ALLGATHER, t0,
+                   counts[weft_comm_rank(pg->comm)] * sizeof(float),
+                   weft_comm_allgatherv(pg->comm, send, recv, counts, WEFT_DTYPE_F32));
+}
+
 static weft_status_t exchange_start(void *g, const float *send, size_t send_n, int to,
                                     float *recv, size_t recv_n, int from, void **handle_p)
 {
@@ -328,12 +338,14 @@ weft_status_t weft_par_transport_create(struct weft_transport *tp, const struct 
         .send = p2p_send,
         .recv = p2p_recv,
         .bcast = bcast,
+        .host_allgatherv = host_allgatherv,
         .tp = &pt->groups[WEFT_MESH_TP],
         .ulysses = &pt->groups[WEFT_MESH_ULYSSES],
         .ring = &pt->groups[WEFT_MESH_RING],
         .cp = &pt->groups[WEFT_MESH_CP],
         .replica = &pt->groups[WEFT_MESH_REPLICA],
         .pipe = &pt->groups[WEFT_MESH_PIPE],
+        .cfg = &pt->groups[WEFT_MESH_CFG],
     };
     *pt_p = pt;
     return WEFT_OK;

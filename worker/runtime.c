@@ -160,7 +160,8 @@ static bool clip_here(const struct weft_runtime *rt)
 static bool t5_here(const struct weft_runtime *rt)
 {
     return replica_rank(rt, &rt->me) == t5_root(rt) ||
-           (rt->t5_layout && rt->me.pp == 0 && rt->me.ring == 0 && rt->me.ulysses == 0);
+           (rt->t5_layout && rt->me.cfg == 0 && rt->me.pp == 0 && rt->me.ring == 0 &&
+            rt->me.ulysses == 0);
 }
 
 /* T5's plan for this replica's tp degree, and the bytes this rank will hold of T5. A degree
@@ -595,6 +596,8 @@ static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image
         .neg_prompt_embeds = img->neg_prompt_embeds,
         .neg_pooled = img->neg_pooled,
         .true_cfg_scale = img->true_cfg_scale,
+        .cfg_comm = rt->a.layout.mesh.cfg > 1 ? rt->comm : NULL,
+        .cfg_half = rt->me.cfg,
         .schedule = &rt->sched,
         .on_step = step_end,
         .cb_arg = sc,

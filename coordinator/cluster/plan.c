@@ -143,7 +143,8 @@ static int mesh_workers(const struct cluster_runner *r, int *per_p)
     const bool devmap = r->layout.device_map;
     /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
     const int per = devmap ? r->layout.mesh.pp
-                           : (int)(p->ring_degree * p->ulysses_degree * p->tp_degree);
+                           : (int)(p->cfg_degree * p->ring_degree * p->ulysses_degree *
+                                   p->tp_degree);
     const int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
                                               : (int)p->dp_degree * per;
     const int joined = weft_cr_joined(r);
@@ -196,7 +197,7 @@ static void assign_one(struct cluster_runner *r, struct worker *w, int rank, con
     const bool devmap = r->layout.device_map;
     struct weft_mesh_coord c;
     weft_mesh_coord(&r->mesh, rank, &c);
-    bool decode = c.ring == 0 && c.ulysses == 0 && c.tp == 0 && c.pp == 0;
+    bool decode = c.cfg == 0 && c.ring == 0 && c.ulysses == 0 && c.tp == 0 && c.pp == 0;
     memset(m, 0, sizeof(*m));
     m->epoch = r->epoch;
     snprintf(m->model, sizeof(m->model), "%s", r->model_dir);
@@ -267,7 +268,7 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
             ranked[k++] = &r->w[i];
     const bool devmap = r->layout.device_map;
     r->mesh = (struct weft_mesh){n / per, r->layout.mesh.ring, r->layout.mesh.ulysses,
-                                 r->layout.mesh.tp, devmap ? per : 1};
+                                 r->layout.mesh.tp, devmap ? per : 1, r->layout.mesh.cfg};
     if (devmap && devmap_plan(r, ranked, n, per) != WEFT_OK) {
         WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
         weft_cr_post_capacity(r);

@@ -174,6 +174,7 @@ static cJSON *cr_describe(struct weft_runner *base)
     }
     cJSON *mesh = cJSON_AddObjectToObject(d, "mesh");
     cJSON_AddNumberToObject(mesh, "dp", r->planned || r->assigning ? r->mesh.dp : 0);
+    cJSON_AddNumberToObject(mesh, "cfg", r->layout.mesh.cfg > 1 ? r->layout.mesh.cfg : 1);
     cJSON_AddNumberToObject(mesh, "ring", r->layout.mesh.ring);
     cJSON_AddNumberToObject(mesh, "ulysses", r->layout.mesh.ulysses);
     cJSON_AddNumberToObject(mesh, "tp", r->layout.mesh.tp);

@@ -601,25 +601,41 @@ static void true_cfg_jobs(void)
     printf("without true CFG: max pixel difference %d (the guidance changes the image)\n",
            png_max_diff(ref, out));
     CHECK(png_max_diff(ref, out) > 8);
-    static const char *const layouts[][3] = {
-        {"--np", "1"}, {"--tp", "2"}, {"--ulysses", "2"}, {"--ring", "2"}, {"--dp", "2"}};
+    /* the last: CFG parallelism, the two passes on two halves of tp 2 */
+    static const char *const layouts[][5] = {
+        {"--np", "1"}, {"--tp", "2"}, {"--ulysses", "2"}, {"--ring", "2"}, {"--dp", "2"},
+        {"--cfg", "2"}, {"--cfg", "2", "--ulysses", "2"}, {"--cfg", "2", "--tp", "2"}};
     for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
         snprintf(out, sizeof(out), "%s/cfg_run%zu.png", tmp, l);
         const char *run[] = {"run", "--prompt-embeds", "red-fox", "--negative-prompt-embeds",
                              "lighthouse", "--true-cfg-scale", "3", "--height", "64", "--width",
                              "64", "--steps", "3", "--seed", "5", "--progress", "none", "--out",
-                             out, layouts[l][0], layouts[l][1], NULL};
+                             out, layouts[l][0], layouts[l][1], layouts[l][2], layouts[l][3],
+                             NULL};
         CHECK_EQ(wait_pid(run_weft(run, NULL, NULL)), 0);
         const int d = png_max_diff(ref, out);
-        printf("weft run --true-cfg-scale 3 %s %s: max pixel difference to generate %d\n",
-               layouts[l][0], layouts[l][1], d);
+        printf("weft run --true-cfg-scale 3 %s %s %s %s: max pixel difference to generate %d\n",
+               layouts[l][0], layouts[l][1], layouts[l][2] ? layouts[l][2] : "",
+               layouts[l][3] ? layouts[l][3] : "", d);
         CHECK(d <= 1);
     }
     struct weft_png_image im;
     CHECK_OK(weft_png_read(out, &im, TERR));
     const char *params = weft_png_image_text(&im, "parameters");
-    CHECK(params && strstr(params, "Negative prompt: lighthouse"));
+    CHECK(params && strstr(params, "Negative prompt: lighthouse") &&
+          strstr(params, "Layout: dp 1 x cfg 2 x ring 1 x ulysses 1 x tp 2"));
     weft_png_image_cleanup(&im);
+    /* CFG parallelism on a job without true CFG: both halves run the prompt's pass */
+    snprintf(ref, sizeof(ref), "%s/cfg_off.png", tmp);
+    snprintf(out, sizeof(out), "%s/cfg_off_cfg2.png", tmp);
+    const char *off2[] = {"run", "--cfg", "2", "--prompt-embeds", "red-fox", "--height", "64",
+                          "--width", "64", "--steps", "3", "--seed", "5", "--progress", "none",
+                          "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(off2, NULL, NULL)), 0);
+    printf("weft run --cfg 2 without true CFG: max pixel difference to generate %d\n",
+           png_max_diff(ref, out));
+    CHECK(png_max_diff(ref, out) <= 1);
+    snprintf(ref, sizeof(ref), "%s/cfg_ref.png", tmp);
     /* the job API: negative_prompts one per prompt; refusals */
     const char *extra[] = {"--parallel.tp_degree=1", NULL};
     struct cluster k;

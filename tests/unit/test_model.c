@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/job.h"
+#include "model/mesh.h"
 #include "model/model.h"
 #include "model_variant.h"
 #include "test.h"
@@ -133,6 +134,16 @@ static void test_layout(void)
     expect_layout(m, &l, NULL, WEFT_ERR_CONFIG, "tensor parallelism");
     l.mesh.tp = 1, l.mesh.ring = 2;
     expect_layout(m, &l, NULL, WEFT_ERR_CONFIG, "context parallelism");
+    l.mesh.ring = 1, l.mesh.cfg = 2;
+    expect_layout(m, &l, NULL, WEFT_ERR_CONFIG, "CFG parallelism");
+    weft_layout_single(&l);
+    l.mesh.cfg = 3;
+    expect_layout(m, &l, NULL, WEFT_ERR_CONFIG, "cfg_degree must be 1 or 2");
+    l.mesh.cfg = 2, l.mesh.tp = 2, l.mesh.ulysses = 2;
+    expect_layout(m, &l, NULL, WEFT_OK, NULL);
+    char name[96];
+    weft_layout_name(&l, name, sizeof(name));
+    CHECK(strcmp(name, "dp 1 x cfg 2 x ring 1 x ulysses 2 x tp 2") == 0);
     /* a [tp_plan] entry whose style the dataflow cannot take, resolved as the workers will */
     weft_layout_single(&l);
     l.mesh.tp = 2;
@@ -146,9 +157,39 @@ static void test_layout(void)
     weft_model_close(m);
 }
 
+/* dp 2 x cfg 2 x ring 1 x ulysses 2 x tp 2: the halves inside each replica, every model group
+ * inside one half, the cfg group one rank of each half at the same place. */
+static void test_mesh_cfg(void)
+{
+    const struct weft_mesh m = {.dp = 2, .ring = 1, .ulysses = 2, .tp = 2, .pp = 1, .cfg = 2};
+    CHECK_EQ(weft_mesh_size(&m), 16);
+    for (int r = 0; r < 16; r++) {
+        struct weft_mesh_coord c;
+        weft_mesh_coord(&m, r, &c);
+        CHECK_EQ(weft_mesh_rank(&m, &c), r);
+        CHECK_EQ(c.dp, r / 8);
+        CHECK_EQ(c.cfg, r / 4 % 2);
+    }
+    int ranks[16], index = -1;
+    CHECK_EQ(weft_mesh_group(&m, 13, WEFT_MESH_CFG, ranks, &index), 2);
+    CHECK(ranks[0] == 9 && ranks[1] == 13 && index == 1);
+    CHECK_EQ(weft_mesh_group(&m, 13, WEFT_MESH_TP, ranks, &index), 2);
+    CHECK(ranks[0] == 12 && ranks[1] == 13);
+    CHECK_EQ(weft_mesh_group(&m, 13, WEFT_MESH_CP, ranks, &index), 2);
+    CHECK(ranks[0] == 13 && ranks[1] == 15);
+    CHECK_EQ(weft_mesh_group(&m, 13, WEFT_MESH_REPLICA, ranks, &index), 8);
+    CHECK(ranks[0] == 8 && index == 5);
+    /* cfg 0 (or 1): the mesh it always was */
+    const struct weft_mesh one = {2, 1, 2, 2, 1};
+    CHECK_EQ(weft_mesh_size(&one), 8);
+    CHECK_EQ(weft_mesh_group(&one, 5, WEFT_MESH_CFG, ranks, &index), 1);
+    CHECK(ranks[0] == 5 && index == 0);
+}
+
 int main(void)
 {
     test_quiet();
+    test_mesh_cfg();
     test_open();
     test_layout();
     printf("ok\n");
