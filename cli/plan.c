@@ -34,8 +34,9 @@ static void help(FILE *out)
         "  --model DIR  pipeline or transformer folder (default [model] path, else the\n"
         "               embedded models/flux-tiny)\n"
         "  --tp N       tensor-parallel degree (default [parallel] tp_degree)\n"
-        "  --ulysses N, --ring N, --dp N   the other degrees (default [parallel]); the\n"
-        "               mesh dp x ring x ulysses x tp is printed rank by rank, and the\n"
+        "  --ulysses N, --ring N, --cfg 1|2, --dp N   the other degrees (default\n"
+        "               [parallel]; cfg 2: the negative prompt's passes on half 1); the\n"
+        "               mesh dp x cfg x ring x ulysses x tp is printed rank by rank, and the\n"
         "               context-parallel split of an H x W image with T text tokens\n"
         "               (default 1024 x 1024, 512) is checked as the workers will\n"
         "  --np N       ranks available (default: the mesh size)\n"
@@ -152,7 +153,7 @@ static int plan_devmap(const char *dir, int strategy, long long devices, const c
 struct plan_args {
     const char *model, *max_memory;
     int strategy, json, shards;
-    long long devices, tp, np, uly, ring, dp, height, width, n_text;
+    long long devices, tp, np, uly, ring, cfg, dp, height, width, n_text;
 };
 
 /* Options into a; 0 to go on, else the exit status (help printed: 0 as well, done = 1). */
@@ -162,13 +163,14 @@ static int parse_args(struct weft_cli *cli, struct plan_args *a, int *done)
     *a = (struct plan_args){.max_memory = cli->conf.device_map.max_memory,
                             .strategy = cli->conf.device_map.strategy,
                             .tp = par->tp_degree, .uly = par->ulysses_degree,
-                            .ring = par->ring_degree, .dp = par->dp_degree, .height = 1024,
+                            .ring = par->ring_degree, .cfg = par->cfg_degree,
+                            .dp = par->dp_degree, .height = 1024,
                             .width = 1024, .n_text = 512};
     static const char *const names[] = {"--tp",     "--np",    "--ulysses",     "--ring",
                                         "--dp",     "--height", "--width", "--text-tokens",
-                                        "--devices"};
-    long long *fields[] = {&a->tp, &a->np, &a->uly, &a->ring, &a->dp, &a->height, &a->width,
-                           &a->n_text, &a->devices};
+                                        "--devices", "--cfg"};
+    long long *fields[] = {&a->tp,     &a->np,    &a->uly,    &a->ring,    &a->dp,
+                           &a->height, &a->width, &a->n_text, &a->devices, &a->cfg};
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
         char **argv = cli->argv;
@@ -209,17 +211,20 @@ static int parse_args(struct weft_cli *cli, struct plan_args *a, int *done)
         }
     }
     if (a->tp < 1 || a->tp > 1024 || a->uly < 1 || a->uly > 1024 || a->ring < 1 ||
-        a->ring > 1024 || a->dp < 1 || a->dp > 1024 || a->np < 0 || a->np > 65536 ||
+        a->ring > 1024 || a->dp < 1 || a->dp > 1024 || a->cfg < 1 || a->cfg > 2 || a->np < 0 ||
+        a->np > 65536 ||
         a->height < 16 || a->width < 16 || a->height % 16 || a->width % 16 || a->n_text < 0 ||
         a->n_text > 65536) {
-        WEFT_LOG_ERROR("plan", "expected degrees in 1..1024, --np in 0..65536, --height and "
+        WEFT_LOG_ERROR("plan", "expected degrees in 1..1024 (--cfg 1 or 2), --np in 0..65536, "
+                               "--height and "
                                "--width multiples of 16, --text-tokens in 0..65536");
         return 2;
     }
-    const long long mesh_n = a->dp * a->ring * a->uly * a->tp;
+    const long long mesh_n = a->dp * a->cfg * a->ring * a->uly * a->tp;
     if (a->np && a->np < mesh_n) {
-        WEFT_LOG_ERROR("plan", "the mesh dp %lld x ring %lld x ulysses %lld x tp %lld needs %lld "
-                               "ranks; --np %lld", a->dp, a->ring, a->uly, a->tp, mesh_n, a->np);
+        WEFT_LOG_ERROR("plan", "the mesh dp %lld x cfg %lld x ring %lld x ulysses %lld x tp %lld "
+                               "needs %lld ranks; --np %lld", a->dp, a->cfg, a->ring, a->uly,
+                       a->tp, mesh_n, a->np);
         return 1;
     }
     return 0;
@@ -255,7 +260,7 @@ static void print_json(const struct plan_result *p)
 {
     const struct plan_args *a = p->a;
     const struct weft_tp_layout *lay = p->lay;
-    const long long tp = a->tp, mesh_n = a->dp * a->ring * a->uly * tp;
+    const long long tp = a->tp, mesh_n = a->dp * a->cfg * a->ring * a->uly * tp;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", p->tdir);
     cJSON_AddStringToObject(j, "class", p->info.class_name);
@@ -269,6 +274,7 @@ static void print_json(const struct plan_result *p)
     cJSON_AddNumberToObject(j, "allreduce_per_forward", tp > 1 ? lay->allreduce_per_pass : 0);
     cJSON *mj = cJSON_AddObjectToObject(j, "mesh");
     cJSON_AddNumberToObject(mj, "dp", (double)a->dp);
+    cJSON_AddNumberToObject(mj, "cfg", (double)a->cfg);
     cJSON_AddNumberToObject(mj, "ring", (double)a->ring);
     cJSON_AddNumberToObject(mj, "ulysses", (double)a->uly);
     cJSON_AddNumberToObject(mj, "tp", (double)tp);
@@ -281,6 +287,7 @@ static void print_json(const struct plan_result *p)
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "rank", r);
         cJSON_AddNumberToObject(e, "dp", c.dp);
+        cJSON_AddNumberToObject(e, "cfg", c.cfg);
         cJSON_AddNumberToObject(e, "ring", c.ring);
         cJSON_AddNumberToObject(e, "ulysses", c.ulysses);
         cJSON_AddNumberToObject(e, "tp", c.tp);
@@ -321,7 +328,7 @@ static void print_text(const struct plan_result *p)
 {
     const struct plan_args *a = p->a;
     const struct weft_tp_layout *lay = p->lay;
-    const long long tp = a->tp, mesh_n = a->dp * a->ring * a->uly * tp;
+    const long long tp = a->tp, mesh_n = a->dp * a->cfg * a->ring * a->uly * tp;
     printf("model: %s (%s, %lld heads)\n", p->tdir, p->info.class_name,
            (long long)p->info.heads);
     printf("tensor parallel: degree %lld, %s plan%s\n", tp, p->builtin ? "built-in" : "INI",
@@ -332,8 +339,8 @@ static void print_text(const struct plan_result *p)
     printf("  weights per rank: %.3f GiB (of %.3f GiB)\n", gib(p->per_rank),
            gib(lay->planned_bytes + lay->replicated_bytes));
     printf("  all-reduces per forward: %d\n", tp > 1 ? lay->allreduce_per_pass : 0);
-    printf("mesh: dp %lld x ring %lld x ulysses %lld x tp %lld = %lld rank(s)\n", a->dp,
-           a->ring, a->uly, tp, mesh_n);
+    printf("mesh: dp %lld x cfg %lld x ring %lld x ulysses %lld x tp %lld = %lld rank(s)\n",
+           a->dp, a->cfg, a->ring, a->uly, tp, mesh_n);
     if (a->ring * a->uly > 1 || p->cp_error[0])
         printf("context parallel (%s, %s) on %lldx%lld (%lld image + %lld text tokens): %s\n",
                p->par->ulysses_anything || p->par->ring_anything ? "anything" : "equal splits",
@@ -343,10 +350,10 @@ static void print_text(const struct plan_result *p)
         struct weft_mesh_coord c;
         int64_t ni, nt, heads;
         rank_of(p, r, &c, &ni, &nt, &heads);
-        printf("  rank %-3d dp %d ring %d ulysses %d tp %d: %lld image + %lld text tokens, "
-               "%lld heads%s\n", r, c.dp, c.ring, c.ulysses, c.tp, (long long)ni, (long long)nt,
-               (long long)heads, c.ring == 0 && c.ulysses == 0 && c.tp == 0 ? ", decodes (VAE)"
-                                                                              : "");
+        printf("  rank %-3d dp %d%s ring %d ulysses %d tp %d: %lld image + %lld text tokens, "
+               "%lld heads%s\n", r, c.dp, a->cfg > 1 ? (c.cfg ? " cfg 1" : " cfg 0") : "",
+               c.ring, c.ulysses, c.tp, (long long)ni, (long long)nt, (long long)heads,
+               c.cfg == 0 && c.ring == 0 && c.ulysses == 0 && c.tp == 0 ? ", decodes (VAE)" : "");
     }
     for (size_t i = 0; a->shards && i < lay->n; i++) {
         const struct weft_tp_shard *s = &lay->shards[i];
@@ -391,7 +398,7 @@ int weft_cmd_plan(struct weft_cli *cli)
     struct weft_error err = WEFT_ERROR_INIT;
     struct weft_model *model = NULL;
     struct weft_layout layout = {
-        .mesh = {(int)a.dp, (int)a.ring, (int)a.uly, (int)a.tp, 1},
+        .mesh = {(int)a.dp, (int)a.ring, (int)a.uly, (int)a.tp, 1, (int)a.cfg},
         .ulysses_anything = par->ulysses_anything, .ring_anything = par->ring_anything,
         .rotation = (enum weft_ring_rotation)par->ring_rotation,
     };
@@ -428,7 +435,7 @@ int weft_cmd_plan(struct weft_cli *cli)
     struct weft_error why = WEFT_ERROR_INIT;
     if (weft_job_check(model, &layout, &job, NULL, &why) != WEFT_OK)
         snprintf(p.cp_error, sizeof(p.cp_error), "%s", weft_error_text(&why));
-    p.mesh = (struct weft_mesh){(int)a.dp, (int)a.ring, (int)a.uly, tp};
+    p.mesh = (struct weft_mesh){(int)a.dp, (int)a.ring, (int)a.uly, tp, 1, (int)a.cfg};
     p.lay = lay;
     p.per_rank = lay->replicated_bytes;
     for (size_t i = 0; i < lay->n; i++) {

@@ -82,6 +82,22 @@ int main(int argc, char **argv)
     cJSON_Delete(j);
     free(out), free(err);
 
+    /* CFG parallelism: the halves outside ring x ulysses x tp; a third half is refused */
+    const char *cfg[] = {"plan", "--cfg", "2", "--tp", "2", "--dp", "2", "--json", NULL};
+    CHECK_EQ(run(cfg, &out, &err), 0);
+    j = cJSON_Parse(out);
+    CHECK(j);
+    CHECK_EQ(num(cJSON_GetObjectItemCaseSensitive(j, "mesh"), "ranks"), 8);
+    CHECK_EQ(num(cJSON_GetObjectItemCaseSensitive(j, "mesh"), "cfg"), 2);
+    const cJSON *r3 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "ranks"), 3);
+    CHECK(num(r3, "dp") == 0 && num(r3, "cfg") == 1 && num(r3, "tp") == 1);
+    cJSON_Delete(j);
+    free(out), free(err);
+    const char *cfg3[] = {"plan", "--cfg", "3", NULL};
+    CHECK_EQ(run(cfg3, &out, &err), 2);
+    CHECK(strstr(err, "--cfg 1 or 2"));
+    free(out), free(err);
+
     /* 1008 x 1008 with 512 text tokens over ring 3: refused, then accepted with ring_anything */
     const char *odd[] = {"plan", "--ring", "3", "--height", "1008", "--width", "1008", NULL};
     CHECK_EQ(run(odd, &out, &err), 1);
