@@ -159,7 +159,7 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
 
 static double step_bytes(const struct weft_autoplan *p)
 {
-    return p->tp_bytes + p->ulysses_bytes + p->ring_bytes + p->stage_bytes;
+    return p->tp_bytes + p->ulysses_bytes + p->ring_bytes + p->stage_bytes + p->cfg_bytes;
 }
 
 static cJSON *time_json(const struct weft_autoplan_time *t)
@@ -171,6 +171,7 @@ static cJSON *time_json(const struct weft_autoplan_time *t)
     cJSON_AddNumberToObject(o, "ulysses", t->ulysses);
     cJSON_AddNumberToObject(o, "ring", t->ring);
     cJSON_AddNumberToObject(o, "device_map", t->stage);
+    cJSON_AddNumberToObject(o, "cfg", t->cfg);
     return o;
 }
 
@@ -178,7 +179,8 @@ static cJSON *time_json(const struct weft_autoplan_time *t)
 static const char *layout_name(const struct weft_autoplan_candidate *c, char *buf, size_t len)
 {
     const struct weft_layout l = {
-        .mesh = {.dp = 1, .ring = c->ring, .ulysses = c->ulysses, .tp = c->tp, .pp = c->pp},
+        .mesh = {.dp = 1, .ring = c->ring, .ulysses = c->ulysses, .tp = c->tp, .pp = c->pp,
+                 .cfg = c->cfg},
         .device_map = c->device_map};
     weft_layout_name(&l, buf, len);
     return buf;
@@ -223,6 +225,7 @@ static void print_json(const char *dir, const struct weft_autoplan *p,
     cJSON_AddNumberToObject(c, "ulysses_alltoall_bytes", p->ulysses_bytes);
     cJSON_AddNumberToObject(c, "ring_bytes", p->ring_bytes);
     cJSON_AddNumberToObject(c, "device_map_bytes", p->stage_bytes);
+    cJSON_AddNumberToObject(c, "cfg_bytes", p->cfg_bytes);
     cJSON_AddNumberToObject(c, "total_bytes", step);
     if (dev->flops > 0) {
         cJSON_AddItemToObject(o, "step_time", time_json(&p->time));
@@ -231,6 +234,7 @@ static void print_json(const char *dir, const struct weft_autoplan *p,
             char name[64];
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "layout", layout_name(&ranked[i], name, sizeof(name)));
+            cJSON_AddNumberToObject(e, "cfg", ranked[i].cfg);
             cJSON_AddNumberToObject(e, "ring", ranked[i].ring);
             cJSON_AddNumberToObject(e, "ulysses", ranked[i].ulysses);
             cJSON_AddNumberToObject(e, "tp", ranked[i].tp);
@@ -255,9 +259,9 @@ static void print_json(const char *dir, const struct weft_autoplan *p,
 
 static void print_time(const char *what, const struct weft_autoplan_time *t)
 {
-    printf("%s %.2f ms (compute %.2f, tp %.2f, ulysses %.2f, ring %.2f, device_map %.2f)\n",
-           what, t->total * 1e3, t->compute * 1e3, t->tp * 1e3, t->ulysses * 1e3,
-           t->ring * 1e3, t->stage * 1e3);
+    printf("%s %.2f ms (compute %.2f, tp %.2f, ulysses %.2f, ring %.2f, device_map %.2f, cfg "
+           "%.2f)\n", what, t->total * 1e3, t->compute * 1e3, t->tp * 1e3, t->ulysses * 1e3,
+           t->ring * 1e3, t->stage * 1e3, t->cfg * 1e3);
 }
 
 static void print_text(const struct weft_autoplan *p, const struct weft_autoplan_devices *dev,
@@ -278,19 +282,21 @@ static void print_text(const struct weft_autoplan *p, const struct weft_autoplan
            size(dev->memory, t[1]), size(pk->weights, t[2]), size(pk->activations, t[3]),
            size(pk->workspace, (char[24]){0}));
     printf("sent per step by a rank: %s (tp all-reduce %s in %d calls, ulysses %s, ring %s, "
-           "device_map %s)\n", size((uint64_t)step, t[0]), size((uint64_t)p->tp_bytes, t[1]),
-           p->tp_allreduces, size((uint64_t)p->ulysses_bytes, t[2]),
-           size((uint64_t)p->ring_bytes, t[3]), size((uint64_t)p->stage_bytes, (char[24]){0}));
+           "device_map %s, cfg %s)\n", size((uint64_t)step, t[0]),
+           size((uint64_t)p->tp_bytes, t[1]), p->tp_allreduces,
+           size((uint64_t)p->ulysses_bytes, t[2]), size((uint64_t)p->ring_bytes, t[3]),
+           size((uint64_t)p->stage_bytes, (char[24]){0}), size((uint64_t)p->cfg_bytes,
+                                                                (char[24]){0}));
     if (dev->flops > 0)
         print_time("predicted step time:", &p->time);
     for (int i = 0; i < p->n_reasons; i++)
         printf("  - %s\n", p->reasons[i]);
     if (n_ranked > 1) {
         printf("the layouts of one replica's %d device(s), fastest predicted first:\n",
-               p->device_map ? p->pp : p->ring * p->ulysses * p->tp);
+               p->device_map ? p->pp : p->cfg * p->ring * p->ulysses * p->tp);
         for (int i = 0; i < n_ranked; i++) {
             char name[64], what[96], mem[24];
-            snprintf(what, sizeof(what), "  %-34s %10s", layout_name(&ranked[i], name,
+            snprintf(what, sizeof(what), "  %-42s %10s", layout_name(&ranked[i], name,
                      sizeof(name)), size(ranked[i].peak.weights + ranked[i].peak.activations +
                                          ranked[i].peak.workspace, mem));
             print_time(what, &ranked[i].time);
@@ -435,7 +441,8 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
     struct weft_autoplan_candidate ranked[RANKED];
     const int n_ranked =
         dev.flops > 0 ? weft_autoplan_rank(&am, &dev, &job, p.device_map ? p.pp
-                                           : p.ring * p.ulysses * p.tp, ranked, RANKED) : 0;
+                                           : p.cfg * p.ring * p.ulysses * p.tp, ranked,
+                                           RANKED) : 0;
     if (json)
         print_json(dir, &p, &dev, ranked, n_ranked);
     else

@@ -192,7 +192,8 @@ static void messages(const struct weft_autoplan_model *m, const struct weft_auto
                      struct weft_autoplan *p)
 {
     const struct weft_flux_config *f = &m->flux;
-    const int cp = p->ring * p->ulysses, passes = job->cfg ? 2 : 1;
+    /* true CFG: two passes a step, one on each half with CFG parallelism */
+    const int cp = p->ring * p->ulysses, passes = job->cfg && p->cfg < 2 ? 2 : 1;
     const int64_t s_img = image_tokens(m, job), layers = f->num_layers + f->num_single_layers;
     int64_t b, ni, nt;
     weft_cp_chunk(s_img, cp, 0, &b, &ni);
@@ -219,6 +220,10 @@ static void messages(const struct weft_autoplan_model *m, const struct weft_auto
         p->stage_calls = passes * p->pp;
         p->stage_bytes = passes * ((S * D + D) * 4 +
                                    (double)s_img * (double)f->out_channels * 4 * (p->pp - 1));
+    }
+    if (job->cfg && p->cfg > 1) { /* this half's prediction to the other (one all-gather) */
+        p->cfg_calls = 1;
+        p->cfg_bytes = (double)s_img * (double)f->out_channels * 4;
     }
 }
 
@@ -255,13 +260,15 @@ static void predict_time(const struct weft_autoplan_model *m,
      * device_map run one after another: the replica's step is the whole pass. */
     const double share =
         p->device_map ? 1.0 : (double)(ni + nt) / (double)(s_img + s_txt) / p->tp;
-    t->compute = (job->cfg ? 2.0 : 1.0) * weft_flux_flops(&m->flux, s_img, s_txt) * share /
-                 dev->flops;
+    t->compute = (job->cfg && p->cfg < 2 ? 2.0 : 1.0) *
+                 weft_flux_flops(&m->flux, s_img, s_txt) * share / dev->flops;
     t->tp = coll_time(dev, p->tp, p->tp_allreduces, p->tp_bytes);
     t->ulysses = coll_time(dev, p->tp * p->ulysses, p->ulysses_calls, p->ulysses_bytes);
     t->ring = coll_time(dev, p->tp * cp, p->ring_calls, p->ring_bytes);
     t->stage = coll_time(dev, p->pp, p->stage_calls, p->stage_bytes);
-    t->total = t->compute + t->tp + t->ulysses + t->ring + t->stage;
+    /* the halves are the mesh's next degree out: peers tp x cp apart */
+    t->cfg = coll_time(dev, 2 * p->tp * cp, p->cfg_calls, p->cfg_bytes);
+    t->total = t->compute + t->tp + t->ulysses + t->ring + t->stage + t->cfg;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -561,7 +568,17 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
     /* latency: devices the prompts leave spare split each prompt's sequence */
     int per = p->device_map ? p->pp : p->ring * p->ulysses * p->tp;
     if (job->goal == WEFT_GOAL_LATENCY && !p->device_map && p->ring * p->ulysses == 1) {
-        const int64_t spare = n / per / (job->prompts < n ? job->prompts : n);
+        int64_t spare = n / per / (job->prompts < n ? job->prompts : n);
+        if (job->cfg && spare >= 2) {
+            p->cfg = 2;
+            per *= 2;
+            spare /= 2;
+            reason(p, "latency, true CFG: CFG parallelism, the prompt's and the negative "
+                   "prompt's passes at once on two halves of the replica, %d device(s) each "
+                   "(one exchange of the predictions a step, %.2f MB), before splitting the "
+                   "sequence", per / 2,
+                   (double)s_img * (double)m->flux.out_channels * 4 / 1e6);
+        }
         const int64_t by_tokens = s_img / MIN_TOKENS_PER_RANK;
         const int k = (int)(spare < by_tokens ? spare : by_tokens);
         if (dev->flops > 0 && spare >= 2) {
@@ -589,9 +606,11 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
         reason(p, "%d device(s) left idle (%s)", p->idle,
                n / per > p->dp ? "more replicas than prompts"
                                : "the degrees must divide what they split");
-    if (job->cfg)
-        reason(p, "CFG: two transformer passes a step, counted; cfg parallelism is not in this "
-               "version (cfg 1)");
+    if (job->cfg && p->cfg < 2)
+        reason(p, "CFG: two transformer passes a step on each replica (%s)",
+               job->goal == WEFT_GOAL_THROUGHPUT ? "throughput: the devices make replicas"
+               : p->device_map ? "CFG parallelism does not combine with device_map"
+                               : "no spare devices for CFG parallelism");
     if (!p->device_map) {
         p->peak = weft_autoplan_memory_of(m, job, p->ring, p->ulysses, p->tp);
         p->peak_device = 0;
@@ -618,10 +637,10 @@ static void rank_add(const struct weft_autoplan_model *m,
     messages(m, job, q);
     predict_time(m, dev, job, q);
     const struct weft_autoplan_candidate c = {
-        .ring = q->ring, .ulysses = q->ulysses, .tp = q->tp, .pp = q->pp,
+        .cfg = q->cfg, .ring = q->ring, .ulysses = q->ulysses, .tp = q->tp, .pp = q->pp,
         .device_map = q->device_map, .anything = q->ulysses_anything || q->ring_anything,
         .peak = q->peak, .time = q->time,
-        .bytes = q->tp_bytes + q->ulysses_bytes + q->ring_bytes + q->stage_bytes};
+        .bytes = q->tp_bytes + q->ulysses_bytes + q->ring_bytes + q->stage_bytes + q->cfg_bytes};
     int at = *n;
     while (at > 0 && faster(&c, &out[at - 1])) {
         if (at < max)
@@ -643,19 +662,22 @@ int weft_autoplan_rank(const struct weft_autoplan_model *m,
         return 0;
     const int per_node = dev->n / dev->nodes;
     int n = 0;
-    for (int tp = 1; tp <= k; tp++) {
-        if (k % tp || (tp > 1 && !tp_ok(m, tp, per_node)))
-            continue;
-        const int64_t heads = m->flux.num_attention_heads / tp;
-        for (int u = 1; u <= k / tp; u++) {
-            if ((k / tp) % u || heads % u || (u > 1 && tp * u > per_node))
+    for (int h = 1; h <= (job->cfg && k % 2 == 0 ? 2 : 1); h++) { /* CFG-parallel halves */
+        const int kh = k / h;
+        for (int tp = 1; tp <= kh; tp++) {
+            if (kh % tp || (tp > 1 && !tp_ok(m, tp, per_node)))
                 continue;
-            struct weft_autoplan q = {.dp = 1, .cfg = 1, .ring = k / tp / u, .ulysses = u,
-                                      .tp = tp, .pp = 1};
-            set_anything(m, job, k / tp, &q);
-            q.peak = weft_autoplan_memory_of(m, job, q.ring, u, tp);
-            if (total(&q.peak) <= dev->memory)
-                rank_add(m, dev, job, &q, out, &n, max);
+            const int64_t heads = m->flux.num_attention_heads / tp;
+            for (int u = 1; u <= kh / tp; u++) {
+                if ((kh / tp) % u || heads % u || (u > 1 && tp * u > per_node))
+                    continue;
+                struct weft_autoplan q = {.dp = 1, .cfg = h, .ring = kh / tp / u, .ulysses = u,
+                                          .tp = tp, .pp = 1};
+                set_anything(m, job, kh / tp, &q);
+                q.peak = weft_autoplan_memory_of(m, job, q.ring, u, tp);
+                if (total(&q.peak) <= dev->memory)
+                    rank_add(m, dev, job, &q, out, &n, max);
+            }
         }
     }
     struct weft_autoplan q = {.dp = 1, .cfg = 1, .ring = 1, .ulysses = 1, .tp = 1, .pp = 1};

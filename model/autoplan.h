@@ -101,7 +101,7 @@ struct weft_autoplan_memory {
  * collective as its calls' latency plus its bytes at the link's rate (the network's where the
  * group spans hosts), nothing overlapped. All 0 when the device rate is unknown. */
 struct weft_autoplan_time {
-    double compute, tp, ulysses, ring, stage, total;
+    double compute, tp, ulysses, ring, stage, cfg, total;
 };
 
 struct weft_autoplan {
@@ -116,10 +116,11 @@ struct weft_autoplan {
     struct weft_autoplan_memory peak;
     int peak_device;
     /* one rank's sends in one denoising step, bytes: tensor-parallel all-reduces, Ulysses
-     * all-to-alls, ring exchanges, device_map hand-overs */
-    double tp_bytes, ulysses_bytes, ring_bytes, stage_bytes;
+     * all-to-alls, ring exchanges, device_map hand-overs, CFG parallelism's exchange of the
+     * halves' predictions */
+    double tp_bytes, ulysses_bytes, ring_bytes, stage_bytes, cfg_bytes;
     int tp_allreduces; /* per step */
-    int ulysses_calls, ring_calls, stage_calls;
+    int ulysses_calls, ring_calls, stage_calls, cfg_calls;
     struct weft_autoplan_time time;
     char reasons[WEFT_AUTOPLAN_REASONS][240];
     int n_reasons;
@@ -133,11 +134,12 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
 void weft_autoplan_cleanup(struct weft_autoplan *p);
 
 /* Every layout of one replica over exactly k devices that fits them (tp x ulysses x ring = k,
- * and device_map over k when k > 1), fastest predicted step first (by memory when the rate is
+ * with a CFG job and k even also cfg 2 x tp x ulysses x ring, and device_map over k when
+ * k > 1), fastest predicted step first (by memory when the rate is
  * unknown); at most max, returns how many. The rules of weft_autoplan choose; this shows what
  * the cost model thinks of the alternatives (weft plan --auto --rank, weft bench plan). */
 struct weft_autoplan_candidate {
-    int ring, ulysses, tp, pp;
+    int cfg, ring, ulysses, tp, pp;
     bool device_map, anything;
     struct weft_autoplan_memory peak;
     struct weft_autoplan_time time;

@@ -300,6 +300,28 @@ static void step_time(const struct weft_autoplan_model *m)
     show("timed 512, thin link", &p);
     CHECK(p.ring * p.ulysses == 1 && p.idle == 3 && said(&p, "no context-parallel degree"));
     weft_autoplan_cleanup(&p);
+    /* true CFG, latency, 4 devices: CFG parallelism first (two halves of 2, a pass each, one
+     * exchange of the predictions), then each half splits its sequence; in the ranking a
+     * cfg 2 layout is the fastest, and every cfg 1 layout of the 4 devices, computing as much
+     * per rank, sends more a step */
+    struct weft_autoplan_job cfg = job;
+    cfg.cfg = true;
+    CHECK_OK(weft_autoplan(m, &dev, &cfg, &p, TERR));
+    show("timed 1024, true CFG", &p);
+    CHECK(p.cfg == 2 && p.ring * p.ulysses == 2 && p.tp == 1 && p.dp == 1 && p.idle == 0);
+    CHECK(said(&p, "CFG parallelism") && p.cfg_calls == 1 && p.cfg_bytes > 0);
+    const double cfg_step = p.time.total;
+    weft_autoplan_cleanup(&p);
+    const int nc = weft_autoplan_rank(m, &dev, &cfg, 4, c, 16);
+    CHECK(nc > 7 && c[0].cfg == 2 && c[0].time.total == cfg_step);
+    for (int i = 0; i < nc; i++)
+        if (c[i].cfg == 1 && !c[i].device_map)
+            CHECK(c[i].bytes > c[0].bytes && c[i].time.total > c[0].time.total);
+    /* throughput: the devices make replicas, each running both passes */
+    cfg.goal = WEFT_GOAL_THROUGHPUT, cfg.prompts = 8;
+    CHECK_OK(weft_autoplan(m, &dev, &cfg, &p, TERR));
+    CHECK(p.cfg == 1 && p.dp == 4 && said(&p, "two transformer passes a step"));
+    weft_autoplan_cleanup(&p);
     /* over two nodes a group that leaves its host pays the network: ring 4 across 2 nodes */
     const struct weft_autoplan_devices two = {.n = 4, .nodes = 2, .memory = 80 * GB,
                                               .link = WEFT_LINK_NVLINK, .flops = 400e12};
