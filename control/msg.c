@@ -115,7 +115,7 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
         return bad(err, w, "height or width", "outside 1..16384");
     if (!in(r->steps, 1, WEFT_JOB_MAX_STEPS))
         return bad(err, w, "steps", "outside 1..1000");
-    if (!isfinite(r->guidance) || r->guidance < 0 || r->guidance > WEFT_JOB_MAX_GUIDANCE)
+    if (!weft_job_scale_ok(r->guidance))
         return bad(err, w, "guidance", "outside 0..1000");
     if (!in(r->n_prompts, 1, (int64_t)2 * WEFT_JOB_MAX_PROMPTS) ||
         !in(r->n_images, 1, WEFT_JOB_MAX_IMAGES))
@@ -125,8 +125,7 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
         return bad(err, w, "n_negatives", "is neither 0 nor one per prompt");
     if (positive > WEFT_JOB_MAX_PROMPTS)
         return bad(err, w, "prompts", "count out of bounds");
-    if (!isfinite(r->true_cfg_scale) || r->true_cfg_scale < 0 ||
-        r->true_cfg_scale > WEFT_JOB_MAX_GUIDANCE)
+    if (!weft_job_scale_ok(r->true_cfg_scale))
         return bad(err, w, "true_cfg_scale", "outside 0..1000");
     size_t floats = 0;
     for (int i = 0; i < r->n_prompts; i++) {

@@ -501,8 +501,7 @@ static weft_status_t parse_negatives(const cJSON *root, const struct weft_job_mo
     const cJSON *many = cJSON_GetObjectItemCaseSensitive(root, "negative_prompts");
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(root, "true_cfg_scale");
     s->true_cfg_scale = 1.0;
-    if (scale && (!cJSON_IsNumber(scale) || !isfinite(scale->valuedouble) ||
-                  scale->valuedouble < 0 || scale->valuedouble > WEFT_JOB_MAX_GUIDANCE))
+    if (scale && (!cJSON_IsNumber(scale) || !weft_job_scale_ok(scale->valuedouble)))
         return errf(err, len, WEFT_ERR_INVALID, "\"true_cfg_scale\" must be a number in 0..1000");
     if (scale)
         s->true_cfg_scale = scale->valuedouble;
@@ -561,8 +560,7 @@ static weft_status_t parse_numbers(const cJSON *root, const struct weft_job_limi
     s->guidance = 3.5;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "guidance");
     if (g) {
-        if (!cJSON_IsNumber(g) || !isfinite(g->valuedouble) || g->valuedouble < 0 ||
-            g->valuedouble > WEFT_JOB_MAX_GUIDANCE)
+        if (!cJSON_IsNumber(g) || !weft_job_scale_ok(g->valuedouble))
             return errf(err, len, WEFT_ERR_INVALID, "\"guidance\" must be a number in 0..1000");
         s->guidance = g->valuedouble;
     }
@@ -713,8 +711,7 @@ weft_status_t weft_job_spec_from_json(const cJSON *json, const struct weft_job_m
         errf(err, err_len, st, "\"prompts\" or \"negatives\" missing or out of bounds");
         goto out;
     }
-    if (scale && (!cJSON_IsNumber(scale) || !isfinite(scale->valuedouble) ||
-                  scale->valuedouble < 0 || scale->valuedouble > WEFT_JOB_MAX_GUIDANCE)) {
+    if (scale && (!cJSON_IsNumber(scale) || !weft_job_scale_ok(scale->valuedouble))) {
         errf(err, err_len, st, "\"true_cfg_scale\" out of bounds");
         goto out;
     }

@@ -1,7 +1,6 @@
 /* The rules of a job (see job.h). */
 #include "model/job.h"
 
-#include <math.h>
 #include <stdio.h>
 
 static int64_t bound(int64_t configured, int64_t hard)
@@ -64,11 +63,10 @@ static weft_status_t check_counts(const struct weft_job_desc *j,
                                  "%d prompts x count %lld: at most %lld images%s", j->n_prompts,
                                  (long long)j->count, (long long)max_images,
                                  lim ? " ([api] max_images)" : "");
-    if (!isfinite(j->guidance) || j->guidance < 0 || j->guidance > WEFT_JOB_MAX_GUIDANCE)
+    if (!weft_job_scale_ok(j->guidance))
         return weft_error_refuse(err, WEFT_ERR_RANGE, "guidance %g: a number in 0..%g expected",
                                  j->guidance, WEFT_JOB_MAX_GUIDANCE);
-    if (!isfinite(j->true_cfg_scale) || j->true_cfg_scale < 0 ||
-        j->true_cfg_scale > WEFT_JOB_MAX_GUIDANCE)
+    if (!weft_job_scale_ok(j->true_cfg_scale))
         return weft_error_refuse(err, WEFT_ERR_RANGE, "true_cfg_scale %g: a number in 0..%g "
                                  "expected (1 or less: off)", j->true_cfg_scale,
                                  WEFT_JOB_MAX_GUIDANCE);

@@ -24,6 +24,19 @@
 #define WEFT_JOB_MAX_GUIDANCE 1000.0
 #define WEFT_JOB_MAX_TEXT_BYTES 65536   /* one text prompt, UTF-8 */
 
+/* A scale a job may carry (guidance, true_cfg_scale): finite, 0..WEFT_JOB_MAX_GUIDANCE. */
+static inline bool weft_job_scale_ok(double s)
+{
+    return s >= 0 && s <= WEFT_JOB_MAX_GUIDANCE; /* false for NaN; +-Inf out of range */
+}
+
+/* Whether a job runs true CFG, as FluxPipeline: negative prompts and true_cfg_scale above 1
+ * (negatives with a smaller scale are kept and unused). */
+static inline bool weft_job_true_cfg(int n_negatives, double true_cfg_scale)
+{
+    return n_negatives > 0 && true_cfg_scale > 1.0;
+}
+
 /* Configurable bounds ([api]); 0 means the hard bound. */
 struct weft_job_limits {
     int64_t max_prompts, max_images, max_pixels, max_steps;

@@ -276,7 +276,7 @@ static int is_cancelled(void *arg)
 /* Whether the RUN does true CFG: negative prompts and a scale above 1 (FluxPipeline). */
 static bool run_cfg(const struct weft_msg_run *r)
 {
-    return r->n_negatives > 0 && r->true_cfg_scale > 1.0;
+    return weft_job_true_cfg(r->n_negatives, r->true_cfg_scale);
 }
 
 /* The text prompts of a RUN's images encoded over the replica (its first rank encodes, in

@@ -153,7 +153,7 @@ static int is_cancelled(void *arg)
  * written as out_dir/<i>.png before it is reported. */
 static bool job_cfg(const struct weft_runner_job *job)
 {
-    return job->n_negatives > 0 && job->true_cfg_scale > 1.0;
+    return weft_job_true_cfg(job->n_negatives, job->true_cfg_scale);
 }
 
 /* What the PNG names prompt i by: its text, else its name. */
