@@ -26,8 +26,8 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench cp [--np LIST] [--steps N] [--rounds N] [--warmup N] [--quick]\n"
-        "                     [--json]\n"
+        "usage: weft bench cp [--np LIST] [--steps N] [--cfg] [--rounds N] [--warmup N]\n"
+        "                     [--quick] [--json]\n"
         "\n"
         "Context parallelism on this machine: a FLUX-shaped model scaled to a few CPU cores\n"
         "(8 heads x 64 = 512 wide, 2 double + 4 single blocks, random f32 weights) denoising a\n"
@@ -36,7 +36,10 @@ static void help(FILE *out)
         "N processes of one thread each, against one process of one thread. Default --np 2,4,\n"
         "--steps 3 (after one warm-up step in every process). A round runs every row once,\n"
         "in table order; a mode that refuses a shape is not run again. --quick: 2 heads x 16,\n"
-        "1 + 1 blocks, 8x8 + 8 and 7x9 + 7 tokens, --np 2, 1 step.\n\n");
+        "1 + 1 blocks, 8x8 + 8 and 7x9 + 7 tokens, --np 2, 1 step.\n"
+        "--cfg: every row a true-CFG job (a negative prompt, true_cfg_scale 3: two passes a\n"
+        "step), and CFG parallelism's rows besides: cfg 2 (the two passes on two processes\n"
+        "at once), cfg 2 x ulysses and cfg 2 x ring (each half context-parallel) on 4.\n\n");
     weft_bench_opt_help(out);
 }
 
@@ -44,13 +47,16 @@ struct run_params {
     const char *model, *rdv;
     int np, rank, ring, ulysses, anything, p2p, steps;
     int gh, gw, text;
+    int cfg, halves; /* true CFG on; CFG-parallel halves (1 or 2) */
 };
+#define RUN_ARGS 12
 
 static void child_args(const struct run_params *p, char *buf, size_t len, char **argv,
                        const char *self)
 {
-    snprintf(buf, len, "%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d", p->np, p->rank, p->ring,
-             p->ulysses, p->anything, p->p2p, p->steps, p->gh, p->gw, p->text);
+    snprintf(buf, len, "%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d\n%d", p->np, p->rank,
+             p->ring, p->ulysses, p->anything, p->p2p, p->steps, p->gh, p->gw, p->text, p->cfg,
+             p->halves);
     int k = 0;
     argv[k++] = (char *)self;
     argv[k++] = "--kernels.threads=1";
@@ -59,7 +65,7 @@ static void child_args(const struct run_params *p, char *buf, size_t len, char *
     argv[k++] = (char *)p->model;
     argv[k++] = (char *)(p->rdv ? p->rdv : "-");
     char *s = buf;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < RUN_ARGS; i++) {
         argv[k++] = s ? s : (char *)"";
         if (s && (s = strchr(s, '\n')))
             *s++ = '\0';
@@ -85,19 +91,19 @@ static weft_status_t on_step(void *arg, int step, int steps, const float *lat, i
     return WEFT_OK;
 }
 
-/* One rank: argv = model rdv np rank ring ulysses anything p2p steps gh gw text */
+/* One rank: argv = model rdv np rank ring ulysses anything p2p steps gh gw text cfg halves */
 int weft_bench_cp_run(struct weft_cli *cli)
 {
-    if (cli->argc != 13)
+    if (cli->argc != 3 + RUN_ARGS)
         return 2;
     struct run_params p = {cli->argv[1], cli->argv[2]};
-    int *f[] = {&p.np, &p.rank, &p.ring, &p.ulysses, &p.anything, &p.p2p, &p.steps,
-                &p.gh, &p.gw, &p.text};
-    for (int i = 0; i < 10; i++)
+    int *f[RUN_ARGS] = {&p.np, &p.rank, &p.ring, &p.ulysses, &p.anything, &p.p2p, &p.steps,
+                        &p.gh, &p.gw, &p.text, &p.cfg, &p.halves};
+    for (int i = 0; i < RUN_ARGS; i++)
         *f[i] = atoi(cli->argv[3 + i]);
     struct weft_transport *tp = NULL;
     struct weft_par_transport *pt = NULL;
-    struct weft_mesh mesh = {1, p.ring, p.ulysses, 1};
+    struct weft_mesh mesh = {1, p.ring, p.ulysses, 1, 1, p.halves};
     struct weft_mesh_coord me = {0};
     const struct weft_kernels *K;
     struct weft_kctx *kc;
@@ -123,9 +129,13 @@ int weft_bench_cp_run(struct weft_cli *cli)
     int64_t s_img = (int64_t)p.gh * p.gw, n = s_img * c->in_channels;
     float *lat = malloc((size_t)n * 4), *pe = malloc((size_t)(p.text * c->joint_attention_dim) * 4);
     float *pooled = malloc((size_t)c->pooled_projection_dim * 4);
+    float *ne = malloc((size_t)(p.text * c->joint_attention_dim) * 4);
+    float *no = malloc((size_t)c->pooled_projection_dim * 4);
     weft_noise_normal(1, 0, n, lat);
     weft_noise_normal(2, 0, p.text * c->joint_attention_dim, pe);
     weft_noise_normal(3, 0, c->pooled_projection_dim, pooled);
+    weft_noise_normal(4, 0, p.text * c->joint_attention_dim, ne);
+    weft_noise_normal(5, 0, c->pooled_projection_dim, no);
     struct weft_sched_config sc;
     weft_sched_config_flux_default(&sc);
     static struct weft_schedule sched;
@@ -134,7 +144,11 @@ int weft_bench_cp_run(struct weft_cli *cli)
     struct step_clock clk = {weft_now(), 0, 0};
     struct weft_denoise_params dp = {.grid_h = p.gh, .grid_w = p.gw, .prompt_embeds = pe,
                                      .s_txt = p.text, .pooled = pooled, .guidance = 3.5f,
-                                     .schedule = &sched, .on_step = on_step, .cb_arg = &clk};
+                                     .neg_prompt_embeds = p.cfg ? ne : NULL,
+                                     .neg_pooled = p.cfg ? no : NULL, .true_cfg_scale = 3.0f,
+                                     .cfg_comm = p.halves > 1 ? o.comm : NULL,
+                                     .cfg_half = me.cfg, .schedule = &sched,
+                                     .on_step = on_step, .cb_arg = &clk};
     weft_status_t st = weft_flux_reserve(m, 1, s_img, p.text, &err);
     if (st == WEFT_OK) {
         if (pt)
@@ -157,7 +171,7 @@ int weft_bench_cp_run(struct weft_cli *cli)
     } else {
         printf("{\"refused\": \"%s\"}\n", weft_error_text(&err));
     }
-    free(lat), free(pe), free(pooled);
+    free(lat), free(pe), free(pooled), free(ne), free(no);
     weft_flux_destroy(m);
     weft_par_transport_destroy(pt);
     weft_transport_destroy(tp);
@@ -230,6 +244,7 @@ struct row {
 
 struct cp_opts {
     int nps[4], n_np, steps;
+    bool cfg; /* --cfg */
     struct weft_bench b;
 };
 
@@ -239,14 +254,18 @@ static const struct {
 } shapes[2][2] = {{{"32x32 (1024+64)", 32, 32, 64}, {"31x33 (1023+63)", 31, 33, 63}},
                   {{"8x8 (64+8)", 8, 8, 8}, {"7x9 (63+7)", 7, 9, 7}}}; /* [quick] */
 
+/* cfg: CFG parallelism's rows (--cfg), two halves of np / 2 ranks, context-parallel by the
+ * mode's kind when np / 2 > 1 (none: np 2 only); anything where a shape needs it */
 static const struct {
     const char *name;
-    int ring_only, uly_only, unified, anything, p2p;
+    int ring_only, uly_only, unified, anything, p2p, cfg;
 } modes[] = {
-    {"ulysses", 0, 1, 0, 0, 0},          {"ring all-gather", 1, 0, 0, 0, 0},
-    {"ring p2p", 1, 0, 0, 0, 1},         {"unified 2-D", 0, 0, 1, 0, 0},
-    {"ulysses_anything", 0, 1, 0, 1, 0}, {"ring_anything ag", 1, 0, 0, 1, 0},
-    {"ring_anything p2p", 1, 0, 0, 1, 1}, {"unified anything", 0, 0, 1, 1, 0},
+    {"ulysses", 0, 1, 0, 0, 0, 0},          {"ring all-gather", 1, 0, 0, 0, 0, 0},
+    {"ring p2p", 1, 0, 0, 0, 1, 0},         {"unified 2-D", 0, 0, 1, 0, 0, 0},
+    {"ulysses_anything", 0, 1, 0, 1, 0, 0}, {"ring_anything ag", 1, 0, 0, 1, 0, 0},
+    {"ring_anything p2p", 1, 0, 0, 1, 1, 0}, {"unified anything", 0, 0, 1, 1, 0, 0},
+    {"cfg 2", 0, 0, 0, 0, 0, 1},            {"cfg 2 x ulysses", 0, 1, 0, 1, 0, 1},
+    {"cfg 2 x ring", 1, 0, 0, 1, 0, 1},
 };
 #define N_MODES (int)(sizeof(modes) / sizeof(modes[0]))
 #define MAX_ROWS (2 * (1 + 4 * N_MODES))
@@ -259,12 +278,25 @@ static int rows_plan(const struct cp_opts *o, const char *dir, struct row *rows)
         const int q = o->b.quick;
         struct run_params base = {.model = dir, .np = 1, .ring = 1, .ulysses = 1,
                                   .steps = o->steps, .gh = shapes[q][s].gh,
-                                  .gw = shapes[q][s].gw, .text = shapes[q][s].text};
+                                  .gw = shapes[q][s].gw, .text = shapes[q][s].text,
+                                  .cfg = o->cfg, .halves = 1};
         rows[n++] = (struct row){.shape = s, .mode = -1, .p = base};
         for (int k = 0; k < o->n_np; k++) {
             for (int md = 0; md < N_MODES; md++) {
                 struct run_params p = base;
                 p.np = o->nps[k];
+                if (modes[md].cfg) {
+                    const int half = o->nps[k] / 2, plain = !modes[md].ring_only &&
+                                                            !modes[md].uly_only;
+                    if (!o->cfg || o->nps[k] % 2 || (plain ? half != 1 : half < 2))
+                        continue;
+                    p.halves = 2;
+                    p.ring = modes[md].ring_only ? half : 1;
+                    p.ulysses = modes[md].uly_only ? half : 1;
+                    p.anything = half > 1 && (p.gh * p.gw % half || p.text % half);
+                    rows[n++] = (struct row){.shape = s, .mode = md, .p = p};
+                    continue;
+                }
                 if (modes[md].unified) {
                     if (o->nps[k] != 4)
                         continue;
@@ -323,6 +355,7 @@ static const struct {
     {4, 0, "anything slower", "anything faster"}, {5, 1, "anything slower", "anything faster"},
     {6, 2, "anything slower", "anything faster"}, {7, 3, "anything slower", "anything faster"},
     {2, 1, "p2p slower", "p2p faster"},           {6, 5, "p2p slower", "p2p faster"},
+    {8, 4, "cfg slower", "cfg faster"},           {9, 4, "cfg slower", "cfg faster"},
 };
 #define N_PAIRS (int)(sizeof(mode_pairs) / sizeof(mode_pairs[0]))
 
@@ -395,6 +428,7 @@ static void report_json(const struct cp_opts *o, const struct row *rows, int n)
     cJSON_AddNumberToObject(cfg, "heads", o->b.quick ? 2 : HEADS);
     cJSON_AddNumberToObject(cfg, "head_dim", o->b.quick ? 16 : HEAD_DIM);
     cJSON_AddNumberToObject(cfg, "steps", o->steps);
+    cJSON_AddBoolToObject(cfg, "true_cfg", o->cfg);
     cJSON *arr = cJSON_AddArrayToObject(root, "rows");
     for (int i = 0; i < n; i++) {
         const struct row *w = &rows[i];
@@ -428,9 +462,10 @@ static void report_table(const struct cp_opts *o, const struct row *rows, int n)
 {
     weft_bench_print_context(&o->b, stdout);
     printf("# FLUX-shaped: %d heads x %d, %s blocks, f32, 1 thread per process, %d step(s) after "
-           "1 warm-up step; speed-up: one process / this, paired by round\n",
+           "1 warm-up step%s; speed-up: one process / this, paired by round\n",
            o->b.quick ? 2 : HEADS, o->b.quick ? 16 : HEAD_DIM,
-           o->b.quick ? "1 double + 1 single" : "2 double + 4 single", o->steps);
+           o->b.quick ? "1 double + 1 single" : "2 double + 4 single", o->steps,
+           o->cfg ? ", true CFG (two passes a step)" : "");
     printf("%-18s %-16s %3s %-26s %-22s %-14s %8s %7s\n", "mode", "shape", "np", "ms / step",
            "speed-up", "verdict", "RSS MiB", "comm %");
     for (int i = 0; i < n; i++) {
@@ -465,7 +500,7 @@ static void report_table(const struct cp_opts *o, const struct row *rows, int n)
 
 static int parse(struct weft_cli *cli, struct cp_opts *o)
 {
-    *o = (struct cp_opts){{2, 4}, 0, -1, {0}};
+    *o = (struct cp_opts){.nps = {2, 4}, .steps = -1};
     weft_bench_init(&o->b, "weft bench cp");
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
@@ -482,6 +517,8 @@ static int parse(struct weft_cli *cli, struct cp_opts *o)
             if (weft_cli_parse_int("--steps", v, 1, 1000, &x) != 0)
                 return -1;
             o->steps = (int)x;
+        } else if (strcmp(cli->argv[i], "--cfg") == 0) {
+            o->cfg = true;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--np"))) {
             if ((o->n_np = weft_cli_parse_int_list("--np", v, 2, 16, o->nps, 4)) < 0)
                 return -1;
