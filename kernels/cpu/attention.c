@@ -7,11 +7,12 @@
  * the exponentials and the row sums of the softmax are plain lane-wise vector operations, and
  * no key tile is ever transposed. Tasks are (head, query block) pairs split across the pool.
  * With AVX-512 the two products use register-blocked micro-kernels (4 keys x 64 queries, and
- * 4 queries x 64 features); the plain loops are the fallback and handle every tail. In bf16
+ * 4 queries x 64 features), with AVX2 + FMA smaller ones (4 x 16 each); the plain loops are
+ * the fallback and handle every tail. In bf16
  * compute (AVX512-BF16), attention_bf16.c's block takes the products in bf16 pairs. */
 #include "kernels/cpu/cpu.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -118,11 +119,126 @@ static void pv_fast(const float *pt, const float *v, int64_t ldv, float *acc, in
 }
 #define SCORES(k, ldk, qt, st, nk, d) scores_fast(k, ldk, qt, st, nk, d)
 #define PV(pt, v, ldv, acc, nq, nk, d) pv_fast(pt, v, ldv, acc, nq, nk, d)
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2: 4 keys x 16 queries (scores) and 4 queries x 16 features (pv) in 8 accumulators, each
+ * a named variable (GCC stores an array of them to the stack on every iteration). */
+static void scores_fast(const float *k, int64_t ldk, const float *qt, float *st, int64_t nk,
+                        int64_t d)
+{
+    const int64_t nk4 = nk / 4 * 4;
+    for (int64_t j = 0; j < nk4; j += 4) {
+        const float *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+        for (int i = 0; i < BQ; i += 16) {
+            __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps();
+            __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps();
+            __m256 a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps();
+            __m256 a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
+            for (int64_t c = 0; c < d; c++) {
+                const float *qrow = qt + c * BQ + i;
+                const __m256 q0 = _mm256_loadu_ps(qrow), q1 = _mm256_loadu_ps(qrow + 8);
+                __m256 kb = _mm256_broadcast_ss(k0 + c);
+                a00 = _mm256_fmadd_ps(kb, q0, a00);
+                a01 = _mm256_fmadd_ps(kb, q1, a01);
+                kb = _mm256_broadcast_ss(k1 + c);
+                a10 = _mm256_fmadd_ps(kb, q0, a10);
+                a11 = _mm256_fmadd_ps(kb, q1, a11);
+                kb = _mm256_broadcast_ss(k2 + c);
+                a20 = _mm256_fmadd_ps(kb, q0, a20);
+                a21 = _mm256_fmadd_ps(kb, q1, a21);
+                kb = _mm256_broadcast_ss(k3 + c);
+                a30 = _mm256_fmadd_ps(kb, q0, a30);
+                a31 = _mm256_fmadd_ps(kb, q1, a31);
+            }
+            float *s0 = st + j * BQ + i;
+            _mm256_storeu_ps(s0, a00);
+            _mm256_storeu_ps(s0 + 8, a01);
+            _mm256_storeu_ps(s0 + BQ, a10);
+            _mm256_storeu_ps(s0 + BQ + 8, a11);
+            _mm256_storeu_ps(s0 + 2 * BQ, a20);
+            _mm256_storeu_ps(s0 + 2 * BQ + 8, a21);
+            _mm256_storeu_ps(s0 + 3 * BQ, a30);
+            _mm256_storeu_ps(s0 + 3 * BQ + 8, a31);
+        }
+    }
+    if (nk4 < nk)
+        scores_plain(k, ldk, qt, st, nk, d, nk4);
+}
+
+static void pv_fast(const float *pt, const float *v, int64_t ldv, float *acc, int64_t nq,
+                    int64_t nk, int64_t d)
+{
+    const int64_t nq4 = nq / 4 * 4, d16 = d / 16 * 16;
+    for (int64_t i = 0; i < nq4; i += 4) {
+        for (int64_t c = 0; c < d16; c += 16) {
+            float *r0 = acc + i * D_MAX + c, *r1 = r0 + D_MAX, *r2 = r1 + D_MAX,
+                  *r3 = r2 + D_MAX;
+            __m256 a00 = _mm256_loadu_ps(r0), a01 = _mm256_loadu_ps(r0 + 8);
+            __m256 a10 = _mm256_loadu_ps(r1), a11 = _mm256_loadu_ps(r1 + 8);
+            __m256 a20 = _mm256_loadu_ps(r2), a21 = _mm256_loadu_ps(r2 + 8);
+            __m256 a30 = _mm256_loadu_ps(r3), a31 = _mm256_loadu_ps(r3 + 8);
+            for (int64_t j = 0; j < nk; j++) {
+                const float *vrow = v + j * ldv + c, *p = pt + j * BQ + i;
+                const __m256 v0 = _mm256_loadu_ps(vrow), v1 = _mm256_loadu_ps(vrow + 8);
+                __m256 pb = _mm256_broadcast_ss(p);
+                a00 = _mm256_fmadd_ps(pb, v0, a00);
+                a01 = _mm256_fmadd_ps(pb, v1, a01);
+                pb = _mm256_broadcast_ss(p + 1);
+                a10 = _mm256_fmadd_ps(pb, v0, a10);
+                a11 = _mm256_fmadd_ps(pb, v1, a11);
+                pb = _mm256_broadcast_ss(p + 2);
+                a20 = _mm256_fmadd_ps(pb, v0, a20);
+                a21 = _mm256_fmadd_ps(pb, v1, a21);
+                pb = _mm256_broadcast_ss(p + 3);
+                a30 = _mm256_fmadd_ps(pb, v0, a30);
+                a31 = _mm256_fmadd_ps(pb, v1, a31);
+            }
+            _mm256_storeu_ps(r0, a00);
+            _mm256_storeu_ps(r0 + 8, a01);
+            _mm256_storeu_ps(r1, a10);
+            _mm256_storeu_ps(r1 + 8, a11);
+            _mm256_storeu_ps(r2, a20);
+            _mm256_storeu_ps(r2 + 8, a21);
+            _mm256_storeu_ps(r3, a30);
+            _mm256_storeu_ps(r3 + 8, a31);
+        }
+        if (d16 < d)
+            pv_plain(pt, v, ldv, acc, i + 4, nk, d, i, d16);
+    }
+    if (nq4 < nq)
+        pv_plain(pt, v, ldv, acc, nq, nk, d, nq4, 0);
+}
+#define SCORES(k, ldk, qt, st, nk, d) scores_fast(k, ldk, qt, st, nk, d)
+#define PV(pt, v, ldv, acc, nq, nk, d) pv_fast(pt, v, ldv, acc, nq, nk, d)
 #else
 #define SCORES(k, ldk, qt, st, nk, d) scores_plain(k, ldk, qt, st, nk, d, 0)
 #define PV(pt, v, ldv, acc, nq, nk, d) pv_plain(pt, v, ldv, acc, nq, nk, d, 0, 0)
 #endif
 
+#if defined(CPU_HAVE_EXPF8)
+/* The online-softmax update for one key tile, 8 query lanes at a time. */
+void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
+{
+    for (int i = 0; i < BQ; i += 8) {
+        const __m256 m0 = _mm256_loadu_ps(m + i);
+        __m256 mx = m0;
+        for (int64_t j = 0; j < nk; j++)
+            mx = _mm256_max_ps(_mm256_loadu_ps(st + j * BQ + i), mx);
+        /* corr = exp(m - mx), 0 where m was -inf (no key seen yet) */
+        const __m256 seen = _mm256_cmp_ps(m0, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+        _mm256_storeu_ps(corr + i, _mm256_and_ps(seen, cpu_expf8(_mm256_sub_ps(m0, mx))));
+        _mm256_storeu_ps(m + i, mx);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t j = 0; j < nk; j++) {
+            float *row = st + j * BQ + i;
+            const __m256 e = cpu_expf8(_mm256_sub_ps(_mm256_loadu_ps(row), mx));
+            _mm256_storeu_ps(row, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        _mm256_storeu_ps(l + i, _mm256_fmadd_ps(_mm256_loadu_ps(l + i),
+                                                _mm256_loadu_ps(corr + i), sum));
+    }
+}
+#else
 /* The online-softmax update for one key tile: lane-wise over the BQ queries. */
 void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
 {
@@ -150,6 +266,7 @@ void cpu_softmax_tile(float *st, int64_t nk, float *m, float *l, float *corr)
     for (int i = 0; i < BQ; i++)
         l[i] = l[i] * corr[i] + sum[i];
 }
+#endif
 
 /* The bias and the causal mask on a scores tile st [nk keys][BQ queries]. Every query keeps
  * key 0 (causal: j <= i), so no row is masked whole and the running max stays finite. */

@@ -193,6 +193,43 @@ static inline float cpu_expf(float x)
     return p * s.f;
 }
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CPU_HAVE_EXPF8 1
+/* cpu_expf on 8 lanes, step for step (a NaN stays NaN: max and min return their second
+ * operand when one is NaN). For AVX2 builds, whose compiler leaves the scalar loops partly
+ * unvectorized. */
+static inline __m256 cpu_expf8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x));
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    __m256 fn = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+    fn = _mm256_sub_ps(_mm256_add_ps(fn, magic), magic);
+    __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(fn), _mm256_set1_epi32(127));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+
+/* cpu_tanhf on 8 lanes. */
+static inline __m256 cpu_tanhf8(__m256 y)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 a = _mm256_andnot_ps(sign, y);
+    const __m256 e = cpu_expf8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), a));
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    return _mm256_or_ps(t, _mm256_and_ps(sign, y)); /* t >= 0: y's sign onto it */
+}
+#endif
+
 /* tanh(y) = sign(y) (1 - e) / (1 + e), e = exp(-2|y|): no overflow, vectorizable. */
 static inline float cpu_tanhf(float y)
 {
