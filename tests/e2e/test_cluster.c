@@ -1113,6 +1113,26 @@ static int case_text(void)
             CHECK(two == !strstr(text, "tp 4 does not divide T5's 2 heads"));
         }
     }
+    /* true CFG with a text negative prompt on cfg 2 x tp 2: only the first half's tp ranks
+     * run T5 (tensor-parallel), the prompt and its negative reach the second half over the
+     * replica, and the image is one device's */
+    snprintf(ref, sizeof(ref), "%s/text_cfg_ref.png", tmp);
+    const char *neg = "a blurry picture of a city at night";
+    const char *gen_cfg[] = {"generate", "--model", model, "--prompt", prompt,
+                             "--negative-prompt", neg, "--true-cfg-scale", "3",
+                             "--max-sequence-length", "64", "--height", "32", "--width", "48",
+                             "--steps", "3", "--seed", "7", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen_cfg, NULL, NULL)), 0);
+    snprintf(out, sizeof(out), "%s/text_cfg2_tp2.png", tmp);
+    const char *run_cfg[] = {"run", "--model", model, "--prompt", prompt, "--negative-prompt",
+                             neg, "--true-cfg-scale", "3", "--max-sequence-length", "64",
+                             "--height", "32", "--width", "48", "--steps", "3", "--seed", "7",
+                             "--progress", "none", "--cfg", "2", "--tp", "2", "--out", out,
+                             NULL};
+    CHECK_EQ(wait_pid(run_weft(run_cfg, NULL, NULL)), 0);
+    printf("weft run --prompt TEXT --negative-prompt TEXT --cfg 2 --tp 2: max pixel difference "
+           "to one device %d\n", png_max_diff(ref, out));
+    CHECK(png_max_diff(ref, out) <= 1);
     text_tp_served(model, prompt);
     text_devmap_served(model, prompt);
     /* an encoder that fails on one rank fails the job on every rank, within seconds, and the
