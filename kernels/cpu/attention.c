@@ -149,15 +149,15 @@ static void scores_fast(const float *k, int64_t ldk, const float *qt, float *st,
                 a30 = _mm256_fmadd_ps(kb, q0, a30);
                 a31 = _mm256_fmadd_ps(kb, q1, a31);
             }
-            float *s0 = st + j * BQ + i;
+            float *s0 = st + j * BQ + i, *s1 = s0 + BQ, *s2 = s1 + BQ, *s3 = s2 + BQ;
             _mm256_storeu_ps(s0, a00);
             _mm256_storeu_ps(s0 + 8, a01);
-            _mm256_storeu_ps(s0 + BQ, a10);
-            _mm256_storeu_ps(s0 + BQ + 8, a11);
-            _mm256_storeu_ps(s0 + 2 * BQ, a20);
-            _mm256_storeu_ps(s0 + 2 * BQ + 8, a21);
-            _mm256_storeu_ps(s0 + 3 * BQ, a30);
-            _mm256_storeu_ps(s0 + 3 * BQ + 8, a31);
+            _mm256_storeu_ps(s1, a10);
+            _mm256_storeu_ps(s1 + 8, a11);
+            _mm256_storeu_ps(s2, a20);
+            _mm256_storeu_ps(s2 + 8, a21);
+            _mm256_storeu_ps(s3, a30);
+            _mm256_storeu_ps(s3 + 8, a31);
         }
     }
     if (nk4 < nk)
