@@ -456,6 +456,30 @@ static weft_status_t fail_here(struct weft_comm *c, weft_status_t st, const char
     return st;
 }
 
+/* Whether process pid has ended (gone, or a zombie whose descriptors are closed): a buffer of
+ * it that cannot be mapped then means the peer is lost, not that memory ran out. */
+static bool process_gone(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return true;
+    const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *end = strrchr(buf, ')'); /* the state follows the command's closing ")" */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+/* A peer's buffer could not be mapped: lost when its process has ended, else out of memory or
+ * descriptors. */
+static weft_status_t map_failed(struct weft_comm *c, const char *what, int r)
+{
+    return fail_here(c, process_gone(c->shm->pid[r]) ? WEFT_ERR_PEER_LOST : WEFT_ERR_NOMEM,
+                     what, r);
+}
+
 /* The peers' buffers of this call, mapped; new mappings after a peer freed a shareable
  * buffer (what it frees may come back at the same descriptor). */
 static weft_status_t resolve_all(struct weft_comm *c, bool res)
@@ -472,9 +496,9 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
         if (r == s->me)
             continue;
         if (k->src.id && !(s->src[r] = resolve(s, r, &k->src)))
-            return fail_here(c, WEFT_ERR_NOMEM, "the input", r);
+            return map_failed(c, "the input", r);
         if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res)))
-            return fail_here(c, WEFT_ERR_NOMEM, "the summed block", r);
+            return map_failed(c, "the summed block", r);
     }
     return WEFT_OK;
 }
