@@ -466,7 +466,7 @@ static bool process_gone(pid_t pid)
     if (!f)
         return true;
     const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
+    (void)fclose(f);
     buf[n] = 0;
     const char *end = strrchr(buf, ')'); /* the state follows the command's closing ")" */
     return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
