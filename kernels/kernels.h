@@ -123,6 +123,10 @@ struct weft_kernels {
     /* y *= x elementwise, rows x n with strides (a gated feed-forward's product). */
     void (*mul)(struct weft_kctx *ctx, float *y, int64_t ldy, const float *x, int64_t ldx,
                 int64_t rows, int64_t n);
+    /* SwiGLU of a fused projection: y[:, j] = silu(x[:, j]) * x[:, n + j] for j < n (x holds
+     * 2n columns of each row: the gate half, then the value half). y must not overlap x. */
+    void (*swiglu)(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                   int64_t rows, int64_t n);
     /* y = x w + b, w and b [d] broadcast over rows (b may be NULL): a norm's affine part. y may
      * be x. */
     void (*scale_shift)(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,

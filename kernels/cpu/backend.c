@@ -92,6 +92,7 @@ const struct weft_kernels cpu_host_kernels = {
     .silu = cpu_silu,
     .quick_gelu = cpu_quick_gelu,
     .mul = cpu_mul,
+    .swiglu = cpu_swiglu,
     .scale_shift = cpu_scale_shift,
     .modulate = cpu_modulate,
     .gated_add = cpu_gated_add,

@@ -127,6 +127,8 @@ void cpu_quick_gelu(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y
                     int64_t rows, int64_t n);
 void cpu_mul(struct weft_kctx *ctx, float *y, int64_t ldy, const float *x, int64_t ldx,
              int64_t rows, int64_t n);
+void cpu_swiglu(struct weft_kctx *ctx, const float *x, int64_t ldx, float *y, int64_t ldy,
+                int64_t rows, int64_t n);
 void cpu_scale_shift(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *w,
                      const float *b, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_modulate(struct weft_kctx *ctx, const float *x, int64_t ldx, const float *shift,

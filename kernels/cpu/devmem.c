@@ -535,6 +535,16 @@ static void mul(struct weft_kctx *c, float *y, int64_t ldy, const float *x, int6
         cpu_host_kernels.mul(c, Y, ldy, X, ldx, rows, n);
 }
 
+static void swiglu(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
+                   int64_t rows, int64_t n)
+{
+    struct call k = {c, "swiglu", false};
+    const float *X = at(&k, x, span(rows, ldx, 2 * n, F), "x", false);
+    float *Y = at(&k, y, span(rows, ldy, n, F), "y", false);
+    if (go(&k))
+        cpu_host_kernels.swiglu(c, X, ldx, Y, ldy, rows, n);
+}
+
 static void scale_shift(struct weft_kctx *c, const float *x, int64_t ldx, const float *w,
                         const float *b, float *y, int64_t ldy, int64_t rows, int64_t d)
 {
@@ -659,6 +669,7 @@ static const struct weft_kernels devmem_kernels = {
     .silu = silu,
     .quick_gelu = quick_gelu,
     .mul = mul,
+    .swiglu = swiglu,
     .scale_shift = scale_shift,
     .modulate = modulate,
     .gated_add = gated_add,

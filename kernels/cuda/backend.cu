@@ -175,6 +175,7 @@ static const struct weft_kernels cuda_kernels = {
     .silu = cuda_silu,
     .quick_gelu = cuda_quick_gelu,
     .mul = cuda_mul,
+    .swiglu = cuda_swiglu,
     .scale_shift = cuda_scale_shift,
     .modulate = cuda_modulate,
     .gated_add = cuda_gated_add,

@@ -133,6 +133,8 @@ void cuda_quick_gelu(struct weft_kctx *c, const float *x, int64_t ldx, float *y,
                      int64_t rows, int64_t n);
 void cuda_mul(struct weft_kctx *c, float *y, int64_t ldy, const float *x, int64_t ldx,
               int64_t rows, int64_t n);
+void cuda_swiglu(struct weft_kctx *c, const float *x, int64_t ldx, float *y, int64_t ldy,
+                 int64_t rows, int64_t n);
 void cuda_scale_shift(struct weft_kctx *c, const float *x, int64_t ldx, const float *w,
                       const float *b, float *y, int64_t ldy, int64_t rows, int64_t d);
 void cuda_modulate(struct weft_kctx *c, const float *x, int64_t ldx, const float *shift,

@@ -315,7 +315,7 @@ static void test_linear_packed(void)
 static void test_rows_ops(void)
 {
     struct tally tl = {0}, tr = {0}, tp = {0}, tg = {0}, tm = {0}, tga = {0}, ts = {0}, tc = {0},
-                 tf = {0}, tt = {0}, tq = {0}, tmu = {0}, tss = {0};
+                 tf = {0}, tt = {0}, tq = {0}, tmu = {0}, tss = {0}, tsw = {0};
     const double tol = 1e-5;
     for (int c = 0; c < cases; c++) {
         const int64_t rows = c == 0 ? 1 : PICK(1, 3, 64, 129), d = PICK(1, 7, 64, 3072, 5000);
@@ -330,7 +330,7 @@ static void test_rows_ops(void)
                  (long long)d, (long long)ldx, (long long)ldy);
         struct side *both[2] = {&ref, &dut};
         float *outs[2] = {want, got};
-        for (int op = 0; op < 9; op++) {
+        for (int op = 0; op < 10; op++) {
             size_t n_out = ny;
             for (int i = 0; i < 2; i++) {
                 struct side *s = both[i];
@@ -358,14 +358,16 @@ static void test_rows_ops(void)
                         s->K->scale_shift(s->kc, X, ldx, A, NULL, Y, ldy, rows, d);
                     }
                     break;
+                case 9: s->K->swiglu(s->kc, X, ldx, Y, ldy, rows, d / 2); break;
                 }
                 get(s, outs[i], out, n_out * 4);
                 done(s, "rows op");
             }
             static const char *const names[] = {"layernorm", "gelu_tanh", "modulate",
                                                 "gated_add", "copy_rows", "silu",
-                                                "quick_gelu", "mul",      "scale_shift"};
-            struct tally *ts_[] = {&tl, &tg, &tm, &tga, &tc, &ts, &tq, &tmu, &tss};
+                                                "quick_gelu", "mul",      "scale_shift",
+                                                "swiglu"};
+            struct tally *ts_[] = {&tl, &tg, &tm, &tga, &tc, &ts, &tq, &tmu, &tss, &tsw};
             compare(ts_[op], names[op], shape, "out", want, got, n_out, tol);
         }
         free(x), free(y0), free(v1), free(v2), free(want), free(got);
@@ -431,7 +433,7 @@ static void test_rows_ops(void)
     report(dut.label, "gated_add", &tga, tol), report(dut.label, "copy_rows", &tc, tol);
     report(dut.label, "fill", &tf, 0), report(dut.label, "timestep_embed", &tt, tol);
     report(dut.label, "quick_gelu", &tq, tol), report(dut.label, "mul", &tmu, tol);
-    report(dut.label, "scale_shift", &tss, tol);
+    report(dut.label, "scale_shift", &tss, tol), report(dut.label, "swiglu", &tsw, tol);
 }
 
 static void run_attention(struct side *s, const float *q, int64_t ldq, const float *k,

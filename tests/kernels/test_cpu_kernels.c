@@ -314,6 +314,17 @@ static void test_elementwise(void)
         check_err("mul", rel_err(y, ld, ref, n, rows, n), 1e-6);
         free(w), free(bb), free(z);
     }
+    {
+        /* SwiGLU: the gate half is x's first n / 2 columns, the value half the next n / 2 */
+        const int64_t h = n / 2;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < h; j++) {
+                double g = x[i * ld + j], v = x[i * ld + h + j];
+                ref[i * h + j] = g / (1 + exp(-g)) * v;
+            }
+        K->swiglu(ctx, x, ld, y, ld, rows, h);
+        check_err("swiglu", rel_err(y, ld, ref, h, rows, h), 1e-6);
+    }
 
     float big[] = {-100.0f, -20.0f, -1.0f, 0.0f, 1e-4f, 3.0f, 50.0f, 100.0f};
     float out[8];
