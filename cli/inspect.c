@@ -110,7 +110,7 @@ static weft_status_t check_config(const char *cls, const cJSON *config, const ch
 {
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
-    if (strcmp(cls, WEFT_FLUX_CLASS) == 0) {
+    if (strcmp(cls, WEFT_FLUX_CLASS) == 0 || strcmp(cls, WEFT_FLUX2_CLASS) == 0) {
         struct weft_flux_config fc;
         return weft_flux_config_parse(config, origin, &fc, NULL);
     }

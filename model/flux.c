@@ -1,4 +1,5 @@
-/* FLUX.1 config: Diffusers' FluxTransformer2DModel defaults, bounded and cross-checked. */
+/* FLUX.1 and FLUX.2 configs (Diffusers' FluxTransformer2DModel and Flux2Transformer2DModel
+ * defaults, bounded and cross-checked), their parameter tables and what follows from them. */
 #include "model/flux.h"
 
 #include <stdio.h>
@@ -14,30 +15,63 @@
 
 #define BIG 1048576 /* bound on any width: keeps products far from overflow */
 
+/* FLUX.2's keys beyond FLUX.1's, and its defaults where the two classes differ. */
+static weft_status_t parse_v2(const cJSON *cfg, const char *origin, struct weft_flux_config *c,
+                              struct weft_error *err)
+{
+    double ratio, theta, eps;
+    weft_status_t st;
+    if ((st = weft_json_get_int(cfg, "timestep_guidance_channels", 256, 2, BIG, origin,
+                                &c->time_proj_dim, err)) ||
+        (st = weft_json_get_double(cfg, "mlp_ratio", 3.0, 0.0, 64.0, origin, &ratio, err)) ||
+        (st = weft_json_get_double(cfg, "rope_theta", 2000.0, 1.0, 1e9, origin, &theta, err)) ||
+        (st = weft_json_get_double(cfg, "eps", 1e-6, 1e-12, 1.0, origin, &eps, err)))
+        return st;
+    if (c->time_proj_dim % 2)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: timestep_guidance_channels %lld is odd; the "
+                                        "sinusoidal embedding pairs cos and sin",
+                                        origin, (long long)c->time_proj_dim);
+    c->mlp_hidden_dim = (int64_t)((double)c->inner_dim * ratio); /* int(dim * mlp_ratio) */
+    if (c->mlp_hidden_dim < 1)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: mlp_ratio %g leaves no MLP features", origin, ratio);
+    c->rope_theta = theta;
+    c->eps = (float)eps;
+    return WEFT_OK;
+}
+
 weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
                                      struct weft_flux_config *out, struct weft_error *err)
 {
-    struct weft_flux_config c = {0};
-    static const int64_t axes_def[] = {16, 56, 56};
+    struct weft_flux_config c = {.version = 1};
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "_class_name");
+    if (cJSON_IsString(cls) && strcmp(cls->valuestring, WEFT_FLUX2_CLASS) == 0)
+        c.version = 2;
+    const bool v2 = c.version == 2;
+    static const int64_t axes1[] = {16, 56, 56}, axes2[] = {32, 32, 32, 32};
     weft_status_t st;
     if ((st = weft_json_get_int(cfg, "patch_size", 1, 1, 1, origin, &c.patch_size, err)) ||
-        (st = weft_json_get_int(cfg, "in_channels", 64, 1, BIG, origin, &c.in_channels, err)) ||
+        (st = weft_json_get_int(cfg, "in_channels", v2 ? 128 : 64, 1, BIG, origin,
+                                &c.in_channels, err)) ||
         (st = weft_json_get_int(cfg, "out_channels", c.in_channels, 1, BIG, origin, &c.out_channels,
                                 err)) ||
-        (st = weft_json_get_int(cfg, "num_layers", 19, 0, 4096, origin, &c.num_layers, err)) ||
-        (st = weft_json_get_int(cfg, "num_single_layers", 38, 0, 4096, origin, &c.num_single_layers,
+        (st = weft_json_get_int(cfg, "num_layers", v2 ? 8 : 19, 0, 4096, origin, &c.num_layers,
                                 err)) ||
+        (st = weft_json_get_int(cfg, "num_single_layers", v2 ? 48 : 38, 0, 4096, origin,
+                                &c.num_single_layers, err)) ||
         (st = weft_json_get_int(cfg, "attention_head_dim", 128, 2, 4096, origin,
                                 &c.attention_head_dim, err)) ||
-        (st = weft_json_get_int(cfg, "num_attention_heads", 24, 1, 4096, origin,
+        (st = weft_json_get_int(cfg, "num_attention_heads", v2 ? 48 : 24, 1, 4096, origin,
                                 &c.num_attention_heads, err)) ||
-        (st = weft_json_get_int(cfg, "joint_attention_dim", 4096, 1, BIG, origin,
+        (st = weft_json_get_int(cfg, "joint_attention_dim", v2 ? 15360 : 4096, 1, BIG, origin,
                                 &c.joint_attention_dim, err)) ||
-        (st = weft_json_get_int(cfg, "pooled_projection_dim", 768, 1, BIG, origin,
-                                &c.pooled_projection_dim, err)) ||
-        (st = weft_json_get_bool(cfg, "guidance_embeds", false, origin, &c.guidance_embeds, err)) ||
-        (st = weft_json_get_int_array(cfg, "axes_dims_rope", axes_def, 3, WEFT_FLUX_MAX_AXES, 0,
-                                      4096, origin, c.axes_dims_rope, &c.n_axes, err)))
+        (!v2 && (st = weft_json_get_int(cfg, "pooled_projection_dim", 768, 1, BIG, origin,
+                                        &c.pooled_projection_dim, err))) ||
+        (st = weft_json_get_bool(cfg, "guidance_embeds", v2, origin, &c.guidance_embeds, err)) ||
+        (st = weft_json_get_int_array(cfg, "axes_dims_rope", v2 ? axes2 : axes1, v2 ? 4 : 3,
+                                      WEFT_FLUX_MAX_AXES, 0, 4096, origin, c.axes_dims_rope,
+                                      &c.n_axes, err)))
         return st;
     c.inner_dim = c.attention_head_dim * c.num_attention_heads;
     if (c.inner_dim > BIG)
@@ -46,6 +80,11 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
                                         (long long)c.num_attention_heads,
                                         (long long)c.attention_head_dim, (long long)c.inner_dim);
     c.mlp_hidden_dim = 4 * c.inner_dim;
+    c.time_proj_dim = WEFT_FLUX_TIME_PROJ_DIM;
+    c.rope_theta = 10000.0;
+    c.eps = 1e-6f;
+    if (v2 && (st = parse_v2(cfg, origin, &c, err)) != WEFT_OK)
+        return st;
     int64_t sum = 0;
     for (int i = 0; i < c.n_axes; i++) {
         if (c.axes_dims_rope[i] % 2)
@@ -69,35 +108,68 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
     return WEFT_OK;
 }
 
+const char *weft_flux_class(const struct weft_flux_config *c)
+{
+    return c->version == 2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS;
+}
+
+/* Every FLUX.1 Linear has a bias, no FLUX.2 one does. */
+static void copy_table(const struct weft_flux_config *c, const struct weft_flux_linear_desc *t,
+                       int n, struct weft_flux_linear_desc *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = t[i];
+        out[i].bias = c->version == 1;
+    }
+}
+
+static void set_blocks(struct weft_flux_linear_desc *l, int n, const int64_t *blocks)
+{
+    l->n_blocks = n;
+    for (int i = 0; i < n; i++)
+        l->blocks[i] = blocks[i];
+}
+
 void weft_flux_top_linears(const struct weft_flux_config *c,
                            struct weft_flux_linear_desc out[WEFT_FLUX_TOP_COUNT])
 {
-    const int64_t d = c->inner_dim;
-    const bool g = c->guidance_embeds;
-    const struct weft_flux_linear_desc t[WEFT_FLUX_TOP_COUNT] = {
+    const int64_t d = c->inner_dim, tp = c->time_proj_dim;
+    const bool g = c->guidance_embeds, v1 = c->version == 1, v2 = !v1;
+    const struct weft_flux_linear_desc t1[WEFT_FLUX_TOP_COUNT] = {
         [WEFT_FLUX_X_EMBEDDER] = {"x_embedder", d, c->in_channels, true},
         [WEFT_FLUX_CONTEXT_EMBEDDER] = {"context_embedder", d, c->joint_attention_dim, true},
-        [WEFT_FLUX_TIME_LIN1] = {"time_text_embed.timestep_embedder.linear_1", d, 256, true},
+        [WEFT_FLUX_TIME_LIN1] = {"time_text_embed.timestep_embedder.linear_1", d, tp, true},
         [WEFT_FLUX_TIME_LIN2] = {"time_text_embed.timestep_embedder.linear_2", d, d, true},
-        [WEFT_FLUX_GUIDANCE_LIN1] = {"time_text_embed.guidance_embedder.linear_1", d, 256, g},
+        [WEFT_FLUX_GUIDANCE_LIN1] = {"time_text_embed.guidance_embedder.linear_1", d, tp, g},
         [WEFT_FLUX_GUIDANCE_LIN2] = {"time_text_embed.guidance_embedder.linear_2", d, d, g},
         [WEFT_FLUX_TEXT_LIN1] = {"time_text_embed.text_embedder.linear_1", d,
-                                 c->pooled_projection_dim, true},
-        [WEFT_FLUX_TEXT_LIN2] = {"time_text_embed.text_embedder.linear_2", d, d, true},
+                                 c->pooled_projection_dim, v1},
+        [WEFT_FLUX_TEXT_LIN2] = {"time_text_embed.text_embedder.linear_2", d, d, v1},
+        [WEFT_FLUX_MOD_IMG] = {"double_stream_modulation_img.linear", 6 * d, d, v2},
+        [WEFT_FLUX_MOD_TXT] = {"double_stream_modulation_txt.linear", 6 * d, d, v2},
+        [WEFT_FLUX_MOD_SINGLE] = {"single_stream_modulation.linear", 3 * d, d, v2},
         [WEFT_FLUX_NORM_OUT] = {"norm_out.linear", 2 * d, d, true},
         [WEFT_FLUX_PROJ_OUT] = {"proj_out", c->out_channels, d, true},
     };
-    for (int i = 0; i < WEFT_FLUX_TOP_COUNT; i++)
-        out[i] = t[i];
+    copy_table(c, t1, WEFT_FLUX_TOP_COUNT, out);
+    if (v2) {
+        out[WEFT_FLUX_TIME_LIN1].name = "time_guidance_embed.timestep_embedder.linear_1";
+        out[WEFT_FLUX_TIME_LIN2].name = "time_guidance_embed.timestep_embedder.linear_2";
+        out[WEFT_FLUX_GUIDANCE_LIN1].name = "time_guidance_embed.guidance_embedder.linear_1";
+        out[WEFT_FLUX_GUIDANCE_LIN2].name = "time_guidance_embed.guidance_embedder.linear_2";
+    }
 }
 
 void weft_flux_double_linears(const struct weft_flux_config *c,
                               struct weft_flux_linear_desc out[WEFT_FLUX_DOUBLE_COUNT])
 {
     const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
+    const bool v1 = c->version == 1;
+    /* FLUX.2's feed-forward input is the gate and value projections in one: two blocks */
+    const int64_t ff_in = v1 ? mlp : 2 * mlp;
     const struct weft_flux_linear_desc t[WEFT_FLUX_DOUBLE_COUNT] = {
-        [WEFT_FLUX_D_NORM1] = {"norm1.linear", 6 * d, d, true},
-        [WEFT_FLUX_D_NORM1_CONTEXT] = {"norm1_context.linear", 6 * d, d, true},
+        [WEFT_FLUX_D_NORM1] = {"norm1.linear", 6 * d, d, v1},
+        [WEFT_FLUX_D_NORM1_CONTEXT] = {"norm1_context.linear", 6 * d, d, v1},
         [WEFT_FLUX_D_TO_Q] = {"attn.to_q", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
         [WEFT_FLUX_D_TO_K] = {"attn.to_k", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
         [WEFT_FLUX_D_TO_V] = {"attn.to_v", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
@@ -106,30 +178,43 @@ void weft_flux_double_linears(const struct weft_flux_config *c,
         [WEFT_FLUX_D_ADD_K] = {"attn.add_k_proj", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
         [WEFT_FLUX_D_ADD_V] = {"attn.add_v_proj", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
         [WEFT_FLUX_D_TO_ADD_OUT] = {"attn.to_add_out", d, d, true, WEFT_TP_ROLE_SPLIT_IN},
-        [WEFT_FLUX_D_FF_IN] = {"ff.net.0.proj", mlp, d, true, WEFT_TP_ROLE_SPLIT_OUT},
-        [WEFT_FLUX_D_FF_OUT] = {"ff.net.2", d, mlp, true, WEFT_TP_ROLE_SPLIT_IN},
-        [WEFT_FLUX_D_FF_CONTEXT_IN] = {"ff_context.net.0.proj", mlp, d, true,
-                                       WEFT_TP_ROLE_SPLIT_OUT},
-        [WEFT_FLUX_D_FF_CONTEXT_OUT] = {"ff_context.net.2", d, mlp, true, WEFT_TP_ROLE_SPLIT_IN},
+        [WEFT_FLUX_D_FF_IN] = {v1 ? "ff.net.0.proj" : "ff.linear_in", ff_in, d, true,
+                               WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_FF_OUT] = {v1 ? "ff.net.2" : "ff.linear_out", d, mlp, true,
+                                WEFT_TP_ROLE_SPLIT_IN},
+        [WEFT_FLUX_D_FF_CONTEXT_IN] = {v1 ? "ff_context.net.0.proj" : "ff_context.linear_in",
+                                       ff_in, d, true, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_D_FF_CONTEXT_OUT] = {v1 ? "ff_context.net.2" : "ff_context.linear_out", d, mlp,
+                                        true, WEFT_TP_ROLE_SPLIT_IN},
     };
-    for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++)
-        out[i] = t[i];
+    copy_table(c, t, WEFT_FLUX_DOUBLE_COUNT, out);
+    if (!v1) {
+        set_blocks(&out[WEFT_FLUX_D_FF_IN], 2, (const int64_t[]){mlp, mlp});
+        set_blocks(&out[WEFT_FLUX_D_FF_CONTEXT_IN], 2, (const int64_t[]){mlp, mlp});
+    }
 }
 
 void weft_flux_single_linears(const struct weft_flux_config *c,
                               struct weft_flux_linear_desc out[WEFT_FLUX_SINGLE_COUNT])
 {
     const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
+    const bool v1 = c->version == 1, v2 = !v1;
     const struct weft_flux_linear_desc t[WEFT_FLUX_SINGLE_COUNT] = {
-        [WEFT_FLUX_S_NORM] = {"norm.linear", 3 * d, d, true},
-        [WEFT_FLUX_S_TO_Q] = {"attn.to_q", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
-        [WEFT_FLUX_S_TO_K] = {"attn.to_k", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
-        [WEFT_FLUX_S_TO_V] = {"attn.to_v", d, d, true, WEFT_TP_ROLE_SPLIT_OUT},
-        [WEFT_FLUX_S_PROJ_MLP] = {"proj_mlp", mlp, d, true, WEFT_TP_ROLE_SPLIT_OUT},
-        [WEFT_FLUX_S_PROJ_OUT] = {"proj_out", d, d + mlp, true, WEFT_TP_ROLE_SPLIT_IN},
+        [WEFT_FLUX_S_NORM] = {"norm.linear", 3 * d, d, v1},
+        [WEFT_FLUX_S_TO_Q] = {"attn.to_q", d, d, v1, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_TO_K] = {"attn.to_k", d, d, v1, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_TO_V] = {"attn.to_v", d, d, v1, WEFT_TP_ROLE_SPLIT_OUT},
+        [WEFT_FLUX_S_PROJ_MLP] = {"proj_mlp", mlp, d, v1, WEFT_TP_ROLE_SPLIT_OUT},
+        /* Q | K | V | gate | value */
+        [WEFT_FLUX_S_QKV_MLP] = {"attn.to_qkv_mlp_proj", 3 * d + 2 * mlp, d, v2,
+                                 WEFT_TP_ROLE_SPLIT_OUT},
+        /* attention output | MLP hidden states */
+        [WEFT_FLUX_S_PROJ_OUT] = {v1 ? "proj_out" : "attn.to_out", d, d + mlp, true,
+                                  WEFT_TP_ROLE_SPLIT_IN},
     };
-    for (int i = 0; i < WEFT_FLUX_SINGLE_COUNT; i++)
-        out[i] = t[i];
+    copy_table(c, t, WEFT_FLUX_SINGLE_COUNT, out);
+    set_blocks(&out[WEFT_FLUX_S_QKV_MLP], 5, (const int64_t[]){d, d, d, mlp, mlp});
+    set_blocks(&out[WEFT_FLUX_S_PROJ_OUT], 2, (const int64_t[]){d, mlp});
 }
 
 const char *weft_flux_qk_norm_name(enum weft_flux_qk_norm which)
@@ -183,16 +268,19 @@ static weft_status_t param_linear(void *arg, enum weft_flux_part part, int64_t b
     if (!l->present)
         return WEFT_OK;
     if (pl->p) {
-        struct weft_param *w = &pl->p[pl->n], *bias = &pl->p[pl->n + 1];
+        struct weft_param *w = &pl->p[pl->n];
         snprintf(w->name, sizeof(w->name), "%s%s.weight", prefix, l->name);
         w->ndim = 2;
         w->shape[0] = l->out;
         w->shape[1] = l->in;
-        snprintf(bias->name, sizeof(bias->name), "%s%s.bias", prefix, l->name);
-        bias->ndim = 1;
-        bias->shape[0] = l->out;
+        if (l->bias) {
+            struct weft_param *bias = &pl->p[pl->n + 1];
+            snprintf(bias->name, sizeof(bias->name), "%s%s.bias", prefix, l->name);
+            bias->ndim = 1;
+            bias->shape[0] = l->out;
+        }
     }
-    pl->n += 2;
+    pl->n += l->bias ? 2 : 1;
     return WEFT_OK;
 }
 
@@ -259,7 +347,8 @@ static bool role_allows(enum weft_tp_role role, enum weft_tp_style style, int de
     }
 }
 
-static weft_status_t check_linear(const struct weft_tp_layout *lay, const char *prefix,
+static weft_status_t check_linear(const struct weft_flux_config *c,
+                                  const struct weft_tp_layout *lay, const char *prefix,
                                   const struct weft_flux_linear_desc *l, struct weft_error *err)
 {
     if (!l->present)
@@ -268,14 +357,34 @@ static weft_status_t check_linear(const struct weft_tp_layout *lay, const char *
     snprintf(name, sizeof(name), "%s%s.weight", prefix, l->name);
     const struct weft_tp_shard *s = weft_tp_find(lay, name);
     enum weft_tp_style style = s ? s->style : WEFT_TP_REPLICATE;
-    if (role_allows(l->role, style, lay->degree))
+    if (!role_allows(l->role, style, lay->degree))
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_CONFIG, "plan",
+            "%s%s: style %s does not fit %s's dataflow; it must be %s", prefix, l->name,
+            weft_tp_style_name(style), weft_flux_class(c), role_needs(l->role));
+    if (lay->degree == 1 || l->n_blocks == 0)
         return WEFT_OK;
+    /* a fused layer: the packed style over exactly its blocks, or each rank's slice mixes them */
+    bool same = (style == WEFT_TP_PACKED_COLWISE || style == WEFT_TP_PACKED_ROWWISE) &&
+                s->n_blocks == l->n_blocks;
+    for (int i = 0; same && i < l->n_blocks; i++)
+        same = s->blocks[i] == l->blocks[i];
+    if (same)
+        return WEFT_OK;
+    char want[96] = "";
+    size_t len = 0;
+    for (int i = 0; i < l->n_blocks && len < sizeof(want); i++)
+        len += (size_t)snprintf(want + len, sizeof(want) - len, "%s%lld", i ? ", " : "",
+                                (long long)l->blocks[i]);
     return weft_error_refuse_or_log(
-        err, WEFT_ERR_CONFIG, "plan", "%s%s: style %s does not fit %s's dataflow; it must be %s",
-        prefix, l->name, weft_tp_style_name(style), WEFT_FLUX_CLASS, role_needs(l->role));
+        err, WEFT_ERR_CONFIG, "plan",
+        "%s%s fuses blocks [%s]: style %s mixes them in each rank's slice; it must be %s over "
+        "those blocks", prefix, l->name, want, weft_tp_style_name(style),
+        l->role == WEFT_TP_ROLE_SPLIT_OUT ? "packed_colwise" : "packed_rowwise");
 }
 
 struct tp_check {
+    const struct weft_flux_config *c;
     const struct weft_tp_layout *lay;
     struct weft_error *err;
 };
@@ -285,14 +394,14 @@ static weft_status_t check_visit(void *arg, enum weft_flux_part part, int64_t bl
 {
     (void)part, (void)block, (void)index;
     const struct tp_check *tc = arg;
-    return check_linear(tc->lay, prefix, desc, tc->err);
+    return check_linear(tc->c, tc->lay, prefix, desc, tc->err);
 }
 
 weft_status_t weft_flux_tp_check(const struct weft_flux_config *c, const struct weft_tp_layout *lay,
                                  struct weft_error *err)
 {
     static const struct weft_flux_visitor v = {check_visit, NULL};
-    struct tp_check tc = {lay, err};
+    struct tp_check tc = {c, lay, err};
     return weft_flux_walk(c, &v, &tc);
 }
 
@@ -303,7 +412,13 @@ int weft_flux_unit_count(const struct weft_flux_config *c)
 
 int weft_flux_param_unit(const struct weft_flux_config *c, const char *name)
 {
-    static const char *const head[] = {"x_embedder.", "context_embedder.", "time_text_embed."};
+    static const char *const head[] = {"x_embedder.",
+                                       "context_embedder.",
+                                       "time_text_embed.",
+                                       "time_guidance_embed.",
+                                       "double_stream_modulation_img.",
+                                       "double_stream_modulation_txt.",
+                                       "single_stream_modulation."};
     static const char *const tail[] = {"norm_out.", "proj_out."};
     for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
         if (strncmp(name, head[i], strlen(head[i])) == 0)
@@ -345,17 +460,22 @@ size_t weft_flux_act_sizes(const struct weft_flux_config *c, int tp, bool cp, in
 {
     const int64_t B = batch, S = ni + nt, D = c->inner_dim, hd = c->attention_head_dim;
     const int64_t Dl = c->num_attention_heads / tp * hd, mlpl = c->mlp_hidden_dim / tp;
-    /* Q, K and V live in cat's MLP columns (stride Dl + mlpl) when they fit there: each
-     * block's MLP hidden states are made after its attention (the single block's from xn,
-     * which attention leaves alone), so the two never coexist. FLUX's 4x MLP always fits. */
-    const int64_t nqkv = mlpl >= 3 * Dl ? 0 : B * S * Dl;
+    const bool v2 = c->version == 2;
+    /* FLUX.1: Q, K and V live in cat's MLP columns (stride Dl + mlpl) when they fit there:
+     * each block's MLP hidden states are made after its attention (the single block's from xn,
+     * which attention leaves alone), so the two never coexist. FLUX's 4x MLP always fits.
+     * FLUX.2: one buffer of rows Q | K | V | gate | value (the single block's fused projection
+     * writes it whole; the double block's Q, K, V and then its feed-forward input use it). */
+    const int64_t nqkv = v2 ? 0 : mlpl >= 3 * Dl ? 0 : B * S * Dl;
+    const int64_t nq = v2 ? B * S * (3 * Dl + 2 * mlpl) : nqkv;
     const int64_t s[WEFT_FLUX_ACT_BUFFERS] = {
-        B * S * D,  B * S * D,  nqkv,           nqkv,           nqkv,
+        B * S * D,  B * S * D,  nq,             nqkv,           nqkv,
         B * S * (Dl + mlpl),    B * S * D,      S * hd,         S * hd,
         B * ni * c->in_channels,                B * nt * c->joint_attention_dim,
         B * s_img * c->out_channels,            B * D,          B * D,          B * D,
-        B * WEFT_FLUX_TIME_PROJ_DIM,            B * 6 * D,      B * 6 * D,
+        B * c->time_proj_dim,                   B * 6 * D,      B * 6 * D,
         4 * B + B * c->pooled_projection_dim,   cp ? B * ni * c->out_channels : 0,
+        v2 ? B * 3 * D : 0,
     };
     size_t floats = 0;
     for (int i = 0; i < WEFT_FLUX_ACT_BUFFERS; i++) {

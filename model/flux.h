@@ -1,5 +1,11 @@
-/* FLUX.1 (FluxTransformer2DModel) description: the typed config, shared by the coordinator (to
- * plan and validate before anything loads) and the worker (to execute). */
+/* FLUX.1 (FluxTransformer2DModel) and FLUX.2 (Flux2Transformer2DModel) description: the typed
+ * config, shared by the coordinator (to plan and validate before anything loads) and the worker
+ * (to execute). The two share their dataflow (double-stream blocks on [text; image] tokens, then
+ * single-stream blocks, AdaLN modulation from the time embedding, RoPE over n axes) and differ in
+ * the parts the tables below name per version: FLUX.2 has no biases, no pooled text embedding,
+ * modulation shared by all blocks of a kind (three top-level Linears), a SwiGLU feed-forward
+ * (one fused gate|value projection) and single blocks whose Q, K, V and MLP input are one fused
+ * Linear. */
 #ifndef WEFT_MODEL_FLUX_H
 #define WEFT_MODEL_FLUX_H
 
@@ -10,9 +16,11 @@
 #include "common/error.h"
 
 #define WEFT_FLUX_CLASS "FluxTransformer2DModel"
+#define WEFT_FLUX2_CLASS "Flux2Transformer2DModel"
 #define WEFT_FLUX_MAX_AXES 4
 
 struct weft_flux_config {
+    int version; /* 1: FluxTransformer2DModel, 2: Flux2Transformer2DModel */
     int64_t patch_size;
     int64_t in_channels;
     int64_t out_channels;
@@ -21,17 +29,21 @@ struct weft_flux_config {
     int64_t attention_head_dim;
     int64_t num_attention_heads;
     int64_t joint_attention_dim;
-    int64_t pooled_projection_dim;
+    int64_t pooled_projection_dim; /* FLUX.1 only (0 for FLUX.2) */
     bool guidance_embeds;
+    int64_t time_proj_dim; /* sinusoidal width: 256 (FLUX.1), timestep_guidance_channels */
+    double rope_theta;     /* 10000 (FLUX.1), rope_theta (FLUX.2, 2000 by default) */
+    float eps;             /* every norm's: 1e-6 (FLUX.1), eps (FLUX.2) */
     int n_axes;
     int64_t axes_dims_rope[WEFT_FLUX_MAX_AXES];
     /* derived */
     int64_t inner_dim;      /* heads x head_dim */
-    int64_t mlp_hidden_dim; /* 4 x inner_dim */
+    int64_t mlp_hidden_dim; /* 4 x inner_dim (FLUX.1), int(inner_dim x mlp_ratio) (FLUX.2) */
 };
 
-/* Parse config.json with Diffusers' class defaults for absent keys; origin names the file in
- * err (the file's fault: recorded, or logged at ERROR with NULL err). Checks types, bounds and
+/* Parse config.json with Diffusers' class defaults for absent keys (the class from
+ * _class_name: FLUX.2's defaults for Flux2Transformer2DModel, FLUX.1's otherwise); origin names
+ * the file in err (the file's fault: recorded, or logged at ERROR with NULL err). Checks types, bounds and
  * consistency (axes sum to head_dim, each axis even). */
 weft_status_t weft_flux_config_parse(const cJSON *config, const char *origin,
                                      struct weft_flux_config *out, struct weft_error *err);
@@ -53,8 +65,14 @@ enum weft_tp_role {
 struct weft_flux_linear_desc {
     const char *name; /* full key prefix for top-level layers, block-relative for blocks */
     int64_t out, in;  /* weight [out, in], bias [out] */
-    bool present;     /* guidance layers exist only with guidance_embeds */
+    bool present;     /* guidance layers exist only with guidance_embeds, and so on */
     enum weft_tp_role role;
+    bool bias; /* a bias [out] follows the weight (every FLUX.1 Linear, no FLUX.2 one) */
+    /* A fused layer: its sharded dimension is these blocks, each split across the ranks, so
+     * under tensor parallelism only the packed style with exactly these blocks is right (0: a
+     * plain layer). */
+    int n_blocks;
+    int64_t blocks[5];
 };
 
 enum weft_flux_top {
@@ -66,12 +84,16 @@ enum weft_flux_top {
     WEFT_FLUX_GUIDANCE_LIN2,
     WEFT_FLUX_TEXT_LIN1,
     WEFT_FLUX_TEXT_LIN2,
+    WEFT_FLUX_MOD_IMG,    /* FLUX.2: double_stream_modulation_img.linear [6D, D] */
+    WEFT_FLUX_MOD_TXT,    /* FLUX.2: double_stream_modulation_txt.linear [6D, D] */
+    WEFT_FLUX_MOD_SINGLE, /* FLUX.2: single_stream_modulation.linear [3D, D] */
     WEFT_FLUX_NORM_OUT,
     WEFT_FLUX_PROJ_OUT,
     WEFT_FLUX_TOP_COUNT
 };
 
-/* transformer_blocks.{i}.<name> */
+/* transformer_blocks.{i}.<name> (FLUX.2: no NORM1 pair; FF_IN is the fused gate|value
+ * projection [2 mlp, D]) */
 enum weft_flux_double {
     WEFT_FLUX_D_NORM1,
     WEFT_FLUX_D_NORM1_CONTEXT,
@@ -90,13 +112,16 @@ enum weft_flux_double {
     WEFT_FLUX_DOUBLE_COUNT
 };
 
-/* single_transformer_blocks.{i}.<name> */
+/* single_transformer_blocks.{i}.<name>: FLUX.1 has NORM, TO_Q/K/V, PROJ_MLP and PROJ_OUT;
+ * FLUX.2 QKV_MLP (attn.to_qkv_mlp_proj [3D + 2 mlp, D]: Q | K | V | gate | value) and PROJ_OUT
+ * (attn.to_out) */
 enum weft_flux_single {
     WEFT_FLUX_S_NORM,
     WEFT_FLUX_S_TO_Q,
     WEFT_FLUX_S_TO_K,
     WEFT_FLUX_S_TO_V,
     WEFT_FLUX_S_PROJ_MLP,
+    WEFT_FLUX_S_QKV_MLP,
     WEFT_FLUX_S_PROJ_OUT,
     WEFT_FLUX_SINGLE_COUNT
 };
@@ -147,6 +172,9 @@ struct weft_param {
     int ndim;
     int64_t shape[2];
 };
+/* The class name config.json carries for this version. */
+const char *weft_flux_class(const struct weft_flux_config *c);
+
 /* Number of parameters for this config, and fill params (may be NULL to count). */
 size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *params);
 /* Bytes the whole transformer is held in, its weights in ck's dtypes (weft_ckpt_held_bytes;
@@ -156,21 +184,24 @@ uint64_t weft_flux_held_bytes(const struct weft_flux_config *c, const struct wef
 
 /* The transformer's units for a layer pipeline (device_map), in execution order:
  *   0                       "embedders": x_embedder, context_embedder, time_text_embed
+ *                           (FLUX.2: time_guidance_embed and the three modulation Linears)
  *   1 + i                   "transformer_blocks.i"
  *   1 + num_layers + i      "single_transformer_blocks.i"
  *   count - 1               "output": norm_out, proj_out
  * Between units the state is the hidden states [B, S_txt + S_img, inner_dim] and the time
- * embedding [B, inner_dim]. */
+ * embedding [B, inner_dim] (FLUX.2: with the modulation vectors [B, 6 + 6 + 3 inner_dim]). */
 int weft_flux_unit_count(const struct weft_flux_config *c);
 
 /* The activations one rank reserves for its forward passes (worker/flux.c), one formula for
  * the worker and the planner: floats per buffer, in the order h, xn, q, k, v, cat, tmp, cos,
- * sin, in_hidden, in_encoder, out, temb, act, vec, proj, mod, modc, scalars, out_local. The
+ * sin, in_hidden, in_encoder, out, temb, act, vec, proj, mod, modc, scalars, out_local, mods
+ * (FLUX.2: q is one buffer of rows Q | K | V | gate | value, k and v are empty; mods holds the
+ * single blocks' shared modulation). The
  * rank holds 1/tp of the heads and MLP features; ni + nt are its tokens (its chunk under
  * context parallelism, cp true), s_img the image's in all. Returns the bytes, each buffer
  * rounded up to 16 floats (64 bytes) as reserved. */
-#define WEFT_FLUX_ACT_BUFFERS 20
-#define WEFT_FLUX_TIME_PROJ_DIM 256
+#define WEFT_FLUX_ACT_BUFFERS 21
+#define WEFT_FLUX_TIME_PROJ_DIM 256 /* FLUX.1's */
 size_t weft_flux_act_sizes(const struct weft_flux_config *c, int tp, bool cp, int64_t batch,
                            int64_t ni, int64_t nt, int64_t s_img,
                            int64_t sizes[WEFT_FLUX_ACT_BUFFERS]);

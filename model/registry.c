@@ -8,8 +8,10 @@
 #include "model/flux.h"
 #include "model/json_get.h"
 
-static weft_status_t flux1(const cJSON *cfg, const char *origin, struct weft_model_info *info,
-                           struct weft_error *err)
+/* FLUX.1 and FLUX.2 (the config's _class_name tells them apart): the fused layers whose plan
+ * style takes its blocks from the model (Diffusers' _tp_packed_*_blocks attributes). */
+static weft_status_t flux(const cJSON *cfg, const char *origin, struct weft_model_info *info,
+                          struct weft_error *err)
 {
     struct weft_flux_config c;
     weft_status_t st = weft_flux_config_parse(cfg, origin, &c, err);
@@ -17,30 +19,25 @@ static weft_status_t flux1(const cJSON *cfg, const char *origin, struct weft_mod
         return st;
     info->heads = c.num_attention_heads;
     info->head_dim = c.attention_head_dim;
-    info->n_packed = 1;
-    info->packed[0] = (struct weft_packed_blocks){"single_transformer_blocks.*.proj_out", 1, 2,
-                                                  {c.inner_dim, c.mlp_hidden_dim}};
-    return WEFT_OK;
-}
-
-static weft_status_t flux2(const cJSON *cfg, const char *origin, struct weft_model_info *info,
-                           struct weft_error *err)
-{
-    int64_t heads, head_dim;
-    double ratio;
-    weft_status_t st;
-    if ((st = weft_json_get_int(cfg, "num_attention_heads", 48, 1, 4096, origin, &heads, err)) ||
-        (st = weft_json_get_int(cfg, "attention_head_dim", 128, 1, 4096, origin, &head_dim, err)) ||
-        (st = weft_json_get_double(cfg, "mlp_ratio", 3.0, 0.0, 64.0, origin, &ratio, err)))
-        return st;
-    int64_t inner = heads * head_dim, mlp = (int64_t)((double)inner * ratio);
-    info->heads = heads;
-    info->head_dim = head_dim;
-    info->n_packed = 2;
-    info->packed[0] = (struct weft_packed_blocks){
-        "single_transformer_blocks.*.attn.to_qkv_mlp_proj", 0, 5, {inner, inner, inner, mlp, mlp}};
-    info->packed[1] = (struct weft_packed_blocks){"single_transformer_blocks.*.attn.to_out", 1, 2,
-                                                  {inner, mlp}};
+    struct weft_flux_linear_desc sgl[WEFT_FLUX_SINGLE_COUNT];
+    weft_flux_single_linears(&c, sgl);
+    static const char *const v1_keys[] = {NULL, "single_transformer_blocks.*.proj_out"};
+    static const char *const v2_keys[] = {"single_transformer_blocks.*.attn.to_qkv_mlp_proj",
+                                          "single_transformer_blocks.*.attn.to_out"};
+    const int layers[] = {WEFT_FLUX_S_QKV_MLP, WEFT_FLUX_S_PROJ_OUT};
+    info->n_packed = 0;
+    for (int i = 0; i < 2; i++) {
+        const char *key = c.version == 2 ? v2_keys[i] : v1_keys[i];
+        const struct weft_flux_linear_desc *l = &sgl[layers[i]];
+        if (!key)
+            continue;
+        struct weft_packed_blocks *p = &info->packed[info->n_packed++];
+        p->module = key;
+        p->dim = l->role == WEFT_TP_ROLE_SPLIT_OUT ? 0 : 1;
+        p->n = l->n_blocks;
+        for (int k = 0; k < l->n_blocks; k++)
+            p->sizes[k] = l->blocks[k];
+    }
     return WEFT_OK;
 }
 
@@ -62,8 +59,8 @@ static const struct {
     weft_status_t (*get)(const cJSON *cfg, const char *origin, struct weft_model_info *info,
                          struct weft_error *err);
 } classes[] = {
-    {"FluxTransformer2DModel", flux1},
-    {"Flux2Transformer2DModel", flux2},
+    {"FluxTransformer2DModel", flux},
+    {"Flux2Transformer2DModel", flux},
     {"QwenImageTransformer2DModel", qwen},
 };
 

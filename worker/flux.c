@@ -1,5 +1,7 @@
-/* FLUX.1 forward pass, in Diffusers' exact order of operations (reference §5.3). Rows of the
- * joint sequence are [text tokens, image tokens] as in Diffusers' cat(encoder, hidden). */
+/* FLUX.1 and FLUX.2 forward passes, in Diffusers' exact order of operations (FluxTransformer2D-
+ * Model, Flux2Transformer2DModel). Rows of the joint sequence are [text tokens, image tokens] as
+ * in Diffusers' cat(encoder, hidden). Where FLUX.2 differs (model/flux.h) the functions below say
+ * so; everything else, the parallel layouts included, is shared. */
 #include "worker/flux.h"
 
 #include <math.h>
@@ -12,9 +14,6 @@
 #include "model/checkpoint.h"
 #include "model/plan.h"
 #include "worker/cp_attention.h"
-
-#define FLUX_EPS 1e-6f
-#define ROPE_THETA 10000.0
 
 struct linear {
     void *w; /* [out, in], this rank's shard, in the checkpoint's dtype */
@@ -59,6 +58,7 @@ struct acts {
     float *mod;      /* [B, 6D] */
     float *modc;     /* [B, 6D] */
     float *scalars;  /* [4B]: timestep and guidance x 1000, pooled staging follows */
+    float *mods;     /* [B, 3D] FLUX.2: the single blocks' shared shift, scale, gate */
     /* host memory for what the host computes (RoPE cos and sin [2, S, head_dim], then the
      * timestep and guidance values [2B]) before its upload, on a backend that is not
      * host-visible */
@@ -181,6 +181,7 @@ static weft_status_t bind_linear(struct binder *bd, const char *prefix,
     l->out = desc->out;
     l->in = desc->in;
     l->style = WEFT_TP_REPLICATE;
+    l->b = NULL;
     if (!desc->present)
         return WEFT_OK;
     weft_status_t st = bind(bd, prefix, desc->name, ".weight", 2, desc->out, desc->in, &l->w);
@@ -191,7 +192,7 @@ static weft_status_t bind_linear(struct binder *bd, const char *prefix,
     l->in = w->local[1];
     l->wdt = w->dtype;
     l->style = w->shard ? w->shard->style : WEFT_TP_REPLICATE;
-    return bind_f32(bd, prefix, desc->name, ".bias", desc->out, &l->b);
+    return desc->bias ? bind_f32(bd, prefix, desc->name, ".bias", desc->out, &l->b) : WEFT_OK;
 }
 
 struct bind_walk {
@@ -380,7 +381,7 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
                 weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "flux",
                                          "%s: unexpected tensor '%s': not a parameter of %s with "
                                          "this config",
-                                         weft_ckpt_dir(ck), name, WEFT_FLUX_CLASS);
+                                         weft_ckpt_dir(ck), name, weft_flux_class(&m->cfg));
                 break;
             }
         }
@@ -444,9 +445,11 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.cfg = &m->cfg;
     bd.stage = m->stage.on ? &m->stage : NULL;
     bd.ck = ck;
-    if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0) {
-        st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "flux", "%s: class '%s' is not %s",
-                                      dir, weft_ckpt_class(ck), WEFT_FLUX_CLASS);
+    if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0 &&
+        strcmp(weft_ckpt_class(ck), WEFT_FLUX2_CLASS) != 0) {
+        st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "flux",
+                                      "%s: class '%s' is neither %s nor %s", dir,
+                                      weft_ckpt_class(ck), WEFT_FLUX_CLASS, WEFT_FLUX2_CLASS);
         goto out;
     }
     char origin[1100];
@@ -611,10 +614,11 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     float **ptrs[] = {&a->h,   &a->xn,  &a->q,    &a->k,          &a->v,
                       &a->cat, &a->tmp, &a->cos,  &a->sin,        &a->in_hidden,
                       &a->in_encoder, &a->out, &a->temb, &a->act, &a->vec,
-                      &a->proj, &a->mod, &a->modc, &a->scalars, &a->out_local};
+                      &a->proj, &a->mod, &a->modc, &a->scalars, &a->out_local,
+                      &a->mods};
     _Static_assert(WEFT_FLUX_ACT_BUFFERS == sizeof(ptrs) / sizeof(ptrs[0]),
                    "sizes and pointers");
-    const bool shared = sizes[2] == 0; /* Q, K and V inside cat */
+    const bool shared = sizes[2] == 0; /* FLUX.1: Q, K and V inside cat */
     acts_release(m);
     void *base;
     weft_status_t st = m->K->buf_alloc(m->kc, total * sizeof(float), &base);
@@ -635,6 +639,9 @@ weft_status_t weft_flux_reserve(struct weft_flux *m, int64_t batch, int64_t s_im
     if (shared) {
         a->q = a->cat + Dl, a->k = a->cat + 2 * Dl, a->v = a->cat + 3 * Dl;
         a->ldqkv = Dl + m->mlp_l;
+    } else if (c->version == 2) { /* rows Q | K | V | gate | value */
+        a->k = a->q + Dl, a->v = a->q + 2 * Dl;
+        a->ldqkv = 3 * Dl + 2 * m->mlp_l;
     }
     if (!m->K->host_visible) {
         a->host_floats = (size_t)(2 * B + 2 * S * hd);
@@ -699,7 +706,7 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
         for (int ax = 0; ax < c->n_axes; ax++) {
             int64_t dim = c->axes_dims_rope[ax];
             for (int64_t j = 0; j < dim / 2; j++) {
-                double inv = 1.0 / pow(ROPE_THETA, (double)(2 * j) / (double)dim);
+                double inv = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)dim);
                 double ang = (double)ids[ax] * inv;
                 float cv = (float)cos(ang), sv = (float)sin(ang);
                 hcos[r * hd + off + 2 * j] = hcos[r * hd + off + 2 * j + 1] = cv;
@@ -724,14 +731,18 @@ static weft_status_t output(struct weft_flux *m, float *out, size_t n)
     return st;
 }
 
-/* temb = timestep_embedder(proj(t)) [+ guidance_embedder(proj(g))] + text_embedder(pooled) */
+/* temb = timestep_embedder(proj(t)) [+ guidance_embedder(proj(g))] + text_embedder(pooled)
+ * (FLUX.2: no text_embedder), then act = silu(temb), the input of every modulation; FLUX.2
+ * computes its three shared modulations here once: mod (image) and modc (text) for the double
+ * blocks, mods for the single blocks. */
 static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *in)
 {
     struct acts *a = &m->a;
-    const int64_t B = in->batch, D = m->cfg.inner_dim;
+    const struct weft_flux_config *c = &m->cfg;
+    const int64_t B = in->batch, D = c->inner_dim, P = c->time_proj_dim;
     const struct weft_kernels *K = m->K;
-    const bool direct = K->host_visible;
-    const int64_t S = a->s_txt + a->s_img, hd = m->cfg.attention_head_dim;
+    const bool direct = K->host_visible, v1 = c->version == 1;
+    const int64_t S = a->s_txt + a->s_img, hd = c->attention_head_dim;
     float *tval = direct ? a->scalars : a->host + 2 * S * hd, *gval = tval + B;
     float *pooled = a->scalars + 4 * B;
     for (int64_t b = 0; b < B; b++) {
@@ -744,23 +755,30 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
     }
     if (!direct)
         K->upload(m->kc, a->scalars, tval, (size_t)(2 * B) * sizeof(float));
-    K->upload(m->kc, pooled, in->pooled, (size_t)(B * m->cfg.pooled_projection_dim) * 4);
-    K->timestep_embed(m->kc, a->scalars, B, a->proj, WEFT_FLUX_TIME_PROJ_DIM);
-    lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, WEFT_FLUX_TIME_PROJ_DIM, a->vec, D, B);
+    K->timestep_embed(m->kc, a->scalars, B, a->proj, P);
+    lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, P, a->vec, D, B);
     K->silu(m->kc, a->vec, a->vec, B * D);
     lin(m, &m->top[WEFT_FLUX_TIME_LIN2], a->vec, D, a->temb, D, B);
-    if (m->cfg.guidance_embeds) {
-        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, WEFT_FLUX_TIME_PROJ_DIM);
-        lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, WEFT_FLUX_TIME_PROJ_DIM, a->vec, D, B);
+    if (c->guidance_embeds) {
+        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, P);
+        lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, P, a->vec, D, B);
         K->silu(m->kc, a->vec, a->vec, B * D);
         lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN2], a->vec, D, a->act, D, B);
         K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);
     }
-    lin(m, &m->top[WEFT_FLUX_TEXT_LIN1], pooled, m->cfg.pooled_projection_dim, a->vec, D, B);
-    K->silu(m->kc, a->vec, a->vec, B * D);
-    lin(m, &m->top[WEFT_FLUX_TEXT_LIN2], a->vec, D, a->act, D, B);
-    K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);
+    if (v1) {
+        K->upload(m->kc, pooled, in->pooled, (size_t)(B * c->pooled_projection_dim) * 4);
+        lin(m, &m->top[WEFT_FLUX_TEXT_LIN1], pooled, c->pooled_projection_dim, a->vec, D, B);
+        K->silu(m->kc, a->vec, a->vec, B * D);
+        lin(m, &m->top[WEFT_FLUX_TEXT_LIN2], a->vec, D, a->act, D, B);
+        K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);
+    }
     K->silu(m->kc, a->temb, a->act, B * D); /* every AdaLN takes silu(temb) */
+    if (!v1) {
+        lin(m, &m->top[WEFT_FLUX_MOD_IMG], a->act, D, a->mod, 6 * D, B);
+        lin(m, &m->top[WEFT_FLUX_MOD_TXT], a->act, D, a->modc, 6 * D, B);
+        lin(m, &m->top[WEFT_FLUX_MOD_SINGLE], a->act, D, a->mods, 3 * D, B);
+    }
 }
 
 /* Q, K, V of rows [r0, r0+n) of every batch element: rmsnorm with the given norm weights. */
@@ -777,8 +795,8 @@ static void qkv(struct weft_flux *m, const struct linear *lq, const struct linea
         lin(m, lq, x, D, a->q + o, ld, n);
         lin(m, lk, x, D, a->k + o, ld, n);
         lin(m, lv, x, D, a->v + o, ld, n);
-        m->K->rmsnorm(m->kc, a->q + o, ld, nq, n, H, hd, FLUX_EPS);
-        m->K->rmsnorm(m->kc, a->k + o, ld, nk, n, H, hd, FLUX_EPS);
+        m->K->rmsnorm(m->kc, a->q + o, ld, nq, n, H, hd, m->cfg.eps);
+        m->K->rmsnorm(m->kc, a->k + o, ld, nk, n, H, hd, m->cfg.eps);
     }
     (void)Dl;
 }
@@ -806,22 +824,31 @@ static void attend(struct weft_flux *m)
     }
 }
 
-/* x += gate * ff(LN(x) * (1 + scale) + shift), for rows [r0, r0+n) of each batch element. */
+/* x += gate * ff(LN(x) * (1 + scale) + shift), for rows [r0, r0+n) of each batch element. The
+ * feed-forward is gelu_tanh between its two Linears (FLUX.1), or SwiGLU of the fused gate|value
+ * projection, made in the Q | K | V | gate | value buffer's last columns (FLUX.2). */
 static void mlp_residual(struct weft_flux *m, const struct linear *l_in,
                          const struct linear *l_out, const float *mod, int64_t r0, int64_t n)
 {
     struct acts *a = &m->a;
     const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, mlp = m->mlp_l;
-    const int64_t ldc = m->dim_l + mlp;
+    const int64_t ldc = m->dim_l + mlp, ld = a->ldqkv;
     const struct weft_kernels *K = m->K;
+    const bool v1 = m->cfg.version == 1;
     for (int64_t b = 0; b < a->batch; b++) {
         const float *md = mod + b * 6 * D; /* shift_mlp, scale_mlp, gate_mlp at 3D, 4D, 5D */
         float *x = a->h + (b * S + r0) * D, *xn = a->xn + (b * S + r0) * D;
         float *hid = a->cat + (b * S + r0) * ldc + m->dim_l, *y = a->tmp + (b * S + r0) * D;
-        K->layernorm(m->kc, x, D, xn, D, n, D, FLUX_EPS);
+        K->layernorm(m->kc, x, D, xn, D, n, D, m->cfg.eps);
         K->modulate(m->kc, xn, D, md + 3 * D, md + 4 * D, xn, D, n, D);
-        lin(m, l_in, xn, D, hid, ldc, n);
-        K->gelu_tanh(m->kc, hid, ldc, hid, ldc, n, mlp);
+        if (v1) {
+            lin(m, l_in, xn, D, hid, ldc, n);
+            K->gelu_tanh(m->kc, hid, ldc, hid, ldc, n, mlp);
+        } else {
+            float *gv = a->q + (b * S + r0) * ld + 3 * m->dim_l;
+            lin(m, l_in, xn, D, gv, ld, n);
+            K->swiglu(m->kc, gv, ld, hid, ldc, n, mlp);
+        }
         lin(m, l_out, hid, ldc, y, D, n);
         K->gated_add(m->kc, x, D, md + 5 * D, y, D, n, D);
     }
@@ -833,13 +860,16 @@ static void double_block(struct weft_flux *m, const struct double_block *blk)
     const struct weft_kernels *K = m->K;
     const int64_t B = a->batch, St = a->s_txt, Si = a->s_img, S = St + Si;
     const int64_t D = m->cfg.inner_dim, ldc = m->dim_l + m->mlp_l;
-    /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
-    lin(m, &blk->l[WEFT_FLUX_D_NORM1], a->act, D, a->mod, 6 * D, B);
-    lin(m, &blk->l[WEFT_FLUX_D_NORM1_CONTEXT], a->act, D, a->modc, 6 * D, B);
+    /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: the block's own (FLUX.1),
+     * or the shared ones time_text_embed made (FLUX.2) */
+    if (m->cfg.version == 1) {
+        lin(m, &blk->l[WEFT_FLUX_D_NORM1], a->act, D, a->mod, 6 * D, B);
+        lin(m, &blk->l[WEFT_FLUX_D_NORM1_CONTEXT], a->act, D, a->modc, 6 * D, B);
+    }
     for (int64_t b = 0; b < B; b++) {
         const float *mi = a->mod + b * 6 * D, *mt = a->modc + b * 6 * D;
         float *h = a->h + b * S * D, *xn = a->xn + b * S * D;
-        K->layernorm(m->kc, h, D, xn, D, S, D, FLUX_EPS);
+        K->layernorm(m->kc, h, D, xn, D, S, D, m->cfg.eps);
         K->modulate(m->kc, xn, D, mt, mt + D, xn, D, St, D);
         K->modulate(m->kc, xn + St * D, D, mi, mi + D, xn + St * D, D, Si, D);
     }
@@ -866,24 +896,44 @@ static void single_block(struct weft_flux *m, const struct single_block *blk)
     struct acts *a = &m->a;
     const struct weft_kernels *K = m->K;
     const int64_t B = a->batch, S = a->s_txt + a->s_img, D = m->cfg.inner_dim;
-    const int64_t mlp = m->mlp_l, ldc = m->dim_l + mlp;
-    /* shift, scale, gate */
-    lin(m, &blk->l[WEFT_FLUX_S_NORM], a->act, D, a->mod, 3 * D, B);
+    const int64_t mlp = m->mlp_l, ldc = m->dim_l + mlp, ld = a->ldqkv;
+    const bool v1 = m->cfg.version == 1;
+    /* shift, scale, gate: the block's own (FLUX.1) or the shared ones (FLUX.2) */
+    const float *mod = v1 ? a->mod : a->mods;
+    if (v1)
+        lin(m, &blk->l[WEFT_FLUX_S_NORM], a->act, D, a->mod, 3 * D, B);
     for (int64_t b = 0; b < B; b++) {
-        const float *md = a->mod + b * 3 * D;
+        const float *md = mod + b * 3 * D;
         float *h = a->h + b * S * D, *xn = a->xn + b * S * D;
-        K->layernorm(m->kc, h, D, xn, D, S, D, FLUX_EPS);
+        K->layernorm(m->kc, h, D, xn, D, S, D, m->cfg.eps);
         K->modulate(m->kc, xn, D, md, md + D, xn, D, S, D);
     }
-    qkv(m, &blk->l[WEFT_FLUX_S_TO_Q], &blk->l[WEFT_FLUX_S_TO_K], &blk->l[WEFT_FLUX_S_TO_V],
-        blk->qk_norm[WEFT_FLUX_NORM_Q], blk->qk_norm[WEFT_FLUX_NORM_K], 0, S);
+    if (v1) {
+        qkv(m, &blk->l[WEFT_FLUX_S_TO_Q], &blk->l[WEFT_FLUX_S_TO_K], &blk->l[WEFT_FLUX_S_TO_V],
+            blk->qk_norm[WEFT_FLUX_NORM_Q], blk->qk_norm[WEFT_FLUX_NORM_K], 0, S);
+    } else { /* one Linear makes Q | K | V | gate | value */
+        const int64_t hd = m->cfg.attention_head_dim;
+        for (int64_t b = 0; b < B; b++) {
+            float *q = a->q + b * S * ld;
+            lin(m, &blk->l[WEFT_FLUX_S_QKV_MLP], a->xn + b * S * D, D, q, ld, S);
+            K->rmsnorm(m->kc, q, ld, blk->qk_norm[WEFT_FLUX_NORM_Q], S, m->heads_l, hd,
+                       m->cfg.eps);
+            K->rmsnorm(m->kc, a->k + b * S * ld, ld, blk->qk_norm[WEFT_FLUX_NORM_K], S,
+                       m->heads_l, hd, m->cfg.eps);
+        }
+    }
     attend(m);
-    /* the MLP branch after attention: its hidden states take the columns Q, K, V held */
+    /* the MLP branch after attention (FLUX.1: its hidden states take the columns Q, K, V
+     * held) */
     for (int64_t b = 0; b < B; b++) {
-        const float *md = a->mod + b * 3 * D;
+        const float *md = mod + b * 3 * D;
         float *hid = a->cat + b * S * ldc + m->dim_l;
-        lin(m, &blk->l[WEFT_FLUX_S_PROJ_MLP], a->xn + b * S * D, D, hid, ldc, S);
-        K->gelu_tanh(m->kc, hid, ldc, hid, ldc, S, mlp);
+        if (v1) {
+            lin(m, &blk->l[WEFT_FLUX_S_PROJ_MLP], a->xn + b * S * D, D, hid, ldc, S);
+            K->gelu_tanh(m->kc, hid, ldc, hid, ldc, S, mlp);
+        } else {
+            K->swiglu(m->kc, a->q + b * S * ld + 3 * m->dim_l, ld, hid, ldc, S, mlp);
+        }
         lin(m, &blk->l[WEFT_FLUX_S_PROJ_OUT], a->cat + b * S * ldc, ldc, a->tmp + b * S * D, D,
             S);
         K->gated_add(m->kc, a->h + b * S * D, D, md + 2 * D, a->tmp + b * S * D, D, S, D);
@@ -892,7 +942,8 @@ static void single_block(struct weft_flux *m, const struct single_block *blk)
 
 static weft_status_t check_inputs(const struct weft_flux *m, const struct weft_flux_inputs *in)
 {
-    if (in->batch < 1 || in->s_img < 1 || in->s_txt < 0 || !in->hidden || !in->pooled ||
+    const bool pooled = m->cfg.version == 1; /* FLUX.2 has no pooled text embedding */
+    if (in->batch < 1 || in->s_img < 1 || in->s_txt < 0 || !in->hidden || (pooled && !in->pooled) ||
         !in->timestep || !in->img_ids || (in->s_txt > 0 && (!in->encoder || !in->txt_ids))) {
         WEFT_LOG_ERROR("flux", "forward: missing input or empty batch");
         return WEFT_ERR_INVALID;
@@ -905,20 +956,23 @@ static weft_status_t check_inputs(const struct weft_flux *m, const struct weft_f
     return WEFT_OK;
 }
 
-/* The hidden states and the time embedding, handed from stage to stage. */
+/* The hidden states and the time embedding (FLUX.2: and the shared modulations), handed from
+ * stage to stage. */
 static weft_status_t stage_io(struct weft_flux *m, bool receive)
 {
     const struct acts *a = &m->a;
     const size_t nh = (size_t)(a->batch * (a->s_txt + a->s_img) * m->cfg.inner_dim);
     const size_t nt = (size_t)(a->batch * m->cfg.inner_dim);
     const int peer = receive ? m->stage.prev : m->stage.next;
+    struct {
+        float *p;
+        size_t n;
+    } part[] = {{a->h, nh}, {a->act, nt}, {a->mod, 6 * nt}, {a->modc, 6 * nt}, {a->mods, 3 * nt}};
+    const int n_parts = m->cfg.version == 1 ? 2 : 5;
     weft_status_t st = m->K->sync(m->kc);
-    if (st == WEFT_OK)
-        st = receive ? m->comm->recv(m->comm->pipe, a->h, nh, peer)
-                     : m->comm->send(m->comm->pipe, a->h, nh, peer);
-    if (st == WEFT_OK)
-        st = receive ? m->comm->recv(m->comm->pipe, a->act, nt, peer)
-                     : m->comm->send(m->comm->pipe, a->act, nt, peer);
+    for (int i = 0; i < n_parts && st == WEFT_OK; i++)
+        st = receive ? m->comm->recv(m->comm->pipe, part[i].p, part[i].n, peer)
+                     : m->comm->send(m->comm->pipe, part[i].p, part[i].n, peer);
     return st;
 }
 
@@ -997,7 +1051,7 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
     for (int64_t b = 0; b < B; b++) {
         const float *md = a->mod + b * 2 * D;
         float *img = a->h + (b * S + St) * D, *xn = a->xn + b * Si * D;
-        K->layernorm(m->kc, img, D, xn, D, Si, D, FLUX_EPS);
+        K->layernorm(m->kc, img, D, xn, D, Si, D, c->eps);
         K->modulate(m->kc, xn, D, md + D, md, xn, D, Si, D);
         lin(m, &m->top[WEFT_FLUX_PROJ_OUT], xn, D, a->out_local + b * Si * c->out_channels,
             c->out_channels, Si);

@@ -4,6 +4,8 @@
  * combinations, a [tp_plan] style the dataflow cannot take). Each refusal names its cause. */
 #include <string.h>
 
+#include "common/alloc.h"
+#include "model/flux.h"
 #include "model/job.h"
 #include "model/mesh.h"
 #include "model/model.h"
@@ -186,9 +188,72 @@ static void test_mesh_cfg(void)
     CHECK(ranks[0] == 5 && index == 0);
 }
 
+/* The classes' own defaults, checked against Diffusers' parameter counts of FLUX.1-dev
+ * (guidance_embeds) and FLUX.2-dev, built on torch's meta device: 11901408320 in 1160 tensors
+ * and 32223281152 in 331. */
+static void flux_count(const char *json, int version, size_t tensors, uint64_t numel)
+{
+    cJSON *cfg = cJSON_Parse(json);
+    CHECK(cfg);
+    struct weft_flux_config c;
+    CHECK_OK(weft_flux_config_parse(cfg, "config.json", &c, TERR));
+    CHECK_EQ(c.version, version);
+    const size_t n = weft_flux_params(&c, NULL);
+    struct weft_param *p = weft_calloc(n, sizeof(*p));
+    CHECK(p);
+    CHECK_EQ(weft_flux_params(&c, p), n);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        sum += (uint64_t)(p[i].shape[0] * (p[i].ndim == 2 ? p[i].shape[1] : 1));
+        CHECK(version == 1 || strstr(p[i].name, ".bias") == NULL); /* FLUX.2 has none */
+        CHECK(weft_flux_param_unit(&c, p[i].name) >= 0);
+    }
+    printf("%s: %zu tensors, %llu parameters\n", weft_flux_class(&c), n,
+           (unsigned long long)sum);
+    CHECK_EQ(n, tensors);
+    CHECK_EQ(sum, numel);
+    weft_free(p);
+    cJSON_Delete(cfg);
+}
+
+static void test_flux_configs(void)
+{
+    flux_count("{\"_class_name\": \"FluxTransformer2DModel\", \"guidance_embeds\": true}", 1, 1160,
+               11901408320ull);
+    flux_count("{\"_class_name\": \"Flux2Transformer2DModel\"}", 2, 331, 32223281152ull);
+    cJSON *cfg = cJSON_Parse("{\"_class_name\": \"Flux2Transformer2DModel\"}");
+    struct weft_flux_config c;
+    CHECK_OK(weft_flux_config_parse(cfg, "config.json", &c, TERR));
+    CHECK_EQ(c.inner_dim, 6144);
+    CHECK_EQ(c.mlp_hidden_dim, 18432);
+    CHECK_EQ(c.n_axes, 4);
+    CHECK_EQ(c.time_proj_dim, 256);
+    CHECK(c.rope_theta == 2000.0 && c.guidance_embeds && c.pooled_projection_dim == 0);
+    cJSON_Delete(cfg);
+    /* FLUX.2's own keys are bounded and checked, each error naming the key */
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"_class_name\": \"Flux2Transformer2DModel\", \"mlp_ratio\": 0.0001}", "mlp_ratio"},
+        {"{\"_class_name\": \"Flux2Transformer2DModel\", \"timestep_guidance_channels\": 31}",
+         "timestep_guidance_channels"},
+        {"{\"_class_name\": \"Flux2Transformer2DModel\", \"rope_theta\": \"big\"}", "rope_theta"},
+        {"{\"_class_name\": \"Flux2Transformer2DModel\", \"axes_dims_rope\": [32, 32, 32]}",
+         "axes_dims_rope"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg = cJSON_Parse(bad[i].json);
+        weft_error_clear(TERR);
+        CHECK(weft_flux_config_parse(cfg, "config.json", &c, TERR) == WEFT_ERR_FORMAT);
+        CHECK_TEXT_HAS(bad[i].json, weft_error_text(TERR), bad[i].needle);
+        cJSON_Delete(cfg);
+    }
+}
+
 int main(void)
 {
     test_quiet();
+    test_flux_configs();
     test_mesh_cfg();
     test_open();
     test_layout();

@@ -1,0 +1,396 @@
+/* FLUX.2 (Flux2Transformer2DModel) against Diffusers' own outputs (tests/golden/make_flux2.py),
+ * and every parallel layout against one device.
+ *
+ *   test_flux2 forward             one process: f32 within 1e-4 relative L2 of Diffusers (guidance
+ *                                  on and off, an uneven grid); a bf16 checkpoint in f32 within
+ *                                  1e-4, in bf16 within 1e-2 of Diffusers in bf16; one corrupted
+ *                                  weight of the fused single-block projection fails the check
+ *   test_flux2 RING ULYSSES TP     ring x ulysses x tp processes: the forward pass on an even and an
+ *                                  uneven shape within 1e-5 of one device and 1e-4 of Diffusers
+ *                                  (the anything modes where the lengths do not divide; the plain
+ *                                  ones refuse them), bf16 within 1e-2 of one device; with tp, the
+ *                                  fused layers sharded as plain colwise are refused by name
+ *   test_flux2 pp B0,B1,..,Bn      a layer pipeline (device_map's split): rank r holds units
+ *                                  [B_r, B_r+1); the output equals one device bit for bit */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "golden.h"
+#include "integration/launch.h"
+#include "model/mesh.h"
+#include "model/plan.h"
+#include "model/registry.h"
+#include "worker/flux.h"
+#include "worker/par_transport.h"
+
+#define G16 "tests/data/flux2/golden/fwd_tiny-g_16x16_t8.safetensors"
+#define G15 "tests/data/flux2/golden/fwd_tiny-g_15x13_t7.safetensors"
+#define GNOG "tests/data/flux2/golden/fwd_tiny-nog_8x6_t5.safetensors"
+#define GBF "tests/data/flux2/golden/fwd_tiny-bf16_15x13_t7.safetensors"
+
+static struct weft_mesh mesh;
+static int bounds[17], n_stages;
+
+static void model_path(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/tests/data/flux2/%s", getenv("WEFT_SOURCE_ROOT"), name);
+}
+
+/* The forward pass of m on a golden file's inputs (no pooled embedding: FLUX.2 has none). The
+ * output in *out_p; returns the rel L2 against ref, or against the golden `expect` when ref is
+ * NULL; -1 with the status in *st_p when the pass is refused. */
+static double fwd(struct weft_flux *m, const char *golden_rel, const char *expect,
+                  const float *ref, float **out_p, weft_status_t *st_p)
+{
+    const struct weft_flux_config *c = weft_flux_get_config(m);
+    struct golden g;
+    golden_open(&g, golden_rel);
+    int64_t nh, ne, n_out;
+    struct weft_flux_inputs in = {.batch = 1};
+    float *hidden = golden_need(&g, "hidden_states", &nh);
+    float *enc = golden_need(&g, "encoder_hidden_states", &ne);
+    float *t = golden_need(&g, "timestep", NULL), *guid = golden_get(&g, "guidance", NULL);
+    float *img_ids = golden_need(&g, "img_ids", NULL), *txt_ids = golden_need(&g, "txt_ids", NULL);
+    float *want = golden_need(&g, expect, &n_out);
+    CHECK(golden_get(&g, "pooled_projections", NULL) == NULL);
+    in.s_img = nh / c->in_channels, in.s_txt = ne / c->joint_attention_dim;
+    in.hidden = hidden, in.encoder = enc, in.timestep = t, in.guidance = guid;
+    in.img_ids = img_ids, in.txt_ids = txt_ids;
+    float *out = malloc((size_t)n_out * sizeof(float));
+    CHECK(out);
+    *st_p = weft_flux_forward(m, &in, out);
+    double err = *st_p == WEFT_OK ? rel_l2(out, ref ? ref : want, n_out) : -1;
+    *out_p = out;
+    free(hidden), free(enc), free(t), free(guid), free(img_ids), free(txt_ids), free(want);
+    golden_close(&g);
+    return err;
+}
+
+static struct weft_flux *load(const char *name, const struct weft_flux_opts *base,
+                              enum weft_dtype dtype, weft_status_t *st)
+{
+    char dir[1024];
+    model_path(dir, sizeof(dir), name);
+    struct weft_flux_opts o = *base;
+    o.dtype = dtype;
+    struct weft_flux *m = NULL;
+    *st = weft_flux_load(dir, &o, &m, TERR);
+    return m;
+}
+
+static double one_case(const struct weft_flux_opts *o, const char *name, const char *golden_rel,
+                       const char *expect, enum weft_dtype dtype)
+{
+    weft_status_t st;
+    struct weft_flux *m = load(name, o, dtype, &st);
+    CHECK_OK(st);
+    CHECK(weft_flux_get_config(m)->version == 2);
+    float *out, *again;
+    double e = fwd(m, golden_rel, expect, NULL, &out, &st);
+    CHECK_OK(st);
+    /* a second pass on the same reservation gives the same bits */
+    CHECK(fwd(m, golden_rel, expect, out, &again, &st) == 0.0);
+    char what[200];
+    o->kernels->describe(o->kctx, what, sizeof(what));
+    printf("%-9s %-32s %-11s model %-4s, %s: rel L2 %.3g\n", name, golden_rel + 24, expect,
+           weft_dtype_name(dtype), strstr(what, "compute") - 5, e);
+    free(out), free(again);
+    weft_flux_destroy(m);
+    return e;
+}
+
+/* Copy a model folder and overwrite element 5 of one f32 tensor. */
+static void corrupt_copy(const char *name, char *dst_dir, const char *tensor)
+{
+    char src[1024], cmd[4096], file[2048];
+    model_path(src, sizeof(src), name);
+    snprintf(cmd, sizeof(cmd), "cp -r '%s/.' '%s/'", src, dst_dir);
+    CHECK(system(cmd) == 0);
+    snprintf(file, sizeof(file), "%s/diffusion_pytorch_model.safetensors", dst_dir);
+    struct weft_st_file *f;
+    CHECK_OK(weft_st_open(file, &f, TERR));
+    const struct weft_st_tensor *t = weft_st_find(f, tensor);
+    CHECK(t && t->dtype == WEFT_DTYPE_F32);
+    uint64_t off = t->offset + (uint64_t)4 * 5;
+    weft_st_close(f);
+    FILE *fp = fopen(file, "r+b");
+    CHECK(fp && fseek(fp, (long)off, SEEK_SET) == 0);
+    float v = 0.5f;
+    CHECK(fwrite(&v, 4, 1, fp) == 1 && fclose(fp) == 0);
+}
+
+static int forward_main(void)
+{
+    test_quiet(); /* log lines are kept in test_logged (WEFT_TEST_VERBOSE prints them) */
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    test_kernels_create(0, &K, &kc);
+    const struct weft_flux_opts o = {.kernels = K, .kctx = kc};
+    const double tol = 1e-4;
+    CHECK(one_case(&o, "tiny-g", G16, "output", WEFT_DTYPE_F32) <= tol);
+    CHECK(one_case(&o, "tiny-g", G15, "output", WEFT_DTYPE_F32) <= tol);
+    CHECK(one_case(&o, "tiny-nog", GNOG, "output", WEFT_DTYPE_F32) <= tol);
+    CHECK(one_case(&o, "tiny-bf16", GBF, "output", WEFT_DTYPE_F32) <= tol);
+    for (int bf_products = 1; bf_products >= 0; bf_products--) {
+        if (K->set_compute(kc, bf_products ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32) != WEFT_OK)
+            continue; /* no bf16 products on this CPU */
+        CHECK(one_case(&o, "tiny-bf16", GBF, "output_bf16", WEFT_DTYPE_BF16) <= 1e-2);
+    }
+    /* and not by accident: the f32 pass is far from Diffusers' bf16 one */
+    CHECK(one_case(&o, "tiny-bf16", GBF, "output_bf16", WEFT_DTYPE_F32) > 1e-2);
+
+    /* a guided model without a guidance value is refused */
+    weft_status_t st;
+    struct weft_flux *m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
+    CHECK_OK(st);
+    float x[16 * 4] = {0}, y[16 * 4], t = 0.5f, ids[4 * 4] = {0};
+    struct weft_flux_inputs in = {.batch = 1, .s_img = 4, .s_txt = 0, .hidden = x,
+                                  .timestep = &t, .img_ids = ids};
+    test_logged[0] = '\0';
+    CHECK(weft_flux_forward(m, &in, y) == WEFT_ERR_INVALID);
+    CHECK_TEXT_HAS("no guidance", test_logged, "guidance");
+    weft_flux_destroy(m);
+
+    /* the check must be able to fail: one weight of the fused Q | K | V | gate | value Linear */
+    char dir[] = "/tmp/weft_flux2_corrupt_XXXXXX";
+    CHECK(mkdtemp(dir));
+    corrupt_copy("tiny-g", dir, "single_transformer_blocks.1.attn.to_qkv_mlp_proj.weight");
+    struct weft_flux_opts oc = o;
+    struct weft_flux *bad;
+    CHECK_OK(weft_flux_load(dir, &oc, &bad, TERR));
+    float *out;
+    double e = fwd(bad, G16, "output", NULL, &out, &st);
+    CHECK_OK(st);
+    printf("one corrupted weight: rel L2 %.3g (must exceed %.0e)\n", e, tol);
+    CHECK(e > tol);
+    free(out);
+    weft_flux_destroy(bad);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    K->destroy(kc);
+    return 0;
+}
+
+struct rank_ctx {
+    struct weft_mesh_coord me;
+    const struct weft_par_comm *comm;
+};
+
+/* This rank's layout of tiny-g or tiny-bf16 with the built-in plan, with one rule's style
+ * replaced when `key` is given. */
+static struct weft_tp_layout *layout(const char *name, const char *key, enum weft_tp_style style)
+{
+    char dir[1024];
+    model_path(dir, sizeof(dir), name);
+    struct weft_ckpt *ck;
+    struct weft_model_info info;
+    struct weft_tp_plan plan;
+    CHECK_OK(weft_ckpt_open(dir, &ck, TERR));
+    CHECK_OK(weft_model_info_get(ck, &info, TERR));
+    CHECK(weft_tp_plan_builtin(info.class_name, &plan));
+    for (int i = 0; key && i < plan.n; i++)
+        if (strcmp(plan.rules[i].key, key) == 0)
+            plan.rules[i].style = style, plan.rules[i].n_blocks = 0;
+    struct weft_tp_layout *lay;
+    CHECK_OK(weft_tp_resolve(&plan, ck, &info, mesh.tp, mesh.tp, &lay, TERR));
+    weft_ckpt_close(ck);
+    return lay;
+}
+
+static struct weft_flux_opts mesh_opts(const struct rank_ctx *rc, const struct weft_kernels *K,
+                                       struct weft_kctx *kc, const struct weft_tp_layout *lay,
+                                       bool anything)
+{
+    struct weft_flux_opts o = {.kernels = K, .kctx = kc, .comm = rc->comm};
+    o.tp_rank = rc->me.tp, o.tp_size = mesh.tp, o.tp_layout = lay;
+    o.cp = (struct weft_cp_layout){mesh.ring, mesh.ulysses, anything, WEFT_RING_P2P};
+    o.ring_rank = rc->me.ring, o.ulysses_rank = rc->me.ulysses;
+    return o;
+}
+
+static const struct {
+    const char *golden;
+    int64_t s_img, s_txt;
+} shapes[] = {{G16, 256, 8}, {G15, 195, 7}};
+
+static int mesh_rank(struct weft_transport *transport, void *arg)
+{
+    (void)arg;
+    test_quiet();
+    struct rank_ctx rc = {0};
+    const int rank = weft_transport_rank(transport);
+    weft_mesh_coord(&mesh, rank, &rc.me);
+    struct weft_par_transport *pt;
+    CHECK_OK(weft_par_transport_create(transport, &mesh, 0, &pt, TERR));
+    rc.comm = weft_par_transport_comm(pt);
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    test_kernels_create(1, &K, &kc);
+    weft_par_transport_set_device(pt, K, kc);
+    const struct weft_flux_opts single = {.kernels = K, .kctx = kc};
+    struct weft_tp_layout *lay = layout("tiny-g", NULL, WEFT_TP_REPLICATE);
+    const int W = mesh.ring * mesh.ulysses;
+    weft_status_t st;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        struct weft_flux *one = load("tiny-g", &single, WEFT_DTYPE_F32, &st);
+        CHECK_OK(st);
+        float *ref, *out, *out2;
+        fwd(one, shapes[s].golden, "output", NULL, &ref, &st);
+        CHECK_OK(st);
+        weft_flux_destroy(one);
+        const bool divides = shapes[s].s_img % W == 0 && shapes[s].s_txt % W == 0;
+        for (int anything = 0; anything <= 1; anything++) {
+            struct weft_flux_opts o = mesh_opts(&rc, K, kc, lay, anything);
+            struct weft_flux *m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
+            CHECK_OK(st);
+            test_logged[0] = '\0';
+            double e = fwd(m, shapes[s].golden, "output", ref, &out, &st);
+            if (!anything && !divides) {
+                CHECK(st == WEFT_ERR_CONFIG);
+                CHECK_TEXT_HAS("a plain layout", test_logged, "does not divide");
+                free(out);
+                weft_flux_destroy(m);
+                continue;
+            }
+            CHECK_OK(st);
+            double eg = fwd(m, shapes[s].golden, "output", NULL, &out2, &st);
+            CHECK_OK(st);
+            if (rank == 0)
+                printf("ring %d x ulysses %d x tp %d %s, %lld image + %lld text tokens: vs one "
+                       "device %.3g, vs Diffusers %.3g\n",
+                       mesh.ring, mesh.ulysses, mesh.tp, anything ? "anything" : "plain",
+                       (long long)shapes[s].s_img, (long long)shapes[s].s_txt, e, eg);
+            CHECK(e <= 1e-5);
+            CHECK(eg <= 1e-4);
+            free(out), free(out2);
+            weft_flux_destroy(m);
+        }
+        free(ref);
+    }
+    /* bf16: the model and its products in bf16, against one device on the same path */
+    {
+        struct weft_tp_layout *lbf = layout("tiny-bf16", NULL, WEFT_TP_REPLICATE);
+        struct weft_flux *one = load("tiny-bf16", &single, WEFT_DTYPE_BF16, &st);
+        CHECK_OK(st);
+        float *ref, *out;
+        fwd(one, GBF, "output_bf16", NULL, &ref, &st);
+        CHECK_OK(st);
+        weft_flux_destroy(one);
+        struct weft_flux_opts o = mesh_opts(&rc, K, kc, lbf, true);
+        struct weft_flux *m = load("tiny-bf16", &o, WEFT_DTYPE_BF16, &st);
+        CHECK_OK(st);
+        double e = fwd(m, GBF, "output_bf16", ref, &out, &st);
+        CHECK_OK(st);
+        if (rank == 0)
+            printf("ring %d x ulysses %d x tp %d in bf16: vs one device %.3g\n", mesh.ring,
+                   mesh.ulysses, mesh.tp, e);
+        CHECK(e <= 1e-2);
+        free(ref), free(out);
+        weft_flux_destroy(m);
+        weft_tp_layout_destroy(lbf);
+    }
+    /* the fused layers sharded as plain layers: refused at load, naming the layer */
+    static const struct {
+        const char *key, *module;
+    } fused[] = {
+        {"single_transformer_blocks.*.attn.to_qkv_mlp_proj",
+         "single_transformer_blocks.0.attn.to_qkv_mlp_proj"},
+        {"transformer_blocks.*.ff.linear_in", "transformer_blocks.0.ff.linear_in"},
+        {"single_transformer_blocks.*.attn.to_out", "single_transformer_blocks.0.attn.to_out"},
+    };
+    for (size_t i = 0; mesh.tp > 1 && i < sizeof(fused) / sizeof(fused[0]); i++) {
+        const enum weft_tp_style plain = i == 2 ? WEFT_TP_ROWWISE : WEFT_TP_COLWISE;
+        struct weft_tp_layout *wrong = layout("tiny-g", fused[i].key, plain);
+        struct weft_flux_opts o = mesh_opts(&rc, K, kc, wrong, true);
+        weft_error_clear(TERR);
+        CHECK(load("tiny-g", &o, WEFT_DTYPE_F32, &st) == NULL && st == WEFT_ERR_CONFIG);
+        CHECK_TEXT_HAS("a fused layer as a plain one", weft_error_text(TERR), fused[i].module,
+                       i == 2 ? "packed_rowwise" : "packed_colwise");
+        if (rank == 0)
+            printf("refused: %s\n", weft_error_text(TERR));
+        weft_tp_layout_destroy(wrong);
+    }
+    K->destroy(kc);
+    weft_tp_layout_destroy(lay);
+    weft_par_transport_destroy(pt);
+    return 0;
+}
+
+static int pp_rank(struct weft_transport *transport, void *arg)
+{
+    (void)arg;
+    test_quiet();
+    const int rank = weft_transport_rank(transport);
+    struct weft_mesh pm = {1, 1, 1, 1, n_stages};
+    struct weft_par_transport *pt;
+    CHECK_OK(weft_par_transport_create(transport, &pm, 0, &pt, TERR));
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    test_kernels_create(1, &K, &kc);
+    weft_par_transport_set_device(pt, K, kc);
+    struct weft_flux_opts o = {.kernels = K, .kctx = kc, .comm = weft_par_transport_comm(pt)};
+    weft_status_t st;
+    struct weft_flux *one = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
+    CHECK_OK(st);
+    float *want, *got;
+    const double eg = fwd(one, G15, "output", NULL, &want, &st);
+    CHECK_OK(st);
+    const size_t full = weft_flux_weight_bytes(one);
+    weft_flux_destroy(one);
+    o.stage = (struct weft_flux_stage){.on = true, .unit_first = bounds[rank],
+                                       .unit_last = bounds[rank + 1], .prev = -1, .next = -1,
+                                       .root = -1};
+    for (int r = 0; r < n_stages; r++) {
+        const bool any = bounds[r] < bounds[r + 1];
+        if (any && r < rank)
+            o.stage.prev = r;
+        if (any && r > rank && o.stage.next < 0)
+            o.stage.next = r;
+        if (any)
+            o.stage.root = r;
+    }
+    if (bounds[rank] == bounds[rank + 1])
+        o.stage.prev = o.stage.next = -1;
+    struct weft_flux *m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
+    CHECK_OK(st);
+    CHECK(weft_flux_weight_bytes(m) < full || n_stages == 1);
+    const double e = fwd(m, G15, "output", want, &got, &st);
+    CHECK_OK(st);
+    CHECK(e == 0.0); /* every element equal */
+    if (rank == 0)
+        printf("pipeline of %d stages: the output equals one device bit for bit (vs Diffusers "
+               "%.3g); rank 0 holds %zu of %zu weight bytes\n",
+               n_stages, eg, weft_flux_weight_bytes(m), full);
+    free(want), free(got);
+    weft_flux_destroy(m);
+    K->destroy(kc);
+    weft_par_transport_destroy(pt);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc >= 2);
+    if (strcmp(argv[1], "forward") == 0)
+        return forward_main();
+    struct weft_transport_opts opts;
+    launch_opts(&opts);
+    if (strcmp(argv[1], "pp") == 0) {
+        CHECK(argc == 3);
+        char list[256], *save = NULL;
+        snprintf(list, sizeof(list), "%s", argv[2]);
+        int n = 0;
+        for (char *t = strtok_r(list, ",", &save); t && n < 17; t = strtok_r(NULL, ",", &save))
+            bounds[n++] = atoi(t);
+        n_stages = n - 1;
+        CHECK(n_stages >= 1 && n_stages <= 16);
+        return launch_run(n_stages, &opts, pp_rank, NULL, 240, -1);
+    }
+    CHECK(argc == 4);
+    mesh = (struct weft_mesh){1, atoi(argv[1]), atoi(argv[2]), atoi(argv[3])};
+    return launch_run(weft_mesh_size(&mesh), &opts, mesh_rank, NULL, 240, -1);
+}
