@@ -105,8 +105,17 @@ weft_status_t weft_sched_config_load(const char *pipeline_dir, struct weft_sched
     return st;
 }
 
-double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len)
+double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len, int steps)
 {
+    if (c->mu_rule == WEFT_MU_EMPIRICAL) {
+        const double a1 = 8.73809524e-05, b1 = 1.89833333, a2 = 0.00016927, b2 = 0.45666666;
+        const double m200 = a2 * (double)image_seq_len + b2;
+        if (image_seq_len > 4300)
+            return m200;
+        const double m10 = a1 * (double)image_seq_len + b1;
+        const double a = (m200 - m10) / 190.0, b = m200 - 200.0 * a;
+        return a * (double)steps + b;
+    }
     double m = (c->max_shift - c->base_shift) /
                (double)(c->max_image_seq_len - c->base_image_seq_len);
     double b = c->base_shift - m * (double)c->base_image_seq_len;
@@ -121,7 +130,7 @@ weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps, int6
                                         "steps = %d is outside [1, %d]", steps,
                                         WEFT_SCHED_MAX_STEPS);
     out->steps = steps;
-    out->mu = weft_sched_mu(c, image_seq_len);
+    out->mu = weft_sched_mu(c, image_seq_len, steps);
     /* numpy linspace(1.0, 1/N, N): start + i * step, the last exactly the stop */
     double start = 1.0, stop = 1.0 / steps;
     double step = steps > 1 ? (stop - start) / (steps - 1) : 0.0;

@@ -20,7 +20,15 @@ enum weft_time_shift {
     WEFT_TIME_SHIFT_LINEAR,
 };
 
+/* How the pipeline derives mu from the image (not a scheduler_config.json key: the pipeline's
+ * own code). */
+enum weft_mu_rule {
+    WEFT_MU_CALCULATE_SHIFT, /* FluxPipeline: linear in the image sequence length */
+    WEFT_MU_EMPIRICAL,       /* Flux2Pipeline's compute_empirical_mu: length and step count */
+};
+
 struct weft_sched_config {
+    enum weft_mu_rule mu_rule; /* set by the pipeline; CALCULATE_SHIFT when parsed */
     int64_t num_train_timesteps;
     double shift;
     bool use_dynamic_shifting;
@@ -48,8 +56,11 @@ struct weft_schedule {
     float timesteps[WEFT_SCHED_MAX_STEPS];
 };
 
-/* FluxPipeline's calculate_shift: mu = m * image_seq_len + b. */
-double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len);
+/* mu for this image and step count: FluxPipeline's calculate_shift (mu = m * image_seq_len +
+ * b, from the config's base/max shift and lengths) or Flux2Pipeline's compute_empirical_mu
+ * (two fitted lines in the length, interpolated linearly in the step count; above 4300
+ * tokens the 200-step line alone), in f64 as Python computes them. */
+double weft_sched_mu(const struct weft_sched_config *c, int64_t image_seq_len, int steps);
 /* steps outside [1, WEFT_SCHED_MAX_STEPS] are refused in err (or logged with NULL err). */
 weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps,
                               int64_t image_seq_len, struct weft_schedule *out,

@@ -28,7 +28,9 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
         return st;
     float *img_ids = weft_malloc((size_t)(s_img * c->n_axes) * sizeof(float));
     float *txt_ids = weft_calloc((size_t)(p->s_txt * c->n_axes) + 1, sizeof(float));
-    const bool cfg = p->neg_prompt_embeds && p->neg_pooled && p->true_cfg_scale > 1.0f;
+    /* FLUX.2 has no pooled embedding */
+    const bool cfg = p->neg_prompt_embeds && (p->neg_pooled || c->version == 2) &&
+                     p->true_cfg_scale > 1.0f;
     const bool split = cfg && p->cfg_comm && p->cfg_comm->cfg; /* CFG parallelism */
     /* pred, then neg (true CFG): adjacent, so the halves' all-gather fills both at once */
     const size_t pred_bytes = (size_t)n * (cfg ? 2 : 1) * sizeof(float);
@@ -38,6 +40,10 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
         goto out;
     }
     weft_flux_image_ids(p->grid_h, p->grid_w, c->n_axes, img_ids);
+    /* text ids: FluxPipeline's are zeros; Flux2Pipeline._prepare_text_ids puts each token's
+     * index on the last axis, [0, 0, 0, l] */
+    for (int64_t l = 0; c->version == 2 && l < p->s_txt; l++)
+        txt_ids[l * c->n_axes + c->n_axes - 1] = (float)l;
     float t_in, g_in = p->guidance;
     struct weft_flux_inputs in = {
         .batch = 1,

@@ -1,6 +1,7 @@
-/* The FLUX denoising loop: ids, timesteps/1000 as FluxPipeline passes them, a forward pass and
- * an Euler step per timestep, on packed latents. Everything it needs is reserved before the
- * first step. */
+/* The FLUX denoising loop: ids, timesteps/1000 as FluxPipeline (FLUX.1) and Flux2Pipeline
+ * (FLUX.2: 4-axis ids, the text's token index on the last; its mu rule is the schedule's) pass
+ * them, a forward pass and an Euler step per timestep, on packed latents. Everything it needs is
+ * reserved before the first step. */
 #ifndef WEFT_WORKER_DENOISE_H
 #define WEFT_WORKER_DENOISE_H
 
@@ -18,7 +19,7 @@ struct weft_denoise_params {
     int64_t grid_h, grid_w;      /* packed token grid: height / 16, width / 16 */
     const float *prompt_embeds;  /* [1, s_txt, joint_attention_dim] */
     int64_t s_txt;
-    const float *pooled;         /* [1, pooled_projection_dim] */
+    const float *pooled;         /* [1, pooled_projection_dim]; FLUX.2: none (NULL) */
     float guidance;              /* used when the model has guidance_embeds */
     /* true CFG (FluxPipeline's true_cfg_scale > 1 with a negative prompt): a second pass per
      * step on the negative embeddings (s_txt tokens too), combined as

@@ -16,6 +16,9 @@ belongs to make_other.py and is left alone):
   tests/data/flux2/tiny-nog/    1 double + 1 single block, guidance_embeds=False, f32
   tests/data/flux2/tiny-bf16/   1 double + 1 single block, guidance_embeds=True, bf16 weights
   tests/data/flux2/golden/fwd_<model>_<rows>x<cols>_t<T>.safetensors   single forward passes
+  tests/data/flux2/golden/loop_<model>_<rows>x<cols>_t<T>.safetensors  Flux2Pipeline.__call__, 4 steps,
+                                output_type="latent" (vae, text_encoder and tokenizer None: the pipeline
+                                then takes vae_scale_factor 8, and encode_prompt only builds the text ids)
   tests/data/flux2/golden/README.md                                    every file / tensor described
 
 Common config: patch_size 1, in_channels 16, 12 heads x head_dim 8 (inner 96: tensor and context
@@ -40,7 +43,7 @@ import shutil
 import torch
 
 import golden_common as gc
-from diffusers import Flux2Pipeline, Flux2Transformer2DModel
+from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline, Flux2Transformer2DModel
 
 OUT = gc.repo_path("tests", "data", "flux2")
 GOLD = os.path.join(OUT, "golden")
@@ -154,6 +157,62 @@ def fwd_case(model_name, rows, cols, T, seed):
                    rows_desc))
 
 
+# The scheduler: FlowMatchEulerDiscreteScheduler with dynamic shifting as FLUX.1-dev's config sets it. Given
+# mu (Flux2Pipeline's compute_empirical_mu), base/max shift and lengths play no part; the time shift is the
+# class default, exponential.
+SCHED_CFG = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
+                 max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096)
+
+
+def loop_case(model_name, rows, cols, T, seed, steps=4):
+    transformer = load(model_name)
+    scheduler = FlowMatchEulerDiscreteScheduler(**SCHED_CFG)
+    pipe = Flux2Pipeline(scheduler=scheduler, vae=None, text_encoder=None, tokenizer=None,
+                         transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.vae_scale_factor == 8
+    step_latents = []
+
+    def on_step_end(p, i, t, kw):
+        step_latents.append(kw["latents"].detach().clone())
+        return {}
+
+    latents_4d = gc.randn((1, IN_CH, rows, cols), seed + 1)  # [B, 4 C, H/2, W/2] as prepare_latents draws
+    prompt_embeds = gc.randn((1, T, JOINT), seed + 2)
+    with torch.no_grad():
+        res = pipe(prompt_embeds=prompt_embeds.clone(), latents=latents_4d.clone(), height=16 * rows,
+                   width=16 * cols, num_inference_steps=steps, guidance_scale=GUIDANCE,
+                   output_type="latent", callback_on_step_end=on_step_end, return_dict=True)
+    final = res.images
+    assert len(step_latents) == steps and torch.equal(final, step_latents[-1])
+    t = {
+        "latents_init": Flux2Pipeline._pack_latents(latents_4d),
+        "prompt_embeds": prompt_embeds,
+        "guidance_scale": gc.scalar(GUIDANCE),
+        "sigmas": scheduler.sigmas.clone(),
+        "timesteps": scheduler.timesteps.clone(),
+    }
+    for i, l in enumerate(step_latents):
+        t[f"latents_step_{i}"] = l
+    fn = f"loop_{model_name}_{rows}x{cols}_t{T}.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), t)
+    gc.log(f"{fn}: sigmas {scheduler.sigmas.tolist()}; final latents std {final.std().item():.4f}")
+    meanings = {
+        "latents_init": "Flux2Pipeline._pack_latents of the [1, 16, rows, cols] latents passed as latents= "
+        "(random normal): [1, rows*cols, 16]",
+        "prompt_embeds": "passed as prompt_embeds=",
+        "guidance_scale": "guidance_scale",
+        "sigmas": "scheduler.sigmas after set_timesteps (linspace(1, 1/N, N) shifted by "
+        "compute_empirical_mu(rows*cols, N), then a final 0)",
+        "timesteps": "scheduler.timesteps",
+    }
+    for i in range(steps):
+        meanings[f"latents_step_{i}"] = f"packed latents after scheduler step {i} (callback_on_step_end)"
+    rows_desc = [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]
+    README.append((fn, f"Flux2Pipeline, {model_name}, {steps} steps, {16 * rows}x{16 * cols} pixels "
+                   f"(grid {rows}x{cols}), T={T}.", rows_desc))
+
+
 def write_readme():
     lines = ["# FLUX.2 transformer goldens", "",
              "Written by `tests/golden/make_flux2.py` (see its docstring for the models and inputs).", ""]
@@ -175,6 +234,8 @@ def main():
     fwd_case("tiny-g", 15, 13, 7, seed=3100)
     fwd_case("tiny-nog", 8, 6, 5, seed=3200)
     fwd_case("tiny-bf16", 15, 13, 7, seed=3300)
+    loop_case("tiny-g", 16, 16, 8, seed=4000)
+    loop_case("tiny-g", 15, 13, 7, seed=4100)
     write_readme()
     gc.list_written(OUT)
 

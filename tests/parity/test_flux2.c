@@ -3,10 +3,12 @@
  *
  *   test_flux2 forward             one process: f32 within 1e-4 relative L2 of Diffusers (guidance
  *                                  on and off, an uneven grid); a bf16 checkpoint in f32 within
- *                                  1e-4, in bf16 within 1e-2 of Diffusers in bf16; one corrupted
- *                                  weight of the fused single-block projection fails the check
+ *                                  1e-4, in bf16 within 1e-2 of Diffusers in bf16; Flux2Pipeline's
+ *                                  4-step loop (its sigmas exactly, its latents within 1e-4); one
+ *                                  corrupted weight of the fused single-block projection fails
  *   test_flux2 RING ULYSSES TP     ring x ulysses x tp processes: the forward pass on an even and an
- *                                  uneven shape within 1e-5 of one device and 1e-4 of Diffusers
+ *                                  uneven shape, and the 4-step loop, within 1e-5 of one device
+ *                                  and 1e-4 of Diffusers
  *                                  (the anything modes where the lengths do not divide; the plain
  *                                  ones refuse them), bf16 within 1e-2 of one device; with tp, the
  *                                  fused layers sharded as plain colwise are refused by name
@@ -23,6 +25,7 @@
 #include "model/mesh.h"
 #include "model/plan.h"
 #include "model/registry.h"
+#include "worker/denoise.h"
 #include "worker/flux.h"
 #include "worker/par_transport.h"
 
@@ -30,6 +33,8 @@
 #define G15 "tests/data/flux2/golden/fwd_tiny-g_15x13_t7.safetensors"
 #define GNOG "tests/data/flux2/golden/fwd_tiny-nog_8x6_t5.safetensors"
 #define GBF "tests/data/flux2/golden/fwd_tiny-bf16_15x13_t7.safetensors"
+#define L16 "tests/data/flux2/golden/loop_tiny-g_16x16_t8.safetensors"
+#define L15 "tests/data/flux2/golden/loop_tiny-g_15x13_t7.safetensors"
 
 static struct weft_mesh mesh;
 static int bounds[17], n_stages;
@@ -67,6 +72,40 @@ static double fwd(struct weft_flux *m, const char *golden_rel, const char *expec
     free(hidden), free(enc), free(t), free(guid), free(img_ids), free(txt_ids), free(want);
     golden_close(&g);
     return err;
+}
+
+/* Flux2Pipeline's 4-step loop from the golden's initial latents: the schedule (mu by
+ * compute_empirical_mu) against the pipeline's sigmas, the final latents against its last
+ * step's (returned; the latents in *out_p). */
+static double loop(struct weft_flux *m, const char *golden_rel, int64_t gh, int64_t gw,
+                   float **out_p)
+{
+    struct golden g;
+    golden_open(&g, golden_rel);
+    int64_t npe, nlat, nsig;
+    float *pe = golden_need(&g, "prompt_embeds", &npe);
+    float *lat = golden_need(&g, "latents_init", &nlat);
+    float *want = golden_need(&g, "latents_step_3", NULL);
+    float *sig = golden_need(&g, "sigmas", &nsig);
+    float *gs = golden_need(&g, "guidance_scale", NULL);
+    struct weft_sched_config sc;
+    weft_sched_config_flux_default(&sc);
+    sc.mu_rule = WEFT_MU_EMPIRICAL;
+    static struct weft_schedule sched;
+    CHECK_OK(weft_sched_plan(&sc, 4, gh * gw, &sched, TERR));
+    CHECK_EQ(nsig, 5);
+    for (int i = 0; i < 5; i++)
+        CHECK(sched.sigmas[i] == sig[i]);
+    const struct weft_flux_config *c = weft_flux_get_config(m);
+    struct weft_denoise_params p = {.grid_h = gh, .grid_w = gw, .prompt_embeds = pe,
+                                    .s_txt = npe / c->joint_attention_dim, .guidance = gs[0],
+                                    .schedule = &sched};
+    CHECK_OK(weft_denoise(m, &p, lat, TERR));
+    const double e = rel_l2(lat, want, nlat);
+    *out_p = lat;
+    free(pe), free(want), free(sig), free(gs);
+    golden_close(&g);
+    return e;
 }
 
 static struct weft_flux *load(const char *name, const struct weft_flux_opts *base,
@@ -142,9 +181,21 @@ static int forward_main(void)
     /* and not by accident: the f32 pass is far from Diffusers' bf16 one */
     CHECK(one_case(&o, "tiny-bf16", GBF, "output_bf16", WEFT_DTYPE_F32) > 1e-2);
 
-    /* a guided model without a guidance value is refused */
+    /* Flux2Pipeline's loop: its sigmas exactly, its final latents within 1e-4 */
     weft_status_t st;
     struct weft_flux *m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
+    CHECK_OK(st);
+    float *lat;
+    double el = loop(m, L16, 16, 16, &lat);
+    free(lat);
+    double el2 = loop(m, L15, 15, 13, &lat);
+    free(lat);
+    printf("Flux2Pipeline 4-step loop: 16x16 t8 rel L2 %.3g, 15x13 t7 %.3g\n", el, el2);
+    CHECK(el <= tol && el2 <= tol);
+    weft_flux_destroy(m);
+
+    /* a guided model without a guidance value is refused */
+    m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
     CHECK_OK(st);
     float x[16 * 4] = {0}, y[16 * 4], t = 0.5f, ids[4 * 4] = {0};
     struct weft_flux_inputs in = {.batch = 1, .s_img = 4, .s_txt = 0, .hidden = x,
@@ -213,9 +264,9 @@ static struct weft_flux_opts mesh_opts(const struct rank_ctx *rc, const struct w
 }
 
 static const struct {
-    const char *golden;
-    int64_t s_img, s_txt;
-} shapes[] = {{G16, 256, 8}, {G15, 195, 7}};
+    const char *golden, *loop;
+    int64_t gh, gw, s_txt;
+} shapes[] = {{G16, L16, 16, 16, 8}, {G15, L15, 15, 13, 7}};
 
 static int mesh_rank(struct weft_transport *transport, void *arg)
 {
@@ -238,11 +289,13 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         struct weft_flux *one = load("tiny-g", &single, WEFT_DTYPE_F32, &st);
         CHECK_OK(st);
-        float *ref, *out, *out2;
+        float *ref, *out, *out2, *ref_loop, *lat;
+        const int64_t s_img = shapes[s].gh * shapes[s].gw;
         fwd(one, shapes[s].golden, "output", NULL, &ref, &st);
         CHECK_OK(st);
+        (void)loop(one, shapes[s].loop, shapes[s].gh, shapes[s].gw, &ref_loop);
         weft_flux_destroy(one);
-        const bool divides = shapes[s].s_img % W == 0 && shapes[s].s_txt % W == 0;
+        const bool divides = s_img % W == 0 && shapes[s].s_txt % W == 0;
         for (int anything = 0; anything <= 1; anything++) {
             struct weft_flux_opts o = mesh_opts(&rc, K, kc, lay, anything);
             struct weft_flux *m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
@@ -259,17 +312,22 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
             CHECK_OK(st);
             double eg = fwd(m, shapes[s].golden, "output", NULL, &out2, &st);
             CHECK_OK(st);
+            const double elg = loop(m, shapes[s].loop, shapes[s].gh, shapes[s].gw, &lat);
+            const double el = rel_l2(lat, ref_loop, s_img * 16);
             if (rank == 0)
-                printf("ring %d x ulysses %d x tp %d %s, %lld image + %lld text tokens: vs one "
-                       "device %.3g, vs Diffusers %.3g\n",
+                printf("ring %d x ulysses %d x tp %d %s, %lld image + %lld text tokens: forward "
+                       "vs one device %.3g, vs Diffusers %.3g; 4-step loop vs one device %.3g, "
+                       "vs Flux2Pipeline %.3g\n",
                        mesh.ring, mesh.ulysses, mesh.tp, anything ? "anything" : "plain",
-                       (long long)shapes[s].s_img, (long long)shapes[s].s_txt, e, eg);
+                       (long long)s_img, (long long)shapes[s].s_txt, e, eg, el, elg);
             CHECK(e <= 1e-5);
             CHECK(eg <= 1e-4);
-            free(out), free(out2);
+            CHECK(el <= 1e-5);
+            CHECK(elg <= 1e-4);
+            free(out), free(out2), free(lat);
             weft_flux_destroy(m);
         }
-        free(ref);
+        free(ref), free(ref_loop);
     }
     /* bf16: the model and its products in bf16, against one device on the same path */
     {

@@ -2,11 +2,13 @@
  * (classes in model_index.json and in each component, configs, channels), and the layout rules
  * refuse what the workers would (degrees against heads, the anything flags, device_map's
  * combinations, a [tp_plan] style the dataflow cannot take). Each refusal names its cause. */
+#include <math.h>
 #include <string.h>
 
 #include "common/alloc.h"
 #include "model/flux.h"
 #include "model/job.h"
+#include "model/scheduler.h"
 #include "model/mesh.h"
 #include "model/model.h"
 #include "model_variant.h"
@@ -250,10 +252,29 @@ static void test_flux_configs(void)
     }
 }
 
+/* Flux2Pipeline's compute_empirical_mu on both of its branches, against Python's values. */
+static void test_empirical_mu(void)
+{
+    struct weft_sched_config sc;
+    weft_sched_config_flux_default(&sc);
+    CHECK(sc.mu_rule == WEFT_MU_CALCULATE_SHIFT);
+    sc.mu_rule = WEFT_MU_EMPIRICAL;
+    static const struct {
+        int64_t len;
+        int steps;
+        double mu;
+    } cases[] = {{4096, 28, 2.151443161774889}, {5000, 50, 1.30301666}, {1, 1, 1.966706305839619}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const double mu = weft_sched_mu(&sc, cases[i].len, cases[i].steps);
+        CHECK(fabs(mu - cases[i].mu) <= 1e-12 * fabs(cases[i].mu));
+    }
+}
+
 int main(void)
 {
     test_quiet();
     test_flux_configs();
+    test_empirical_mu();
     test_mesh_cfg();
     test_open();
     test_layout();
