@@ -131,7 +131,7 @@ static weft_status_t check_run(const struct weft_msg_run *r, struct weft_error *
     for (int i = 0; i < r->n_prompts; i++) {
         const struct weft_msg_prompt *p = &r->prompts[i];
         if (!in(p->tokens, 1, WEFT_JOB_MAX_TEXT_TOKENS) || !in(p->joint, 1, 65536) ||
-            !in(p->pooled, 1, 65536))
+            !in(p->pooled, 0, 65536)) /* FLUX.2: no pooled embedding */
             return bad(err, w, "prompt", "has a shape out of bounds");
         if (p->is_text && (!p->text || strlen(p->text) > WEFT_JOB_MAX_TEXT_BYTES ||
                            !weft_utf8_valid(p->text, strlen(p->text), NULL) ||

@@ -35,12 +35,27 @@ static weft_status_t open_component(const char *dir, const char *want, struct we
     return WEFT_OK;
 }
 
+/* The transformer: the class model_index.json names (a transformer folder alone: either FLUX
+ * class). */
 static weft_status_t open_transformer(struct weft_model *m, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = open_component(m->transformer_dir, WEFT_FLUX_CLASS, &ck, err);
+    const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
+    weft_status_t st = weft_ckpt_open(m->transformer_dir, &ck, err);
     if (st != WEFT_OK)
         return st;
+    const char *cls = weft_ckpt_class(ck);
+    const bool ok = m->pipeline ? strcmp(cls, flux2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS) == 0
+                                : strcmp(cls, WEFT_FLUX_CLASS) == 0 ||
+                                      strcmp(cls, WEFT_FLUX2_CLASS) == 0;
+    if (!ok) {
+        weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                          "%s/config.json: _class_name is '%s'; %s expected", m->transformer_dir,
+                          cls, m->pipeline ? (flux2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS)
+                                           : WEFT_FLUX_CLASS " or " WEFT_FLUX2_CLASS);
+        weft_ckpt_close(ck);
+        return WEFT_ERR_UNSUPPORTED;
+    }
     char origin[WEFT_CONF_PATH + 32];
     snprintf(origin, sizeof(origin), "%s/config.json", m->transformer_dir);
     if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux, err)) == WEFT_OK)
@@ -54,7 +69,9 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
 static weft_status_t open_vae(struct weft_model *m, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    weft_status_t st = open_component(m->vae_dir, WEFT_VAE_CLASS, &ck, err);
+    const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
+    weft_status_t st = open_component(m->vae_dir, flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS, &ck,
+                                      err);
     if (st != WEFT_OK)
         return st;
     char origin[WEFT_CONF_PATH + 32];
@@ -151,19 +168,23 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
         return st;
     snprintf(m->pipeline_class, sizeof(m->pipeline_class), "%s", weft_pipe_class(pipe));
     bool has_t = false, has_sched = false;
-    if (strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
+    const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
+    if (!flux2 && strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
         st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
-                               "%s/model_index.json: _class_name is '%s'; weft runs %s "
+                               "%s/model_index.json: _class_name is '%s'; weft runs %s and %s "
                                "pipeline folders", m->dir, m->pipeline_class,
-                               WEFT_FLUX_PIPELINE_CLASS);
-    } else if ((st = index_entry(pipe, "transformer", "diffusers", WEFT_FLUX_CLASS, false,
-                                 &has_t, err)) == WEFT_OK &&
-               (st = index_entry(pipe, "vae", "diffusers", WEFT_VAE_CLASS, true, &m->has_vae,
-                                 err)) == WEFT_OK) {
+                               WEFT_FLUX_PIPELINE_CLASS, WEFT_FLUX2_PIPELINE_CLASS);
+    } else if ((st = index_entry(pipe, "transformer", "diffusers",
+                                 flux2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS, false, &has_t,
+                                 err)) == WEFT_OK &&
+               (st = index_entry(pipe, "vae", "diffusers", flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS,
+                                 true, &m->has_vae, err)) == WEFT_OK) {
         st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
                          err);
     }
-    if (st == WEFT_OK)
+    /* FLUX.2's text encoder (a Mistral language model) is not weft's: its text comes as
+     * embeddings, so its text_encoder and tokenizer entries are not opened */
+    if (st == WEFT_OK && !flux2)
         st = text_entries(m, pipe, err);
     weft_pipe_close(pipe);
     if (st != WEFT_OK)
@@ -258,6 +279,13 @@ const char *weft_model_text_missing(const struct weft_model *m, char *buf, size_
                  name);
         return buf;
     }
+    if (m->flux.version == 2) {
+        snprintf(buf, len, "%s cannot encode text: FLUX.2's text encoder (Mistral Small 3.1, "
+                 "24 B parameters) is not native to weft yet; give its prompt_embeds "
+                 "[1, T, %lld] as an embeddings file", name,
+                 (long long)m->flux.joint_attention_dim);
+        return buf;
+    }
     const struct {
         bool present;
         const char *what;
@@ -333,6 +361,9 @@ weft_status_t weft_model_open(const char *dir, struct weft_model **model_p,
     }
     if (st == WEFT_OK)
         st = open_transformer(m, err);
+    /* Flux2Pipeline's mu (compute_empirical_mu), whatever its scheduler's config says */
+    if (st == WEFT_OK && m->flux.version == 2)
+        m->sched.mu_rule = WEFT_MU_EMPIRICAL;
     if (st == WEFT_OK && m->has_vae)
         st = open_vae(m, err);
     if (st == WEFT_OK)
@@ -495,10 +526,19 @@ weft_status_t weft_model_check_prompt(const struct weft_model *model,
 {
     const struct weft_st_tensor *pe = weft_st_find(file, "prompt_embeds");
     const struct weft_st_tensor *po = weft_st_find(file, "pooled_prompt_embeds");
-    if (!pe || !po)
+    const bool pooled_wanted = model->flux.version == 1; /* FLUX.2 takes prompt_embeds only */
+    if (!pooled_wanted && pe && po)
         return weft_error_refuse(err, WEFT_ERR_FORMAT,
-                                 "%s: needs tensors prompt_embeds and pooled_prompt_embeds", what);
-    for (int k = 0; k < 2; k++) {
+                                 "%s: pooled_prompt_embeds given, but %s takes no pooled "
+                                 "embedding (an embeddings file of another model?)", what,
+                                 WEFT_FLUX2_CLASS);
+    if (!pe || (pooled_wanted && !po))
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 pooled_wanted
+                                     ? "%s: needs tensors prompt_embeds and pooled_prompt_embeds"
+                                     : "%s: needs the tensor prompt_embeds",
+                                 what);
+    for (int k = 0; k < (pooled_wanted ? 2 : 1); k++) {
         const struct weft_st_tensor *t = k ? po : pe;
         if (t->dtype != WEFT_DTYPE_F32 && t->dtype != WEFT_DTYPE_BF16 &&
             t->dtype != WEFT_DTYPE_F16)
@@ -516,8 +556,8 @@ weft_status_t weft_model_check_prompt(const struct weft_model *model,
                                  "%s: prompt_embeds has %lld tokens; 1..%d allowed", what,
                                  (long long)pe->shape[1], WEFT_MODEL_MAX_TEXT_TOKENS);
     const int64_t pooled = model->flux.pooled_projection_dim;
-    if (po->numel != pooled || po->ndim > 2 || po->ndim < 1 ||
-        (po->ndim == 2 && po->shape[0] != 1))
+    if (pooled_wanted && (po->numel != pooled || po->ndim > 2 || po->ndim < 1 ||
+        (po->ndim == 2 && po->shape[0] != 1)))
         return weft_error_refuse(err, WEFT_ERR_FORMAT,
                                  "%s: pooled_prompt_embeds must be [1, %lld] (the model's "
                                  "pooled_projection_dim)", what, (long long)pooled);
@@ -550,8 +590,12 @@ weft_status_t weft_model_prompt_read(const struct weft_model *model, const char 
         return st;
     struct weft_prompt_embeds p = {0};
     st = weft_model_check_prompt(model, f, path, &p.tokens, err);
-    if (st == WEFT_OK && (st = read_f32(f, "prompt_embeds", &p.embeds, err)) == WEFT_OK)
-        st = read_f32(f, "pooled_prompt_embeds", &p.pooled, err);
+    if (st == WEFT_OK && (st = read_f32(f, "prompt_embeds", &p.embeds, err)) == WEFT_OK) {
+        if (model->flux.version == 1)
+            st = read_f32(f, "pooled_prompt_embeds", &p.pooled, err);
+        else if (!(p.pooled = weft_calloc(1, sizeof(float)))) /* none: an empty vector */
+            st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    }
     weft_st_close(f);
     if (st != WEFT_OK) {
         weft_prompt_embeds_cleanup(&p);

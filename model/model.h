@@ -25,6 +25,7 @@
 #include "model/vae.h"
 
 #define WEFT_FLUX_PIPELINE_CLASS "FluxPipeline"
+#define WEFT_FLUX2_PIPELINE_CLASS "Flux2Pipeline"
 #define WEFT_MODEL_MAX_TEXT_TOKENS 4096 /* tokens of one prompt's embeddings */
 #define WEFT_MODEL_MAX_SEQUENCE_LENGTH 512 /* T5 tokens of a text prompt (FluxPipeline's limit) */
 

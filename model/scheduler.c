@@ -28,7 +28,7 @@ void weft_sched_config_flux_default(struct weft_sched_config *out)
 weft_status_t weft_sched_config_parse(const cJSON *cfg, const char *origin,
                                       struct weft_sched_config *out, struct weft_error *err)
 {
-    struct weft_sched_config c;
+    struct weft_sched_config c = {.mu_rule = WEFT_MU_CALCULATE_SHIFT};
     const char *cls, *shift_type;
     weft_status_t st;
     if ((st = weft_json_get_string(cfg, "_class_name", WEFT_SCHED_CLASS, origin, &cls, err)))

@@ -77,28 +77,69 @@ static weft_status_t parse_strings(const cJSON *cfg, const char *origin, int n_b
     return check_block_types(cfg, "down_block_types", "DownEncoderBlock2D", n_blocks, origin, err);
 }
 
+/* AutoencoderKLFlux2's own keys: the batch norm's eps, a 2 x 2 patch (the only one its
+ * pipeline packs), and a decoder as wide as the encoder. */
+static weft_status_t parse_v2(const cJSON *cfg, const char *origin, struct weft_vae_config *c,
+                              struct weft_error *err)
+{
+    static const int64_t patch_def[] = {2, 2};
+    int64_t patch[2], dec[WEFT_VAE_MAX_BLOCKS];
+    int n_patch, n_dec;
+    weft_status_t st;
+    if ((st = weft_json_get_double(cfg, "batch_norm_eps", 1e-4, 0.0, 1.0, origin,
+                                   &c->batch_norm_eps, err)) ||
+        (st = weft_json_get_int_array(cfg, "patch_size", patch_def, 2, 2, 1, 64, origin, patch,
+                                      &n_patch, err)))
+        return st;
+    if (n_patch != 2 || patch[0] != 2 || patch[1] != 2)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: patch_size must be [2, 2] (Flux2Pipeline's 2 x 2 "
+                                        "packing)", origin);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(cfg, "decoder_block_out_channels");
+    if (!d || cJSON_IsNull(d))
+        return WEFT_OK;
+    if ((st = weft_json_get_int_array(cfg, "decoder_block_out_channels", NULL, 0,
+                                      WEFT_VAE_MAX_BLOCKS, 1, WEFT_VAE_MAX_CHANNELS, origin, dec,
+                                      &n_dec, err)))
+        return st;
+    bool same = n_dec == c->n_blocks;
+    for (int i = 0; same && i < n_dec; i++)
+        same = dec[i] == c->block_out_channels[i];
+    if (!same)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: decoder_block_out_channels differ from "
+                                        "block_out_channels; weft decodes only a decoder as wide "
+                                        "as the encoder", origin);
+    return WEFT_OK;
+}
+
 weft_status_t weft_vae_config_parse(const cJSON *cfg, const char *origin,
                                     struct weft_vae_config *out, struct weft_error *err)
 {
-    struct weft_vae_config c = {0};
-    static const int64_t bo_def[] = {64};
+    struct weft_vae_config c = {.version = 1, .scaling_factor = 1.0};
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "_class_name");
+    if (cJSON_IsString(cls) && strcmp(cls->valuestring, WEFT_VAE2_CLASS) == 0)
+        c.version = 2;
+    const bool v2 = c.version == 2;
+    static const int64_t bo_def[] = {64}, bo_def2[] = {128, 256, 512, 512};
     weft_status_t st;
     if ((st = weft_json_get_int(cfg, "in_channels", 3, 1, 64, origin, &c.in_channels, err)) ||
         (st = weft_json_get_int(cfg, "out_channels", 3, 1, 64, origin, &c.out_channels, err)) ||
-        (st = weft_json_get_int(cfg, "latent_channels", 4, 1, 1024, origin, &c.latent_channels,
-                                err)) ||
-        (st = weft_json_get_int_array(cfg, "block_out_channels", bo_def, 1, WEFT_VAE_MAX_BLOCKS, 1,
-                                      WEFT_VAE_MAX_CHANNELS, origin, c.block_out_channels,
-                                      &c.n_blocks, err)) ||
-        (st = weft_json_get_int(cfg, "layers_per_block", 1, 1, 64, origin, &c.layers_per_block,
-                                err)) ||
+        (st = weft_json_get_int(cfg, "latent_channels", v2 ? 32 : 4, 1, 1024, origin,
+                                &c.latent_channels, err)) ||
+        (st = weft_json_get_int_array(cfg, "block_out_channels", v2 ? bo_def2 : bo_def,
+                                      v2 ? 4 : 1, WEFT_VAE_MAX_BLOCKS, 1, WEFT_VAE_MAX_CHANNELS,
+                                      origin, c.block_out_channels, &c.n_blocks, err)) ||
+        (st = weft_json_get_int(cfg, "layers_per_block", v2 ? 2 : 1, 1, 64, origin,
+                                &c.layers_per_block, err)) ||
         (st = weft_json_get_int(cfg, "norm_num_groups", 32, 1, WEFT_VAE_MAX_CHANNELS, origin,
                                 &c.norm_num_groups, err)) ||
         (st = get_sample_size(cfg, origin, &c.sample_size, err)) ||
-        (st = weft_json_get_double(cfg, "scaling_factor", 0.18215, 1e-6, 1e6, origin,
-                                   &c.scaling_factor, err)) ||
-        (st = weft_json_get_double(cfg, "shift_factor", 0.0, -1e6, 1e6, origin, &c.shift_factor,
-                                   err)) ||
+        (!v2 && (st = weft_json_get_double(cfg, "scaling_factor", 0.18215, 1e-6, 1e6, origin,
+                                           &c.scaling_factor, err))) ||
+        (!v2 && (st = weft_json_get_double(cfg, "shift_factor", 0.0, -1e6, 1e6, origin,
+                                           &c.shift_factor, err))) ||
+        (v2 && (st = parse_v2(cfg, origin, &c, err))) ||
         (st = weft_json_get_bool(cfg, "use_quant_conv", true, origin, &c.use_quant_conv, err)) ||
         (st = weft_json_get_bool(cfg, "use_post_quant_conv", true, origin, &c.use_post_quant_conv,
                                  err)) ||
@@ -254,6 +295,10 @@ static void decoder(struct emit *e, const struct weft_vae_config *c)
     }
     vector_pair(e, "decoder.", "conv_norm_out", c->block_out_channels[0]);
     conv(e, "decoder.", "conv_out", c->out_channels, c->block_out_channels[0], 3);
+    if (c->version == 2) { /* the statistics Flux2Pipeline undoes before the decoder */
+        param(e, "bn.", "running_mean", "", 1, 4 * c->latent_channels, 0, 0);
+        param(e, "bn.", "running_var", "", 1, 4 * c->latent_channels, 0, 0);
+    } /* bn.num_batches_tracked, BatchNorm's bookkeeping, is no parameter (the worker skips it) */
 }
 
 size_t weft_vae_params(const struct weft_vae_config *c, struct weft_vae_param *params)

@@ -1,6 +1,9 @@
-/* AutoencoderKL (Diffusers' VAE: FLUX.1, SD3 and SD-class layouts) description: the typed
- * config and the parameter inventory, shared by the coordinator (sizes for placement, checks
- * before anything loads) and the worker (which binds the decoder's weights by these names).
+/* AutoencoderKL (Diffusers' VAE: FLUX.1, SD3 and SD-class layouts) and AutoencoderKLFlux2
+ * (FLUX.2's: the same encoder and decoder, 32 latent channels, and a BatchNorm2d's running
+ * statistics over the 2 x 2-patchified latents that Flux2Pipeline undoes before decoding)
+ * description: the typed config and the parameter inventory, shared by the coordinator (sizes
+ * for placement, checks before anything loads) and the worker (which binds the decoder's
+ * weights by these names).
  *
  * Supported: DownEncoderBlock2D / UpDecoderBlock2D blocks, group norm ("norm_type" group),
  * SiLU, the optional mid-block attention and the optional quant / post-quant 1x1 convs. */
@@ -15,10 +18,12 @@
 #include "common/error.h"
 
 #define WEFT_VAE_CLASS "AutoencoderKL"
+#define WEFT_VAE2_CLASS "AutoencoderKLFlux2"
 #define WEFT_VAE_MAX_BLOCKS 8
 #define WEFT_VAE_MAX_CHANNELS 8192 /* the GroupNorm kernel's limit */
 
 struct weft_vae_config {
+    int version;              /* 1: AutoencoderKL, 2: AutoencoderKLFlux2 */
     int64_t in_channels;      /* image channels (3) */
     int64_t out_channels;     /* image channels out of the decoder (3) */
     int64_t latent_channels;  /* 16 for FLUX, 4 for SD */
@@ -27,8 +32,10 @@ struct weft_vae_config {
     int64_t layers_per_block; /* encoder resnets per block; the decoder has one more */
     int64_t norm_num_groups;
     int64_t sample_size;      /* tiling: the pixel tile edge Diffusers' enable_tiling uses */
-    double scaling_factor;
+    double scaling_factor;    /* AutoencoderKL (FluxPipeline's unscale); 1 for FLUX.2 */
     double shift_factor;      /* null in config.json (SD) reads as 0 */
+    double batch_norm_eps;    /* AutoencoderKLFlux2: bn's eps (the running statistics are
+                               * decoder parameters: bn.running_mean, bn.running_var [4 L]) */
     bool use_quant_conv;
     bool use_post_quant_conv;
     bool mid_block_add_attention;
@@ -36,8 +43,9 @@ struct weft_vae_config {
     int64_t scale;            /* pixels per latent along an edge: 2^(n_blocks - 1) */
 };
 
-/* Parse config.json with Diffusers' class defaults for absent keys; origin names the file in
- * err (recorded, or logged at ERROR with NULL err). */
+/* Parse config.json with Diffusers' class defaults for absent keys (the class from _class_name:
+ * AutoencoderKLFlux2's defaults for it); origin names the file in err (recorded, or logged at
+ * ERROR with NULL err). */
 weft_status_t weft_vae_config_parse(const cJSON *config, const char *origin,
                                     struct weft_vae_config *out, struct weft_error *err);
 

@@ -637,7 +637,8 @@ static weft_status_t encode_png(struct weft_runtime *rt, const struct weft_rt_im
                            err);
 }
 
-/* Latents to the PNG: FluxPipeline's unpack and unscale, the VAE, clamp to 8 bits. */
+/* Latents to the PNG: the pipeline's unpack and unscale (FluxPipeline's or Flux2Pipeline's),
+ * the VAE, clamp to 8 bits. */
 static weft_status_t decode(struct weft_runtime *rt, const struct weft_rt_image *img,
                             const float *latents, struct weft_rt_result *out,
                             struct weft_error *err)
@@ -657,7 +658,7 @@ static weft_status_t decode(struct weft_runtime *rt, const struct weft_rt_image 
     if (st == WEFT_OK && !rt->vae)
         st = load_vae(rt, err);
     if (st == WEFT_OK) {
-        weft_vae_unpack_flux(vc, latents, lat_h, lat_w, unpacked);
+        weft_vae_unpack(rt->vae, latents, lat_h, lat_w, unpacked);
         st = weft_vae_decode(rt->vae, unpacked, lat_h, lat_w, img->tiling, image, err);
     }
     if (st == WEFT_OK && !all_finite(image, npx))

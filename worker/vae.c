@@ -72,6 +72,9 @@ struct weft_vae {
     struct up_block up[WEFT_VAE_MAX_BLOCKS];
     struct resnet *res_store;
     struct gnorm norm_out;
+    /* AutoencoderKLFlux2: bn's running mean and sqrt(running_var + eps), host [4 L], for
+     * Flux2Pipeline's prologue */
+    float *bn_mean, *bn_std;
     /* activations */
     struct plan have;
     void *act;
@@ -112,6 +115,7 @@ struct binder {
     char *next;         /* arena cursor (second pass) */
     size_t bytes;       /* arena bytes */
     size_t param_bytes; /* the same without alignment */
+    bool bn;            /* AutoencoderKLFlux2: its batch norm's statistics (read apart) */
     struct weft_error *err;
 };
 
@@ -288,11 +292,14 @@ static weft_status_t check_checkpoint(struct weft_ckpt *ck, const struct binder 
     for (size_t i = 0; i < weft_ckpt_count(ck); i++) {
         const struct weft_st_tensor *t = weft_ckpt_at(ck, i)->info;
         const struct weft_vae_param *p = inv_find(bd->inv, bd->n_inv, t->name);
+        if (!p && bd->bn && strcmp(t->name, "bn.num_batches_tracked") == 0 && t->ndim == 0)
+            continue; /* BatchNorm's bookkeeping, not a parameter */
         if (!p)
             return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "vae",
                                             "%s: unexpected tensor '%s': not a parameter of %s "
                                             "with this config",
-                                            weft_ckpt_dir(ck), t->name, WEFT_VAE_CLASS);
+                                            weft_ckpt_dir(ck), t->name,
+                                            bd->bn ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS);
         if (!same_shape(t, p)) {
             char got[128], want[128];
             return weft_error_refuse_or_log(
@@ -354,13 +361,47 @@ static weft_status_t read_weights(struct weft_vae *v, struct weft_ckpt *ck, cons
     return st;
 }
 
+/* AutoencoderKLFlux2's running statistics, to the host: the mean, and the standard deviation
+ * as Flux2Pipeline takes it, sqrt(running_var + batch_norm_eps) in f32. */
+static weft_status_t read_bn(struct weft_vae *v, struct weft_ckpt *ck, struct weft_error *err)
+{
+    const int64_t n = 4 * v->cfg.latent_channels;
+    const struct weft_ckpt_tensor *mean = weft_ckpt_find(ck, "bn.running_mean");
+    const struct weft_ckpt_tensor *var = weft_ckpt_find(ck, "bn.running_var");
+    if (!mean || !var)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "vae",
+                                        "%s: missing tensor '%s' (required by %s)",
+                                        weft_ckpt_dir(ck),
+                                        mean ? "bn.running_var" : "bn.running_mean",
+                                        WEFT_VAE2_CLASS);
+    v->bn_mean = weft_malloc((size_t)n * sizeof(float));
+    v->bn_std = weft_malloc((size_t)n * sizeof(float));
+    if (!v->bn_mean || !v->bn_std)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_status_t st = weft_st_read(mean->file, mean->info, v->bn_mean, WEFT_DTYPE_F32, err);
+    if (st == WEFT_OK)
+        st = weft_st_read(var->file, var->info, v->bn_std, WEFT_DTYPE_F32, err);
+    const float eps = (float)v->cfg.batch_norm_eps;
+    for (int64_t i = 0; st == WEFT_OK && i < n; i++) {
+        if (!(v->bn_std[i] >= 0.0f))
+            return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "vae",
+                                            "%s: bn.running_var[%lld] = %g is not a variance",
+                                            weft_ckpt_dir(ck), (long long)i,
+                                            (double)v->bn_std[i]);
+        v->bn_std[i] = sqrtf(v->bn_std[i] + eps);
+    }
+    v->weight_bytes += (size_t)(2 * n) * sizeof(float);
+    return st;
+}
+
 static weft_status_t load_config(struct weft_vae *v, struct weft_ckpt *ck, const char *dir,
                                  struct weft_error *err)
 {
-    if (strcmp(weft_ckpt_class(ck), WEFT_VAE_CLASS) != 0)
+    if (strcmp(weft_ckpt_class(ck), WEFT_VAE_CLASS) != 0 &&
+        strcmp(weft_ckpt_class(ck), WEFT_VAE2_CLASS) != 0)
         return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "vae",
-                                        "%s: class '%s' is not %s", dir, weft_ckpt_class(ck),
-                                        WEFT_VAE_CLASS);
+                                        "%s: class '%s' is neither %s nor %s", dir,
+                                        weft_ckpt_class(ck), WEFT_VAE_CLASS, WEFT_VAE2_CLASS);
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
     weft_status_t st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &v->cfg, err);
@@ -407,7 +448,10 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
     weft_vae_params(c, inv);
     bd.inv = inv;
     bd.ck = ck;
+    bd.bn = c->version == 2;
     if ((st = bind_all(v, &bd)) != WEFT_OK || (st = check_checkpoint(ck, &bd, err)) != WEFT_OK)
+        goto out;
+    if (bd.bn && (st = read_bn(v, ck, err)) != WEFT_OK)
         goto out;
     v->arena_bytes = bd.bytes;
     v->weight_bytes = bd.param_bytes;
@@ -455,6 +499,8 @@ void weft_vae_destroy(struct weft_vae *v)
     if (v->weights)
         v->K->buf_free(v->kc, v->weights, v->arena_bytes);
     weft_free(v->res_store);
+    weft_free(v->bn_mean);
+    weft_free(v->bn_std);
     weft_free(v);
 }
 
@@ -843,6 +889,30 @@ void weft_vae_unpack_flux(const struct weft_vae_config *c, const float *packed, 
             float *dst = latents + (y * lat_w + x) * L;
             for (int64_t ch = 0; ch < L; ch++)
                 dst[ch] = tok[ch * 4] / scale + shift;
+        }
+}
+
+void weft_vae_unpack(const struct weft_vae *v, const float *packed, int64_t lat_h,
+                     int64_t lat_w, float *latents)
+{
+    const struct weft_vae_config *c = &v->cfg;
+    if (c->version == 1) {
+        weft_vae_unpack_flux(c, packed, lat_h, lat_w, latents);
+        return;
+    }
+    /* Flux2Pipeline: latents * bn_std + bn_mean per packed channel, then _unpatchify_latents
+     * (packed channel ch * 4 + dy * 2 + dx is latent channel ch at (2y + dy, 2x + dx)) */
+    const int64_t L = c->latent_channels, gw = lat_w / 2;
+    for (int64_t y = 0; y < lat_h; y++)
+        for (int64_t x = 0; x < lat_w; x++) {
+            const int64_t sub = (y % 2) * 2 + x % 2;
+            const float *tok = packed + ((y / 2) * gw + x / 2) * 4 * L;
+            float *dst = latents + (y * lat_w + x) * L;
+            for (int64_t ch = 0; ch < L; ch++) {
+                const int64_t k = ch * 4 + sub;
+                const float scaled = tok[k] * v->bn_std[k]; /* two roundings, as torch's */
+                dst[ch] = scaled + v->bn_mean[k];
+            }
         }
 }
 

@@ -74,6 +74,11 @@ weft_status_t weft_vae_decode(struct weft_vae *vae, const float *latents, int64_
  * divided by scaling_factor, plus shift_factor. */
 void weft_vae_unpack_flux(const struct weft_vae_config *c, const float *packed, int64_t lat_h,
                           int64_t lat_w, float *latents);
+/* The pipeline's decode prologue for this VAE: FluxPipeline's above (AutoencoderKL), or
+ * Flux2Pipeline's (AutoencoderKLFlux2): each packed feature times sqrt(running_var + eps) plus
+ * running_mean of the VAE's batch norm, then the same 2 x 2 unpatchify. */
+void weft_vae_unpack(const struct weft_vae *vae, const float *packed, int64_t lat_h,
+                     int64_t lat_w, float *latents);
 /* VaeImageProcessor.postprocess + numpy_to_pil: round(clamp(x / 2 + 0.5, 0, 1) x 255). */
 void weft_vae_to_rgb8(const float *image, int64_t n, uint8_t *out);
 

@@ -1246,9 +1246,54 @@ static int case_autoplan(void)
     return 0;
 }
 
+/* A FLUX.2 pipeline (Flux2Pipeline: its transformer, AutoencoderKLFlux2, prompt embeddings)
+ * through the cluster: `weft run` in every layout gives weft generate's image within one level
+ * (tests/parity/test_flux2 holds generate to Diffusers'); a text prompt is refused, naming the
+ * encoder FLUX.2 lacks. */
+static int case_flux2(void)
+{
+    char model[1200], ref[512], out[512];
+    snprintf(model, sizeof(model), "%s/tests/data/flux2/pipeline", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(ref, sizeof(ref), "%s/flux2_ref.png", tmp);
+    const char *gen[] = {"generate", "--model", model, "--prompt-embeds", "cat", "--height", "96",
+                         "--width", "80", "--steps", "3", "--seed", "9", "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    static const char *const layouts[][6] = {
+        {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "3", NULL},
+        {"--ulysses", "2", NULL}, {"--ring", "2", NULL}, {"--tp", "2", "--ulysses", "2", NULL},
+        {"--dp", "2", NULL}, {"--device-map", "balanced", "--np", "2", NULL},
+    };
+    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+        const char *args[40] = {"run", "--model", model, "--prompt-embeds", "cat", "--height",
+                                "96", "--width", "80", "--steps", "3", "--seed", "9",
+                                "--progress", "none", "--out"};
+        int n = 16;
+        snprintf(out, sizeof(out), "%s/flux2_run%zu.png", tmp, l);
+        args[n++] = out;
+        for (const char *const *o = layouts[l]; *o; o++)
+            args[n++] = *o;
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        const int d = png_max_diff(ref, out);
+        printf("FLUX.2: weft run %s %s %s %s: max pixel difference to one device %d\n",
+               layouts[l][0], layouts[l][1], layouts[l][2] ? layouts[l][2] : "",
+               layouts[l][2] && layouts[l][3] ? layouts[l][3] : "", d);
+        CHECK(d <= 1);
+    }
+    char log[512], text[4096];
+    snprintf(log, sizeof(log), "%s/flux2_text.log", tmp);
+    const char *txt[] = {"run", "--np", "1", "--model", model, "--prompt", "a cat", "--out", out,
+                         NULL};
+    CHECK(wait_pid(run_weft(txt, NULL, log)) != 0);
+    read_text(log, text, sizeof(text));
+    CHECK(strstr(text, "FLUX.2's text encoder") && strstr(text, "prompt_embeds"));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct harness_case cases[] = {
+        {"flux2", case_flux2},
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},

@@ -10,7 +10,7 @@ Environment used: torch (CPU), diffusers 0.42.1, safetensors, numpy 2.x. Not run
 committed. Re-running regenerates every file bit-identically (fixed seeds, 2 threads,
 torch.use_deterministic_algorithms).
 
-What it writes (it first deletes tests/data/flux2/{tiny-g,tiny-nog,tiny-bf16,golden}; tests/data/flux2/tiny/
+What it writes (it first deletes tests/data/flux2/{tiny-g,tiny-nog,tiny-bf16,golden,pipeline}; tests/data/flux2/tiny/
 belongs to make_other.py and is left alone):
   tests/data/flux2/tiny-g/      Flux2Transformer2DModel, 2 double + 2 single blocks, guidance_embeds=True, f32
   tests/data/flux2/tiny-nog/    1 double + 1 single block, guidance_embeds=False, f32
@@ -20,6 +20,12 @@ belongs to make_other.py and is left alone):
                                 output_type="latent" (vae, text_encoder and tokenizer None: the pipeline
                                 then takes vae_scale_factor 8, and encode_prompt only builds the text ids)
   tests/data/flux2/golden/README.md                                    every file / tensor described
+  tests/data/flux2/pipeline/    a Flux2Pipeline folder: model_index.json, transformer/ (1 double + 1 single
+                                block, bf16), vae/ (a tiny AutoencoderKLFlux2: 3 blocks (16, 16, 32), 4 latent
+                                channels, its batch norm's running statistics drawn at random), scheduler/,
+                                prompts/cat.safetensors (prompt_embeds [1, 12, 24]); text_encoder and
+                                tokenizer null (FLUX.2's text comes as embeddings)
+  tests/data/flux2/golden/pipeline_cat_96x80.safetensors    Flux2Pipeline.__call__ to pixels
 
 Common config: patch_size 1, in_channels 16, 12 heads x head_dim 8 (inner 96: tensor and context
 parallelism at 2, 3 and 4 divide the heads), joint_attention_dim 24, timestep_guidance_channels 32,
@@ -43,7 +49,7 @@ import shutil
 import torch
 
 import golden_common as gc
-from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline, Flux2Transformer2DModel
+from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Pipeline, Flux2Transformer2DModel
 
 OUT = gc.repo_path("tests", "data", "flux2")
 GOLD = os.path.join(OUT, "golden")
@@ -213,6 +219,64 @@ def loop_case(model_name, rows, cols, T, seed, steps=4):
                    f"(grid {rows}x{cols}), T={T}.", rows_desc))
 
 
+PIPE = os.path.join(OUT, "pipeline")
+
+
+def build_pipeline():
+    torch.manual_seed(204)
+    tf = Flux2Transformer2DModel(num_layers=1, num_single_layers=1, guidance_embeds=True, **COMMON)
+    gc.reinit_transformer(tf, 204, mod_gain=MOD_GAIN)
+    tf = tf.to(torch.bfloat16)
+    torch.manual_seed(205)
+    vae = AutoencoderKLFlux2(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 3,
+                             up_block_types=["UpDecoderBlock2D"] * 3, block_out_channels=(16, 16, 32),
+                             layers_per_block=1, latent_channels=IN_CH // 4, norm_num_groups=8,
+                             sample_size=96)
+    gc.reinit_vae(vae, 205, gain=1.0, conv_out_gain=0.5)
+    with torch.no_grad():  # the statistics a trained VAE carries: every channel its own
+        g = torch.Generator().manual_seed(206)
+        vae.bn.running_mean.copy_(torch.randn(vae.bn.running_mean.shape, generator=g) * 0.3)
+        vae.bn.running_var.copy_(torch.rand(vae.bn.running_var.shape, generator=g) * 1.5 + 0.5)
+    pipe = Flux2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHED_CFG), vae=vae, text_encoder=None,
+                         tokenizer=None, transformer=tf)
+    pipe.save_pretrained(PIPE, safe_serialization=True)
+    gc.save_tensors(os.path.join(PIPE, "prompts", "cat.safetensors"),
+                    {"prompt_embeds": gc.randn((1, 12, JOINT), 207)})
+    gc.log(f"saved the Flux2Pipeline folder: vae_scale_factor {pipe.vae_scale_factor}")
+
+
+def pipeline_case(rows, cols, seed):
+    pipe = Flux2Pipeline.from_pretrained(PIPE, text_encoder=None, tokenizer=None)
+    pipe.transformer = pipe.transformer.to(torch.float32)  # bf16 weights as stored, f32 compute
+    pipe.set_progress_bar_config(disable=True)
+    from safetensors.torch import load_file
+    pe = load_file(os.path.join(PIPE, "prompts", "cat.safetensors"))["prompt_embeds"]
+    finals = []
+
+    def on_step_end(p, i, t, kw):
+        finals.append(kw["latents"].detach().clone())
+        return {}
+
+    f = 2 * pipe.vae_scale_factor
+    latents_4d = gc.randn((1, IN_CH, rows, cols), seed)
+    with torch.no_grad():
+        img = pipe(prompt_embeds=pe, latents=latents_4d.clone(), height=f * rows, width=f * cols,
+                   num_inference_steps=4, guidance_scale=GUIDANCE, output_type="np",
+                   callback_on_step_end=on_step_end).images[0]
+    u8 = torch.from_numpy((img * 255).round().astype("uint8"))
+    t = {"latents_init": Flux2Pipeline._pack_latents(latents_4d), "latents_final": finals[-1],
+         "image_u8": u8}
+    fn = f"pipeline_cat_{f * rows}x{f * cols}.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), t, keep_dtype=("image_u8",))
+    gc.log(f"{fn}: image mean {img.mean():.4f} std {img.std():.4f}")
+    README.append((fn, f"Flux2Pipeline.from_pretrained(tests/data/flux2/pipeline) (transformer bf16 as stored, then "
+                   f".to(float32); VAE f32), prompt_embeds of prompts/cat.safetensors, height {f * rows}, width "
+                   f"{f * cols}, 4 steps, guidance_scale {GUIDANCE}, latents = latents_init unpacked, output_type np.",
+                   [("latents_init", list(t["latents_init"].shape), "F32", "initial packed latents"),
+                    ("latents_final", list(finals[-1].shape), "F32", "packed latents after the last step"),
+                    ("image_u8", list(u8.shape), "U8", "(image * 255).round() of the [0, 1] output, HWC")]))
+
+
 def write_readme():
     lines = ["# FLUX.2 transformer goldens", "",
              "Written by `tests/golden/make_flux2.py` (see its docstring for the models and inputs).", ""]
@@ -226,7 +290,7 @@ def write_readme():
 
 def main():
     gc.setup()
-    for d in ("tiny-g", "tiny-nog", "tiny-bf16", "golden"):
+    for d in ("tiny-g", "tiny-nog", "tiny-bf16", "golden", "pipeline"):
         shutil.rmtree(os.path.join(OUT, d), ignore_errors=True)
     os.makedirs(GOLD)
     build_models()
@@ -236,6 +300,8 @@ def main():
     fwd_case("tiny-bf16", 15, 13, 7, seed=3300)
     loop_case("tiny-g", 16, 16, 8, seed=4000)
     loop_case("tiny-g", 15, 13, 7, seed=4100)
+    build_pipeline()
+    pipeline_case(12, 10, seed=5000)
     write_readme()
     gc.list_written(OUT)
 

@@ -13,7 +13,12 @@
  *                                  ones refuse them), bf16 within 1e-2 of one device; with tp, the
  *                                  fused layers sharded as plain colwise are refused by name
  *   test_flux2 pp B0,B1,..,Bn      a layer pipeline (device_map's split): rank r holds units
- *                                  [B_r, B_r+1); the output equals one device bit for bit */
+ *                                  [B_r, B_r+1); the output equals one device bit for bit
+ *   test_flux2 pipeline            a Flux2Pipeline folder through the image pipeline
+ *                                  (worker/runtime.h) from its prompt embeddings: the final
+ *                                  latents within 1e-4 of Flux2Pipeline's, the 8-bit image (its
+ *                                  batch-norm denormalisation, AutoencoderKLFlux2's decoder)
+ *                                  within one level; a FLUX.1 embeddings file is refused */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +28,13 @@
 #include "golden.h"
 #include "integration/launch.h"
 #include "model/mesh.h"
+#include "model/model.h"
 #include "model/plan.h"
 #include "model/registry.h"
 #include "worker/denoise.h"
 #include "worker/flux.h"
 #include "worker/par_transport.h"
+#include "worker/runtime.h"
 
 #define G16 "tests/data/flux2/golden/fwd_tiny-g_16x16_t8.safetensors"
 #define G15 "tests/data/flux2/golden/fwd_tiny-g_15x13_t7.safetensors"
@@ -430,11 +437,85 @@ static int pp_rank(struct weft_transport *transport, void *arg)
     return 0;
 }
 
+static int pipeline_main(void)
+{
+    test_quiet();
+    const struct weft_kernels *K;
+    struct weft_kctx *kc;
+    test_kernels_create(0, &K, &kc);
+    char dir[1024], prompt[1100];
+    model_path(dir, sizeof(dir), "pipeline");
+    snprintf(prompt, sizeof(prompt), "%s/prompts/cat.safetensors", dir);
+    const struct weft_rt_opts opts = {K, kc, true};
+    struct weft_runtime *rt;
+    CHECK_OK(weft_runtime_create(&opts, &rt));
+    static struct weft_rt_assign a;
+    weft_rt_assign_single(dir, &a);
+    struct weft_error err = WEFT_ERROR_INIT;
+    CHECK_OK(weft_runtime_assign(rt, &a, NULL, &err));
+    const struct weft_model *m = weft_runtime_model(rt);
+    CHECK(strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0 && m->has_vae);
+    CHECK(m->flux.version == 2 && m->vae.version == 2 && m->side_unit == 8);
+    CHECK(m->sched.mu_rule == WEFT_MU_EMPIRICAL);
+    char why[300];
+    CHECK_TEXT_HAS("no text encoder", weft_model_text_missing(m, why, sizeof(why)),
+                   "not native", "prompt_embeds");
+    struct weft_prompt_embeds pe;
+    CHECK_OK(weft_model_prompt_read(m, prompt, &pe, &err));
+    CHECK_EQ(pe.tokens, 12);
+    /* a FLUX.1 embeddings file (with a pooled embedding) is refused by name */
+    char fluxp[1100];
+    snprintf(fluxp, sizeof(fluxp), "%s/tests/data/random/flux-tiny/prompts/red-fox.safetensors",
+             getenv("WEFT_SOURCE_ROOT"));
+    struct weft_prompt_embeds bad;
+    CHECK_FAILS(weft_model_prompt_read(m, fluxp, &bad, TERR), WEFT_ERR_FORMAT,
+                "pooled_prompt_embeds");
+    struct golden g;
+    golden_open(&g, "tests/data/flux2/golden/pipeline_cat_96x80.safetensors");
+    int64_t n, nw;
+    float *init = golden_need(&g, "latents_init", &n);
+    float *want = golden_need(&g, "latents_final", &nw);
+    const struct weft_rt_image img = {
+        .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled, .height = 96,
+        .width = 80, .steps = 4, .guidance = 4.0f, .latents_init = init, .decode = true,
+        .keep_latents = true, .keep_rgb = true, .png_prompt_index = -1,
+    };
+    struct weft_rt_result r;
+    CHECK_OK(weft_runtime_image(rt, &img, NULL, NULL, NULL, &r, &err));
+    CHECK_EQ(r.tokens * r.channels, nw);
+    const struct weft_st_tensor *u8t = weft_st_find(g.f, "image_u8");
+    CHECK(u8t && u8t->numel == (int64_t)96 * 80 * 3);
+    uint8_t *want_u8 = malloc((size_t)u8t->numel);
+    CHECK(want_u8);
+    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8, TERR));
+    int64_t worst = 0, differ = 0;
+    for (int64_t i = 0; i < u8t->numel; i++) {
+        const int64_t d = llabs((long long)r.rgb[i] - (long long)want_u8[i]);
+        differ += d != 0;
+        worst = d > worst ? d : worst;
+    }
+    const double e = rel_l2(r.latents, want, nw);
+    printf("Flux2Pipeline cat 96x80, 4 steps: latents_final rel L2 %.3g; %lld of %lld 8-bit "
+           "values differ from Diffusers' image (max %lld level)\n",
+           e, (long long)differ, (long long)u8t->numel, (long long)worst);
+    CHECK(e <= 1e-4);
+    CHECK(worst <= 1);
+    free(init), free(want), free(want_u8);
+    golden_close(&g);
+    weft_rt_result_cleanup(&r);
+    weft_prompt_embeds_cleanup(&pe);
+    weft_runtime_destroy(rt);
+    K->destroy(kc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc >= 2);
     if (strcmp(argv[1], "forward") == 0)
         return forward_main();
+    if (strcmp(argv[1], "pipeline") == 0)
+        return pipeline_main();
     struct weft_transport_opts opts;
     launch_opts(&opts);
     if (strcmp(argv[1], "pp") == 0) {
