@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Time Diffusers' FluxTransformer2DModel forward with torch, for `weft bench flux`.
+"""Time Diffusers' FluxTransformer2DModel (--class flux2: Flux2Transformer2DModel) forward with
+torch, for `weft bench flux`.
 
 Loads the same synthetic checkpoint weft loads onto --device (cpu, or cuda:N: the GPU weft runs
 on), computes in --dtype (f32 or bf16: the model and its inputs in that dtype, guidance f32, as
@@ -25,17 +26,19 @@ def main():
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--class", dest="cls", choices=("flux", "flux2"), default="flux")
     a = ap.parse_args()
 
     import torch
     import diffusers
-    from diffusers import FluxTransformer2DModel
+    from diffusers import Flux2Transformer2DModel, FluxTransformer2DModel
 
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     dev = torch.device(a.device)
-    model = FluxTransformer2DModel.from_pretrained(a.model, torch_dtype=dt).to(dev).eval()
+    klass = Flux2Transformer2DModel if a.cls == "flux2" else FluxTransformer2DModel
+    model = klass.from_pretrained(a.model, torch_dtype=dt).to(dev).eval()
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     sync()
     load_s = time.perf_counter() - t0
@@ -52,13 +55,19 @@ def main():
     inputs = dict(
         hidden_states=on(torch.randn(1, a.tokens, cfg.in_channels, generator=g)),
         encoder_hidden_states=on(torch.randn(1, a.text, cfg.joint_attention_dim, generator=g)),
-        pooled_projections=on(torch.randn(1, cfg.pooled_projection_dim, generator=g)),
         timestep=on(torch.tensor([0.5])),
         img_ids=on(img_ids),
         txt_ids=on(torch.zeros(a.text, 3)),
         guidance=torch.tensor([3.5]).to(dev) if cfg.guidance_embeds else None,
         return_dict=False,
     )
+    if a.cls == "flux2":  # Flux2Pipeline's ids: [0, row, col, 0] and [0, 0, 0, l]; no pooled
+        zi = torch.zeros(a.tokens)
+        inputs["img_ids"] = on(torch.stack([zi, rows.float(), cols.float(), zi], dim=1))
+        inputs["txt_ids"] = on(torch.stack([torch.zeros(a.text)] * 3 + [torch.arange(a.text).float()],
+                                           dim=1))
+    else:
+        inputs["pooled_projections"] = on(torch.randn(1, cfg.pooled_projection_dim, generator=g))
     if dev.type == "cuda":
         backend = torch.cuda.get_device_name(dev)
     else:

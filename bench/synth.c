@@ -22,6 +22,7 @@ void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t h
                             int64_t double_blocks, int64_t single_blocks)
 {
     *c = (struct weft_flux_config){
+        .version = 1,
         .patch_size = 1,
         .in_channels = 64,
         .out_channels = 64,
@@ -32,6 +33,9 @@ void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t h
         .joint_attention_dim = 4096,
         .pooled_projection_dim = 768,
         .guidance_embeds = true,
+        .time_proj_dim = WEFT_FLUX_TIME_PROJ_DIM,
+        .rope_theta = 10000.0,
+        .eps = 1e-6f,
         .n_axes = 3,
     };
     /* FLUX.1's (16, 56, 56) split, scaled to head_dim */
@@ -86,6 +90,33 @@ static weft_status_t fill(void *arg, size_t i, uint64_t offset, void *buf, size_
     return WEFT_OK;
 }
 
+void weft_synth_flux2_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
+                             int64_t double_blocks, int64_t single_blocks)
+{
+    *c = (struct weft_flux_config){
+        .version = 2,
+        .patch_size = 1,
+        .in_channels = 128,
+        .out_channels = 128,
+        .num_layers = double_blocks,
+        .num_single_layers = single_blocks,
+        .attention_head_dim = head_dim,
+        .num_attention_heads = heads,
+        .joint_attention_dim = 15360,
+        .guidance_embeds = true,
+        .time_proj_dim = 256,
+        .rope_theta = 2000.0,
+        .eps = 1e-6f,
+        .n_axes = 4,
+    };
+    const int64_t a = head_dim / 4 / 2 * 2;
+    for (int i = 0; i < 3; i++)
+        c->axes_dims_rope[i] = a;
+    c->axes_dims_rope[3] = head_dim - 3 * a;
+    c->inner_dim = heads * head_dim;
+    c->mlp_hidden_dim = 3 * c->inner_dim;
+}
+
 static weft_status_t write_config(const char *dir, const struct weft_flux_config *c)
 {
     char path[2048];
@@ -95,6 +126,23 @@ static weft_status_t write_config(const char *dir, const struct weft_flux_config
         WEFT_LOG_ERROR("bench", "%s: cannot create: %s", path, strerror(errno));
         return WEFT_ERR_IO;
     }
+    if (c->version == 2)
+        fprintf(f,
+                "{\n  \"_class_name\": \"%s\",\n  \"_diffusers_version\": \"0.42.1\",\n"
+                "  \"attention_head_dim\": %lld,\n  \"axes_dims_rope\": [%lld, %lld, %lld, %lld],\n"
+                "  \"eps\": 1e-06,\n  \"guidance_embeds\": %s,\n  \"in_channels\": %lld,\n"
+                "  \"joint_attention_dim\": %lld,\n  \"mlp_ratio\": 3.0,\n"
+                "  \"num_attention_heads\": %lld,\n  \"num_layers\": %lld,\n"
+                "  \"num_single_layers\": %lld,\n  \"out_channels\": null,\n  \"patch_size\": 1,\n"
+                "  \"rope_theta\": 2000,\n  \"timestep_guidance_channels\": %lld\n}\n",
+                WEFT_FLUX2_CLASS, (long long)c->attention_head_dim,
+                (long long)c->axes_dims_rope[0], (long long)c->axes_dims_rope[1],
+                (long long)c->axes_dims_rope[2], (long long)c->axes_dims_rope[3],
+                c->guidance_embeds ? "true" : "false", (long long)c->in_channels,
+                (long long)c->joint_attention_dim, (long long)c->num_attention_heads,
+                (long long)c->num_layers, (long long)c->num_single_layers,
+                (long long)c->time_proj_dim);
+    else
     fprintf(f,
             "{\n  \"_class_name\": \"%s\",\n  \"_diffusers_version\": \"0.42.1\",\n"
             "  \"attention_head_dim\": %lld,\n  \"axes_dims_rope\": [%lld, %lld, %lld],\n"

@@ -14,6 +14,11 @@
 /* A FLUX-shaped config: heads x head_dim wide, with the given block counts. */
 void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
                             int64_t double_blocks, int64_t single_blocks);
+/* FLUX.2-shaped (Flux2Transformer2DModel): in 128 channels, text 15360 wide, 256 sinusoidal
+ * channels, MLP 3x, four RoPE axes of head_dim / 4 (rounded to even; the last takes the rest),
+ * rope_theta 2000. The writer below writes its class and keys. */
+void weft_synth_flux2_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
+                             int64_t double_blocks, int64_t single_blocks);
 weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_config *c,
                                     enum weft_dtype dtype, uint64_t seed);
 /* The same as Diffusers saves a large model: shards of at most shard_bytes each

@@ -27,6 +27,7 @@ struct flux_bench_opts {
     const char *device;       /* --device as given */
     struct weft_device where; /* what it names (auto: a GPU when there is one) */
     bool no_torch, dev;
+    int version;           /* --model-class: 1 flux, 2 flux2 */
     enum weft_dtype dtype; /* the checkpoint's, and the compute dtype of both sides */
     struct weft_bench b;
 };
@@ -34,7 +35,8 @@ struct flux_bench_opts {
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench flux [--dtype f32|bf16] [--device DEV] [--dev] [--tokens N]\n"
+        "usage: weft bench flux [--model-class flux|flux2] [--dtype f32|bf16] [--device DEV]\n"
+        "                       [--dev] [--tokens N]\n"
         "                       [--text N] [--heads N] [--head-dim N] [--double N] [--single N]\n"
         "                       [--python PATH | --no-torch] [--rounds N] [--warmup N]\n"
         "                       [--quick] [--json]\n"
@@ -50,7 +52,12 @@ static void help(FILE *out)
         "  default  8 heads x 128 = 1024 wide, 4 double + 8 single blocks, 1024 image + 128\n"
         "           text tokens\n"
         "  --dev    FLUX.1-dev's width: 24 heads x 128 = 3072, 2 double + 2 single blocks,\n"
-        "           4096 image + 512 text tokens (a 1024x1024 image)\n"
+        "           4096 image + 512 text tokens (a 1024x1024 image); with flux2, FLUX.2-dev's:\n"
+        "           48 heads x 128 = 6144, 1 double + 1 single block\n"
+        "  --model-class flux|flux2\n"
+        "           FluxTransformer2DModel (default) or Flux2Transformer2DModel (in 128\n"
+        "           channels, text 15360 wide, MLP 3x with SwiGLU, no biases, shared\n"
+        "           modulation, 4 RoPE axes)\n"
         "  --quick  2 heads x 32, 1 + 1 blocks, 64 + 16 tokens\n"
         "  --device DEV\n"
         "           cpu (default), cuda:N or auto (a GPU when there is one): weft's kernels on\n"
@@ -71,7 +78,7 @@ static int opt_ll(struct weft_cli *cli, int *i, const char *name, long long *out
 static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
 {
     *o = (struct flux_bench_opts){-1, -1, -1, -1, -1, -1, "python3", NULL, "cpu", {0}, false,
-                                  false, WEFT_DTYPE_F32, {0}};
+                                  false, 1, WEFT_DTYPE_F32, {0}};
     weft_bench_init(&o->b, "weft bench flux");
     static const char *const names[] = {"--tokens", "--text",   "--heads", "--head-dim",
                                         "--double", "--single"};
@@ -94,6 +101,14 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--dtype"))) {
             if (weft_bench_dtype_arg(v, &o->dtype) != 0)
                 return -1;
+            continue;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model-class"))) {
+            if (strcmp(v, "flux") != 0 && strcmp(v, "flux2") != 0) {
+                WEFT_LOG_ERROR("bench", "--model-class: '%s' is neither flux nor flux2", v);
+                return -1;
+            }
+            o->version = v[4] == '2' ? 2 : 1;
             continue;
         }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--device"))) {
@@ -123,10 +138,12 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
         return -1;
     }
     static const long long full[] = {1024, 128, 8, 128, 4, 8}, quick[] = {64, 16, 2, 32, 1, 1};
-    static const long long dev[] = {4096, 512, 24, 128, 2, 2};
+    static const long long dev[] = {4096, 512, 24, 128, 2, 2}, dev2[] = {4096, 512, 48, 128, 1, 1};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if (*fields[k] < 0)
-            *fields[k] = o->b.quick ? quick[k] : o->dev ? dev[k] : full[k];
+            *fields[k] = o->b.quick ? quick[k]
+                         : o->dev   ? (o->version == 2 ? dev2[k] : dev[k])
+                                    : full[k];
     return 0;
 }
 
@@ -175,18 +192,21 @@ int weft_bench_flux_run(struct weft_cli *cli)
         w++;
     float *hidden = weft_malloc((size_t)(o.tokens * c->in_channels) * 4);
     float *enc = weft_malloc((size_t)(o.text * c->joint_attention_dim) * 4);
-    float *pooled = weft_malloc((size_t)c->pooled_projection_dim * 4);
-    float *ids = weft_calloc((size_t)(o.tokens + w) * 3, 4);
-    float *tids = weft_calloc((size_t)o.text * 3, 4);
+    float *pooled = weft_malloc((size_t)c->pooled_projection_dim * 4 + 4);
+    float *ids = weft_calloc((size_t)(o.tokens + w) * (size_t)c->n_axes, 4);
+    float *tids = weft_calloc((size_t)o.text * (size_t)c->n_axes, 4);
     float *out = weft_malloc((size_t)(o.tokens * c->out_channels) * 4);
     if (!hidden || !enc || !pooled || !ids || !tids || !out)
         return 1;
     weft_noise_normal(1, 0, o.tokens * c->in_channels, hidden);
     weft_noise_normal(2, 0, o.text * c->joint_attention_dim, enc);
     weft_noise_normal(3, 0, c->pooled_projection_dim, pooled);
-    weft_flux_image_ids((o.tokens + w - 1) / w, w, 3, ids);
+    weft_flux_image_ids((o.tokens + w - 1) / w, w, c->n_axes, ids);
+    for (long long l = 0; c->version == 2 && l < o.text; l++) /* Flux2Pipeline's [0, 0, 0, l] */
+        tids[l * c->n_axes + c->n_axes - 1] = (float)l;
     float t = 0.5f, g = 3.5f;
-    struct weft_flux_inputs in = {1, o.tokens, o.text, hidden, enc, pooled, &t, &g, ids, tids};
+    struct weft_flux_inputs in = {1, o.tokens, o.text, hidden, enc, pooled, &t,
+                                  c->guidance_embeds ? &g : NULL, ids, tids};
     char what[256];
     K->describe(kc, what, sizeof(what));
     cJSON *ready = cJSON_CreateObject();
@@ -370,7 +390,10 @@ int weft_bench_flux(struct weft_cli *cli)
         return 1;
     }
     struct weft_flux_config c;
-    weft_synth_flux_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
+    if (o.version == 2)
+        weft_synth_flux2_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
+    else
+        weft_synth_flux_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
     WEFT_LOG_INFO("bench", "writing a synthetic %lldx%lld, %lld+%lld-block %s checkpoint to %s",
                   o.heads, o.head_dim, o.dbl, o.sgl, weft_dtype_name(o.dtype), dir);
     char self[4096];
@@ -402,7 +425,7 @@ int weft_bench_flux(struct weft_cli *cli)
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
                      "--threads", tstr, "--dtype", (char *)weft_dtype_name(o.dtype),
-                     "--device", tdev, NULL};
+                     "--device", tdev, "--class", o.version == 2 ? "flux2" : "flux", NULL};
     if (!o.no_torch)
         side_start(&sd[1], pargv, NULL);
     if (!o.no_torch && !sd[1].alive)

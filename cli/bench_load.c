@@ -20,7 +20,8 @@
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench load [--tp LIST] [--double N] [--single N] [--dev] [--model DIR]\n"
+        "usage: weft bench load [--tp LIST] [--double N] [--single N] [--dev]\n"
+        "                       [--model-class flux|flux2] [--model DIR]\n"
         "                       [--rounds N] [--warmup N] [--quick] [--json]\n"
         "\n"
         "Load time and peak resident memory per rank, sharded load vs full-then-shard, on a\n"
@@ -34,6 +35,9 @@ static void help(FILE *out)
         "  --dev  FLUX.1-dev's size: 19 double + 38 single blocks, 23.8 GB of bf16 with its\n"
         "         tensor names, in 10 GB shards with Diffusers' index, written sparse (the\n"
         "         values read as zeros; nothing here looks at them)\n"
+        "  --model-class flux2\n"
+        "         a Flux2Transformer2DModel instead (48 heads x 128 = 6144); with --dev\n"
+        "         FLUX.2-dev's 8 double + 48 single blocks, 64.4 GB of bf16\n"
         "A (degree, mode) whose bound exceeds the memory available is not loaded: its line says\n"
         "so, with the bound.\n\n");
     weft_bench_opt_help(out);
@@ -276,7 +280,7 @@ static int sides_create(const int *tps, int n_tp, struct side *sd)
 }
 
 static int parse(struct weft_cli *cli, struct weft_bench *b, int *tps, int *n_tp, long long *dbl,
-                 long long *sgl, const char **model, bool *dev)
+                 long long *sgl, const char **model, bool *dev, int *version)
 {
     for (int i = 1; i < cli->argc; i++) {
         const char *v;
@@ -290,6 +294,12 @@ static int parse(struct weft_cli *cli, struct weft_bench *b, int *tps, int *n_tp
             return 1;
         } else if (strcmp(cli->argv[i], "--dev") == 0) {
             *dev = true;
+        } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model-class"))) {
+            if (strcmp(v, "flux") != 0 && strcmp(v, "flux2") != 0) {
+                WEFT_LOG_ERROR("bench", "--model-class: '%s' is neither flux nor flux2", v);
+                return -1;
+            }
+            *version = v[4] == '2' ? 2 : 1;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model"))) {
             *model = v;
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--double"))) {
@@ -316,9 +326,10 @@ int weft_bench_load(struct weft_cli *cli)
     long long dbl = -1, sgl = -1;
     const char *model = NULL;
     bool dev = false;
+    int version = 1;
     struct weft_bench b;
     weft_bench_init(&b, "weft bench load");
-    int prc = parse(cli, &b, tps, &n_tp, &dbl, &sgl, &model, &dev);
+    int prc = parse(cli, &b, tps, &n_tp, &dbl, &sgl, &model, &dev, &version);
     if (prc)
         return prc > 0 ? 0 : 2;
     if (weft_bench_begin(&b) != 0)
@@ -331,9 +342,14 @@ int weft_bench_load(struct weft_cli *cli)
             return 1;
         struct weft_flux_config c;
         /* --quick: a tiny checkpoint of the same structure */
-        weft_synth_flux_config(&c, b.quick ? 2 : 24, b.quick ? 32 : 128,
-                               dbl >= 0 ? dbl : b.quick ? 1 : dev ? 19 : 4,
-                               sgl >= 0 ? sgl : b.quick ? 1 : dev ? 38 : 6);
+        if (version == 2) /* FLUX.2-dev: 8 + 48 blocks */
+            weft_synth_flux2_config(&c, b.quick ? 2 : 48, b.quick ? 32 : 128,
+                                    dbl >= 0 ? dbl : b.quick ? 1 : dev ? 8 : 2,
+                                    sgl >= 0 ? sgl : b.quick ? 1 : dev ? 48 : 4);
+        else
+            weft_synth_flux_config(&c, b.quick ? 2 : 24, b.quick ? 32 : 128,
+                                   dbl >= 0 ? dbl : b.quick ? 1 : dev ? 19 : 4,
+                                   sgl >= 0 ? sgl : b.quick ? 1 : dev ? 38 : 6);
         WEFT_LOG_INFO("bench", "writing a synthetic %lld-wide %lld+%lld-block bf16 checkpoint "
                                "to %s%s", (long long)c.num_attention_heads * c.attention_head_dim,
                       (long long)c.num_layers, (long long)c.num_single_layers, dir,
