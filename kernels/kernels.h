@@ -139,9 +139,10 @@ struct weft_kernels {
                       const float *y, int64_t ldy, int64_t rows, int64_t d);
     /* Sinusoidal timestep embedding (Diffusers' get_timestep_embedding with
      * flip_sin_to_cos=True, downscale_freq_shift=0, max_period=10000): out[n, dim] =
-     * [cos(t f), sin(t f)], f_j = exp(-ln(10000) j / (dim/2)). */
+     * [cos(a), sin(a)], a = scale (t f) (two f32 roundings, as torch's), f_j =
+     * exp(-ln(10000) j / (dim/2)); scale is Timesteps' (1 for FLUX, 1000 for Qwen-Image). */
     void (*timestep_embed)(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
-                           int64_t dim);
+                           int64_t dim, float scale);
 
     /* Image ops (the VAE). An image is its pixels as rows, [h * w, c] row-major (NHWC). */
 

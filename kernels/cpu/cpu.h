@@ -136,7 +136,7 @@ void cpu_modulate(struct weft_kctx *ctx, const float *x, int64_t ldx, const floa
 void cpu_gated_add(struct weft_kctx *ctx, float *x, int64_t ldx, const float *gate,
                    const float *y, int64_t ldy, int64_t rows, int64_t d);
 void cpu_timestep_embed(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
-                        int64_t dim);
+                        int64_t dim, float scale);
 void cpu_conv2d_pack(struct weft_kctx *ctx, const void *w, enum weft_dtype w_dtype, void *packed,
                      int64_t cout, int64_t cin, int64_t k);
 size_t cpu_conv2d_workspace(struct weft_kctx *ctx, int64_t h, int64_t w, int64_t cin,

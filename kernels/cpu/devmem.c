@@ -581,13 +581,13 @@ static void gated_add(struct weft_kctx *c, float *x, int64_t ldx, const float *g
 }
 
 static void timestep_embed(struct weft_kctx *c, const float *t, int64_t n, float *out,
-                           int64_t dim)
+                           int64_t dim, float scale)
 {
     struct call k = {c, "timestep_embed", false};
     const float *T = at(&k, t, n * F, "t", false);
     float *O = at(&k, out, span(n, dim, dim, F), "out", false);
     if (go(&k))
-        cpu_host_kernels.timestep_embed(c, T, n, O, dim);
+        cpu_host_kernels.timestep_embed(c, T, n, O, dim, scale);
 }
 
 static void conv2d_pack(struct weft_kctx *c, const void *w, enum weft_dtype wdt, void *packed,

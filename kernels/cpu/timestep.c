@@ -1,10 +1,10 @@
 /* Sinusoidal timestep embedding exactly as Diffusers computes it in f32:
- * exponent_j = -ln(10000) * j (f32), / half (f32), freq = exp (f32), arg = t * freq (f32),
+ * exponent_j = -ln(10000) * j (f32), / half (f32), freq = exp (f32), arg = scale (t * freq),
  * output [cos(arg), sin(arg)] (flip_sin_to_cos). */
 #include "kernels/cpu/cpu.h"
 
 void cpu_timestep_embed(struct weft_kctx *ctx, const float *t, int64_t n, float *out,
-                        int64_t dim)
+                        int64_t dim, float scale)
 {
     (void)ctx;
     int64_t half = dim / 2;
@@ -15,6 +15,7 @@ void cpu_timestep_embed(struct weft_kctx *ctx, const float *t, int64_t n, float 
             float ex = neg_log * (float)j;
             ex = ex / (float)half;
             float arg = t[b] * expf(ex);
+            arg = scale * arg; /* Timesteps' scale, after the product */
             o[j] = cosf(arg);
             o[half + j] = sinf(arg);
         }

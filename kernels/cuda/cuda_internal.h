@@ -142,7 +142,7 @@ void cuda_modulate(struct weft_kctx *c, const float *x, int64_t ldx, const float
 void cuda_gated_add(struct weft_kctx *c, float *x, int64_t ldx, const float *gate,
                     const float *y, int64_t ldy, int64_t rows, int64_t d);
 void cuda_timestep_embed(struct weft_kctx *c, const float *t, int64_t n, float *out,
-                         int64_t dim);
+                         int64_t dim, float scale);
 void cuda_conv2d_pack(struct weft_kctx *c, const void *w, enum weft_dtype w_dtype, void *packed,
                       int64_t cout, int64_t cin, int64_t k);
 size_t cuda_conv2d_workspace(struct weft_kctx *c, int64_t h, int64_t w, int64_t cin,

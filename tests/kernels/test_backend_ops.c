@@ -415,7 +415,7 @@ static void test_rows_ops(void)
             float *F = put(s, zero, (size_t)n * 4), *T = put(s, t, (size_t)b * 4);
             float *O = put(s, zero, (size_t)(b * dim) * 4);
             s->K->fill(s->kc, F, -2.5f, n);
-            s->K->timestep_embed(s->kc, T, b, O, dim);
+            s->K->timestep_embed(s->kc, T, b, O, dim, c % 2 ? 1000.0f : 1.0f);
             get(s, outs[i], F, (size_t)n * 4);
             get(s, outs[i] + n, O, (size_t)(b * dim) * 4);
             done(s, "fill, timestep_embed");

@@ -360,7 +360,7 @@ static void test_elementwise(void)
 static void test_timestep(void)
 {
     float t[3] = {0.0f, 1.0f, 999.0f}, out[3 * 256];
-    K->timestep_embed(ctx, t, 3, out, 256);
+    K->timestep_embed(ctx, t, 3, out, 256, 1.0f);
     for (int b = 0; b < 3; b++)
         for (int j = 0; j < 128; j++) {
             double f = exp(-log(10000.0) * j / 128.0), arg = (double)t[b] * f;
@@ -368,6 +368,17 @@ static void test_timestep(void)
             double tol = 1e-6 + 2e-7 * fabs(arg);
             CHECK(fabs(out[b * 256 + j] - cos(arg)) <= tol);
             CHECK(fabs(out[b * 256 + 128 + j] - sin(arg)) <= tol);
+        }
+    /* Qwen-Image's Timesteps(scale=1000): the product t f first, then times the scale, each
+     * rounded to f32 as torch does */
+    float q[2] = {0.73f, 0.001f};
+    K->timestep_embed(ctx, q, 2, out, 256, 1000.0f);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 128; j++) {
+            const float ex = (float)-9.210340371976184 * (float)j / 128.0f;
+            const float arg = 1000.0f * (q[b] * expf(ex));
+            CHECK(fabs(out[b * 256 + j] - cos((double)arg)) <= 1e-6);
+            CHECK(fabs(out[b * 256 + 128 + j] - sin((double)arg)) <= 1e-6);
         }
 }
 
