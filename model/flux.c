@@ -41,6 +41,29 @@ static weft_status_t parse_v2(const cJSON *cfg, const char *origin, struct weft_
     return WEFT_OK;
 }
 
+/* Qwen-Image's keys: the features weft does not run are refused, never ignored; the output
+ * width is patch^2 x out_channels (proj_out packs the patch). */
+static weft_status_t parse_v3(const cJSON *cfg, const char *origin, struct weft_flux_config *c,
+                              struct weft_error *err)
+{
+    static const char *const off[] = {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope",
+                                      "guidance_embeds"};
+    for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+        bool on;
+        weft_status_t st = weft_json_get_bool(cfg, off[i], false, origin, &on, err);
+        if (st != WEFT_OK)
+            return st;
+        if (on)
+            return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                            "%s: %s = true: weft runs Qwen-Image's text-to-image "
+                                            "transformer without it", origin, off[i]);
+    }
+    c->out_channels *= c->patch_size * c->patch_size;
+    c->guidance_embeds = false;
+    c->num_single_layers = 0;
+    return WEFT_OK;
+}
+
 weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
                                      struct weft_flux_config *out, struct weft_error *err)
 {
@@ -48,27 +71,32 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "_class_name");
     if (cJSON_IsString(cls) && strcmp(cls->valuestring, WEFT_FLUX2_CLASS) == 0)
         c.version = 2;
-    const bool v2 = c.version == 2;
+    if (cJSON_IsString(cls) && strcmp(cls->valuestring, WEFT_QWEN_CLASS) == 0)
+        c.version = 3;
+    const bool v2 = c.version == 2, v3 = c.version == 3;
     static const int64_t axes1[] = {16, 56, 56}, axes2[] = {32, 32, 32, 32};
     weft_status_t st;
-    if ((st = weft_json_get_int(cfg, "patch_size", 1, 1, 1, origin, &c.patch_size, err)) ||
+    if ((st = weft_json_get_int(cfg, "patch_size", v3 ? 2 : 1, 1, v3 ? 2 : 1, origin,
+                                &c.patch_size, err)) ||
         (st = weft_json_get_int(cfg, "in_channels", v2 ? 128 : 64, 1, BIG, origin,
                                 &c.in_channels, err)) ||
-        (st = weft_json_get_int(cfg, "out_channels", c.in_channels, 1, BIG, origin, &c.out_channels,
-                                err)) ||
-        (st = weft_json_get_int(cfg, "num_layers", v2 ? 8 : 19, 0, 4096, origin, &c.num_layers,
-                                err)) ||
-        (st = weft_json_get_int(cfg, "num_single_layers", v2 ? 48 : 38, 0, 4096, origin,
-                                &c.num_single_layers, err)) ||
+        (st = weft_json_get_int(cfg, "out_channels", v3 ? 16 : c.in_channels, 1, BIG, origin,
+                                &c.out_channels, err)) ||
+        (st = weft_json_get_int(cfg, "num_layers", v2 ? 8 : v3 ? 60 : 19, 0, 4096, origin,
+                                &c.num_layers, err)) ||
+        (!v3 && (st = weft_json_get_int(cfg, "num_single_layers", v2 ? 48 : 38, 0, 4096, origin,
+                                        &c.num_single_layers, err))) ||
         (st = weft_json_get_int(cfg, "attention_head_dim", 128, 2, 4096, origin,
                                 &c.attention_head_dim, err)) ||
         (st = weft_json_get_int(cfg, "num_attention_heads", v2 ? 48 : 24, 1, 4096, origin,
                                 &c.num_attention_heads, err)) ||
-        (st = weft_json_get_int(cfg, "joint_attention_dim", v2 ? 15360 : 4096, 1, BIG, origin,
-                                &c.joint_attention_dim, err)) ||
-        (!v2 && (st = weft_json_get_int(cfg, "pooled_projection_dim", 768, 1, BIG, origin,
-                                        &c.pooled_projection_dim, err))) ||
-        (st = weft_json_get_bool(cfg, "guidance_embeds", v2, origin, &c.guidance_embeds, err)) ||
+        (st = weft_json_get_int(cfg, "joint_attention_dim", v2 ? 15360 : v3 ? 3584 : 4096, 1, BIG,
+                                origin, &c.joint_attention_dim, err)) ||
+        (c.version == 1 && (st = weft_json_get_int(cfg, "pooled_projection_dim", 768, 1, BIG,
+                                                   origin, &c.pooled_projection_dim, err))) ||
+        (!v3 && (st = weft_json_get_bool(cfg, "guidance_embeds", v2, origin, &c.guidance_embeds,
+                                         err))) ||
+        (v3 && (st = parse_v3(cfg, origin, &c, err))) ||
         (st = weft_json_get_int_array(cfg, "axes_dims_rope", v2 ? axes2 : axes1, v2 ? 4 : 3,
                                       WEFT_FLUX_MAX_AXES, 0, 4096, origin, c.axes_dims_rope,
                                       &c.n_axes, err)))
@@ -94,6 +122,10 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
                 (long long)c.axes_dims_rope[i]);
         sum += c.axes_dims_rope[i];
     }
+    if (v3 && c.n_axes != 3)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: axes_dims_rope has %d axes; Qwen-Image's RoPE has 3 "
+                                        "(frame, height, width)", origin, c.n_axes);
     if (sum != c.attention_head_dim)
         return weft_error_refuse_or_log(
             err, WEFT_ERR_FORMAT, "model",
@@ -110,16 +142,16 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
 
 const char *weft_flux_class(const struct weft_flux_config *c)
 {
-    return c->version == 2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS;
+    return c->version == 2 ? WEFT_FLUX2_CLASS : c->version == 3 ? WEFT_QWEN_CLASS : WEFT_FLUX_CLASS;
 }
 
-/* Every FLUX.1 Linear has a bias, no FLUX.2 one does. */
+/* Every FLUX.1 and Qwen-Image Linear has a bias, no FLUX.2 one does. */
 static void copy_table(const struct weft_flux_config *c, const struct weft_flux_linear_desc *t,
                        int n, struct weft_flux_linear_desc *out)
 {
     for (int i = 0; i < n; i++) {
         out[i] = t[i];
-        out[i].bias = c->version == 1;
+        out[i].bias = c->version != 2;
     }
 }
 
@@ -134,7 +166,7 @@ void weft_flux_top_linears(const struct weft_flux_config *c,
                            struct weft_flux_linear_desc out[WEFT_FLUX_TOP_COUNT])
 {
     const int64_t d = c->inner_dim, tp = c->time_proj_dim;
-    const bool g = c->guidance_embeds, v1 = c->version == 1, v2 = !v1;
+    const bool g = c->guidance_embeds, v1 = c->version == 1, v2 = c->version == 2;
     const struct weft_flux_linear_desc t1[WEFT_FLUX_TOP_COUNT] = {
         [WEFT_FLUX_X_EMBEDDER] = {"x_embedder", d, c->in_channels, true},
         [WEFT_FLUX_CONTEXT_EMBEDDER] = {"context_embedder", d, c->joint_attention_dim, true},
@@ -152,6 +184,10 @@ void weft_flux_top_linears(const struct weft_flux_config *c,
         [WEFT_FLUX_PROJ_OUT] = {"proj_out", c->out_channels, d, true},
     };
     copy_table(c, t1, WEFT_FLUX_TOP_COUNT, out);
+    if (c->version == 3) { /* Qwen-Image's embedders */
+        out[WEFT_FLUX_X_EMBEDDER].name = "img_in";
+        out[WEFT_FLUX_CONTEXT_EMBEDDER].name = "txt_in";
+    }
     if (v2) {
         out[WEFT_FLUX_TIME_LIN1].name = "time_guidance_embed.timestep_embedder.linear_1";
         out[WEFT_FLUX_TIME_LIN2].name = "time_guidance_embed.timestep_embedder.linear_2";
@@ -164,7 +200,7 @@ void weft_flux_double_linears(const struct weft_flux_config *c,
                               struct weft_flux_linear_desc out[WEFT_FLUX_DOUBLE_COUNT])
 {
     const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
-    const bool v1 = c->version == 1;
+    const bool v1 = c->version != 2; /* Qwen-Image's blocks are FLUX.1's, renamed */
     /* FLUX.2's feed-forward input is the gate and value projections in one: two blocks */
     const int64_t ff_in = v1 ? mlp : 2 * mlp;
     const struct weft_flux_linear_desc t[WEFT_FLUX_DOUBLE_COUNT] = {
@@ -188,6 +224,19 @@ void weft_flux_double_linears(const struct weft_flux_config *c,
                                         true, WEFT_TP_ROLE_SPLIT_IN},
     };
     copy_table(c, t, WEFT_FLUX_DOUBLE_COUNT, out);
+    if (c->version == 3) {
+        static const char *const qwen[WEFT_FLUX_DOUBLE_COUNT] = {
+            [WEFT_FLUX_D_NORM1] = "img_mod.1",
+            [WEFT_FLUX_D_NORM1_CONTEXT] = "txt_mod.1",
+            [WEFT_FLUX_D_FF_IN] = "img_mlp.net.0.proj",
+            [WEFT_FLUX_D_FF_OUT] = "img_mlp.net.2",
+            [WEFT_FLUX_D_FF_CONTEXT_IN] = "txt_mlp.net.0.proj",
+            [WEFT_FLUX_D_FF_CONTEXT_OUT] = "txt_mlp.net.2",
+        };
+        for (int i = 0; i < WEFT_FLUX_DOUBLE_COUNT; i++)
+            if (qwen[i])
+                out[i].name = qwen[i];
+    }
     if (!v1) {
         set_blocks(&out[WEFT_FLUX_D_FF_IN], 2, (const int64_t[]){mlp, mlp});
         set_blocks(&out[WEFT_FLUX_D_FF_CONTEXT_IN], 2, (const int64_t[]){mlp, mlp});
@@ -198,7 +247,7 @@ void weft_flux_single_linears(const struct weft_flux_config *c,
                               struct weft_flux_linear_desc out[WEFT_FLUX_SINGLE_COUNT])
 {
     const int64_t d = c->inner_dim, mlp = c->mlp_hidden_dim;
-    const bool v1 = c->version == 1, v2 = !v1;
+    const bool v1 = c->version != 2, v2 = c->version == 2; /* Qwen-Image has none */
     const struct weft_flux_linear_desc t[WEFT_FLUX_SINGLE_COUNT] = {
         [WEFT_FLUX_S_NORM] = {"norm.linear", 3 * d, d, v1},
         [WEFT_FLUX_S_TO_Q] = {"attn.to_q", d, d, v1, WEFT_TP_ROLE_SPLIT_OUT},
@@ -235,6 +284,8 @@ weft_status_t weft_flux_walk(const struct weft_flux_config *c,
     weft_status_t st = WEFT_OK;
     for (int i = 0; i < WEFT_FLUX_TOP_COUNT && st == WEFT_OK; i++)
         st = v->linear(arg, WEFT_FLUX_PART_TOP, -1, i, "", &top[i]);
+    if (c->version == 3 && st == WEFT_OK && v->norm) /* Qwen-Image's RMSNorm of the text input */
+        st = v->norm(arg, WEFT_FLUX_PART_TOP, -1, 0, "", "txt_norm", c->joint_attention_dim);
     char prefix[64];
     for (int64_t b = 0; b < c->num_layers && st == WEFT_OK; b++) {
         snprintf(prefix, sizeof(prefix), "transformer_blocks.%lld.", (long long)b);
@@ -413,6 +464,9 @@ int weft_flux_unit_count(const struct weft_flux_config *c)
 int weft_flux_param_unit(const struct weft_flux_config *c, const char *name)
 {
     static const char *const head[] = {"x_embedder.",
+                                       "img_in.",
+                                       "txt_in.",
+                                       "txt_norm.",
                                        "context_embedder.",
                                        "time_text_embed.",
                                        "time_guidance_embed.",

@@ -17,10 +17,15 @@
 
 #define WEFT_FLUX_CLASS "FluxTransformer2DModel"
 #define WEFT_FLUX2_CLASS "Flux2Transformer2DModel"
+#define WEFT_QWEN_CLASS "QwenImageTransformer2DModel"
 #define WEFT_FLUX_MAX_AXES 4
 
 struct weft_flux_config {
-    int version; /* 1: FluxTransformer2DModel, 2: Flux2Transformer2DModel */
+    /* 1: FluxTransformer2DModel, 2: Flux2Transformer2DModel, 3: QwenImageTransformer2DModel
+     * (FLUX.1's double blocks with their own names, no single blocks, an RMSNorm on the text
+     * input, no guidance or pooled embedding, Timesteps scaled by 1000, RoPE angles in f32;
+     * out_channels is proj_out's width, patch^2 x the config's) */
+    int version;
     int64_t patch_size;
     int64_t in_channels;
     int64_t out_channels;

@@ -8,8 +8,9 @@
 #include "model/flux.h"
 #include "model/json_get.h"
 
-/* FLUX.1 and FLUX.2 (the config's _class_name tells them apart): the fused layers whose plan
- * style takes its blocks from the model (Diffusers' _tp_packed_*_blocks attributes). */
+/* FLUX.1, FLUX.2 and Qwen-Image (the config's _class_name tells them apart): the fused layers
+ * whose plan style takes its blocks from the model (Diffusers' _tp_packed_*_blocks
+ * attributes; Qwen-Image has none). */
 static weft_status_t flux(const cJSON *cfg, const char *origin, struct weft_model_info *info,
                           struct weft_error *err)
 {
@@ -26,7 +27,7 @@ static weft_status_t flux(const cJSON *cfg, const char *origin, struct weft_mode
                                           "single_transformer_blocks.*.attn.to_out"};
     const int layers[] = {WEFT_FLUX_S_QKV_MLP, WEFT_FLUX_S_PROJ_OUT};
     info->n_packed = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && c.version != 3; i++) {
         const char *key = c.version == 2 ? v2_keys[i] : v1_keys[i];
         const struct weft_flux_linear_desc *l = &sgl[layers[i]];
         if (!key)
@@ -41,19 +42,6 @@ static weft_status_t flux(const cJSON *cfg, const char *origin, struct weft_mode
     return WEFT_OK;
 }
 
-static weft_status_t qwen(const cJSON *cfg, const char *origin, struct weft_model_info *info,
-                          struct weft_error *err)
-{
-    weft_status_t st;
-    if ((st = weft_json_get_int(cfg, "num_attention_heads", 24, 1, 4096, origin, &info->heads,
-                                err)) ||
-        (st = weft_json_get_int(cfg, "attention_head_dim", 128, 1, 4096, origin, &info->head_dim,
-                                err)))
-        return st;
-    info->n_packed = 0;
-    return WEFT_OK;
-}
-
 static const struct {
     const char *name;
     weft_status_t (*get)(const cJSON *cfg, const char *origin, struct weft_model_info *info,
@@ -61,7 +49,7 @@ static const struct {
 } classes[] = {
     {"FluxTransformer2DModel", flux},
     {"Flux2Transformer2DModel", flux},
-    {"QwenImageTransformer2DModel", qwen},
+    {"QwenImageTransformer2DModel", flux},
 };
 
 weft_status_t weft_model_info_get(const struct weft_ckpt *ck, struct weft_model_info *info_p,

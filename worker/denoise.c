@@ -16,6 +16,33 @@ void weft_flux_image_ids(int64_t grid_h, int64_t grid_w, int n_axes, float *ids)
         }
 }
 
+void weft_flux_ids(const struct weft_flux_config *c, int64_t grid_h, int64_t grid_w,
+                   int64_t s_txt, float *img_ids, float *txt_ids)
+{
+    const int n = c->n_axes;
+    if (c->version == 3) {
+        /* QwenEmbedRope with scale_rope: frame 0, rows and columns centred (row r at
+         * r - (h - h / 2)), the text after the image's largest half-extent on every axis */
+        const int64_t r0 = grid_h - grid_h / 2, c0 = grid_w - grid_w / 2;
+        const int64_t m = grid_h / 2 > grid_w / 2 ? grid_h / 2 : grid_w / 2;
+        for (int64_t r = 0; r < grid_h; r++)
+            for (int64_t k = 0; k < grid_w; k++) {
+                float *row = img_ids + (r * grid_w + k) * n;
+                row[0] = 0.0f, row[1] = (float)(r - r0), row[2] = (float)(k - c0);
+            }
+        for (int64_t l = 0; l < s_txt; l++)
+            for (int a = 0; a < n; a++)
+                txt_ids[l * n + a] = (float)(m + l);
+        return;
+    }
+    weft_flux_image_ids(grid_h, grid_w, n, img_ids);
+    /* text ids: FluxPipeline's are zeros; Flux2Pipeline._prepare_text_ids puts each token's
+     * index on the last axis, [0, 0, 0, l] */
+    memset(txt_ids, 0, (size_t)(s_txt * n) * sizeof(float));
+    for (int64_t l = 0; c->version == 2 && l < s_txt; l++)
+        txt_ids[l * n + n - 1] = (float)l;
+}
+
 weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params *p,
                            float *latents, struct weft_error *err)
 {
@@ -28,8 +55,8 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
         return st;
     float *img_ids = weft_malloc((size_t)(s_img * c->n_axes) * sizeof(float));
     float *txt_ids = weft_calloc((size_t)(p->s_txt * c->n_axes) + 1, sizeof(float));
-    /* FLUX.2 has no pooled embedding */
-    const bool cfg = p->neg_prompt_embeds && (p->neg_pooled || c->version == 2) &&
+    /* FLUX.2 and Qwen-Image have no pooled embedding */
+    const bool cfg = p->neg_prompt_embeds && (p->neg_pooled || c->version != 1) &&
                      p->true_cfg_scale > 1.0f;
     const bool split = cfg && p->cfg_comm && p->cfg_comm->cfg; /* CFG parallelism */
     /* pred, then neg (true CFG): adjacent, so the halves' all-gather fills both at once */
@@ -39,11 +66,7 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
         st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
         goto out;
     }
-    weft_flux_image_ids(p->grid_h, p->grid_w, c->n_axes, img_ids);
-    /* text ids: FluxPipeline's are zeros; Flux2Pipeline._prepare_text_ids puts each token's
-     * index on the last axis, [0, 0, 0, l] */
-    for (int64_t l = 0; c->version == 2 && l < p->s_txt; l++)
-        txt_ids[l * c->n_axes + c->n_axes - 1] = (float)l;
+    weft_flux_ids(c, p->grid_h, p->grid_w, p->s_txt, img_ids, txt_ids);
     float t_in, g_in = p->guidance;
     struct weft_flux_inputs in = {
         .batch = 1,

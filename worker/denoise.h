@@ -50,5 +50,11 @@ weft_status_t weft_denoise(struct weft_flux *model, const struct weft_denoise_pa
 /* FluxPipeline._prepare_latent_image_ids: [0, row, col] for each token, row-major
  * (n_axes columns; axes beyond the third are 0). */
 void weft_flux_image_ids(int64_t grid_h, int64_t grid_w, int n_axes, float *ids);
+/* The position ids the model's pipeline gives a grid_h x grid_w token grid and s_txt text
+ * tokens ([S, n_axes] each): FluxPipeline's (image as above, text zeros), Flux2Pipeline's
+ * (text [0, 0, 0, l]), or QwenImagePipeline's RoPE positions as ids (the image centred,
+ * [0, r - (h - h/2), c - (w - w/2)]; text [m + l] on every axis, m = max(h/2, w/2)). */
+void weft_flux_ids(const struct weft_flux_config *c, int64_t grid_h, int64_t grid_w,
+                   int64_t s_txt, float *img_ids, float *txt_ids);
 
 #endif

@@ -1,7 +1,8 @@
-/* FLUX.1 and FLUX.2 forward passes, in Diffusers' exact order of operations (FluxTransformer2D-
- * Model, Flux2Transformer2DModel). Rows of the joint sequence are [text tokens, image tokens] as
- * in Diffusers' cat(encoder, hidden). Where FLUX.2 differs (model/flux.h) the functions below say
- * so; everything else, the parallel layouts included, is shared. */
+/* FLUX.1, FLUX.2 and Qwen-Image forward passes, in Diffusers' exact order of operations
+ * (FluxTransformer2DModel, Flux2Transformer2DModel, QwenImageTransformer2DModel). Rows of the
+ * joint sequence are [text tokens, image tokens] as in Diffusers' cat(encoder, hidden). Where
+ * FLUX.2 or Qwen-Image differ (model/flux.h) the functions below say so; everything else, the
+ * parallel layouts included, is shared. */
 #include "worker/flux.h"
 
 #include <math.h>
@@ -83,6 +84,7 @@ struct weft_flux {
     size_t arena_bytes;  /* the weights' allocation: each tensor 64-byte aligned */
     size_t weight_bytes; /* the parameters' own bytes, in their held dtypes */
     struct linear top[WEFT_FLUX_TOP_COUNT];
+    float *txt_norm; /* Qwen-Image: the RMSNorm weight of the text input [joint_attention_dim] */
     struct double_block *dbl;
     struct single_block *sgl;
     struct acts a;
@@ -221,8 +223,9 @@ static weft_status_t bind_norm_visit(void *arg, enum weft_flux_part part, int64_
                                      int64_t dim)
 {
     struct bind_walk *w = arg;
-    float **dst = part == WEFT_FLUX_PART_DOUBLE ? &w->m->dbl[block].qk_norm[index]
-                                                : &w->m->sgl[block].qk_norm[index];
+    float **dst = part == WEFT_FLUX_PART_TOP      ? &w->m->txt_norm
+                  : part == WEFT_FLUX_PART_DOUBLE ? &w->m->dbl[block].qk_norm[index]
+                                                  : &w->m->sgl[block].qk_norm[index];
     return bind_f32(w->bd, prefix, name, ".weight", dim, dst);
 }
 
@@ -446,10 +449,12 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     bd.stage = m->stage.on ? &m->stage : NULL;
     bd.ck = ck;
     if (strcmp(weft_ckpt_class(ck), WEFT_FLUX_CLASS) != 0 &&
-        strcmp(weft_ckpt_class(ck), WEFT_FLUX2_CLASS) != 0) {
+        strcmp(weft_ckpt_class(ck), WEFT_FLUX2_CLASS) != 0 &&
+        strcmp(weft_ckpt_class(ck), WEFT_QWEN_CLASS) != 0) {
         st = weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "flux",
-                                      "%s: class '%s' is neither %s nor %s", dir,
-                                      weft_ckpt_class(ck), WEFT_FLUX_CLASS, WEFT_FLUX2_CLASS);
+                                      "%s: class '%s' is none of %s, %s and %s", dir,
+                                      weft_ckpt_class(ck), WEFT_FLUX_CLASS, WEFT_FLUX2_CLASS,
+                                      WEFT_QWEN_CLASS);
         goto out;
     }
     char origin[1100];
@@ -690,8 +695,8 @@ static void lin(struct weft_flux *m, const struct linear *l, const float *x, int
         K->gated_add(m->kc, y, ldy, NULL, l->b, 0, rows, l->out);
 }
 
-/* RoPE tables for this rank's joint ids [txt chunk; img chunk]: per axis, angles in f64,
- * cos/sin stored in f32. */
+/* RoPE tables for this rank's joint ids [txt chunk; img chunk]: per axis, angles in f64
+ * (Qwen-Image: in f32, as its rope_params makes them), cos/sin stored in f32. */
 static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
 {
     const struct weft_flux_config *c = &m->cfg;
@@ -708,6 +713,10 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
             for (int64_t j = 0; j < dim / 2; j++) {
                 double inv = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)dim);
                 double ang = (double)ids[ax] * inv;
+                if (c->version == 3) /* Qwen-Image's rope_params: the angle in f32 */
+                    ang = (double)(ids[ax] * (float)(1.0 / (double)powf((float)c->rope_theta,
+                                                                       (float)(2 * j) /
+                                                                           (float)dim)));
                 float cv = (float)cos(ang), sv = (float)sin(ang);
                 hcos[r * hd + off + 2 * j] = hcos[r * hd + off + 2 * j + 1] = cv;
                 hsin[r * hd + off + 2 * j] = hsin[r * hd + off + 2 * j + 1] = sv;
@@ -741,26 +750,27 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
     const struct weft_flux_config *c = &m->cfg;
     const int64_t B = in->batch, D = c->inner_dim, P = c->time_proj_dim;
     const struct weft_kernels *K = m->K;
-    const bool direct = K->host_visible, v1 = c->version == 1;
+    const bool direct = K->host_visible, v1 = c->version == 1, v3 = c->version == 3;
     const int64_t S = a->s_txt + a->s_img, hd = c->attention_head_dim;
     float *tval = direct ? a->scalars : a->host + 2 * S * hd, *gval = tval + B;
     float *pooled = a->scalars + 4 * B;
     for (int64_t b = 0; b < B; b++) {
         /* timestep.to(dtype) * 1000 and guidance.to(dtype) * 1000, the product in dtype too */
         const enum weft_dtype d = m->dtype;
-        tval[b] = weft_dtype_round(d, weft_dtype_round(d, in->timestep[b]) * 1000.0f);
+        tval[b] = v3 ? weft_dtype_round(d, in->timestep[b]) /* Timesteps scales it itself */
+                     : weft_dtype_round(d, weft_dtype_round(d, in->timestep[b]) * 1000.0f);
         gval[b] = in->guidance
                       ? weft_dtype_round(d, weft_dtype_round(d, in->guidance[b]) * 1000.0f)
                       : 0.0f;
     }
     if (!direct)
         K->upload(m->kc, a->scalars, tval, (size_t)(2 * B) * sizeof(float));
-    K->timestep_embed(m->kc, a->scalars, B, a->proj, P);
+    K->timestep_embed(m->kc, a->scalars, B, a->proj, P, v3 ? 1000.0f : 1.0f);
     lin(m, &m->top[WEFT_FLUX_TIME_LIN1], a->proj, P, a->vec, D, B);
     K->silu(m->kc, a->vec, a->vec, B * D);
     lin(m, &m->top[WEFT_FLUX_TIME_LIN2], a->vec, D, a->temb, D, B);
     if (c->guidance_embeds) {
-        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, P);
+        K->timestep_embed(m->kc, a->scalars + B, B, a->proj, P, 1.0f);
         lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN1], a->proj, P, a->vec, D, B);
         K->silu(m->kc, a->vec, a->vec, B * D);
         lin(m, &m->top[WEFT_FLUX_GUIDANCE_LIN2], a->vec, D, a->act, D, B);
@@ -774,7 +784,7 @@ static void time_text_embed(struct weft_flux *m, const struct weft_flux_inputs *
         K->gated_add(m->kc, a->temb, D, NULL, a->act, D, B, D);
     }
     K->silu(m->kc, a->temb, a->act, B * D); /* every AdaLN takes silu(temb) */
-    if (!v1) {
+    if (c->version == 2) {
         lin(m, &m->top[WEFT_FLUX_MOD_IMG], a->act, D, a->mod, 6 * D, B);
         lin(m, &m->top[WEFT_FLUX_MOD_TXT], a->act, D, a->modc, 6 * D, B);
         lin(m, &m->top[WEFT_FLUX_MOD_SINGLE], a->act, D, a->mods, 3 * D, B);
@@ -834,7 +844,7 @@ static void mlp_residual(struct weft_flux *m, const struct linear *l_in,
     const int64_t S = a->s_img + a->s_txt, D = m->cfg.inner_dim, mlp = m->mlp_l;
     const int64_t ldc = m->dim_l + mlp, ld = a->ldqkv;
     const struct weft_kernels *K = m->K;
-    const bool v1 = m->cfg.version == 1;
+    const bool v1 = m->cfg.version != 2; /* gelu_tanh: FLUX.1 and Qwen-Image */
     for (int64_t b = 0; b < a->batch; b++) {
         const float *md = mod + b * 6 * D; /* shift_mlp, scale_mlp, gate_mlp at 3D, 4D, 5D */
         float *x = a->h + (b * S + r0) * D, *xn = a->xn + (b * S + r0) * D;
@@ -862,7 +872,7 @@ static void double_block(struct weft_flux *m, const struct double_block *blk)
     const int64_t D = m->cfg.inner_dim, ldc = m->dim_l + m->mlp_l;
     /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: the block's own (FLUX.1),
      * or the shared ones time_text_embed made (FLUX.2) */
-    if (m->cfg.version == 1) {
+    if (m->cfg.version != 2) {
         lin(m, &blk->l[WEFT_FLUX_D_NORM1], a->act, D, a->mod, 6 * D, B);
         lin(m, &blk->l[WEFT_FLUX_D_NORM1_CONTEXT], a->act, D, a->modc, 6 * D, B);
     }
@@ -897,7 +907,7 @@ static void single_block(struct weft_flux *m, const struct single_block *blk)
     const struct weft_kernels *K = m->K;
     const int64_t B = a->batch, S = a->s_txt + a->s_img, D = m->cfg.inner_dim;
     const int64_t mlp = m->mlp_l, ldc = m->dim_l + mlp, ld = a->ldqkv;
-    const bool v1 = m->cfg.version == 1;
+    const bool v1 = m->cfg.version != 2;
     /* shift, scale, gate: the block's own (FLUX.1) or the shared ones (FLUX.2) */
     const float *mod = v1 ? a->mod : a->mods;
     if (v1)
@@ -968,7 +978,7 @@ static weft_status_t stage_io(struct weft_flux *m, bool receive)
         float *p;
         size_t n;
     } part[] = {{a->h, nh}, {a->act, nt}, {a->mod, 6 * nt}, {a->modc, 6 * nt}, {a->mods, 3 * nt}};
-    const int n_parts = m->cfg.version == 1 ? 2 : 5;
+    const int n_parts = m->cfg.version == 2 ? 5 : 2;
     weft_status_t st = m->K->sync(m->kc);
     for (int i = 0; i < n_parts && st == WEFT_OK; i++)
         st = receive ? m->comm->recv(m->comm->pipe, part[i].p, part[i].n, peer)
@@ -1009,6 +1019,10 @@ weft_status_t weft_flux_forward(struct weft_flux *m, const struct weft_flux_inpu
                           in->encoder + (b * in->s_txt + a->txt0) * c->joint_attention_dim,
                           (size_t)(St * c->joint_attention_dim) * 4);
         }
+        for (int64_t b = 0; St && c->version == 3 && b < B; b++) /* Qwen-Image's txt_norm */
+            K->rmsnorm(m->kc, a->in_encoder + b * St * c->joint_attention_dim,
+                       c->joint_attention_dim, m->txt_norm, St, 1, c->joint_attention_dim,
+                       c->eps);
         for (int64_t b = 0; b < B; b++) {
             lin(m, &m->top[WEFT_FLUX_X_EMBEDDER], a->in_hidden + b * Si * c->in_channels,
                 c->in_channels, a->h + (b * S + St) * D, D, Si);

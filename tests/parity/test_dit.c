@@ -1,20 +1,22 @@
-/* FLUX.2 (Flux2Transformer2DModel) against Diffusers' own outputs (tests/golden/make_flux2.py),
- * and every parallel layout against one device.
+/* The transformers beside FLUX.1 — FLUX.2 (Flux2Transformer2DModel, tests/golden/make_flux2.py)
+ * and Qwen-Image (QwenImageTransformer2DModel, tests/golden/make_qwen.py) — against Diffusers'
+ * own outputs, and every parallel layout against one device. The first argument names the
+ * family (flux2 | qwenimage); its data are tests/data/FAMILY/.
  *
- *   test_flux2 forward             one process: f32 within 1e-4 relative L2 of Diffusers (guidance
+ *   test_dit FAMILY forward                one process: f32 within 1e-4 relative L2 of Diffusers (guidance
  *                                  on and off, an uneven grid); a bf16 checkpoint in f32 within
  *                                  1e-4, in bf16 within 1e-2 of Diffusers in bf16; Flux2Pipeline's
  *                                  4-step loop (its sigmas exactly, its latents within 1e-4); one
  *                                  corrupted weight of the fused single-block projection fails
- *   test_flux2 RING ULYSSES TP     ring x ulysses x tp processes: the forward pass on an even and an
+ *   test_dit FAMILY RING ULYSSES TP ring x ulysses x tp processes: the forward pass on an even and an
  *                                  uneven shape, and the 4-step loop, within 1e-5 of one device
  *                                  and 1e-4 of Diffusers
  *                                  (the anything modes where the lengths do not divide; the plain
  *                                  ones refuse them), bf16 within 1e-2 of one device; with tp, the
  *                                  fused layers sharded as plain colwise are refused by name
- *   test_flux2 pp B0,B1,..,Bn      a layer pipeline (device_map's split): rank r holds units
+ *   test_dit FAMILY pp B0,..,Bn    a layer pipeline (device_map's split): rank r holds units
  *                                  [B_r, B_r+1); the output equals one device bit for bit
- *   test_flux2 pipeline            a Flux2Pipeline folder through the image pipeline
+ *   test_dit flux2 pipeline        a Flux2Pipeline folder through the image pipeline
  *                                  (worker/runtime.h) from its prompt embeddings: the final
  *                                  latents within 1e-4 of Flux2Pipeline's, the 8-bit image (its
  *                                  batch-norm denormalisation, AutoencoderKLFlux2's decoder)
@@ -36,24 +38,48 @@
 #include "worker/par_transport.h"
 #include "worker/runtime.h"
 
-#define G16 "tests/data/flux2/golden/fwd_tiny-g_16x16_t8.safetensors"
-#define G15 "tests/data/flux2/golden/fwd_tiny-g_15x13_t7.safetensors"
-#define GNOG "tests/data/flux2/golden/fwd_tiny-nog_8x6_t5.safetensors"
-#define GBF "tests/data/flux2/golden/fwd_tiny-bf16_15x13_t7.safetensors"
-#define L16 "tests/data/flux2/golden/loop_tiny-g_16x16_t8.safetensors"
-#define L15 "tests/data/flux2/golden/loop_tiny-g_15x13_t7.safetensors"
+/* What differs between the families: the third golden (FLUX.2: a model without guidance;
+ * Qwen-Image: a prompt with padding masked out), the loops (FLUX.2's Flux2Pipeline), the weight
+ * to corrupt, whether there are fused layers to shard wrongly. */
+static const struct family {
+    const char *name;
+    const char *extra_model, *extra_golden;
+    bool loops, fused;
+    const char *corrupt;
+} families[] = {
+    {"flux2", "tiny-nog", "fwd_tiny-nog_8x6_t5", true, true,
+     "single_transformer_blocks.1.attn.to_qkv_mlp_proj.weight"},
+    {"qwenimage", "tiny-g", "fwd_tiny-g_15x13_t9_mask", false, false,
+     "transformer_blocks.1.attn.to_k.weight"},
+};
+static const struct family *fam;
+static char G16[128], G15[128], GEXTRA[128], GBF[128], L16[128], L15[128];
+
+static void golden_names(void)
+{
+    snprintf(G16, sizeof(G16), "tests/data/%s/golden/fwd_tiny-g_16x16_t8.safetensors", fam->name);
+    snprintf(G15, sizeof(G15), "tests/data/%s/golden/fwd_tiny-g_15x13_t7.safetensors", fam->name);
+    snprintf(GEXTRA, sizeof(GEXTRA), "tests/data/%s/golden/%s.safetensors", fam->name,
+             fam->extra_golden);
+    snprintf(GBF, sizeof(GBF), "tests/data/%s/golden/fwd_tiny-bf16_15x13_t7.safetensors",
+             fam->name);
+    snprintf(L16, sizeof(L16), "tests/data/%s/golden/loop_tiny-g_16x16_t8.safetensors", fam->name);
+    snprintf(L15, sizeof(L15), "tests/data/%s/golden/loop_tiny-g_15x13_t7.safetensors", fam->name);
+}
 
 static struct weft_mesh mesh;
 static int bounds[17], n_stages;
 
 static void model_path(char *buf, size_t len, const char *name)
 {
-    snprintf(buf, len, "%s/tests/data/flux2/%s", getenv("WEFT_SOURCE_ROOT"), name);
+    snprintf(buf, len, "%s/tests/data/%s/%s", getenv("WEFT_SOURCE_ROOT"), fam->name, name);
 }
 
-/* The forward pass of m on a golden file's inputs (no pooled embedding: FLUX.2 has none). The
- * output in *out_p; returns the rel L2 against ref, or against the golden `expect` when ref is
- * NULL; -1 with the status in *st_p when the pass is refused. */
+/* The forward pass of m on a golden file's inputs (no pooled embedding: neither model has one;
+ * Qwen-Image's goldens give the token grid, whose position ids weft_flux_ids makes as its
+ * pipeline does, and a text mask: the masked tokens are left out, the others keep their
+ * positions). The output in *out_p; returns the rel L2 against ref, or against the golden
+ * `expect` when ref is NULL; -1 with the status in *st_p when the pass is refused. */
 static double fwd(struct weft_flux *m, const char *golden_rel, const char *expect,
                   const float *ref, float **out_p, weft_status_t *st_p)
 {
@@ -65,10 +91,30 @@ static double fwd(struct weft_flux *m, const char *golden_rel, const char *expec
     float *hidden = golden_need(&g, "hidden_states", &nh);
     float *enc = golden_need(&g, "encoder_hidden_states", &ne);
     float *t = golden_need(&g, "timestep", NULL), *guid = golden_get(&g, "guidance", NULL);
-    float *img_ids = golden_need(&g, "img_ids", NULL), *txt_ids = golden_need(&g, "txt_ids", NULL);
+    float *img_ids = golden_get(&g, "img_ids", NULL), *txt_ids = golden_get(&g, "txt_ids", NULL);
+    float *grid = golden_get(&g, "grid", NULL), *mask = golden_get(&g, "encoder_hidden_states_mask", NULL);
     float *want = golden_need(&g, expect, &n_out);
     CHECK(golden_get(&g, "pooled_projections", NULL) == NULL);
     in.s_img = nh / c->in_channels, in.s_txt = ne / c->joint_attention_dim;
+    if (!img_ids) {
+        CHECK(grid && (int64_t)grid[0] * (int64_t)grid[1] == in.s_img);
+        img_ids = malloc((size_t)(in.s_img * c->n_axes) * sizeof(float));
+        txt_ids = malloc((size_t)(in.s_txt * c->n_axes + 1) * sizeof(float));
+        CHECK(img_ids && txt_ids);
+        weft_flux_ids(c, (int64_t)grid[0], (int64_t)grid[1], in.s_txt, img_ids, txt_ids);
+    }
+    int64_t kept = 0;
+    for (int64_t l = 0; mask && l < in.s_txt; l++) { /* the mask's tokens, in place */
+        if (mask[l] == 0.0f)
+            continue;
+        memmove(enc + kept * c->joint_attention_dim, enc + l * c->joint_attention_dim,
+                (size_t)c->joint_attention_dim * sizeof(float));
+        memmove(txt_ids + kept * c->n_axes, txt_ids + l * c->n_axes,
+                (size_t)c->n_axes * sizeof(float));
+        kept++;
+    }
+    if (mask)
+        in.s_txt = kept;
     in.hidden = hidden, in.encoder = enc, in.timestep = t, in.guidance = guid;
     in.img_ids = img_ids, in.txt_ids = txt_ids;
     float *out = malloc((size_t)n_out * sizeof(float));
@@ -77,6 +123,7 @@ static double fwd(struct weft_flux *m, const char *golden_rel, const char *expec
     double err = *st_p == WEFT_OK ? rel_l2(out, ref ? ref : want, n_out) : -1;
     *out_p = out;
     free(hidden), free(enc), free(t), free(guid), free(img_ids), free(txt_ids), free(want);
+    free(grid), free(mask);
     golden_close(&g);
     return err;
 }
@@ -133,7 +180,7 @@ static double one_case(const struct weft_flux_opts *o, const char *name, const c
     weft_status_t st;
     struct weft_flux *m = load(name, o, dtype, &st);
     CHECK_OK(st);
-    CHECK(weft_flux_get_config(m)->version == 2);
+    CHECK(weft_flux_get_config(m)->version == (strcmp(fam->name, "flux2") == 0 ? 2 : 3));
     float *out, *again;
     double e = fwd(m, golden_rel, expect, NULL, &out, &st);
     CHECK_OK(st);
@@ -141,7 +188,7 @@ static double one_case(const struct weft_flux_opts *o, const char *name, const c
     CHECK(fwd(m, golden_rel, expect, out, &again, &st) == 0.0);
     char what[200];
     o->kernels->describe(o->kctx, what, sizeof(what));
-    printf("%-9s %-32s %-11s model %-4s, %s: rel L2 %.3g\n", name, golden_rel + 24, expect,
+    printf("%-9s %-36s %-11s model %-4s, %s: rel L2 %.3g\n", name, strrchr(golden_rel, '/') + 1, expect,
            weft_dtype_name(dtype), strstr(what, "compute") - 5, e);
     free(out), free(again);
     weft_flux_destroy(m);
@@ -178,7 +225,7 @@ static int forward_main(void)
     const double tol = 1e-4;
     CHECK(one_case(&o, "tiny-g", G16, "output", WEFT_DTYPE_F32) <= tol);
     CHECK(one_case(&o, "tiny-g", G15, "output", WEFT_DTYPE_F32) <= tol);
-    CHECK(one_case(&o, "tiny-nog", GNOG, "output", WEFT_DTYPE_F32) <= tol);
+    CHECK(one_case(&o, fam->extra_model, GEXTRA, "output", WEFT_DTYPE_F32) <= tol);
     CHECK(one_case(&o, "tiny-bf16", GBF, "output", WEFT_DTYPE_F32) <= tol);
     for (int bf_products = 1; bf_products >= 0; bf_products--) {
         if (K->set_compute(kc, bf_products ? WEFT_DTYPE_BF16 : WEFT_DTYPE_F32) != WEFT_OK)
@@ -190,18 +237,22 @@ static int forward_main(void)
 
     /* Flux2Pipeline's loop: its sigmas exactly, its final latents within 1e-4 */
     weft_status_t st;
-    struct weft_flux *m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
-    CHECK_OK(st);
-    float *lat;
-    double el = loop(m, L16, 16, 16, &lat);
-    free(lat);
-    double el2 = loop(m, L15, 15, 13, &lat);
-    free(lat);
-    printf("Flux2Pipeline 4-step loop: 16x16 t8 rel L2 %.3g, 15x13 t7 %.3g\n", el, el2);
-    CHECK(el <= tol && el2 <= tol);
-    weft_flux_destroy(m);
+    struct weft_flux *m;
+    if (fam->loops) {
+        m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
+        CHECK_OK(st);
+        float *lat;
+        double el = loop(m, L16, 16, 16, &lat);
+        free(lat);
+        double el2 = loop(m, L15, 15, 13, &lat);
+        free(lat);
+        printf("Flux2Pipeline 4-step loop: 16x16 t8 rel L2 %.3g, 15x13 t7 %.3g\n", el, el2);
+        CHECK(el <= tol && el2 <= tol);
+        weft_flux_destroy(m);
+    }
 
-    /* a guided model without a guidance value is refused */
+    /* a guided model (FLUX.2's) without a guidance value is refused */
+    if (fam->loops) {
     m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
     CHECK_OK(st);
     float x[16 * 4] = {0}, y[16 * 4], t = 0.5f, ids[4 * 4] = {0};
@@ -211,11 +262,12 @@ static int forward_main(void)
     CHECK(weft_flux_forward(m, &in, y) == WEFT_ERR_INVALID);
     CHECK_TEXT_HAS("no guidance", test_logged, "guidance");
     weft_flux_destroy(m);
+    }
 
     /* the check must be able to fail: one weight of the fused Q | K | V | gate | value Linear */
     char dir[] = "/tmp/weft_flux2_corrupt_XXXXXX";
     CHECK(mkdtemp(dir));
-    corrupt_copy("tiny-g", dir, "single_transformer_blocks.1.attn.to_qkv_mlp_proj.weight");
+    corrupt_copy("tiny-g", dir, fam->corrupt);
     struct weft_flux_opts oc = o;
     struct weft_flux *bad;
     CHECK_OK(weft_flux_load(dir, &oc, &bad, TERR));
@@ -300,7 +352,9 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
         const int64_t s_img = shapes[s].gh * shapes[s].gw;
         fwd(one, shapes[s].golden, "output", NULL, &ref, &st);
         CHECK_OK(st);
-        (void)loop(one, shapes[s].loop, shapes[s].gh, shapes[s].gw, &ref_loop);
+        ref_loop = NULL;
+        if (fam->loops)
+            (void)loop(one, shapes[s].loop, shapes[s].gh, shapes[s].gw, &ref_loop);
         weft_flux_destroy(one);
         const bool divides = s_img % W == 0 && shapes[s].s_txt % W == 0;
         for (int anything = 0; anything <= 1; anything++) {
@@ -319,14 +373,20 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
             CHECK_OK(st);
             double eg = fwd(m, shapes[s].golden, "output", NULL, &out2, &st);
             CHECK_OK(st);
-            const double elg = loop(m, shapes[s].loop, shapes[s].gh, shapes[s].gw, &lat);
-            const double el = rel_l2(lat, ref_loop, s_img * 16);
+            lat = NULL;
+            const double elg = fam->loops ? loop(m, shapes[s].loop, shapes[s].gh, shapes[s].gw,
+                                                 &lat)
+                                          : 0.0;
+            const double el = fam->loops ? rel_l2(lat, ref_loop, s_img * 16) : 0.0;
+            char loops[128] = "";
+            if (fam->loops)
+                snprintf(loops, sizeof(loops), "; 4-step loop vs one device %.3g, vs "
+                         "Flux2Pipeline %.3g", el, elg);
             if (rank == 0)
                 printf("ring %d x ulysses %d x tp %d %s, %lld image + %lld text tokens: forward "
-                       "vs one device %.3g, vs Diffusers %.3g; 4-step loop vs one device %.3g, "
-                       "vs Flux2Pipeline %.3g\n",
+                       "vs one device %.3g, vs Diffusers %.3g%s\n",
                        mesh.ring, mesh.ulysses, mesh.tp, anything ? "anything" : "plain",
-                       (long long)s_img, (long long)shapes[s].s_txt, e, eg, el, elg);
+                       (long long)s_img, (long long)shapes[s].s_txt, e, eg, loops);
             CHECK(e <= 1e-5);
             CHECK(eg <= 1e-4);
             CHECK(el <= 1e-5);
@@ -367,7 +427,7 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
         {"transformer_blocks.*.ff.linear_in", "transformer_blocks.0.ff.linear_in"},
         {"single_transformer_blocks.*.attn.to_out", "single_transformer_blocks.0.attn.to_out"},
     };
-    for (size_t i = 0; mesh.tp > 1 && i < sizeof(fused) / sizeof(fused[0]); i++) {
+    for (size_t i = 0; fam->fused && mesh.tp > 1 && i < sizeof(fused) / sizeof(fused[0]); i++) {
         const enum weft_tp_style plain = i == 2 ? WEFT_TP_ROWWISE : WEFT_TP_COLWISE;
         struct weft_tp_layout *wrong = layout("tiny-g", fused[i].key, plain);
         struct weft_flux_opts o = mesh_opts(&rc, K, kc, wrong, true);
@@ -511,7 +571,13 @@ static int pipeline_main(void)
 
 int main(int argc, char **argv)
 {
-    CHECK(argc >= 2);
+    CHECK(argc >= 3);
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+        if (strcmp(argv[1], families[i].name) == 0)
+            fam = &families[i];
+    CHECK(fam);
+    golden_names();
+    argc--, argv++;
     if (strcmp(argv[1], "forward") == 0)
         return forward_main();
     if (strcmp(argv[1], "pipeline") == 0)

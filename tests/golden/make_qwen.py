@@ -1,0 +1,136 @@
+"""Golden data for the Qwen-Image transformer (real Diffusers: QwenImageTransformer2DModel).
+
+Run from the repository root (CPU only, seconds on 2 cores):
+
+    /opt/goldenv/bin/python tests/golden/make_qwen.py
+
+Run order: independent of the other generators; see tests/golden/README.md. Environment: torch (CPU), diffusers
+0.42.1. Not run in CI; the outputs are committed; re-running regenerates every file bit-identically.
+
+What it writes (it first deletes tests/data/qwenimage/{tiny-g,tiny-bf16,golden}; tests/data/qwenimage/tiny/ is
+make_other.py's):
+  tests/data/qwenimage/tiny-g/     QwenImageTransformer2DModel, 2 blocks, f32
+  tests/data/qwenimage/tiny-bf16/  1 block, bf16 weights
+  tests/data/qwenimage/golden/fwd_<model>_<rows>x<cols>_t<T>[_mask].safetensors   single forward passes
+  tests/data/qwenimage/golden/README.md
+
+Common config: patch_size 2, in_channels 16 (4 latent channels packed 2 x 2), out_channels 4 (proj_out gives
+2 x 2 x 4 = 16), 12 heads x head_dim 8 (inner 96), joint_attention_dim 24, axes_dims_rope (2, 2, 4). Inputs as
+QwenImagePipeline passes them: img_shapes [(1, rows, cols)] (the packed token grid), timestep t/1000, the
+prompt embeddings, and encoder_hidden_states_mask (the _mask cases: the last two text tokens masked out, as a
+padded prompt's would be). Weights: torch.manual_seed(<seed>), then golden_common.reinit_transformer (Linear
+weights N(0, 1/fan_in), img_mod / txt_mod / norm_out N(0, 1.5^2/fan_in), biases N(0, 0.1^2), norm weights
+N(1, 0.2^2)).
+"""
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import os
+import shutil
+
+import torch
+
+import golden_common as gc
+from diffusers import QwenImageTransformer2DModel
+
+OUT = gc.repo_path("tests", "data", "qwenimage")
+GOLD = os.path.join(OUT, "golden")
+IN_CH, JOINT = 16, 24
+COMMON = dict(patch_size=2, in_channels=IN_CH, out_channels=4, num_attention_heads=12, attention_head_dim=8,
+              joint_attention_dim=JOINT, axes_dims_rope=(2, 2, 4))
+MODELS = {"tiny-g": (2, torch.float32, 301), "tiny-bf16": (1, torch.bfloat16, 303)}
+TIMESTEP = 0.73
+README = []
+
+
+def build_models():
+    for name, (nl, dtype, seed) in MODELS.items():
+        torch.manual_seed(seed)
+        m = QwenImageTransformer2DModel(num_layers=nl, **COMMON)
+        gc.reinit_transformer(m, seed, mod_gain=1.5)
+        m.to(dtype).save_pretrained(os.path.join(OUT, name), safe_serialization=True)
+        gc.log(f"saved {name}: {sum(p.numel() for p in m.parameters())} params, {dtype}")
+
+
+def load(name, dtype=None):
+    path = os.path.join(OUT, name)
+    m = QwenImageTransformer2DModel.from_pretrained(path, torch_dtype=dtype) if dtype else \
+        QwenImageTransformer2DModel.from_pretrained(path)
+    return m.eval()
+
+
+def fwd_case(model_name, rows, cols, T, seed, masked=False):
+    _, wdtype, _ = MODELS[model_name]
+    S = rows * cols
+    hs = gc.randn((1, S, IN_CH), seed + 1)
+    ehs = gc.randn((1, T, JOINT), seed + 2)
+    mask = torch.ones(1, T, dtype=torch.int64)
+    if masked:
+        mask[:, -2:] = 0
+    ts = torch.tensor([TIMESTEP], dtype=torch.float32)
+
+    def run(model, dt):
+        with torch.no_grad():
+            return model(hidden_states=hs.to(dt), encoder_hidden_states=ehs.to(dt),
+                         encoder_hidden_states_mask=mask if masked else None, timestep=ts.to(dt),
+                         img_shapes=[(1, rows, cols)], return_dict=True).sample
+
+    if wdtype == torch.bfloat16:
+        out = run(load(model_name, torch.bfloat16).to(torch.float32), torch.float32)
+        out_bf16 = run(load(model_name, torch.bfloat16), torch.bfloat16)
+    else:
+        out = run(load(model_name), torch.float32)
+        out_bf16 = None
+    t = {"hidden_states": hs, "encoder_hidden_states": ehs, "timestep": ts, "output": out,
+         "grid": torch.tensor([rows, cols], dtype=torch.float32)}
+    if masked:
+        t["encoder_hidden_states_mask"] = mask.float()
+    if out_bf16 is not None:
+        t["output_bf16"] = out_bf16.float()
+    fn = f"fwd_{model_name}_{rows}x{cols}_t{T}{'_mask' if masked else ''}.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), t)
+    gc.log(f"{fn}: output std {out.std().item():.4f}")
+    assert torch.isfinite(out).all()
+    meanings = {
+        "hidden_states": "packed image latents (random normal)",
+        "encoder_hidden_states": "prompt embeddings (random normal)",
+        "encoder_hidden_states_mask": "1 for a text token, 0 for padding (the last two)",
+        "timestep": f"timestep as the pipeline passes it (t/1000), {TIMESTEP}",
+        "grid": "img_shapes[0][1:]: the packed token grid, rows and cols",
+        "output": "model(...).sample, float32"
+        + (" (bf16 checkpoint upcast with .to(torch.float32))" if wdtype == torch.bfloat16 else ""),
+        "output_bf16": "the model and its inputs in bfloat16, the result cast to float32",
+    }
+    README.append((fn, f"{model_name}, grid {rows} x {cols} (S_img={S}), T={T}{', masked' if masked else ''}.",
+                   [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]))
+
+
+def write_readme():
+    lines = ["# Qwen-Image transformer goldens", "",
+             "Written by `tests/golden/make_qwen.py` (see its docstring for the models and inputs).", ""]
+    for fn, desc, rows in README:
+        lines += [f"### {fn}", "", desc, "", "| tensor | shape | dtype | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{k}` | {s} | {d} | {m} |" for k, s, d, m in rows]
+        lines.append("")
+    with open(os.path.join(GOLD, "README.md"), "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines))
+
+
+def main():
+    gc.setup()
+    for d in ("tiny-g", "tiny-bf16", "golden"):
+        shutil.rmtree(os.path.join(OUT, d), ignore_errors=True)
+    os.makedirs(GOLD)
+    build_models()
+    fwd_case("tiny-g", 16, 16, 8, seed=6000)
+    fwd_case("tiny-g", 15, 13, 7, seed=6100)
+    fwd_case("tiny-g", 15, 13, 9, seed=6200, masked=True)
+    fwd_case("tiny-bf16", 15, 13, 7, seed=6300)
+    write_readme()
+    gc.list_written(OUT)
+
+
+if __name__ == "__main__":
+    main()
