@@ -76,12 +76,10 @@ weft_status_t weft_sched_config_parse(const cJSON *cfg, const char *origin,
             return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
                                             "%s: %s is not supported", origin, refused[i]);
     }
-    double terminal;
-    if ((st = weft_json_get_double(cfg, "shift_terminal", 0.0, 0.0, 1.0, origin, &terminal, err)))
+    /* null reads as 0: none */
+    if ((st = weft_json_get_double(cfg, "shift_terminal", 0.0, 0.0, 0.999, origin,
+                                   &c.shift_terminal, err)))
         return st;
-    if (terminal != 0.0)
-        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
-                                        "%s: shift_terminal is not supported", origin);
     *out = c;
     return WEFT_OK;
 }
@@ -146,8 +144,14 @@ weft_status_t weft_sched_plan(const struct weft_sched_config *c, int steps, int6
             s = shift * s / (1.0f + (float)(c->shift - 1.0) * s);
         }
         out->sigmas[i] = s;
-        out->timesteps[i] = s * (float)c->num_train_timesteps;
     }
+    if (c->shift_terminal != 0.0) { /* stretch_shift_to_terminal, in f32 */
+        const float scale = (1.0f - out->sigmas[steps - 1]) / (float)(1.0 - c->shift_terminal);
+        for (int i = 0; i < steps; i++)
+            out->sigmas[i] = 1.0f - (1.0f - out->sigmas[i]) / scale;
+    }
+    for (int i = 0; i < steps; i++)
+        out->timesteps[i] = out->sigmas[i] * (float)c->num_train_timesteps;
     out->sigmas[steps] = 0.0f;
     return WEFT_OK;
 }

@@ -2,7 +2,8 @@
  * dynamic shifting (mu from the image sequence length), and the Euler step. The arithmetic
  * follows Diffusers to the float: sigmas start as float64 linspace(1, 1/N, N) rounded to f32,
  * the exponential time shift runs in f32 with exp(mu) rounded to f32 (numpy's NEP 50
- * promotion), timesteps = sigmas * 1000 in f32. */
+ * promotion), timesteps = sigmas * 1000 in f32; a shift_terminal stretches the shifted sigmas
+ * so the last one is it (stretch_shift_to_terminal, in f32 as numpy does). */
 #ifndef WEFT_MODEL_SCHEDULER_H
 #define WEFT_MODEL_SCHEDULER_H
 
@@ -35,6 +36,7 @@ struct weft_sched_config {
     double base_shift, max_shift;
     int64_t base_image_seq_len, max_image_seq_len;
     enum weft_time_shift time_shift_type;
+    double shift_terminal; /* 0: none; else the shifted sigmas are stretched to end there */
 };
 
 /* FLUX.1-dev's scheduler_config.json values (used when a folder has no scheduler). */

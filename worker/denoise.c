@@ -1,6 +1,7 @@
 /* The denoising loop (see denoise.h). */
 #include "worker/denoise.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -41,6 +42,30 @@ void weft_flux_ids(const struct weft_flux_config *c, int64_t grid_h, int64_t gri
     memset(txt_ids, 0, (size_t)(s_txt * n) * sizeof(float));
     for (int64_t l = 0; c->version == 2 && l < s_txt; l++)
         txt_ids[l * n + n - 1] = (float)l;
+}
+
+/* QwenImagePipeline's true CFG: comb = neg + scale (pred - neg), then each token's row
+ * rescaled to the conditional prediction's norm, comb * (|pred| / |comb|) (norms over the
+ * channels, accumulated in double and rounded as torch.norm returns them). */
+static void cfg_renorm(float *pred, const float *neg, float scale, int64_t rows, int64_t ch,
+                       enum weft_dtype dt)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *p = pred + r * ch;
+        const float *q = neg + r * ch;
+        double pn = 0.0, cn = 0.0;
+        for (int64_t k = 0; k < ch; k++)
+            pn += (double)p[k] * (double)p[k];
+        for (int64_t k = 0; k < ch; k++) {
+            const float d = weft_dtype_round(dt, p[k] - q[k]);
+            p[k] = weft_dtype_round(dt, q[k] + weft_dtype_round(dt, scale * d)); /* comb */
+            cn += (double)p[k] * (double)p[k];
+        }
+        const float ratio = weft_dtype_round(dt, weft_dtype_round(dt, (float)sqrt(pn)) /
+                                                     weft_dtype_round(dt, (float)sqrt(cn)));
+        for (int64_t k = 0; k < ch; k++)
+            p[k] = weft_dtype_round(dt, p[k] * ratio);
+    }
 }
 
 weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params *p,
@@ -121,7 +146,9 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
                 break;
             }
         }
-        if (cfg) {
+        if (cfg && c->version == 3) {
+            cfg_renorm(pred, neg, p->true_cfg_scale, s_img, c->in_channels, dt);
+        } else if (cfg) {
             /* noise_pred = neg_noise_pred + true_cfg_scale * (noise_pred - neg_noise_pred),
              * each operation on tensors of the model's dtype */
             for (int64_t k = 0; k < n; k++) {

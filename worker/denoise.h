@@ -23,7 +23,8 @@ struct weft_denoise_params {
     float guidance;              /* used when the model has guidance_embeds */
     /* true CFG (FluxPipeline's true_cfg_scale > 1 with a negative prompt): a second pass per
      * step on the negative embeddings (s_txt tokens too), combined as
-     * neg + true_cfg_scale (pred - neg), each operation rounded to the model's dtype */
+     * neg + true_cfg_scale (pred - neg), each operation rounded to the model's dtype;
+     * QwenImagePipeline's then rescales each token to the conditional prediction's norm */
     const float *neg_prompt_embeds; /* NULL: off */
     const float *neg_pooled;
     float true_cfg_scale;

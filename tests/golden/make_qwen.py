@@ -12,6 +12,10 @@ make_other.py's):
   tests/data/qwenimage/tiny-g/     QwenImageTransformer2DModel, 2 blocks, f32
   tests/data/qwenimage/tiny-bf16/  1 block, bf16 weights
   tests/data/qwenimage/golden/fwd_<model>_<rows>x<cols>_t<T>[_mask].safetensors   single forward passes
+  tests/data/qwenimage/golden/loop_tiny-g_<rows>x<cols>_t<T>[_cfg].safetensors   QwenImagePipeline.__call__, 4
+                                   steps, output_type "latent" (vae, text_encoder, tokenizer None: vae_scale_factor
+                                   8); _cfg: true_cfg_scale 4 with negative prompt embeddings (the pipeline's
+                                   renormalised combination)
   tests/data/qwenimage/golden/README.md
 
 Common config: patch_size 2, in_channels 16 (4 latent channels packed 2 x 2), out_channels 4 (proj_out gives
@@ -33,7 +37,7 @@ import shutil
 import torch
 
 import golden_common as gc
-from diffusers import QwenImageTransformer2DModel
+from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
 
 OUT = gc.repo_path("tests", "data", "qwenimage")
 GOLD = os.path.join(OUT, "golden")
@@ -107,6 +111,53 @@ def fwd_case(model_name, rows, cols, T, seed, masked=False):
                    [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]))
 
 
+# A scheduler configured as Qwen-Image's (dynamic shifting, exponential; the pipeline's calculate_shift reads
+# base/max shift and lengths from it; shift_terminal stretches the sigmas to end at 0.02).
+SCHED_CFG = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
+                 base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
+                 time_shift_type="exponential")
+
+
+def loop_case(rows, cols, T, seed, cfg):
+    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHED_CFG), vae=None, text_encoder=None,
+                             tokenizer=None, transformer=load("tiny-g"))
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.vae_scale_factor == 8
+    steps_seen = []
+
+    def on_step_end(p, i, t, kw):
+        steps_seen.append(kw["latents"].detach().clone())
+        return {}
+
+    lat = gc.randn((1, rows * cols, IN_CH), seed + 1)
+    pe = gc.randn((1, T, JOINT), seed + 2)
+    ne = gc.randn((1, T, JOINT), seed + 3)
+    ones = torch.ones(1, T, dtype=torch.int64)
+    kw = dict(negative_prompt_embeds=ne, negative_prompt_embeds_mask=ones, true_cfg_scale=4.0) if cfg else \
+        dict(true_cfg_scale=1.0)
+    with torch.no_grad():
+        res = pipe(prompt_embeds=pe, prompt_embeds_mask=ones, latents=lat.clone(), height=16 * rows,
+                   width=16 * cols, num_inference_steps=4, output_type="latent", callback_on_step_end=on_step_end,
+                   **kw)
+    final = res.images
+    assert torch.equal(final, steps_seen[-1])
+    t = {"latents_init": lat, "prompt_embeds": pe, "sigmas": pipe.scheduler.sigmas.clone(),
+         "latents_final": final, "grid": torch.tensor([rows, cols], dtype=torch.float32)}
+    if cfg:
+        t["negative_prompt_embeds"] = ne
+        t["true_cfg_scale"] = gc.scalar(4.0)
+    fn = f"loop_tiny-g_{rows}x{cols}_t{T}{'_cfg' if cfg else ''}.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), t)
+    gc.log(f"{fn}: sigmas {pipe.scheduler.sigmas.tolist()}, final std {final.std().item():.4f}")
+    meanings = {"latents_init": "packed latents passed as latents=", "prompt_embeds": "prompt_embeds (mask all ones)",
+                "negative_prompt_embeds": "negative_prompt_embeds (mask all ones)",
+                "true_cfg_scale": "true_cfg_scale", "sigmas": "scheduler.sigmas after set_timesteps",
+                "latents_final": "packed latents after the last step", "grid": "the packed token grid"}
+    README.append((fn, f"QwenImagePipeline, tiny-g, 4 steps, {16 * rows}x{16 * cols} pixels, T={T}"
+                   f"{', true CFG 4' if cfg else ''}; scheduler {SCHED_CFG}.",
+                   [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]))
+
+
 def write_readme():
     lines = ["# Qwen-Image transformer goldens", "",
              "Written by `tests/golden/make_qwen.py` (see its docstring for the models and inputs).", ""]
@@ -128,6 +179,8 @@ def main():
     fwd_case("tiny-g", 15, 13, 7, seed=6100)
     fwd_case("tiny-g", 15, 13, 9, seed=6200, masked=True)
     fwd_case("tiny-bf16", 15, 13, 7, seed=6300)
+    loop_case(16, 16, 8, seed=7000, cfg=False)
+    loop_case(15, 13, 7, seed=7100, cfg=True)
     write_readme()
     gc.list_written(OUT)
 

@@ -44,7 +44,7 @@
 static const struct family {
     const char *name;
     const char *extra_model, *extra_golden;
-    bool loops, fused;
+    bool loops, fused; /* loops: Flux2Pipeline's (else QwenImagePipeline's) */
     const char *corrupt;
 } families[] = {
     {"flux2", "tiny-nog", "fwd_tiny-nog_8x6_t5", true, true,
@@ -64,7 +64,8 @@ static void golden_names(void)
     snprintf(GBF, sizeof(GBF), "tests/data/%s/golden/fwd_tiny-bf16_15x13_t7.safetensors",
              fam->name);
     snprintf(L16, sizeof(L16), "tests/data/%s/golden/loop_tiny-g_16x16_t8.safetensors", fam->name);
-    snprintf(L15, sizeof(L15), "tests/data/%s/golden/loop_tiny-g_15x13_t7.safetensors", fam->name);
+    snprintf(L15, sizeof(L15), "tests/data/%s/golden/loop_tiny-g_15x13_t7%s.safetensors", fam->name,
+             fam->loops ? "" : "_cfg");
 }
 
 static struct weft_mesh mesh;
@@ -128,9 +129,10 @@ static double fwd(struct weft_flux *m, const char *golden_rel, const char *expec
     return err;
 }
 
-/* Flux2Pipeline's 4-step loop from the golden's initial latents: the schedule (mu by
- * compute_empirical_mu) against the pipeline's sigmas, the final latents against its last
- * step's (returned; the latents in *out_p). */
+/* The pipeline's 4-step loop from the golden's initial latents (FLUX.2: Flux2Pipeline, mu by
+ * compute_empirical_mu; Qwen-Image: QwenImagePipeline with its scheduler's shift_terminal, and
+ * true CFG when the golden has negative embeddings): the schedule against the pipeline's
+ * sigmas, the final latents against its last step's (returned; the latents in *out_p). */
 static double loop(struct weft_flux *m, const char *golden_rel, int64_t gh, int64_t gw,
                    float **out_p)
 {
@@ -139,12 +141,21 @@ static double loop(struct weft_flux *m, const char *golden_rel, int64_t gh, int6
     int64_t npe, nlat, nsig;
     float *pe = golden_need(&g, "prompt_embeds", &npe);
     float *lat = golden_need(&g, "latents_init", &nlat);
-    float *want = golden_need(&g, "latents_step_3", NULL);
+    float *want = golden_get(&g, "latents_final", NULL);
+    if (!want)
+        want = golden_need(&g, "latents_step_3", NULL);
     float *sig = golden_need(&g, "sigmas", &nsig);
-    float *gs = golden_need(&g, "guidance_scale", NULL);
+    float *gs = golden_get(&g, "guidance_scale", NULL);
+    float *ne = golden_get(&g, "negative_prompt_embeds", NULL);
+    float *cfg = golden_get(&g, "true_cfg_scale", NULL);
     struct weft_sched_config sc;
     weft_sched_config_flux_default(&sc);
-    sc.mu_rule = WEFT_MU_EMPIRICAL;
+    if (fam->loops) {
+        sc.mu_rule = WEFT_MU_EMPIRICAL;
+    } else { /* make_qwen.py's SCHED_CFG */
+        sc.shift = 1.0, sc.max_shift = 0.9, sc.max_image_seq_len = 8192;
+        sc.shift_terminal = 0.02;
+    }
     static struct weft_schedule sched;
     CHECK_OK(weft_sched_plan(&sc, 4, gh * gw, &sched, TERR));
     CHECK_EQ(nsig, 5);
@@ -152,12 +163,13 @@ static double loop(struct weft_flux *m, const char *golden_rel, int64_t gh, int6
         CHECK(sched.sigmas[i] == sig[i]);
     const struct weft_flux_config *c = weft_flux_get_config(m);
     struct weft_denoise_params p = {.grid_h = gh, .grid_w = gw, .prompt_embeds = pe,
-                                    .s_txt = npe / c->joint_attention_dim, .guidance = gs[0],
-                                    .schedule = &sched};
+                                    .s_txt = npe / c->joint_attention_dim,
+                                    .guidance = gs ? gs[0] : 0.0f, .neg_prompt_embeds = ne,
+                                    .true_cfg_scale = cfg ? cfg[0] : 1.0f, .schedule = &sched};
     CHECK_OK(weft_denoise(m, &p, lat, TERR));
     const double e = rel_l2(lat, want, nlat);
     *out_p = lat;
-    free(pe), free(want), free(sig), free(gs);
+    free(pe), free(want), free(sig), free(gs), free(ne), free(cfg);
     golden_close(&g);
     return e;
 }
@@ -238,7 +250,7 @@ static int forward_main(void)
     /* Flux2Pipeline's loop: its sigmas exactly, its final latents within 1e-4 */
     weft_status_t st;
     struct weft_flux *m;
-    if (fam->loops) {
+    {
         m = load("tiny-g", &o, WEFT_DTYPE_F32, &st);
         CHECK_OK(st);
         float *lat;
@@ -246,7 +258,9 @@ static int forward_main(void)
         free(lat);
         double el2 = loop(m, L15, 15, 13, &lat);
         free(lat);
-        printf("Flux2Pipeline 4-step loop: 16x16 t8 rel L2 %.3g, 15x13 t7 %.3g\n", el, el2);
+        printf("%s 4-step loop: 16x16 t8 rel L2 %.3g, 15x13 t7%s %.3g\n",
+               fam->loops ? "Flux2Pipeline" : "QwenImagePipeline", el,
+               fam->loops ? "" : " with true CFG 4", el2);
         CHECK(el <= tol && el2 <= tol);
         weft_flux_destroy(m);
     }
@@ -352,9 +366,7 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
         const int64_t s_img = shapes[s].gh * shapes[s].gw;
         fwd(one, shapes[s].golden, "output", NULL, &ref, &st);
         CHECK_OK(st);
-        ref_loop = NULL;
-        if (fam->loops)
-            (void)loop(one, shapes[s].loop, shapes[s].gh, shapes[s].gw, &ref_loop);
+        (void)loop(one, shapes[s].loop, shapes[s].gh, shapes[s].gw, &ref_loop);
         weft_flux_destroy(one);
         const bool divides = s_img % W == 0 && shapes[s].s_txt % W == 0;
         for (int anything = 0; anything <= 1; anything++) {
@@ -373,15 +385,11 @@ static int mesh_rank(struct weft_transport *transport, void *arg)
             CHECK_OK(st);
             double eg = fwd(m, shapes[s].golden, "output", NULL, &out2, &st);
             CHECK_OK(st);
-            lat = NULL;
-            const double elg = fam->loops ? loop(m, shapes[s].loop, shapes[s].gh, shapes[s].gw,
-                                                 &lat)
-                                          : 0.0;
-            const double el = fam->loops ? rel_l2(lat, ref_loop, s_img * 16) : 0.0;
-            char loops[128] = "";
-            if (fam->loops)
-                snprintf(loops, sizeof(loops), "; 4-step loop vs one device %.3g, vs "
-                         "Flux2Pipeline %.3g", el, elg);
+            const double elg = loop(m, shapes[s].loop, shapes[s].gh, shapes[s].gw, &lat);
+            const double el = rel_l2(lat, ref_loop, s_img * 16);
+            char loops[128];
+            snprintf(loops, sizeof(loops), "; 4-step loop vs one device %.3g, vs %s %.3g", el,
+                     fam->loops ? "Flux2Pipeline" : "QwenImagePipeline", elg);
             if (rank == 0)
                 printf("ring %d x ulysses %d x tp %d %s, %lld image + %lld text tokens: forward "
                        "vs one device %.3g, vs Diffusers %.3g%s\n",
