@@ -35,24 +35,33 @@ static weft_status_t open_component(const char *dir, const char *want, struct we
     return WEFT_OK;
 }
 
-/* The transformer: the class model_index.json names (a transformer folder alone: either FLUX
- * class). */
+/* The transformer class of each pipeline weft runs. */
+static const char *pipeline_transformer(const char *pipeline_class)
+{
+    return strcmp(pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0  ? WEFT_FLUX2_CLASS
+           : strcmp(pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0 ? WEFT_QWEN_CLASS
+                                                                   : WEFT_FLUX_CLASS;
+}
+
+/* The transformer: the class model_index.json names (a transformer folder alone: any of the
+ * three). */
 static weft_status_t open_transformer(struct weft_model *m, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
     weft_status_t st = weft_ckpt_open(m->transformer_dir, &ck, err);
     if (st != WEFT_OK)
         return st;
-    const char *cls = weft_ckpt_class(ck);
-    const bool ok = m->pipeline ? strcmp(cls, flux2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS) == 0
+    const char *cls = weft_ckpt_class(ck), *want = pipeline_transformer(m->pipeline_class);
+    const bool ok = m->pipeline ? strcmp(cls, want) == 0
                                 : strcmp(cls, WEFT_FLUX_CLASS) == 0 ||
-                                      strcmp(cls, WEFT_FLUX2_CLASS) == 0;
+                                      strcmp(cls, WEFT_FLUX2_CLASS) == 0 ||
+                                      strcmp(cls, WEFT_QWEN_CLASS) == 0;
     if (!ok) {
         weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                           "%s/config.json: _class_name is '%s'; %s expected", m->transformer_dir,
-                          cls, m->pipeline ? (flux2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS)
-                                           : WEFT_FLUX_CLASS " or " WEFT_FLUX2_CLASS);
+                          cls, m->pipeline ? want
+                                           : WEFT_FLUX_CLASS ", " WEFT_FLUX2_CLASS " or "
+                                                             WEFT_QWEN_CLASS);
         weft_ckpt_close(ck);
         return WEFT_ERR_UNSUPPORTED;
     }
@@ -169,22 +178,34 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
     snprintf(m->pipeline_class, sizeof(m->pipeline_class), "%s", weft_pipe_class(pipe));
     bool has_t = false, has_sched = false;
     const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
-    if (!flux2 && strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
+    const bool qwen = strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0;
+    if (!flux2 && !qwen && strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
         st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
-                               "%s/model_index.json: _class_name is '%s'; weft runs %s and %s "
+                               "%s/model_index.json: _class_name is '%s'; weft runs %s, %s and %s "
                                "pipeline folders", m->dir, m->pipeline_class,
-                               WEFT_FLUX_PIPELINE_CLASS, WEFT_FLUX2_PIPELINE_CLASS);
+                               WEFT_FLUX_PIPELINE_CLASS, WEFT_FLUX2_PIPELINE_CLASS,
+                               WEFT_QWEN_PIPELINE_CLASS);
     } else if ((st = index_entry(pipe, "transformer", "diffusers",
-                                 flux2 ? WEFT_FLUX2_CLASS : WEFT_FLUX_CLASS, false, &has_t,
-                                 err)) == WEFT_OK &&
-               (st = index_entry(pipe, "vae", "diffusers", flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS,
-                                 true, &m->has_vae, err)) == WEFT_OK) {
-        st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
-                         err);
+                                 pipeline_transformer(m->pipeline_class), false, &has_t,
+                                 err)) == WEFT_OK) {
+        if (qwen) { /* its VAE (a causal video VAE) is not weft's yet: latents only */
+            bool named = false;
+            st = index_entry(pipe, "vae", "diffusers", WEFT_QWEN_VAE_CLASS, true, &named, err);
+            if (named)
+                snprintf(m->vae_missing, sizeof(m->vae_missing),
+                         "decoding with %s is not native to weft yet; ask for latents (a "
+                         ".safetensors output)", WEFT_QWEN_VAE_CLASS);
+        } else {
+            st = index_entry(pipe, "vae", "diffusers", flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS,
+                             true, &m->has_vae, err);
+        }
+        if (st == WEFT_OK)
+            st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
+                             err);
     }
-    /* FLUX.2's text encoder (a Mistral language model) is not weft's: its text comes as
-     * embeddings, so its text_encoder and tokenizer entries are not opened */
-    if (st == WEFT_OK && !flux2)
+    /* FLUX.2's and Qwen-Image's text encoders (Mistral and Qwen2.5-VL language models) are not
+     * weft's: their text comes as embeddings, so those entries are not opened */
+    if (st == WEFT_OK && !flux2 && !qwen)
         st = text_entries(m, pipe, err);
     weft_pipe_close(pipe);
     if (st != WEFT_OK)
@@ -279,11 +300,14 @@ const char *weft_model_text_missing(const struct weft_model *m, char *buf, size_
                  name);
         return buf;
     }
-    if (m->flux.version == 2) {
-        snprintf(buf, len, "%s cannot encode text: FLUX.2's text encoder (Mistral Small 3.1, "
-                 "24 B parameters) is not native to weft yet; give its prompt_embeds "
-                 "[1, T, %lld] as an embeddings file", name,
-                 (long long)m->flux.joint_attention_dim);
+    if (m->flux.version != 1) {
+        snprintf(buf, len, "%s cannot encode text: %s's text encoder (%s) is not native to weft "
+                 "yet; give its prompt_embeds [1, T, %lld]%s as an embeddings file", name,
+                 m->flux.version == 2 ? "FLUX.2" : "Qwen-Image",
+                 m->flux.version == 2 ? "Mistral Small 3.1, 24 B parameters"
+                                      : "Qwen2.5-VL, 7 B parameters",
+                 (long long)m->flux.joint_attention_dim,
+                 m->flux.version == 3 ? " (and its prompt_embeds_mask)" : "");
         return buf;
     }
     const struct {
@@ -520,18 +544,65 @@ weft_status_t weft_model_check_layout(const struct weft_model *model,
 
 /* ---------------------------------------------------------------------------------------- */
 
-weft_status_t weft_model_check_prompt(const struct weft_model *model,
-                                      const struct weft_st_file *file, const char *what,
+/* A Qwen-Image prompt's mask: its tokens are a prefix of ones (padding after them), so the
+ * prompt is its first tokens; a mask with holes would move the positions of the tokens after
+ * them, which weft does not model. Returns the tokens kept. */
+static weft_status_t mask_tokens(struct weft_st_file *f, const char *what, int64_t tokens,
+                                 int64_t *kept_p, struct weft_error *err)
+{
+    const struct weft_st_tensor *mk = weft_st_find(f, "prompt_embeds_mask");
+    *kept_p = tokens;
+    if (!mk)
+        return WEFT_OK;
+    /* as the pipeline passes it: int64 (the tokenizer's attention mask), or any float or int */
+    const enum weft_dtype dt = weft_dtype_is_float(mk->dtype) ? WEFT_DTYPE_F32 : mk->dtype;
+    if (dt != WEFT_DTYPE_F32 && dt != WEFT_DTYPE_I64 && dt != WEFT_DTYPE_I32 &&
+        dt != WEFT_DTYPE_U8)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: prompt_embeds_mask is %s; a float, "
+                                 "int or bool mask expected", what, mk->dtype_name);
+    void *raw = weft_malloc((size_t)tokens * 8);
+    if (!raw)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_status_t st = weft_st_read(f, mk, raw, dt, err);
+    bool *m = weft_malloc((size_t)tokens * sizeof(bool));
+    if (!m)
+        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; st == WEFT_OK && l < tokens; l++)
+        m[l] = dt == WEFT_DTYPE_F32   ? ((const float *)raw)[l] != 0.0f
+               : dt == WEFT_DTYPE_I64 ? ((const int64_t *)raw)[l] != 0
+               : dt == WEFT_DTYPE_I32 ? ((const int32_t *)raw)[l] != 0
+                                      : ((const uint8_t *)raw)[l] != 0;
+    weft_free(raw);
+    int64_t kept = 0;
+    while (st == WEFT_OK && kept < tokens && m[kept])
+        kept++;
+    for (int64_t l = kept; st == WEFT_OK && l < tokens; l++)
+        if (m[l])
+            st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                                   "%s: prompt_embeds_mask has a masked token (%lld) before a "
+                                   "kept one (%lld); weft takes masks of padding only (ones, "
+                                   "then zeros)", what, (long long)kept, (long long)l);
+    if (st == WEFT_OK && kept == 0)
+        st = weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: prompt_embeds_mask masks every token",
+                               what);
+    weft_free(m);
+    *kept_p = kept;
+    return st;
+}
+
+weft_status_t weft_model_check_prompt(const struct weft_model *model, struct weft_st_file *file,
+                                      const char *what,
                                       int64_t *tokens_p, struct weft_error *err)
 {
     const struct weft_st_tensor *pe = weft_st_find(file, "prompt_embeds");
     const struct weft_st_tensor *po = weft_st_find(file, "pooled_prompt_embeds");
-    const bool pooled_wanted = model->flux.version == 1; /* FLUX.2 takes prompt_embeds only */
+    /* FLUX.2 and Qwen-Image take prompt_embeds only (Qwen-Image: with its mask) */
+    const bool pooled_wanted = model->flux.version == 1;
     if (!pooled_wanted && pe && po)
         return weft_error_refuse(err, WEFT_ERR_FORMAT,
                                  "%s: pooled_prompt_embeds given, but %s takes no pooled "
                                  "embedding (an embeddings file of another model?)", what,
-                                 WEFT_FLUX2_CLASS);
+                                 weft_flux_class(&model->flux));
     if (!pe || (pooled_wanted && !po))
         return weft_error_refuse(err, WEFT_ERR_FORMAT,
                                  pooled_wanted
@@ -562,7 +633,16 @@ weft_status_t weft_model_check_prompt(const struct weft_model *model,
                                  "%s: pooled_prompt_embeds must be [1, %lld] (the model's "
                                  "pooled_projection_dim)", what, (long long)pooled);
     *tokens_p = pe->shape[1];
-    return WEFT_OK;
+    const struct weft_st_tensor *mk = weft_st_find(file, "prompt_embeds_mask");
+    if (mk && model->flux.version != 3)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s: prompt_embeds_mask given, but %s takes no mask", what,
+                                 weft_flux_class(&model->flux));
+    if (mk && (mk->numel != pe->shape[1] || mk->ndim < 1 || mk->ndim > 2))
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s: prompt_embeds_mask must be [1, %lld] (one per token)", what,
+                                 (long long)pe->shape[1]);
+    return mask_tokens(file, what, pe->shape[1], tokens_p, err);
 }
 
 static weft_status_t read_f32(struct weft_st_file *f, const char *name, float **out,

@@ -26,6 +26,8 @@
 
 #define WEFT_FLUX_PIPELINE_CLASS "FluxPipeline"
 #define WEFT_FLUX2_PIPELINE_CLASS "Flux2Pipeline"
+#define WEFT_QWEN_PIPELINE_CLASS "QwenImagePipeline"
+#define WEFT_QWEN_VAE_CLASS "AutoencoderKLQwenImage"
 #define WEFT_MODEL_MAX_TEXT_TOKENS 4096 /* tokens of one prompt's embeddings */
 #define WEFT_MODEL_MAX_SEQUENCE_LENGTH 512 /* T5 tokens of a text prompt (FluxPipeline's limit) */
 
@@ -49,6 +51,9 @@ struct weft_model {
     struct weft_flux_config flux;
     struct weft_model_info info;         /* heads and packed blocks, for tensor parallelism */
     bool has_vae;
+    /* a VAE the folder names but weft cannot decode yet (QwenImagePipeline's
+     * AutoencoderKLQwenImage): why, for a job that asks for an image ("": none) */
+    char vae_missing[160];
     struct weft_vae_config vae;
     /* text: CLIP (tokenizer/, text_encoder/) and T5 (tokenizer_2/, text_encoder_2/); a pipeline
      * encodes text when all four are there (weft_model_text_missing) */
@@ -112,12 +117,14 @@ weft_status_t weft_model_check_layout(const struct weft_model *model,
                                       struct weft_error *err);
 
 /* A prompt's embeddings as the model takes them: prompt_embeds [1, T, joint_attention_dim]
- * with T in 1..WEFT_MODEL_MAX_TEXT_TOKENS and pooled_prompt_embeds [1, pooled_projection_dim]
- * ([pooled] accepted), float dtypes. *tokens_p gets T. what names the file in err. */
-weft_status_t weft_model_check_prompt(const struct weft_model *model,
-                                      const struct weft_st_file *file, const char *what,
-                                      int64_t *tokens_p, struct weft_error *err);
-
+ * with T in 1..WEFT_MODEL_MAX_TEXT_TOKENS and, for FLUX.1, pooled_prompt_embeds
+ * [1, pooled_projection_dim] ([pooled] accepted; FLUX.2 and Qwen-Image take none and refuse
+ * one), float dtypes; Qwen-Image's optional prompt_embeds_mask [1, T] must be ones then zeros
+ * (padding), and the prompt is its unmasked tokens. *tokens_p gets the tokens the model takes.
+ * what names the file in err. */
+weft_status_t weft_model_check_prompt(const struct weft_model *model, struct weft_st_file *file,
+                                      const char *what, int64_t *tokens_p,
+                                      struct weft_error *err);
 /* A prompt's embeddings read from a safetensors file (checked as above), as f32. */
 struct weft_prompt_embeds {
     float *embeds; /* [tokens, joint_attention_dim] (weft_free) */

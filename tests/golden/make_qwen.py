@@ -7,7 +7,7 @@ Run from the repository root (CPU only, seconds on 2 cores):
 Run order: independent of the other generators; see tests/golden/README.md. Environment: torch (CPU), diffusers
 0.42.1. Not run in CI; the outputs are committed; re-running regenerates every file bit-identically.
 
-What it writes (it first deletes tests/data/qwenimage/{tiny-g,tiny-bf16,golden}; tests/data/qwenimage/tiny/ is
+What it writes (it first deletes tests/data/qwenimage/{tiny-g,tiny-bf16,golden,pipeline}; tests/data/qwenimage/tiny/ is
 make_other.py's):
   tests/data/qwenimage/tiny-g/     QwenImageTransformer2DModel, 2 blocks, f32
   tests/data/qwenimage/tiny-bf16/  1 block, bf16 weights
@@ -17,6 +17,13 @@ make_other.py's):
                                    8); _cfg: true_cfg_scale 4 with negative prompt embeddings (the pipeline's
                                    renormalised combination)
   tests/data/qwenimage/golden/README.md
+  tests/data/qwenimage/pipeline/   a QwenImagePipeline folder: model_index.json, transformer/ (1 block, bf16),
+                                   vae/ (a tiny AutoencoderKLQwenImage, random: weft does not decode with it yet),
+                                   scheduler/ (SCHED_CFG), prompts/cat.safetensors (prompt_embeds [1, 9, 24] and a
+                                   prompt_embeds_mask of 7 ones then 2 zeros) and prompts/blurry.safetensors (7
+                                   tokens, no mask); text_encoder and tokenizer null
+  tests/data/qwenimage/golden/pipeline_cat_128x96_cfg.safetensors   QwenImagePipeline.from_pretrained(pipeline)
+                                   from those prompts, true CFG 4, 4 steps, output_type "latent"
 
 Common config: patch_size 2, in_channels 16 (4 latent channels packed 2 x 2), out_channels 4 (proj_out gives
 2 x 2 x 4 = 16), 12 heads x head_dim 8 (inner 96), joint_attention_dim 24, axes_dims_rope (2, 2, 4). Inputs as
@@ -37,7 +44,8 @@ import shutil
 import torch
 
 import golden_common as gc
-from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
+from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline,
+                       QwenImageTransformer2DModel)
 
 OUT = gc.repo_path("tests", "data", "qwenimage")
 GOLD = os.path.join(OUT, "golden")
@@ -158,6 +166,54 @@ def loop_case(rows, cols, T, seed, cfg):
                    [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]))
 
 
+PIPE = os.path.join(OUT, "pipeline")
+
+
+def build_pipeline():
+    torch.manual_seed(304)
+    tf = QwenImageTransformer2DModel(num_layers=1, **COMMON)
+    gc.reinit_transformer(tf, 304, mod_gain=1.5)
+    torch.manual_seed(305)
+    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=IN_CH // 4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                                 latents_mean=[0.1, -0.2, 0.3, 0.0], latents_std=[1.5, 0.8, 1.2, 2.0])
+    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHED_CFG), vae=vae, text_encoder=None,
+                             tokenizer=None, transformer=tf.to(torch.bfloat16))
+    pipe.save_pretrained(PIPE, safe_serialization=True)
+    mask = torch.ones(1, 9, dtype=torch.int64)
+    mask[:, 7:] = 0
+    gc.save_tensors(os.path.join(PIPE, "prompts", "cat.safetensors"),
+                    {"prompt_embeds": gc.randn((1, 9, JOINT), 306), "prompt_embeds_mask": mask},
+                    keep_dtype=("prompt_embeds_mask",))
+    gc.save_tensors(os.path.join(PIPE, "prompts", "blurry.safetensors"),
+                    {"prompt_embeds": gc.randn((1, 7, JOINT), 307)})
+    gc.log(f"saved the QwenImagePipeline folder: vae_scale_factor {pipe.vae_scale_factor}")
+
+
+def pipeline_case(rows, cols, seed):
+    from safetensors.torch import load_file
+    pipe = QwenImagePipeline.from_pretrained(PIPE, text_encoder=None, tokenizer=None)
+    pipe.transformer = pipe.transformer.to(torch.float32)  # bf16 weights as stored, f32 compute
+    pipe.set_progress_bar_config(disable=True)
+    pos = load_file(os.path.join(PIPE, "prompts", "cat.safetensors"))
+    neg = load_file(os.path.join(PIPE, "prompts", "blurry.safetensors"))
+    lat = gc.randn((1, rows * cols, IN_CH), seed)
+    f = 2 * pipe.vae_scale_factor
+    with torch.no_grad():
+        out = pipe(prompt_embeds=pos["prompt_embeds"], prompt_embeds_mask=pos["prompt_embeds_mask"],
+                   negative_prompt_embeds=neg["prompt_embeds"],
+                   negative_prompt_embeds_mask=torch.ones(1, 7, dtype=torch.int64), true_cfg_scale=4.0,
+                   latents=lat.clone(), height=f * rows, width=f * cols, num_inference_steps=4,
+                   output_type="latent").images
+    fn = f"pipeline_cat_{f * rows}x{f * cols}_cfg.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), {"latents_init": lat, "latents_final": out})
+    gc.log(f"{fn}: final std {out.std().item():.4f}")
+    README.append((fn, f"QwenImagePipeline.from_pretrained(tests/data/qwenimage/pipeline) (transformer bf16 as stored, "
+                   f"then .to(float32)), prompts cat (masked: 7 of 9 tokens) and blurry as the negative, true_cfg_scale "
+                   f"4, height {f * rows}, width {f * cols}, 4 steps, output_type latent.",
+                   [("latents_init", list(lat.shape), "F32", "packed latents passed as latents="),
+                    ("latents_final", list(out.shape), "F32", "packed latents after the last step")]))
+
+
 def write_readme():
     lines = ["# Qwen-Image transformer goldens", "",
              "Written by `tests/golden/make_qwen.py` (see its docstring for the models and inputs).", ""]
@@ -171,7 +227,7 @@ def write_readme():
 
 def main():
     gc.setup()
-    for d in ("tiny-g", "tiny-bf16", "golden"):
+    for d in ("tiny-g", "tiny-bf16", "golden", "pipeline"):
         shutil.rmtree(os.path.join(OUT, d), ignore_errors=True)
     os.makedirs(GOLD)
     build_models()
@@ -181,6 +237,8 @@ def main():
     fwd_case("tiny-bf16", 15, 13, 7, seed=6300)
     loop_case(16, 16, 8, seed=7000, cfg=False)
     loop_case(15, 13, 7, seed=7100, cfg=True)
+    build_pipeline()
+    pipeline_case(8, 6, seed=8000)
     write_readme()
     gc.list_written(OUT)
 
