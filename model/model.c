@@ -563,10 +563,12 @@ static weft_status_t mask_tokens(struct weft_st_file *f, const char *what, int64
     void *raw = weft_malloc((size_t)tokens * 8);
     if (!raw)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
-    weft_status_t st = weft_st_read(f, mk, raw, dt, err);
     bool *m = weft_malloc((size_t)tokens * sizeof(bool));
-    if (!m)
-        st = weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    if (!m) {
+        weft_free(raw);
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    }
+    weft_status_t st = weft_st_read(f, mk, raw, dt, err);
     for (int64_t l = 0; st == WEFT_OK && l < tokens; l++)
         m[l] = dt == WEFT_DTYPE_F32   ? ((const float *)raw)[l] != 0.0f
                : dt == WEFT_DTYPE_I64 ? ((const int64_t *)raw)[l] != 0
