@@ -26,18 +26,19 @@ def main():
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--class", dest="cls", choices=("flux", "flux2"), default="flux")
+    ap.add_argument("--class", dest="cls", choices=("flux", "flux2", "qwenimage"), default="flux")
     a = ap.parse_args()
 
     import torch
     import diffusers
-    from diffusers import Flux2Transformer2DModel, FluxTransformer2DModel
+    from diffusers import Flux2Transformer2DModel, FluxTransformer2DModel, QwenImageTransformer2DModel
 
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     dev = torch.device(a.device)
-    klass = Flux2Transformer2DModel if a.cls == "flux2" else FluxTransformer2DModel
+    klass = {"flux": FluxTransformer2DModel, "flux2": Flux2Transformer2DModel,
+             "qwenimage": QwenImageTransformer2DModel}[a.cls]
     model = klass.from_pretrained(a.model, torch_dtype=dt).to(dev).eval()
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     sync()
@@ -66,6 +67,10 @@ def main():
         inputs["img_ids"] = on(torch.stack([zi, rows.float(), cols.float(), zi], dim=1))
         inputs["txt_ids"] = on(torch.stack([torch.zeros(a.text)] * 3 + [torch.arange(a.text).float()],
                                            dim=1))
+    elif a.cls == "qwenimage":  # positions from img_shapes (the grid), no ids, no guidance
+        for k in ("img_ids", "txt_ids", "guidance"):
+            del inputs[k]
+        inputs["img_shapes"] = [(1, (a.tokens + w - 1) // w, w)]
     else:
         inputs["pooled_projections"] = on(torch.randn(1, cfg.pooled_projection_dim, generator=g))
     if dev.type == "cuda":

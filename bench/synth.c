@@ -117,6 +117,17 @@ void weft_synth_flux2_config(struct weft_flux_config *c, int64_t heads, int64_t 
     c->mlp_hidden_dim = 3 * c->inner_dim;
 }
 
+void weft_synth_qwen_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
+                            int64_t blocks)
+{
+    weft_synth_flux_config(c, heads, head_dim, blocks, 0);
+    c->version = 3;
+    c->patch_size = 2;
+    c->joint_attention_dim = 3584;
+    c->pooled_projection_dim = 0;
+    c->guidance_embeds = false;
+}
+
 static weft_status_t write_config(const char *dir, const struct weft_flux_config *c)
 {
     char path[2048];
@@ -126,7 +137,19 @@ static weft_status_t write_config(const char *dir, const struct weft_flux_config
         WEFT_LOG_ERROR("bench", "%s: cannot create: %s", path, strerror(errno));
         return WEFT_ERR_IO;
     }
-    if (c->version == 2)
+    if (c->version == 3)
+        fprintf(f,
+                "{\n  \"_class_name\": \"%s\",\n  \"_diffusers_version\": \"0.42.1\",\n"
+                "  \"attention_head_dim\": %lld,\n  \"axes_dims_rope\": [%lld, %lld, %lld],\n"
+                "  \"guidance_embeds\": false,\n  \"in_channels\": %lld,\n"
+                "  \"joint_attention_dim\": %lld,\n  \"num_attention_heads\": %lld,\n"
+                "  \"num_layers\": %lld,\n  \"out_channels\": %lld,\n  \"patch_size\": 2\n}\n",
+                WEFT_QWEN_CLASS, (long long)c->attention_head_dim,
+                (long long)c->axes_dims_rope[0], (long long)c->axes_dims_rope[1],
+                (long long)c->axes_dims_rope[2], (long long)c->in_channels,
+                (long long)c->joint_attention_dim, (long long)c->num_attention_heads,
+                (long long)c->num_layers, (long long)c->out_channels / 4);
+    else if (c->version == 2)
         fprintf(f,
                 "{\n  \"_class_name\": \"%s\",\n  \"_diffusers_version\": \"0.42.1\",\n"
                 "  \"attention_head_dim\": %lld,\n  \"axes_dims_rope\": [%lld, %lld, %lld, %lld],\n"

@@ -19,6 +19,10 @@ void weft_synth_flux_config(struct weft_flux_config *c, int64_t heads, int64_t h
  * rope_theta 2000. The writer below writes its class and keys. */
 void weft_synth_flux2_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
                              int64_t double_blocks, int64_t single_blocks);
+/* Qwen-Image-shaped (QwenImageTransformer2DModel): in 64 channels (16 packed 2 x 2), out 16 x
+ * 2 x 2, text 3584 wide, RoPE axes (16, 56, 56) scaled to head_dim, blocks double ones. */
+void weft_synth_qwen_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
+                            int64_t blocks);
 weft_status_t weft_synth_flux_write(const char *dir, const struct weft_flux_config *c,
                                     enum weft_dtype dtype, uint64_t seed);
 /* The same as Diffusers saves a large model: shards of at most shard_bytes each

@@ -35,7 +35,8 @@ struct flux_bench_opts {
 static void help(FILE *out)
 {
     fprintf(out,
-        "usage: weft bench flux [--model-class flux|flux2] [--dtype f32|bf16] [--device DEV]\n"
+        "usage: weft bench flux [--model-class flux|flux2|qwenimage] [--dtype f32|bf16]\n"
+        "                       [--device DEV]\n"
         "                       [--dev] [--tokens N]\n"
         "                       [--text N] [--heads N] [--head-dim N] [--double N] [--single N]\n"
         "                       [--python PATH | --no-torch] [--rounds N] [--warmup N]\n"
@@ -54,10 +55,11 @@ static void help(FILE *out)
         "  --dev    FLUX.1-dev's width: 24 heads x 128 = 3072, 2 double + 2 single blocks,\n"
         "           4096 image + 512 text tokens (a 1024x1024 image); with flux2, FLUX.2-dev's:\n"
         "           48 heads x 128 = 6144, 1 double + 1 single block\n"
-        "  --model-class flux|flux2\n"
-        "           FluxTransformer2DModel (default) or Flux2Transformer2DModel (in 128\n"
+        "  --model-class flux|flux2|qwenimage\n"
+        "           FluxTransformer2DModel (default), Flux2Transformer2DModel (in 128\n"
         "           channels, text 15360 wide, MLP 3x with SwiGLU, no biases, shared\n"
-        "           modulation, 4 RoPE axes)\n"
+        "           modulation, 4 RoPE axes) or QwenImageTransformer2DModel (double blocks\n"
+        "           only, text 3584 wide; --dev: Qwen-Image's width, 24 x 128, 2 blocks)\n"
         "  --quick  2 heads x 32, 1 + 1 blocks, 64 + 16 tokens\n"
         "  --device DEV\n"
         "           cpu (default), cuda:N or auto (a GPU when there is one): weft's kernels on\n"
@@ -104,11 +106,15 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
             continue;
         }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model-class"))) {
-            if (strcmp(v, "flux") != 0 && strcmp(v, "flux2") != 0) {
-                WEFT_LOG_ERROR("bench", "--model-class: '%s' is neither flux nor flux2", v);
+            o->version = strcmp(v, "flux") == 0        ? 1
+                         : strcmp(v, "flux2") == 0     ? 2
+                         : strcmp(v, "qwenimage") == 0 ? 3
+                                                       : 0;
+            if (!o->version) {
+                WEFT_LOG_ERROR("bench", "--model-class: '%s' is none of flux, flux2, qwenimage",
+                               v);
                 return -1;
             }
-            o->version = v[4] == '2' ? 2 : 1;
             continue;
         }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--device"))) {
@@ -139,11 +145,14 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
     }
     static const long long full[] = {1024, 128, 8, 128, 4, 8}, quick[] = {64, 16, 2, 32, 1, 1};
     static const long long dev[] = {4096, 512, 24, 128, 2, 2}, dev2[] = {4096, 512, 48, 128, 1, 1};
+    static const long long dev3[] = {4096, 512, 24, 128, 2, 0};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if (*fields[k] < 0)
             *fields[k] = o->b.quick ? quick[k]
-                         : o->dev   ? (o->version == 2 ? dev2[k] : dev[k])
+                         : o->dev   ? (o->version == 2 ? dev2[k] : o->version == 3 ? dev3[k] : dev[k])
                                     : full[k];
+    if (o->version == 3) /* Qwen-Image has double blocks only */
+        o->sgl = 0;
     return 0;
 }
 
@@ -201,9 +210,7 @@ int weft_bench_flux_run(struct weft_cli *cli)
     weft_noise_normal(1, 0, o.tokens * c->in_channels, hidden);
     weft_noise_normal(2, 0, o.text * c->joint_attention_dim, enc);
     weft_noise_normal(3, 0, c->pooled_projection_dim, pooled);
-    weft_flux_image_ids((o.tokens + w - 1) / w, w, c->n_axes, ids);
-    for (long long l = 0; c->version == 2 && l < o.text; l++) /* Flux2Pipeline's [0, 0, 0, l] */
-        tids[l * c->n_axes + c->n_axes - 1] = (float)l;
+    weft_flux_ids(c, (o.tokens + w - 1) / w, w, o.text, ids, tids); /* as its pipeline */
     float t = 0.5f, g = 3.5f;
     struct weft_flux_inputs in = {1, o.tokens, o.text, hidden, enc, pooled, &t,
                                   c->guidance_embeds ? &g : NULL, ids, tids};
@@ -390,7 +397,9 @@ int weft_bench_flux(struct weft_cli *cli)
         return 1;
     }
     struct weft_flux_config c;
-    if (o.version == 2)
+    if (o.version == 3)
+        weft_synth_qwen_config(&c, o.heads, o.head_dim, o.dbl);
+    else if (o.version == 2)
         weft_synth_flux2_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
     else
         weft_synth_flux_config(&c, o.heads, o.head_dim, o.dbl, o.sgl);
@@ -425,7 +434,8 @@ int weft_bench_flux(struct weft_cli *cli)
     snprintf(tstr, sizeof(tstr), "%d", threads > 0 ? threads : 1);
     char *pargv[] = {(char *)o.python, script, "--model", dir, "--tokens", tok, "--text", txt,
                      "--threads", tstr, "--dtype", (char *)weft_dtype_name(o.dtype),
-                     "--device", tdev, "--class", o.version == 2 ? "flux2" : "flux", NULL};
+                     "--device", tdev, "--class",
+                     o.version == 3 ? "qwenimage" : o.version == 2 ? "flux2" : "flux", NULL};
     if (!o.no_torch)
         side_start(&sd[1], pargv, NULL);
     if (!o.no_torch && !sd[1].alive)
