@@ -130,9 +130,6 @@ weft_status_t weft_job_check(const struct weft_model *model, const struct weft_l
                                      "prompt %d: %lld text tokens; 1..%d allowed", i,
                                      (long long)t, WEFT_JOB_MAX_TEXT_TOKENS);
     }
-    if (job->decode && !model->has_vae && model->vae_missing[0])
-        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s: %s", model->dir,
-                                 model->vae_missing);
     if (job->decode && !model->has_vae)
         return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                                  "%s has no vae component: images need a pipeline folder with "

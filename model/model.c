@@ -79,8 +79,12 @@ static weft_status_t open_vae(struct weft_model *m, struct weft_error *err)
 {
     struct weft_ckpt *ck;
     const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
-    weft_status_t st = open_component(m->vae_dir, flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS, &ck,
-                                      err);
+    const bool qwen = strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0;
+    weft_status_t st = open_component(m->vae_dir,
+                                      qwen    ? WEFT_VAE3_CLASS
+                                      : flux2 ? WEFT_VAE2_CLASS
+                                              : WEFT_VAE_CLASS,
+                                      &ck, err);
     if (st != WEFT_OK)
         return st;
     char origin[WEFT_CONF_PATH + 32];
@@ -188,17 +192,9 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
     } else if ((st = index_entry(pipe, "transformer", "diffusers",
                                  pipeline_transformer(m->pipeline_class), false, &has_t,
                                  err)) == WEFT_OK) {
-        if (qwen) { /* its VAE (a causal video VAE) is not weft's yet: latents only */
-            bool named = false;
-            st = index_entry(pipe, "vae", "diffusers", WEFT_QWEN_VAE_CLASS, true, &named, err);
-            if (named)
-                snprintf(m->vae_missing, sizeof(m->vae_missing),
-                         "decoding with %s is not native to weft yet; ask for latents (a "
-                         ".safetensors output)", WEFT_QWEN_VAE_CLASS);
-        } else {
-            st = index_entry(pipe, "vae", "diffusers", flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS,
-                             true, &m->has_vae, err);
-        }
+        st = index_entry(pipe, "vae", "diffusers",
+                         qwen ? WEFT_VAE3_CLASS : flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS, true,
+                         &m->has_vae, err);
         if (st == WEFT_OK)
             st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
                              err);

@@ -27,7 +27,6 @@
 #define WEFT_FLUX_PIPELINE_CLASS "FluxPipeline"
 #define WEFT_FLUX2_PIPELINE_CLASS "Flux2Pipeline"
 #define WEFT_QWEN_PIPELINE_CLASS "QwenImagePipeline"
-#define WEFT_QWEN_VAE_CLASS "AutoencoderKLQwenImage"
 #define WEFT_MODEL_MAX_TEXT_TOKENS 4096 /* tokens of one prompt's embeddings */
 #define WEFT_MODEL_MAX_SEQUENCE_LENGTH 512 /* T5 tokens of a text prompt (FluxPipeline's limit) */
 
@@ -51,9 +50,6 @@ struct weft_model {
     struct weft_flux_config flux;
     struct weft_model_info info;         /* heads and packed blocks, for tensor parallelism */
     bool has_vae;
-    /* a VAE the folder names but weft cannot decode yet (QwenImagePipeline's
-     * AutoencoderKLQwenImage): why, for a job that asks for an image ("": none) */
-    char vae_missing[160];
     struct weft_vae_config vae;
     /* text: CLIP (tokenizer/, text_encoder/) and T5 (tokenizer_2/, text_encoder_2/); a pipeline
      * encodes text when all four are there (weft_model_text_missing) */

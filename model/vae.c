@@ -113,10 +113,89 @@ static weft_status_t parse_v2(const cJSON *cfg, const char *origin, struct weft_
     return WEFT_OK;
 }
 
+/* AutoencoderKLQwenImage: its own keys, mapped onto the common fields. */
+static weft_status_t parse_v3(const cJSON *cfg, const char *origin, struct weft_vae_config *c,
+                              struct weft_error *err)
+{
+    static const int64_t mult_def[] = {1, 2, 4, 4};
+    int64_t base, mult[WEFT_VAE_MAX_BLOCKS];
+    int n_mult;
+    weft_status_t st;
+    if ((st = weft_json_get_int(cfg, "base_dim", 96, 1, WEFT_VAE_MAX_CHANNELS, origin, &base,
+                                err)) ||
+        (st = weft_json_get_int(cfg, "z_dim", 16, 1, WEFT_VAE3_MAX_Z, origin, &c->latent_channels,
+                                err)) ||
+        (st = weft_json_get_int_array(cfg, "dim_mult", mult_def, 4, WEFT_VAE_MAX_BLOCKS, 1, 64,
+                                      origin, mult, &n_mult, err)) ||
+        (st = weft_json_get_int(cfg, "num_res_blocks", 2, 1, 64, origin, &c->layers_per_block,
+                                err)) ||
+        (st = weft_json_get_int(cfg, "input_channels", 3, 1, 64, origin, &c->out_channels, err)))
+        return st;
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(cfg, "attn_scales");
+    if (as && !cJSON_IsArray(as) && !cJSON_IsNull(as))
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: attn_scales is not an array", origin);
+    if (cJSON_IsArray(as) && cJSON_GetArraySize(as) > 0)
+        return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "model",
+                                        "%s: attn_scales is not empty; weft decodes "
+                                        "AutoencoderKLQwenImage with its mid-block attention only",
+                                        origin);
+    const cJSON *td = cJSON_GetObjectItemCaseSensitive(cfg, "temperal_downsample");
+    const int n_td = cJSON_IsArray(td) ? cJSON_GetArraySize(td) : 3;
+    if ((td && !cJSON_IsArray(td)) || n_td != n_mult - 1)
+        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                        "%s: temperal_downsample must list %d booleans (one per "
+                                        "down block but the last)", origin, n_mult - 1);
+    /* the decoder's up blocks take them reversed */
+    for (int i = 0; i < n_td; i++) {
+        const cJSON *b = td ? cJSON_GetArrayItem(td, i) : NULL;
+        if (b && !cJSON_IsBool(b))
+            return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                            "%s: temperal_downsample[%d] is not a boolean",
+                                            origin, i);
+        c->temporal_up[n_td - 1 - i] = b ? cJSON_IsTrue(b) : i > 0;
+    }
+    static const char *const stats[] = {"latents_mean", "latents_std"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(cfg, stats[k]);
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != (int)c->latent_channels)
+            return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                            "%s: %s must list z_dim = %lld numbers", origin,
+                                            stats[k], (long long)c->latent_channels);
+        for (int i = 0; i < (int)c->latent_channels; i++) {
+            const cJSON *v = cJSON_GetArrayItem(a, i);
+            const double d = cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+            if (!cJSON_IsNumber(v) || (k == 1 && !(d > 0.0)) || !(d > -1e6 && d < 1e6))
+                return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                                "%s: %s[%d] is not %s", origin, stats[k], i,
+                                                k ? "a positive number" : "a number");
+            (k ? c->latents_std : c->latents_mean)[i] = (float)d;
+        }
+    }
+    c->n_blocks = n_mult;
+    for (int i = 0; i < n_mult; i++)
+        c->block_out_channels[i] = base * mult[i];
+    c->in_channels = c->out_channels;
+    c->sample_size = 1024; /* QwenImagePipeline's default image */
+    c->norm_num_groups = 1; /* unused: RMS norms */
+    c->mid_block_add_attention = true;
+    c->use_quant_conv = c->use_post_quant_conv = true;
+    c->scale = (int64_t)1 << (n_mult - 1);
+    return WEFT_OK;
+}
+
 weft_status_t weft_vae_config_parse(const cJSON *cfg, const char *origin,
                                     struct weft_vae_config *out, struct weft_error *err)
 {
     struct weft_vae_config c = {.version = 1, .scaling_factor = 1.0};
+    const cJSON *cls3 = cJSON_GetObjectItemCaseSensitive(cfg, "_class_name");
+    if (cJSON_IsString(cls3) && strcmp(cls3->valuestring, WEFT_VAE3_CLASS) == 0) {
+        c.version = 3;
+        weft_status_t st = parse_v3(cfg, origin, &c, err);
+        if (st == WEFT_OK)
+            *out = c;
+        return st;
+    }
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "_class_name");
     if (cJSON_IsString(cls) && strcmp(cls->valuestring, WEFT_VAE2_CLASS) == 0)
         c.version = 2;
@@ -199,6 +278,37 @@ static void param(struct emit *e, const char *prefix, const char *name, const ch
     e->n++;
 }
 
+/* AutoencoderKLQwenImage's causal 3-D convolution [cout, cin, kt, k, k] with its bias. */
+static void conv3(struct emit *e, const char *prefix, const char *name, int64_t cout,
+                  int64_t cin, int64_t kt, int64_t k)
+{
+    if (e->p) {
+        struct weft_vae_param *p = &e->p[e->n];
+        snprintf(p->name, sizeof(p->name), "%s%s.weight", prefix, name);
+        p->part = e->part;
+        p->ndim = 5;
+        p->shape[0] = cout, p->shape[1] = cin, p->shape[2] = kt, p->shape[3] = p->shape[4] = k;
+    }
+    e->numel[e->part] += cout * cin * kt * k * k;
+    e->n++;
+    param(e, prefix, name, ".bias", 1, cout, 0, 0);
+}
+
+/* A QwenImageRMS_norm's gamma: [c, 1, 1, 1] (resnets, the output) or [c, 1, 1] (attention). */
+static void gamma(struct emit *e, const char *prefix, const char *name, int64_t c, int ndim)
+{
+    if (e->p) {
+        struct weft_vae_param *p = &e->p[e->n];
+        snprintf(p->name, sizeof(p->name), "%s%s.gamma", prefix, name);
+        p->part = e->part;
+        p->ndim = ndim;
+        p->shape[0] = c;
+        p->shape[1] = p->shape[2] = p->shape[3] = 1;
+    }
+    e->numel[e->part] += c;
+    e->n++;
+}
+
 static void conv(struct emit *e, const char *prefix, const char *name, int64_t cout,
                  int64_t cin, int64_t k)
 {
@@ -249,6 +359,8 @@ static void mid_block(struct emit *e, const char *top, const struct weft_vae_con
 
 static void encoder(struct emit *e, const struct weft_vae_config *c)
 {
+    if (c->version == 3) /* its encoder is not weft's business: decode only */
+        return;
     const int64_t *bo = c->block_out_channels;
     char prefix[96];
     e->part = WEFT_VAE_ENCODER;
@@ -272,8 +384,58 @@ static void encoder(struct emit *e, const struct weft_vae_config *c)
         conv(e, "", "quant_conv", 2 * c->latent_channels, 2 * c->latent_channels, 1);
 }
 
+static void resnet3(struct emit *e, const char *prefix, int64_t cin, int64_t cout)
+{
+    gamma(e, prefix, "norm1", cin, 4);
+    conv3(e, prefix, "conv1", cout, cin, 3, 3);
+    gamma(e, prefix, "norm2", cout, 4);
+    conv3(e, prefix, "conv2", cout, cout, 3, 3);
+    if (cin != cout)
+        conv3(e, prefix, "conv_shortcut", cout, cin, 1, 1);
+}
+
+/* AutoencoderKLQwenImage's decoder (QwenImageDecoder3d) and post_quant_conv. Its channels:
+ * dims = base x [mult[-1]] + reversed(mult); up block i goes from dims[i] (halved after the
+ * first: each upsampler halves) to dims[i + 1]. */
+static void decoder_v3(struct emit *e, const struct weft_vae_config *c)
+{
+    const int n = c->n_blocks;
+    int64_t dims[WEFT_VAE_MAX_BLOCKS + 1];
+    dims[0] = c->block_out_channels[n - 1];
+    for (int i = 0; i < n; i++)
+        dims[i + 1] = c->block_out_channels[n - 1 - i];
+    char prefix[96];
+    e->part = WEFT_VAE_DECODER;
+    conv3(e, "", "post_quant_conv", c->latent_channels, c->latent_channels, 1, 1);
+    conv3(e, "decoder.", "conv_in", dims[0], c->latent_channels, 3, 3);
+    resnet3(e, "decoder.mid_block.resnets.0.", dims[0], dims[0]);
+    gamma(e, "decoder.mid_block.attentions.0.", "norm", dims[0], 3);
+    conv(e, "decoder.mid_block.attentions.0.", "to_qkv", 3 * dims[0], dims[0], 1);
+    conv(e, "decoder.mid_block.attentions.0.", "proj", dims[0], dims[0], 1);
+    resnet3(e, "decoder.mid_block.resnets.1.", dims[0], dims[0]);
+    for (int i = 0; i < n; i++) {
+        const int64_t in = i ? dims[i] / 2 : dims[i], out = dims[i + 1];
+        for (int64_t j = 0; j < c->layers_per_block + 1; j++) {
+            snprintf(prefix, sizeof(prefix), "decoder.up_blocks.%d.resnets.%lld.", i, (long long)j);
+            resnet3(e, prefix, j ? out : in, out);
+        }
+        if (i == n - 1)
+            continue;
+        snprintf(prefix, sizeof(prefix), "decoder.up_blocks.%d.upsamplers.0.", i);
+        conv(e, prefix, "resample.1", out / 2, out, 3);
+        if (c->temporal_up[i])
+            conv3(e, prefix, "time_conv", 2 * out, out, 3, 1);
+    }
+    gamma(e, "decoder.", "norm_out", dims[n], 4);
+    conv3(e, "decoder.", "conv_out", c->out_channels, dims[n], 3, 3);
+}
+
 static void decoder(struct emit *e, const struct weft_vae_config *c)
 {
+    if (c->version == 3) {
+        decoder_v3(e, c);
+        return;
+    }
     char prefix[96];
     e->part = WEFT_VAE_DECODER;
     if (c->use_post_quant_conv)

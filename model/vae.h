@@ -19,11 +19,17 @@
 
 #define WEFT_VAE_CLASS "AutoencoderKL"
 #define WEFT_VAE2_CLASS "AutoencoderKLFlux2"
+#define WEFT_VAE3_CLASS "AutoencoderKLQwenImage"
+#define WEFT_VAE3_MAX_Z 64
 #define WEFT_VAE_MAX_BLOCKS 8
 #define WEFT_VAE_MAX_CHANNELS 8192 /* the GroupNorm kernel's limit */
 
 struct weft_vae_config {
-    int version;              /* 1: AutoencoderKL, 2: AutoencoderKLFlux2 */
+    /* 1: AutoencoderKL, 2: AutoencoderKLFlux2, 3: AutoencoderKLQwenImage (a causal video VAE
+     * decoded one frame at a time: its 3-D convolutions reduce to their last temporal tap;
+     * RMS norms instead of group norms; block_out_channels are base_dim x dim_mult,
+     * layers_per_block its num_res_blocks, latent_channels its z_dim) */
+    int version;
     int64_t in_channels;      /* image channels (3) */
     int64_t out_channels;     /* image channels out of the decoder (3) */
     int64_t latent_channels;  /* 16 for FLUX, 4 for SD */
@@ -39,6 +45,10 @@ struct weft_vae_config {
     bool use_quant_conv;
     bool use_post_quant_conv;
     bool mid_block_add_attention;
+    /* AutoencoderKLQwenImage: the upsamplers that would also double the frames (their time
+     * convolution is unused for one frame), and the latents' per-channel statistics */
+    bool temporal_up[WEFT_VAE_MAX_BLOCKS];
+    float latents_mean[WEFT_VAE3_MAX_Z], latents_std[WEFT_VAE3_MAX_Z];
     /* derived */
     int64_t scale;            /* pixels per latent along an edge: 2^(n_blocks - 1) */
 };
@@ -60,7 +70,8 @@ struct weft_vae_param {
     char name[96];
     enum weft_vae_part part;
     int ndim;
-    int64_t shape[4]; /* conv weights [cout, cin, k, k], everything else [n] or [out, in] */
+    int64_t shape[5]; /* conv weights [cout, cin, k, k] (AutoencoderKLQwenImage's 3-D ones
+                       * [cout, cin, kt, k, k]), everything else [n] or [out, in] */
 };
 
 /* Every parameter of the model, in a fixed order (fill params, or count with NULL). */

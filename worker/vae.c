@@ -1,6 +1,7 @@
 /* AutoencoderKL decoder, in Diffusers' order of operations (vae.py Decoder, UNetMidBlock2D,
  * UpDecoderBlock2D, ResnetBlock2D, Upsample2D, AttnProcessor2_0), NHWC. */
 #include "worker/vae.h"
+#include "worker/vae_qwen.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,6 +76,7 @@ struct weft_vae {
     /* AutoencoderKLFlux2: bn's running mean and sqrt(running_var + eps), host [4 L], for
      * Flux2Pipeline's prologue */
     float *bn_mean, *bn_std;
+    struct weft_vae_qwen *qwen; /* AutoencoderKLQwenImage: its own decoder (worker/vae_qwen.h) */
     /* activations */
     struct plan have;
     void *act;
@@ -398,10 +400,12 @@ static weft_status_t load_config(struct weft_vae *v, struct weft_ckpt *ck, const
                                  struct weft_error *err)
 {
     if (strcmp(weft_ckpt_class(ck), WEFT_VAE_CLASS) != 0 &&
-        strcmp(weft_ckpt_class(ck), WEFT_VAE2_CLASS) != 0)
+        strcmp(weft_ckpt_class(ck), WEFT_VAE2_CLASS) != 0 &&
+        strcmp(weft_ckpt_class(ck), WEFT_VAE3_CLASS) != 0)
         return weft_error_refuse_or_log(err, WEFT_ERR_UNSUPPORTED, "vae",
-                                        "%s: class '%s' is neither %s nor %s", dir,
-                                        weft_ckpt_class(ck), WEFT_VAE_CLASS, WEFT_VAE2_CLASS);
+                                        "%s: class '%s' is none of %s, %s and %s", dir,
+                                        weft_ckpt_class(ck), WEFT_VAE_CLASS, WEFT_VAE2_CLASS,
+                                        WEFT_VAE3_CLASS);
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
     weft_status_t st = weft_vae_config_parse(weft_ckpt_config(ck), origin, &v->cfg, err);
@@ -436,6 +440,11 @@ weft_status_t weft_vae_load(const char *dir, const struct weft_vae_opts *opts,
     v->kc = opts->kctx;
     if ((st = load_config(v, ck, dir, err)) != WEFT_OK)
         goto out;
+    if (v->cfg.version == 3) { /* its own decoder reads what it uses */
+        if ((st = weft_vae_qwen_load(ck, &v->cfg, v->K, v->kc, &v->qwen, err)) == WEFT_OK)
+            v->weight_bytes = weft_vae_qwen_weight_bytes(v->qwen);
+        goto out;
+    }
     const struct weft_vae_config *c = &v->cfg;
     bd.n_inv = weft_vae_params(c, NULL);
     inv = weft_calloc(bd.n_inv, sizeof(*inv));
@@ -482,6 +491,7 @@ out:
 
 void weft_vae_release(struct weft_vae *v)
 {
+    weft_vae_qwen_release(v->qwen);
     if (v->act)
         v->K->buf_free(v->kc, v->act, v->act_bytes);
     weft_free(v->host);
@@ -501,6 +511,7 @@ void weft_vae_destroy(struct weft_vae *v)
     weft_free(v->res_store);
     weft_free(v->bn_mean);
     weft_free(v->bn_std);
+    weft_vae_qwen_destroy(v->qwen);
     weft_free(v);
 }
 
@@ -643,6 +654,11 @@ size_t weft_vae_activation_bytes(const struct weft_vae *v, int64_t lat_h, int64_
 weft_status_t weft_vae_reserve(struct weft_vae *v, int64_t lat_h, int64_t lat_w,
                                const struct weft_vae_tiling *t, struct weft_error *err)
 {
+    if (v->qwen) /* it reserves on its first decode of a grid */
+        return use_tiles(t, lat_h, lat_w) ? weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                                              "tiled decoding with %s is not implemented",
+                                              WEFT_VAE3_CLASS)
+                          : WEFT_OK;
     struct plan p;
     weft_status_t st = plan_for(v, lat_h, lat_w, t, &p, err);
     if (st != WEFT_OK)
@@ -862,6 +878,8 @@ weft_status_t weft_vae_decode(struct weft_vae *v, const float *latents, int64_t 
     weft_status_t st = weft_vae_reserve(v, lat_h, lat_w, t, err);
     if (st != WEFT_OK)
         return st;
+    if (v->qwen)
+        return weft_vae_qwen_decode(v->qwen, latents, lat_h, lat_w, image, err);
     if (use_tiles(t, lat_h, lat_w))
         return decode_tiled(v, latents, lat_h, lat_w, t, image, err);
     const int64_t s = v->cfg.scale;
@@ -898,6 +916,10 @@ void weft_vae_unpack(const struct weft_vae *v, const float *packed, int64_t lat_
     const struct weft_vae_config *c = &v->cfg;
     if (c->version == 1) {
         weft_vae_unpack_flux(c, packed, lat_h, lat_w, latents);
+        return;
+    }
+    if (c->version == 3) {
+        weft_vae_qwen_unpack(c, packed, lat_h, lat_w, latents);
         return;
     }
     /* Flux2Pipeline: latents * bn_std + bn_mean per packed channel, then _unpatchify_latents

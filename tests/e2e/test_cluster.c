@@ -1290,10 +1290,53 @@ static int case_flux2(void)
     return 0;
 }
 
+/* A Qwen-Image pipeline (QwenImagePipeline: its transformer, AutoencoderKLQwenImage, masked
+ * prompt embeddings, true CFG with its renormalisation) through the cluster: `weft run` in
+ * every layout, CFG parallelism among them, gives weft generate's image within one level
+ * (tests/parity/test_dit holds generate to Diffusers'). */
+static int case_qwen(void)
+{
+    char model[1200], ref[512], out[512];
+    snprintf(model, sizeof(model), "%s/tests/data/qwenimage/pipeline", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(ref, sizeof(ref), "%s/qwen_ref.png", tmp);
+    const char *gen[] = {"generate", "--model", model, "--prompt-embeds", "cat",
+                         "--negative-prompt-embeds", "blurry", "--true-cfg-scale", "4",
+                         "--height", "128", "--width", "96", "--steps", "3", "--seed", "9",
+                         "--out", ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    static const char *const layouts[][6] = {
+        {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "3", NULL},
+        /* the 7 text tokens split unevenly */
+        {"--ulysses", "2", "--parallel.ulysses_anything=true", NULL},
+        {"--ring", "2", "--parallel.ring_anything=true", NULL}, {"--cfg", "2", NULL},
+        {"--cfg", "2", "--tp", "2", NULL}, {"--dp", "2", NULL},
+        {"--device-map", "balanced", "--np", "2", NULL},
+    };
+    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+        const char *args[40] = {"run", "--model", model, "--prompt-embeds", "cat",
+                                "--negative-prompt-embeds", "blurry", "--true-cfg-scale", "4",
+                                "--height", "128", "--width", "96", "--steps", "3", "--seed",
+                                "9", "--progress", "none", "--out"};
+        int n = 20;
+        snprintf(out, sizeof(out), "%s/qwen_run%zu.png", tmp, l);
+        args[n++] = out;
+        for (const char *const *o = layouts[l]; *o; o++)
+            args[n++] = *o;
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        const int d = png_max_diff(ref, out);
+        printf("Qwen-Image: weft run %s %s %s %s: max pixel difference to one device %d\n",
+               layouts[l][0], layouts[l][1], layouts[l][2] ? layouts[l][2] : "",
+               layouts[l][2] && layouts[l][3] ? layouts[l][3] : "", d);
+        CHECK(d <= 1);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct harness_case cases[] = {
-        {"flux2", case_flux2},
+        {"flux2", case_flux2},     {"qwen", case_qwen},
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},

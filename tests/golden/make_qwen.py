@@ -18,12 +18,13 @@ make_other.py's):
                                    renormalised combination)
   tests/data/qwenimage/golden/README.md
   tests/data/qwenimage/pipeline/   a QwenImagePipeline folder: model_index.json, transformer/ (1 block, bf16),
-                                   vae/ (a tiny AutoencoderKLQwenImage, random: weft does not decode with it yet),
+                                   vae/ (a tiny AutoencoderKLQwenImage, torch's own initialisation, seeded),
                                    scheduler/ (SCHED_CFG), prompts/cat.safetensors (prompt_embeds [1, 9, 24] and a
                                    prompt_embeds_mask of 7 ones then 2 zeros) and prompts/blurry.safetensors (7
                                    tokens, no mask); text_encoder and tokenizer null
   tests/data/qwenimage/golden/pipeline_cat_128x96_cfg.safetensors   QwenImagePipeline.from_pretrained(pipeline)
-                                   from those prompts, true CFG 4, 4 steps, output_type "latent"
+                                   from those prompts, true CFG 4, 4 steps: the latents and the 8-bit image
+  tests/data/qwenimage/golden/vae_decode_7x5.safetensors   the VAE alone on random latents
 
 Common config: patch_size 2, in_channels 16 (4 latent channels packed 2 x 2), out_channels 4 (proj_out gives
 2 x 2 x 4 = 16), 12 heads x head_dim 8 (inner 96), joint_attention_dim 24, axes_dims_rope (2, 2, 4). Inputs as
@@ -204,14 +205,38 @@ def pipeline_case(rows, cols, seed):
                    negative_prompt_embeds_mask=torch.ones(1, 7, dtype=torch.int64), true_cfg_scale=4.0,
                    latents=lat.clone(), height=f * rows, width=f * cols, num_inference_steps=4,
                    output_type="latent").images
+    with torch.no_grad():
+        img = pipe(prompt_embeds=pos["prompt_embeds"], prompt_embeds_mask=pos["prompt_embeds_mask"],
+                   negative_prompt_embeds=neg["prompt_embeds"],
+                   negative_prompt_embeds_mask=torch.ones(1, 7, dtype=torch.int64), true_cfg_scale=4.0,
+                   latents=lat.clone(), height=f * rows, width=f * cols, num_inference_steps=4,
+                   output_type="np").images[0]
+    u8 = torch.from_numpy((img * 255).round().astype("uint8"))
     fn = f"pipeline_cat_{f * rows}x{f * cols}_cfg.safetensors"
-    gc.save_tensors(os.path.join(GOLD, fn), {"latents_init": lat, "latents_final": out})
+    gc.save_tensors(os.path.join(GOLD, fn), {"latents_init": lat, "latents_final": out, "image_u8": u8},
+                    keep_dtype=("image_u8",))
     gc.log(f"{fn}: final std {out.std().item():.4f}")
     README.append((fn, f"QwenImagePipeline.from_pretrained(tests/data/qwenimage/pipeline) (transformer bf16 as stored, "
                    f"then .to(float32)), prompts cat (masked: 7 of 9 tokens) and blurry as the negative, true_cfg_scale "
                    f"4, height {f * rows}, width {f * cols}, 4 steps, output_type latent.",
                    [("latents_init", list(lat.shape), "F32", "packed latents passed as latents="),
-                    ("latents_final", list(out.shape), "F32", "packed latents after the last step")]))
+                    ("latents_final", list(out.shape), "F32", "packed latents after the last step"),
+                    ("image_u8", list(u8.shape), "U8", "the same call with output_type np: (image * 255).round(), "
+                     "HWC")]))
+
+
+def vae_case(rows, cols, seed):
+    vae = AutoencoderKLQwenImage.from_pretrained(os.path.join(PIPE, "vae")).eval()
+    z = gc.randn((1, IN_CH // 4, 1, rows, cols), seed)
+    with torch.no_grad():
+        x = vae.decode(z, return_dict=False)[0]
+    fn = f"vae_decode_{rows}x{cols}.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), {"latents": z[:, :, 0], "image": x[:, :, 0]})
+    gc.log(f"{fn}: image std {x.std().item():.4f}, clamped share {(x.abs() >= 1).float().mean().item():.3f}")
+    README.append((fn, f"AutoencoderKLQwenImage.decode of the pipeline folder's VAE on one frame of random latents "
+                   f"({rows} x {cols}); the output is clamped to [-1, 1] as _decode does.",
+                   [("latents", [1, IN_CH // 4, rows, cols], "F32", "z (the frame axis dropped)"),
+                    ("image", [1, 3, rows * 8, cols * 8], "F32", "decode(z)[:, :, 0]")]))
 
 
 def write_readme():
@@ -239,6 +264,7 @@ def main():
     loop_case(15, 13, 7, seed=7100, cfg=True)
     build_pipeline()
     pipeline_case(8, 6, seed=8000)
+    vae_case(7, 5, seed=8100)
     write_readme()
     gc.list_written(OUT)
 

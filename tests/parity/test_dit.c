@@ -38,6 +38,7 @@
 #include "worker/flux.h"
 #include "worker/par_transport.h"
 #include "worker/runtime.h"
+#include "worker/vae.h"
 
 /* What differs between the families: the third golden (FLUX.2: a model without guidance;
  * Qwen-Image: a prompt with padding masked out), the loops (FLUX.2's Flux2Pipeline), the weight
@@ -506,10 +507,11 @@ static int pp_rank(struct weft_transport *transport, void *arg)
     return 0;
 }
 
-/* A QwenImagePipeline folder through the image pipeline, to latents (its VAE is not weft's
- * yet): the prompt file's mask trims the prompt to its 7 tokens, the negative prompt steers
- * true CFG 4, and the final latents are within 1e-4 of QwenImagePipeline's; an image is
- * refused naming the VAE, a mask with a hole naming the token. */
+/* A QwenImagePipeline folder through the image pipeline: the prompt file's mask trims the
+ * prompt to its 7 tokens, the negative prompt steers true CFG 4, the final latents are within
+ * 1e-4 of QwenImagePipeline's and the 8-bit image (AutoencoderKLQwenImage on one frame) within
+ * one level; the VAE alone within 1e-4 of Diffusers' decode; a mask with a hole is refused
+ * naming the tokens. */
 static int qwen_pipeline_main(void)
 {
     test_quiet();
@@ -528,9 +530,9 @@ static int qwen_pipeline_main(void)
     struct weft_error err = WEFT_ERROR_INIT;
     CHECK_OK(weft_runtime_assign(rt, &a, NULL, &err));
     const struct weft_model *m = weft_runtime_model(rt);
-    CHECK(strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0 && !m->has_vae);
-    CHECK(m->flux.version == 3 && m->side_unit == 16 && m->sched.shift_terminal == 0.02);
-    CHECK_TEXT_HAS("a VAE weft cannot decode", m->vae_missing, WEFT_QWEN_VAE_CLASS);
+    CHECK(strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0 && m->has_vae);
+    CHECK(m->flux.version == 3 && m->vae.version == 3 && m->side_unit == 16);
+    CHECK(m->sched.shift_terminal == 0.02);
     struct weft_prompt_embeds pe, ne;
     CHECK_OK(weft_model_prompt_read(m, pos, &pe, &err));
     CHECK_OK(weft_model_prompt_read(m, neg, &ne, &err));
@@ -544,17 +546,59 @@ static int qwen_pipeline_main(void)
     struct weft_rt_image img = {
         .prompt_embeds = pe.embeds, .s_txt = pe.tokens, .pooled = pe.pooled, .height = 128,
         .width = 96, .steps = 4, .neg_prompt_embeds = ne.embeds, .neg_pooled = ne.pooled,
-        .true_cfg_scale = 4.0f, .latents_init = init, .keep_latents = true,
-        .png_prompt_index = -1,
+        .true_cfg_scale = 4.0f, .latents_init = init, .decode = true, .keep_latents = true,
+        .keep_rgb = true, .png_prompt_index = -1,
     };
     struct weft_rt_result r;
     CHECK_OK(weft_runtime_image(rt, &img, NULL, NULL, NULL, &r, &err));
     CHECK_EQ(r.tokens * r.channels, nw);
     const double e = rel_l2(r.latents, want, nw);
+    const struct weft_st_tensor *u8t = weft_st_find(g.f, "image_u8");
+    CHECK(u8t && u8t->numel == (int64_t)128 * 96 * 3);
+    uint8_t *want_u8 = malloc((size_t)u8t->numel);
+    CHECK(want_u8);
+    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8, TERR));
+    int64_t worst = 0, differ = 0;
+    for (int64_t i = 0; i < u8t->numel; i++) {
+        const int64_t d = llabs((long long)r.rgb[i] - (long long)want_u8[i]);
+        differ += d != 0;
+        worst = d > worst ? d : worst;
+    }
     printf("QwenImagePipeline cat (masked to 7 tokens) 128x96, true CFG 4, 4 steps: "
-           "latents_final rel L2 %.3g\n", e);
+           "latents_final rel L2 %.3g; %lld of %lld 8-bit values differ from Diffusers' image "
+           "(max %lld level)\n", e, (long long)differ, (long long)u8t->numel, (long long)worst);
     CHECK(e <= 1e-4);
+    CHECK(worst <= 1);
+    free(want_u8);
     weft_rt_result_cleanup(&r);
+    /* the VAE alone against Diffusers' decode */
+    char vdir[1100];
+    snprintf(vdir, sizeof(vdir), "%s/vae", dir);
+    const struct weft_vae_opts vo = {K, kc};
+    struct weft_vae *vae;
+    CHECK_OK(weft_vae_load(vdir, &vo, &vae, TERR));
+    struct golden gv;
+    golden_open(&gv, "tests/data/qwenimage/golden/vae_decode_7x5.safetensors");
+    int64_t nz, nx;
+    float *z = golden_need(&gv, "latents", &nz), *x = golden_need(&gv, "image", &nx);
+    CHECK_EQ(nz, (int64_t)4 * 7 * 5);
+    CHECK_EQ(nx, (int64_t)3 * 56 * 40);
+    float *zh = malloc((size_t)nz * sizeof(float)), *xw = malloc((size_t)nx * sizeof(float));
+    float *xh = malloc((size_t)nx * sizeof(float));
+    CHECK(zh && xw && xh);
+    for (int64_t c = 0; c < 4; c++) /* NCHW to the pixels-as-rows layout */
+        for (int64_t i = 0; i < 35; i++)
+            zh[i * 4 + c] = z[c * 35 + i];
+    CHECK_OK(weft_vae_decode(vae, zh, 7, 5, NULL, xw, TERR));
+    for (int64_t c = 0; c < 3; c++)
+        for (int64_t i = 0; i < 56 * 40; i++)
+            xh[c * 56 * 40 + i] = xw[i * 3 + c];
+    const double ev = rel_l2(xh, x, nx);
+    printf("AutoencoderKLQwenImage decode 7x5 latents: rel L2 %.3g\n", ev);
+    CHECK(ev <= 1e-4);
+    free(z), free(x), free(zh), free(xw), free(xh);
+    golden_close(&gv);
+    weft_vae_destroy(vae);
     /* a mask with a hole: refused, naming the tokens */
     char holed[] = "/tmp/weft_qwen_mask_XXXXXX";
     const int fd = mkstemp(holed);
