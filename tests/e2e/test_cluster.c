@@ -1246,42 +1246,53 @@ static int case_autoplan(void)
     return 0;
 }
 
+/* `weft run` with the job's arguments once per layout: each PNG within one level of ref. */
+static void run_layouts(const char *what, const char *ref, const char *const *job,
+                        const char *const (*layouts)[6], size_t n_layouts)
+{
+    char out[512];
+    for (size_t l = 0; l < n_layouts; l++) {
+        const char *args[40] = {"run", "--progress", "none", "--out", out};
+        int n = 5;
+        snprintf(out, sizeof(out), "%s/%s_run%zu.png", tmp, what, l);
+        for (const char *const *o = job; *o && n < 30; o++)
+            args[n++] = *o;
+        for (const char *const *o = layouts[l]; *o && n < 38; o++)
+            args[n++] = *o;
+        args[n] = NULL;
+        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
+        const int d = png_max_diff(ref, out);
+        printf("%s: weft run %s %s %s %s: max pixel difference to one device %d\n", what,
+               layouts[l][0], layouts[l][1], layouts[l][2] ? layouts[l][2] : "",
+               layouts[l][2] && layouts[l][3] ? layouts[l][3] : "", d);
+        CHECK(d <= 1);
+    }
+}
+
 /* A FLUX.2 pipeline (Flux2Pipeline: its transformer, AutoencoderKLFlux2, prompt embeddings)
  * through the cluster: `weft run` in every layout gives weft generate's image within one level
- * (tests/parity/test_flux2 holds generate to Diffusers'); a text prompt is refused, naming the
+ * (tests/parity/test_dit holds generate to Diffusers'); a text prompt is refused, naming the
  * encoder FLUX.2 lacks. */
 static int case_flux2(void)
 {
     char model[1200], ref[512], out[512];
     snprintf(model, sizeof(model), "%s/tests/data/flux2/pipeline", getenv("WEFT_SOURCE_ROOT"));
     snprintf(ref, sizeof(ref), "%s/flux2_ref.png", tmp);
-    const char *gen[] = {"generate", "--model", model, "--prompt-embeds", "cat", "--height", "96",
-                         "--width", "80", "--steps", "3", "--seed", "9", "--out", ref, NULL};
+    const char *const job[] = {"--model", model, "--prompt-embeds", "cat", "--height", "96",
+                               "--width", "80", "--steps", "3", "--seed", "9", NULL};
+    const char *gen[20] = {"generate", "--out", ref};
+    for (int i = 0; job[i]; i++)
+        gen[3 + i] = job[i];
     CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
     static const char *const layouts[][6] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "3", NULL},
         {"--ulysses", "2", NULL}, {"--ring", "2", NULL}, {"--tp", "2", "--ulysses", "2", NULL},
         {"--dp", "2", NULL}, {"--device-map", "balanced", "--np", "2", NULL},
     };
-    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
-        const char *args[40] = {"run", "--model", model, "--prompt-embeds", "cat", "--height",
-                                "96", "--width", "80", "--steps", "3", "--seed", "9",
-                                "--progress", "none", "--out"};
-        int n = 16;
-        snprintf(out, sizeof(out), "%s/flux2_run%zu.png", tmp, l);
-        args[n++] = out;
-        for (const char *const *o = layouts[l]; *o; o++)
-            args[n++] = *o;
-        args[n] = NULL;
-        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
-        const int d = png_max_diff(ref, out);
-        printf("FLUX.2: weft run %s %s %s %s: max pixel difference to one device %d\n",
-               layouts[l][0], layouts[l][1], layouts[l][2] ? layouts[l][2] : "",
-               layouts[l][2] && layouts[l][3] ? layouts[l][3] : "", d);
-        CHECK(d <= 1);
-    }
+    run_layouts("FLUX.2", ref, job, layouts, sizeof(layouts) / sizeof(layouts[0]));
     char log[512], text[4096];
     snprintf(log, sizeof(log), "%s/flux2_text.log", tmp);
+    snprintf(out, sizeof(out), "%s/flux2_text.png", tmp);
     const char *txt[] = {"run", "--np", "1", "--model", model, "--prompt", "a cat", "--out", out,
                          NULL};
     CHECK(wait_pid(run_weft(txt, NULL, log)) != 0);
@@ -1296,13 +1307,16 @@ static int case_flux2(void)
  * (tests/parity/test_dit holds generate to Diffusers'). */
 static int case_qwen(void)
 {
-    char model[1200], ref[512], out[512];
+    char model[1200], ref[512];
     snprintf(model, sizeof(model), "%s/tests/data/qwenimage/pipeline", getenv("WEFT_SOURCE_ROOT"));
     snprintf(ref, sizeof(ref), "%s/qwen_ref.png", tmp);
-    const char *gen[] = {"generate", "--model", model, "--prompt-embeds", "cat",
-                         "--negative-prompt-embeds", "blurry", "--true-cfg-scale", "4",
-                         "--height", "128", "--width", "96", "--steps", "3", "--seed", "9",
-                         "--out", ref, NULL};
+    const char *const job[] = {"--model", model, "--prompt-embeds", "cat",
+                               "--negative-prompt-embeds", "blurry", "--true-cfg-scale", "4",
+                               "--height", "128", "--width", "96", "--steps", "3", "--seed", "9",
+                               NULL};
+    const char *gen[24] = {"generate", "--out", ref};
+    for (int i = 0; job[i]; i++)
+        gen[3 + i] = job[i];
     CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
     static const char *const layouts[][6] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "3", NULL},
@@ -1312,24 +1326,7 @@ static int case_qwen(void)
         {"--cfg", "2", "--tp", "2", NULL}, {"--dp", "2", NULL},
         {"--device-map", "balanced", "--np", "2", NULL},
     };
-    for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
-        const char *args[40] = {"run", "--model", model, "--prompt-embeds", "cat",
-                                "--negative-prompt-embeds", "blurry", "--true-cfg-scale", "4",
-                                "--height", "128", "--width", "96", "--steps", "3", "--seed",
-                                "9", "--progress", "none", "--out"};
-        int n = 20;
-        snprintf(out, sizeof(out), "%s/qwen_run%zu.png", tmp, l);
-        args[n++] = out;
-        for (const char *const *o = layouts[l]; *o; o++)
-            args[n++] = *o;
-        args[n] = NULL;
-        CHECK_EQ(wait_pid(run_weft(args, NULL, NULL)), 0);
-        const int d = png_max_diff(ref, out);
-        printf("Qwen-Image: weft run %s %s %s %s: max pixel difference to one device %d\n",
-               layouts[l][0], layouts[l][1], layouts[l][2] ? layouts[l][2] : "",
-               layouts[l][2] && layouts[l][3] ? layouts[l][3] : "", d);
-        CHECK(d <= 1);
-    }
+    run_layouts("Qwen-Image", ref, job, layouts, sizeof(layouts) / sizeof(layouts[0]));
     return 0;
 }
 

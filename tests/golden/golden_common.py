@@ -160,6 +160,18 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def write_readme(path, title, script, entries):
+    """A golden folder's README.md: a title, the script that wrote it, then one section per file
+    (entries: (file name, description, [(tensor, shape, dtype, meaning)]))."""
+    lines = [f"# {title}", "", f"Written by `{script}` (see its docstring for the models and inputs).", ""]
+    for fn, desc, rows in entries:
+        lines += [f"### {fn}", "", desc, "", "| tensor | shape | dtype | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{k}` | {s} | {d} | {m} |" for k, s, d, m in rows]
+        lines.append("")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines))
+
+
 def list_written(root):
     """Print size + sha256 of every file under root (sorted), return total bytes."""
     total = 0

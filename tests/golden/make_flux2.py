@@ -277,17 +277,6 @@ def pipeline_case(rows, cols, seed):
                     ("image_u8", list(u8.shape), "U8", "(image * 255).round() of the [0, 1] output, HWC")]))
 
 
-def write_readme():
-    lines = ["# FLUX.2 transformer goldens", "",
-             "Written by `tests/golden/make_flux2.py` (see its docstring for the models and inputs).", ""]
-    for fn, desc, rows in README:
-        lines += [f"### {fn}", "", desc, "", "| tensor | shape | dtype | meaning |", "|---|---|---|---|"]
-        lines += [f"| `{k}` | {s} | {d} | {m} |" for k, s, d, m in rows]
-        lines.append("")
-    with open(os.path.join(GOLD, "README.md"), "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(lines))
-
-
 def main():
     gc.setup()
     for d in ("tiny-g", "tiny-nog", "tiny-bf16", "golden", "pipeline"):
@@ -302,7 +291,7 @@ def main():
     loop_case("tiny-g", 15, 13, 7, seed=4100)
     build_pipeline()
     pipeline_case(12, 10, seed=5000)
-    write_readme()
+    gc.write_readme(os.path.join(GOLD, "README.md"), "FLUX.2 transformer goldens", "tests/golden/make_flux2.py", README)
     gc.list_written(OUT)
 
 

@@ -239,17 +239,6 @@ def vae_case(rows, cols, seed):
                     ("image", [1, 3, rows * 8, cols * 8], "F32", "decode(z)[:, :, 0]")]))
 
 
-def write_readme():
-    lines = ["# Qwen-Image transformer goldens", "",
-             "Written by `tests/golden/make_qwen.py` (see its docstring for the models and inputs).", ""]
-    for fn, desc, rows in README:
-        lines += [f"### {fn}", "", desc, "", "| tensor | shape | dtype | meaning |", "|---|---|---|---|"]
-        lines += [f"| `{k}` | {s} | {d} | {m} |" for k, s, d, m in rows]
-        lines.append("")
-    with open(os.path.join(GOLD, "README.md"), "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(lines))
-
-
 def main():
     gc.setup()
     for d in ("tiny-g", "tiny-bf16", "golden", "pipeline"):
@@ -265,7 +254,7 @@ def main():
     build_pipeline()
     pipeline_case(8, 6, seed=8000)
     vae_case(7, 5, seed=8100)
-    write_readme()
+    gc.write_readme(os.path.join(GOLD, "README.md"), "Qwen-Image transformer goldens", "tests/golden/make_qwen.py", README)
     gc.list_written(OUT)
 
 

@@ -507,6 +507,40 @@ static int pp_rank(struct weft_transport *transport, void *arg)
     return 0;
 }
 
+/* The family's pipeline folder in a runtime on this backend (staged). */
+static struct weft_runtime *folder_runtime(const struct weft_kernels *K, struct weft_kctx *kc,
+                                           char *dir, size_t len)
+{
+    model_path(dir, len, "pipeline");
+    const struct weft_rt_opts opts = {K, kc, true};
+    struct weft_runtime *rt;
+    CHECK_OK(weft_runtime_create(&opts, &rt));
+    static struct weft_rt_assign a;
+    weft_rt_assign_single(dir, &a);
+    CHECK_OK(weft_runtime_assign(rt, &a, NULL, TERR));
+    return rt;
+}
+
+/* The largest difference in 8-bit levels between rgb and the golden's image_u8 (n values),
+ * and how many differ. */
+static int64_t image_levels(struct golden *g, const uint8_t *rgb, int64_t n, int64_t *differ)
+{
+    const struct weft_st_tensor *u8t = weft_st_find(g->f, "image_u8");
+    CHECK(u8t && u8t->numel == n);
+    uint8_t *want = malloc((size_t)n);
+    CHECK(want);
+    CHECK_OK(weft_st_read(g->f, u8t, want, WEFT_DTYPE_U8, TERR));
+    int64_t worst = 0;
+    *differ = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t d = llabs((long long)rgb[i] - (long long)want[i]);
+        *differ += d != 0;
+        worst = d > worst ? d : worst;
+    }
+    free(want);
+    return worst;
+}
+
 /* A QwenImagePipeline folder through the image pipeline: the prompt file's mask trims the
  * prompt to its 7 tokens, the negative prompt steers true CFG 4, the final latents are within
  * 1e-4 of QwenImagePipeline's and the 8-bit image (AutoencoderKLQwenImage on one frame) within
@@ -519,16 +553,10 @@ static int qwen_pipeline_main(void)
     struct weft_kctx *kc;
     test_kernels_create(0, &K, &kc);
     char dir[1024], pos[1100], neg[1100];
-    model_path(dir, sizeof(dir), "pipeline");
+    struct weft_runtime *rt = folder_runtime(K, kc, dir, sizeof(dir));
     snprintf(pos, sizeof(pos), "%s/prompts/cat.safetensors", dir);
     snprintf(neg, sizeof(neg), "%s/prompts/blurry.safetensors", dir);
-    const struct weft_rt_opts opts = {K, kc, true};
-    struct weft_runtime *rt;
-    CHECK_OK(weft_runtime_create(&opts, &rt));
-    static struct weft_rt_assign a;
-    weft_rt_assign_single(dir, &a);
     struct weft_error err = WEFT_ERROR_INIT;
-    CHECK_OK(weft_runtime_assign(rt, &a, NULL, &err));
     const struct weft_model *m = weft_runtime_model(rt);
     CHECK(strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0 && m->has_vae);
     CHECK(m->flux.version == 3 && m->vae.version == 3 && m->side_unit == 16);
@@ -553,23 +581,14 @@ static int qwen_pipeline_main(void)
     CHECK_OK(weft_runtime_image(rt, &img, NULL, NULL, NULL, &r, &err));
     CHECK_EQ(r.tokens * r.channels, nw);
     const double e = rel_l2(r.latents, want, nw);
-    const struct weft_st_tensor *u8t = weft_st_find(g.f, "image_u8");
-    CHECK(u8t && u8t->numel == (int64_t)128 * 96 * 3);
-    uint8_t *want_u8 = malloc((size_t)u8t->numel);
-    CHECK(want_u8);
-    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8, TERR));
-    int64_t worst = 0, differ = 0;
-    for (int64_t i = 0; i < u8t->numel; i++) {
-        const int64_t d = llabs((long long)r.rgb[i] - (long long)want_u8[i]);
-        differ += d != 0;
-        worst = d > worst ? d : worst;
-    }
+    const int64_t n_px = (int64_t)128 * 96 * 3;
+    int64_t differ;
+    const int64_t worst = image_levels(&g, r.rgb, n_px, &differ);
     printf("QwenImagePipeline cat (masked to 7 tokens) 128x96, true CFG 4, 4 steps: "
            "latents_final rel L2 %.3g; %lld of %lld 8-bit values differ from Diffusers' image "
-           "(max %lld level)\n", e, (long long)differ, (long long)u8t->numel, (long long)worst);
+           "(max %lld level)\n", e, (long long)differ, (long long)n_px, (long long)worst);
     CHECK(e <= 1e-4);
     CHECK(worst <= 1);
-    free(want_u8);
     weft_rt_result_cleanup(&r);
     /* the VAE alone against Diffusers' decode */
     char vdir[1100];
@@ -628,15 +647,9 @@ static int pipeline_main(void)
     struct weft_kctx *kc;
     test_kernels_create(0, &K, &kc);
     char dir[1024], prompt[1100];
-    model_path(dir, sizeof(dir), "pipeline");
+    struct weft_runtime *rt = folder_runtime(K, kc, dir, sizeof(dir));
     snprintf(prompt, sizeof(prompt), "%s/prompts/cat.safetensors", dir);
-    const struct weft_rt_opts opts = {K, kc, true};
-    struct weft_runtime *rt;
-    CHECK_OK(weft_runtime_create(&opts, &rt));
-    static struct weft_rt_assign a;
-    weft_rt_assign_single(dir, &a);
     struct weft_error err = WEFT_ERROR_INIT;
-    CHECK_OK(weft_runtime_assign(rt, &a, NULL, &err));
     const struct weft_model *m = weft_runtime_model(rt);
     CHECK(strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0 && m->has_vae);
     CHECK(m->flux.version == 2 && m->vae.version == 2 && m->side_unit == 8);
@@ -667,24 +680,16 @@ static int pipeline_main(void)
     struct weft_rt_result r;
     CHECK_OK(weft_runtime_image(rt, &img, NULL, NULL, NULL, &r, &err));
     CHECK_EQ(r.tokens * r.channels, nw);
-    const struct weft_st_tensor *u8t = weft_st_find(g.f, "image_u8");
-    CHECK(u8t && u8t->numel == (int64_t)96 * 80 * 3);
-    uint8_t *want_u8 = malloc((size_t)u8t->numel);
-    CHECK(want_u8);
-    CHECK_OK(weft_st_read(g.f, u8t, want_u8, WEFT_DTYPE_U8, TERR));
-    int64_t worst = 0, differ = 0;
-    for (int64_t i = 0; i < u8t->numel; i++) {
-        const int64_t d = llabs((long long)r.rgb[i] - (long long)want_u8[i]);
-        differ += d != 0;
-        worst = d > worst ? d : worst;
-    }
+    const int64_t n_px = (int64_t)96 * 80 * 3;
+    int64_t differ;
+    const int64_t worst = image_levels(&g, r.rgb, n_px, &differ);
     const double e = rel_l2(r.latents, want, nw);
     printf("Flux2Pipeline cat 96x80, 4 steps: latents_final rel L2 %.3g; %lld of %lld 8-bit "
            "values differ from Diffusers' image (max %lld level)\n",
-           e, (long long)differ, (long long)u8t->numel, (long long)worst);
+           e, (long long)differ, (long long)n_px, (long long)worst);
     CHECK(e <= 1e-4);
     CHECK(worst <= 1);
-    free(init), free(want), free(want_u8);
+    free(init), free(want);
     golden_close(&g);
     weft_rt_result_cleanup(&r);
     weft_prompt_embeds_cleanup(&pe);
