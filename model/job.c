@@ -130,6 +130,10 @@ weft_status_t weft_job_check(const struct weft_model *model, const struct weft_l
                                      "prompt %d: %lld text tokens; 1..%d allowed", i,
                                      (long long)t, WEFT_JOB_MAX_TEXT_TOKENS);
     }
+    if (model->flux.version == 2 && job->negative_tokens)
+        return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
+                                 "a negative prompt: Flux2Pipeline has no true CFG (FLUX.2's "
+                                 "guidance is embedded: the guidance scale)");
     if (job->decode && !model->has_vae)
         return weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                                  "%s has no vae component: images need a pipeline folder with "

@@ -1298,6 +1298,14 @@ static int case_flux2(void)
     CHECK(wait_pid(run_weft(txt, NULL, log)) != 0);
     read_text(log, text, sizeof(text));
     CHECK(strstr(text, "FLUX.2's text encoder") && strstr(text, "prompt_embeds"));
+    /* a negative prompt: Flux2Pipeline has no true CFG, refused by name */
+    snprintf(log, sizeof(log), "%s/flux2_neg.log", tmp);
+    const char *neg[] = {"run", "--np", "1", "--model", model, "--prompt-embeds", "cat",
+                         "--negative-prompt-embeds", "cat", "--true-cfg-scale", "3", "--out", out,
+                         NULL};
+    CHECK(wait_pid(run_weft(neg, NULL, log)) != 0);
+    read_text(log, text, sizeof(text));
+    CHECK(strstr(text, "Flux2Pipeline has no true CFG"));
     return 0;
 }
 

@@ -26,6 +26,7 @@ belongs to make_other.py and is left alone):
                                 prompts/cat.safetensors (prompt_embeds [1, 12, 24]); text_encoder and
                                 tokenizer null (FLUX.2's text comes as embeddings)
   tests/data/flux2/golden/pipeline_cat_96x80.safetensors    Flux2Pipeline.__call__ to pixels
+  tests/data/flux2/golden/vae_decode_7x5.safetensors        the pipeline's VAE alone on random latents
 
 Common config: patch_size 1, in_channels 16, 12 heads x head_dim 8 (inner 96: tensor and context
 parallelism at 2, 3 and 4 divide the heads), joint_attention_dim 24, timestep_guidance_channels 32,
@@ -277,6 +278,19 @@ def pipeline_case(rows, cols, seed):
                     ("image_u8", list(u8.shape), "U8", "(image * 255).round() of the [0, 1] output, HWC")]))
 
 
+def vae_case(rows, cols, seed):
+    vae = AutoencoderKLFlux2.from_pretrained(os.path.join(PIPE, "vae")).eval()
+    z = gc.randn((1, IN_CH // 4, rows, cols), seed)
+    with torch.no_grad():
+        x = vae.decode(z, return_dict=False)[0]
+    fn = f"vae_decode_{rows}x{cols}.safetensors"
+    gc.save_tensors(os.path.join(GOLD, fn), {"latents": z, "image": x})
+    gc.log(f"{fn}: image std {x.std().item():.4f}")
+    README.append((fn, f"AutoencoderKLFlux2.decode of the pipeline folder's VAE on random latents ({rows} x {cols}; "
+                   f"the decoder alone: the batch-norm denormalisation is the pipeline's).",
+                   [("latents", list(z.shape), "F32", "z"), ("image", list(x.shape), "F32", "decode(z)")]))
+
+
 def main():
     gc.setup()
     for d in ("tiny-g", "tiny-nog", "tiny-bf16", "golden", "pipeline"):
@@ -291,6 +305,7 @@ def main():
     loop_case("tiny-g", 15, 13, 7, seed=4100)
     build_pipeline()
     pipeline_case(12, 10, seed=5000)
+    vae_case(7, 5, seed=5100)
     gc.write_readme(os.path.join(GOLD, "README.md"), "FLUX.2 transformer goldens", "tests/golden/make_flux2.py", README)
     gc.list_written(OUT)
 

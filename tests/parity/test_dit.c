@@ -541,6 +541,45 @@ static int64_t image_levels(struct golden *g, const uint8_t *rgb, int64_t n, int
     return worst;
 }
 
+/* The family's pipeline VAE alone against Diffusers' decode (golden latents and image in
+ * NCHW; the frame axis dropped for Qwen-Image's). */
+static double vae_alone(const struct weft_kernels *K, struct weft_kctx *kc, const char *dir,
+                        int64_t lh, int64_t lw)
+{
+    char vdir[1100], rel[160];
+    snprintf(vdir, sizeof(vdir), "%s/vae", dir);
+    snprintf(rel, sizeof(rel), "tests/data/%s/golden/vae_decode_%lldx%lld.safetensors", fam->name,
+             (long long)lh, (long long)lw);
+    const struct weft_vae_opts vo = {K, kc};
+    struct weft_vae *vae;
+    CHECK_OK(weft_vae_load(vdir, &vo, &vae, TERR));
+    const struct weft_vae_config *c = weft_vae_get_config(vae);
+    struct golden gv;
+    golden_open(&gv, rel);
+    int64_t nz, nx;
+    float *z = golden_need(&gv, "latents", &nz), *x = golden_need(&gv, "image", &nx);
+    const int64_t L = c->latent_channels, px = lh * lw, opx = px * c->scale * c->scale;
+    CHECK_EQ(nz, L * px);
+    CHECK_EQ(nx, c->out_channels * opx);
+    float *zh = malloc((size_t)nz * sizeof(float)), *xw = malloc((size_t)nx * sizeof(float));
+    float *xh = malloc((size_t)nx * sizeof(float));
+    CHECK(zh && xw && xh);
+    for (int64_t ch = 0; ch < L; ch++) /* NCHW to the pixels-as-rows layout */
+        for (int64_t i = 0; i < px; i++)
+            zh[i * L + ch] = z[ch * px + i];
+    CHECK_OK(weft_vae_decode(vae, zh, lh, lw, NULL, xw, TERR));
+    for (int64_t ch = 0; ch < c->out_channels; ch++)
+        for (int64_t i = 0; i < opx; i++)
+            xh[ch * opx + i] = xw[i * c->out_channels + ch];
+    const double e = rel_l2(xh, x, nx);
+    printf("%s decode %lldx%lld latents: rel L2 %.3g\n",
+           c->version == 3 ? WEFT_VAE3_CLASS : WEFT_VAE2_CLASS, (long long)lh, (long long)lw, e);
+    free(z), free(x), free(zh), free(xw), free(xh);
+    golden_close(&gv);
+    weft_vae_destroy(vae);
+    return e;
+}
+
 /* A QwenImagePipeline folder through the image pipeline: the prompt file's mask trims the
  * prompt to its 7 tokens, the negative prompt steers true CFG 4, the final latents are within
  * 1e-4 of QwenImagePipeline's and the 8-bit image (AutoencoderKLQwenImage on one frame) within
@@ -590,34 +629,7 @@ static int qwen_pipeline_main(void)
     CHECK(e <= 1e-4);
     CHECK(worst <= 1);
     weft_rt_result_cleanup(&r);
-    /* the VAE alone against Diffusers' decode */
-    char vdir[1100];
-    snprintf(vdir, sizeof(vdir), "%s/vae", dir);
-    const struct weft_vae_opts vo = {K, kc};
-    struct weft_vae *vae;
-    CHECK_OK(weft_vae_load(vdir, &vo, &vae, TERR));
-    struct golden gv;
-    golden_open(&gv, "tests/data/qwenimage/golden/vae_decode_7x5.safetensors");
-    int64_t nz, nx;
-    float *z = golden_need(&gv, "latents", &nz), *x = golden_need(&gv, "image", &nx);
-    CHECK_EQ(nz, (int64_t)4 * 7 * 5);
-    CHECK_EQ(nx, (int64_t)3 * 56 * 40);
-    float *zh = malloc((size_t)nz * sizeof(float)), *xw = malloc((size_t)nx * sizeof(float));
-    float *xh = malloc((size_t)nx * sizeof(float));
-    CHECK(zh && xw && xh);
-    for (int64_t c = 0; c < 4; c++) /* NCHW to the pixels-as-rows layout */
-        for (int64_t i = 0; i < 35; i++)
-            zh[i * 4 + c] = z[c * 35 + i];
-    CHECK_OK(weft_vae_decode(vae, zh, 7, 5, NULL, xw, TERR));
-    for (int64_t c = 0; c < 3; c++)
-        for (int64_t i = 0; i < 56 * 40; i++)
-            xh[c * 56 * 40 + i] = xw[i * 3 + c];
-    const double ev = rel_l2(xh, x, nx);
-    printf("AutoencoderKLQwenImage decode 7x5 latents: rel L2 %.3g\n", ev);
-    CHECK(ev <= 1e-4);
-    free(z), free(x), free(zh), free(xw), free(xh);
-    golden_close(&gv);
-    weft_vae_destroy(vae);
+    CHECK(vae_alone(K, kc, dir, 7, 5) <= 1e-4); /* the VAE alone against Diffusers' decode */
     /* a mask with a hole: refused, naming the tokens */
     char holed[] = "/tmp/weft_qwen_mask_XXXXXX";
     const int fd = mkstemp(holed);
@@ -689,6 +701,7 @@ static int pipeline_main(void)
            e, (long long)differ, (long long)n_px, (long long)worst);
     CHECK(e <= 1e-4);
     CHECK(worst <= 1);
+    CHECK(vae_alone(K, kc, dir, 7, 5) <= 1e-4); /* the VAE alone against Diffusers' decode */
     free(init), free(want);
     golden_close(&g);
     weft_rt_result_cleanup(&r);
