@@ -171,8 +171,10 @@ SCHED_CFG = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True,
                  max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096)
 
 
-def loop_case(model_name, rows, cols, T, seed, steps=4):
-    transformer = load(model_name)
+def loop_case(model_name, rows, cols, T, seed, steps=4, dtype=None):
+    """dtype bfloat16: the pipeline in bf16 (the transformer loaded with torch_dtype=bfloat16, the prompt
+    embeddings in bf16, so the latents are held in it between steps)."""
+    transformer = load(model_name, dtype)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHED_CFG)
     pipe = Flux2Pipeline(scheduler=scheduler, vae=None, text_encoder=None, tokenizer=None,
                          transformer=transformer)
@@ -186,8 +188,9 @@ def loop_case(model_name, rows, cols, T, seed, steps=4):
 
     latents_4d = gc.randn((1, IN_CH, rows, cols), seed + 1)  # [B, 4 C, H/2, W/2] as prepare_latents draws
     prompt_embeds = gc.randn((1, T, JOINT), seed + 2)
+    pe_in = prompt_embeds.to(dtype) if dtype is not None else prompt_embeds
     with torch.no_grad():
-        res = pipe(prompt_embeds=prompt_embeds.clone(), latents=latents_4d.clone(), height=16 * rows,
+        res = pipe(prompt_embeds=pe_in.clone(), latents=latents_4d.clone(), height=16 * rows,
                    width=16 * cols, num_inference_steps=steps, guidance_scale=GUIDANCE,
                    output_type="latent", callback_on_step_end=on_step_end, return_dict=True)
     final = res.images
@@ -201,7 +204,7 @@ def loop_case(model_name, rows, cols, T, seed, steps=4):
     }
     for i, l in enumerate(step_latents):
         t[f"latents_step_{i}"] = l
-    fn = f"loop_{model_name}_{rows}x{cols}_t{T}.safetensors"
+    fn = f"loop_{model_name}_{rows}x{cols}_t{T}{'_bf16' if dtype is not None else ''}.safetensors"
     gc.save_tensors(os.path.join(GOLD, fn), t)
     gc.log(f"{fn}: sigmas {scheduler.sigmas.tolist()}; final latents std {final.std().item():.4f}")
     meanings = {
@@ -217,7 +220,8 @@ def loop_case(model_name, rows, cols, T, seed, steps=4):
         meanings[f"latents_step_{i}"] = f"packed latents after scheduler step {i} (callback_on_step_end)"
     rows_desc = [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]
     README.append((fn, f"Flux2Pipeline, {model_name}, {steps} steps, {16 * rows}x{16 * cols} pixels "
-                   f"(grid {rows}x{cols}), T={T}.", rows_desc))
+                   f"(grid {rows}x{cols}), T={T}{', the pipeline in bf16' if dtype is not None else ''}.",
+                   rows_desc))
 
 
 PIPE = os.path.join(OUT, "pipeline")
@@ -303,6 +307,7 @@ def main():
     fwd_case("tiny-bf16", 15, 13, 7, seed=3300)
     loop_case("tiny-g", 16, 16, 8, seed=4000)
     loop_case("tiny-g", 15, 13, 7, seed=4100)
+    loop_case("tiny-bf16", 15, 13, 7, seed=4200, dtype=torch.bfloat16)
     build_pipeline()
     pipeline_case(12, 10, seed=5000)
     vae_case(7, 5, seed=5100)

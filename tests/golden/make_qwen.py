@@ -127,9 +127,10 @@ SCHED_CFG = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True,
                  time_shift_type="exponential")
 
 
-def loop_case(rows, cols, T, seed, cfg):
+def loop_case(rows, cols, T, seed, cfg, model="tiny-g", dtype=None):
+    """dtype bfloat16: the pipeline in bf16 (the transformer in bf16, the prompt embeddings in bf16)."""
     pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHED_CFG), vae=None, text_encoder=None,
-                             tokenizer=None, transformer=load("tiny-g"))
+                             tokenizer=None, transformer=load(model, dtype))
     pipe.set_progress_bar_config(disable=True)
     assert pipe.vae_scale_factor == 8
     steps_seen = []
@@ -142,10 +143,11 @@ def loop_case(rows, cols, T, seed, cfg):
     pe = gc.randn((1, T, JOINT), seed + 2)
     ne = gc.randn((1, T, JOINT), seed + 3)
     ones = torch.ones(1, T, dtype=torch.int64)
-    kw = dict(negative_prompt_embeds=ne, negative_prompt_embeds_mask=ones, true_cfg_scale=4.0) if cfg else \
+    cast = (lambda x: x.to(dtype)) if dtype is not None else (lambda x: x)  # noqa: E731
+    kw = dict(negative_prompt_embeds=cast(ne), negative_prompt_embeds_mask=ones, true_cfg_scale=4.0) if cfg else \
         dict(true_cfg_scale=1.0)
     with torch.no_grad():
-        res = pipe(prompt_embeds=pe, prompt_embeds_mask=ones, latents=lat.clone(), height=16 * rows,
+        res = pipe(prompt_embeds=cast(pe), prompt_embeds_mask=ones, latents=lat.clone(), height=16 * rows,
                    width=16 * cols, num_inference_steps=4, output_type="latent", callback_on_step_end=on_step_end,
                    **kw)
     final = res.images
@@ -155,15 +157,16 @@ def loop_case(rows, cols, T, seed, cfg):
     if cfg:
         t["negative_prompt_embeds"] = ne
         t["true_cfg_scale"] = gc.scalar(4.0)
-    fn = f"loop_tiny-g_{rows}x{cols}_t{T}{'_cfg' if cfg else ''}.safetensors"
+    fn = f"loop_{model}_{rows}x{cols}_t{T}{'_cfg' if cfg else ''}{'_bf16' if dtype is not None else ''}.safetensors"
     gc.save_tensors(os.path.join(GOLD, fn), t)
     gc.log(f"{fn}: sigmas {pipe.scheduler.sigmas.tolist()}, final std {final.std().item():.4f}")
     meanings = {"latents_init": "packed latents passed as latents=", "prompt_embeds": "prompt_embeds (mask all ones)",
                 "negative_prompt_embeds": "negative_prompt_embeds (mask all ones)",
                 "true_cfg_scale": "true_cfg_scale", "sigmas": "scheduler.sigmas after set_timesteps",
                 "latents_final": "packed latents after the last step", "grid": "the packed token grid"}
-    README.append((fn, f"QwenImagePipeline, tiny-g, 4 steps, {16 * rows}x{16 * cols} pixels, T={T}"
-                   f"{', true CFG 4' if cfg else ''}; scheduler {SCHED_CFG}.",
+    README.append((fn, f"QwenImagePipeline, {model}, 4 steps, {16 * rows}x{16 * cols} pixels, T={T}"
+                   f"{', true CFG 4' if cfg else ''}{', the pipeline in bf16' if dtype is not None else ''}; "
+                   f"scheduler {SCHED_CFG}.",
                    [(k, list(v.shape), "F32", meanings.get(k, "")) for k, v in sorted(t.items())]))
 
 
@@ -251,6 +254,8 @@ def main():
     fwd_case("tiny-bf16", 15, 13, 7, seed=6300)
     loop_case(16, 16, 8, seed=7000, cfg=False)
     loop_case(15, 13, 7, seed=7100, cfg=True)
+    loop_case(15, 13, 7, seed=7200, cfg=True, model="tiny-bf16", dtype=torch.bfloat16)
+    loop_case(15, 13, 7, seed=7300, cfg=False, model="tiny-bf16", dtype=torch.bfloat16)
     build_pipeline()
     pipeline_case(8, 6, seed=8000)
     vae_case(7, 5, seed=8100)
