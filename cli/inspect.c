@@ -9,6 +9,7 @@
 #include "common/tensor.h"
 #include "model/checkpoint.h"
 #include "model/flux.h"
+#include "model/vae.h"
 
 #define INSPECT_SCHEMA 1
 
@@ -110,9 +111,15 @@ static weft_status_t check_config(const char *cls, const cJSON *config, const ch
 {
     char origin[1100];
     snprintf(origin, sizeof(origin), "%s/config.json", dir);
-    if (strcmp(cls, WEFT_FLUX_CLASS) == 0 || strcmp(cls, WEFT_FLUX2_CLASS) == 0) {
+    if (strcmp(cls, WEFT_FLUX_CLASS) == 0 || strcmp(cls, WEFT_FLUX2_CLASS) == 0 ||
+        strcmp(cls, WEFT_QWEN_CLASS) == 0) {
         struct weft_flux_config fc;
         return weft_flux_config_parse(config, origin, &fc, NULL);
+    }
+    if (strcmp(cls, WEFT_VAE_CLASS) == 0 || strcmp(cls, WEFT_VAE2_CLASS) == 0 ||
+        strcmp(cls, WEFT_VAE3_CLASS) == 0) {
+        struct weft_vae_config vc;
+        return weft_vae_config_parse(config, origin, &vc, NULL);
     }
     return WEFT_OK;
 }
