@@ -82,6 +82,31 @@ int main(int argc, char **argv)
     cJSON_Delete(j);
     free(out), free(err);
 
+    /* FLUX.2 and Qwen-Image folders: their classes, heads and fused layers planned; FLUX.2's
+     * 1 double + 1 single block all-reduce 5 times a forward, Qwen-Image's 1 block 4 times */
+    static const struct {
+        const char *dir, *cls, *tp;
+        int heads, modules, allreduces;
+    } fam[] = {{"tests/data/flux2/pipeline", "Flux2Transformer2DModel", "2", 6, 14, 5},
+               {"tests/data/qwenimage/pipeline", "QwenImageTransformer2DModel", "3", 4, 12, 4}};
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        char dir[1100];
+        snprintf(dir, sizeof(dir), "%s/%s", getenv("WEFT_SOURCE_ROOT"), fam[f].dir);
+        const char *args[] = {"plan", "--model", dir, "--tp", fam[f].tp, "--height", "96",
+                              "--width", "80", "--json", NULL};
+        CHECK_EQ(run(args, &out, &err), 0);
+        j = cJSON_Parse(out);
+        CHECK(j);
+        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(j, "class");
+        CHECK(cJSON_IsString(cls) && strcmp(cls->valuestring, fam[f].cls) == 0);
+        const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "ranks"), 0);
+        CHECK_EQ(num(r0, "heads"), fam[f].heads);
+        CHECK_EQ(num(j, "planned_modules"), fam[f].modules);
+        CHECK_EQ(num(j, "allreduce_per_forward"), fam[f].allreduces);
+        cJSON_Delete(j);
+        free(out), free(err);
+    }
+
     /* CFG parallelism: the halves outside ring x ulysses x tp; a third half is refused */
     const char *cfg[] = {"plan", "--cfg", "2", "--tp", "2", "--dp", "2", "--json", NULL};
     CHECK_EQ(run(cfg, &out, &err), 0);
