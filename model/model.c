@@ -35,12 +35,25 @@ static weft_status_t open_component(const char *dir, const char *want, struct we
     return WEFT_OK;
 }
 
-/* The transformer class of each pipeline weft runs. */
-static const char *pipeline_transformer(const char *pipeline_class)
+/* The pipelines weft runs: the classes model_index.json must name for their transformer and
+ * VAE, and whether weft encodes their text (FLUX.2's and Qwen-Image's encoders, Mistral and
+ * Qwen2.5-VL language models, are not weft's: their text comes as embeddings). */
+static const struct pipeline_kind {
+    const char *pipeline, *transformer, *vae;
+    bool native_text;
+} pipelines[] = {
+    {WEFT_FLUX_PIPELINE_CLASS, WEFT_FLUX_CLASS, WEFT_VAE_CLASS, true},
+    {WEFT_FLUX2_PIPELINE_CLASS, WEFT_FLUX2_CLASS, WEFT_VAE2_CLASS, false},
+    {WEFT_QWEN_PIPELINE_CLASS, WEFT_QWEN_CLASS, WEFT_VAE3_CLASS, false},
+};
+
+/* The kind of a pipeline class; NULL for one weft does not run. */
+static const struct pipeline_kind *pipeline_kind_of(const char *pipeline_class)
 {
-    return strcmp(pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0  ? WEFT_FLUX2_CLASS
-           : strcmp(pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0 ? WEFT_QWEN_CLASS
-                                                                   : WEFT_FLUX_CLASS;
+    for (size_t i = 0; i < sizeof(pipelines) / sizeof(pipelines[0]); i++)
+        if (strcmp(pipeline_class, pipelines[i].pipeline) == 0)
+            return &pipelines[i];
+    return NULL;
 }
 
 /* The transformer: the class model_index.json names (a transformer folder alone: any of the
@@ -51,7 +64,8 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
     weft_status_t st = weft_ckpt_open(m->transformer_dir, &ck, err);
     if (st != WEFT_OK)
         return st;
-    const char *cls = weft_ckpt_class(ck), *want = pipeline_transformer(m->pipeline_class);
+    const struct pipeline_kind *kind = pipeline_kind_of(m->pipeline_class);
+    const char *cls = weft_ckpt_class(ck), *want = kind ? kind->transformer : WEFT_FLUX_CLASS;
     const bool ok = m->pipeline ? strcmp(cls, want) == 0
                                 : strcmp(cls, WEFT_FLUX_CLASS) == 0 ||
                                       strcmp(cls, WEFT_FLUX2_CLASS) == 0 ||
@@ -78,13 +92,9 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
 static weft_status_t open_vae(struct weft_model *m, struct weft_error *err)
 {
     struct weft_ckpt *ck;
-    const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
-    const bool qwen = strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0;
-    weft_status_t st = open_component(m->vae_dir,
-                                      qwen    ? WEFT_VAE3_CLASS
-                                      : flux2 ? WEFT_VAE2_CLASS
-                                              : WEFT_VAE_CLASS,
-                                      &ck, err);
+    /* only a pipeline folder has a VAE, and it is a pipeline weft runs */
+    weft_status_t st = open_component(m->vae_dir, pipeline_kind_of(m->pipeline_class)->vae, &ck,
+                                      err);
     if (st != WEFT_OK)
         return st;
     char origin[WEFT_CONF_PATH + 32];
@@ -181,27 +191,22 @@ static weft_status_t open_pipeline(struct weft_model *m, struct weft_error *err)
         return st;
     snprintf(m->pipeline_class, sizeof(m->pipeline_class), "%s", weft_pipe_class(pipe));
     bool has_t = false, has_sched = false;
-    const bool flux2 = strcmp(m->pipeline_class, WEFT_FLUX2_PIPELINE_CLASS) == 0;
-    const bool qwen = strcmp(m->pipeline_class, WEFT_QWEN_PIPELINE_CLASS) == 0;
-    if (!flux2 && !qwen && strcmp(m->pipeline_class, WEFT_FLUX_PIPELINE_CLASS) != 0) {
+    const struct pipeline_kind *kind = pipeline_kind_of(m->pipeline_class);
+    if (!kind) {
         st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                                "%s/model_index.json: _class_name is '%s'; weft runs %s, %s and %s "
                                "pipeline folders", m->dir, m->pipeline_class,
                                WEFT_FLUX_PIPELINE_CLASS, WEFT_FLUX2_PIPELINE_CLASS,
                                WEFT_QWEN_PIPELINE_CLASS);
-    } else if ((st = index_entry(pipe, "transformer", "diffusers",
-                                 pipeline_transformer(m->pipeline_class), false, &has_t,
-                                 err)) == WEFT_OK) {
-        st = index_entry(pipe, "vae", "diffusers",
-                         qwen ? WEFT_VAE3_CLASS : flux2 ? WEFT_VAE2_CLASS : WEFT_VAE_CLASS, true,
-                         &m->has_vae, err);
+    } else if ((st = index_entry(pipe, "transformer", "diffusers", kind->transformer, false,
+                                 &has_t, err)) == WEFT_OK) {
+        st = index_entry(pipe, "vae", "diffusers", kind->vae, true, &m->has_vae, err);
         if (st == WEFT_OK)
             st = index_entry(pipe, "scheduler", "diffusers", WEFT_SCHED_CLASS, true, &has_sched,
                              err);
     }
-    /* FLUX.2's and Qwen-Image's text encoders (Mistral and Qwen2.5-VL language models) are not
-     * weft's: their text comes as embeddings, so those entries are not opened */
-    if (st == WEFT_OK && !flux2 && !qwen)
+    /* a pipeline whose text encoders are not weft's: those entries are not opened */
+    if (st == WEFT_OK && kind && kind->native_text)
         st = text_entries(m, pipe, err);
     weft_pipe_close(pipe);
     if (st != WEFT_OK)
@@ -540,6 +545,15 @@ weft_status_t weft_model_check_layout(const struct weft_model *model,
 
 /* ---------------------------------------------------------------------------------------- */
 
+/* Token l of a mask read in dt (f32, i64, i32 or u8): kept? */
+static bool mask_on(const void *raw, enum weft_dtype dt, int64_t l)
+{
+    return dt == WEFT_DTYPE_F32   ? ((const float *)raw)[l] != 0.0f
+           : dt == WEFT_DTYPE_I64 ? ((const int64_t *)raw)[l] != 0
+           : dt == WEFT_DTYPE_I32 ? ((const int32_t *)raw)[l] != 0
+                                  : ((const uint8_t *)raw)[l] != 0;
+}
+
 /* A Qwen-Image prompt's mask: its tokens are a prefix of ones (padding after them), so the
  * prompt is its first tokens; a mask with holes would move the positions of the tokens after
  * them, which weft does not model. Returns the tokens kept. */
@@ -559,31 +573,20 @@ static weft_status_t mask_tokens(struct weft_st_file *f, const char *what, int64
     void *raw = weft_malloc((size_t)tokens * 8);
     if (!raw)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
-    bool *m = weft_malloc((size_t)tokens * sizeof(bool));
-    if (!m) {
-        weft_free(raw);
-        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
-    }
     weft_status_t st = weft_st_read(f, mk, raw, dt, err);
-    for (int64_t l = 0; st == WEFT_OK && l < tokens; l++)
-        m[l] = dt == WEFT_DTYPE_F32   ? ((const float *)raw)[l] != 0.0f
-               : dt == WEFT_DTYPE_I64 ? ((const int64_t *)raw)[l] != 0
-               : dt == WEFT_DTYPE_I32 ? ((const int32_t *)raw)[l] != 0
-                                      : ((const uint8_t *)raw)[l] != 0;
-    weft_free(raw);
     int64_t kept = 0;
-    while (st == WEFT_OK && kept < tokens && m[kept])
+    while (st == WEFT_OK && kept < tokens && mask_on(raw, dt, kept))
         kept++;
     for (int64_t l = kept; st == WEFT_OK && l < tokens; l++)
-        if (m[l])
+        if (mask_on(raw, dt, l))
             st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED,
                                    "%s: prompt_embeds_mask has a masked token (%lld) before a "
                                    "kept one (%lld); weft takes masks of padding only (ones, "
                                    "then zeros)", what, (long long)kept, (long long)l);
+    weft_free(raw);
     if (st == WEFT_OK && kept == 0)
         st = weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: prompt_embeds_mask masks every token",
                                what);
-    weft_free(m);
     *kept_p = kept;
     return st;
 }
