@@ -1,5 +1,6 @@
-/* FLUX.1 and FLUX.2 configs (Diffusers' FluxTransformer2DModel and Flux2Transformer2DModel
- * defaults, bounded and cross-checked), their parameter tables and what follows from them. */
+/* FLUX.1, FLUX.2 and Qwen-Image configs (Diffusers' FluxTransformer2DModel,
+ * Flux2Transformer2DModel and QwenImageTransformer2DModel defaults, bounded and cross-checked),
+ * their parameter tables and what follows from them. */
 #include "model/flux.h"
 
 #include <stdio.h>

@@ -1,11 +1,12 @@
-/* FLUX.1 (FluxTransformer2DModel) and FLUX.2 (Flux2Transformer2DModel) description: the typed
- * config, shared by the coordinator (to plan and validate before anything loads) and the worker
- * (to execute). The two share their dataflow (double-stream blocks on [text; image] tokens, then
- * single-stream blocks, AdaLN modulation from the time embedding, RoPE over n axes) and differ in
- * the parts the tables below name per version: FLUX.2 has no biases, no pooled text embedding,
- * modulation shared by all blocks of a kind (three top-level Linears), a SwiGLU feed-forward
- * (one fused gate|value projection) and single blocks whose Q, K, V and MLP input are one fused
- * Linear. */
+/* FLUX.1 (FluxTransformer2DModel), FLUX.2 (Flux2Transformer2DModel) and Qwen-Image
+ * (QwenImageTransformer2DModel) description: the typed config, shared by the coordinator (to
+ * plan and validate before anything loads) and the worker (to execute). The three share their
+ * dataflow (double-stream blocks on [text; image] tokens, then single-stream blocks, AdaLN
+ * modulation from the time embedding, RoPE over n axes) and differ in the parts the tables below
+ * name per version: FLUX.2 has no biases, no pooled text embedding, modulation shared by all
+ * blocks of a kind (three top-level Linears), a SwiGLU feed-forward (one fused gate|value
+ * projection) and single blocks whose Q, K, V and MLP input are one fused Linear; Qwen-Image is
+ * FLUX.1's double blocks under its own names, without single blocks or a pooled embedding. */
 #ifndef WEFT_MODEL_FLUX_H
 #define WEFT_MODEL_FLUX_H
 
@@ -34,7 +35,7 @@ struct weft_flux_config {
     int64_t attention_head_dim;
     int64_t num_attention_heads;
     int64_t joint_attention_dim;
-    int64_t pooled_projection_dim; /* FLUX.1 only (0 for FLUX.2) */
+    int64_t pooled_projection_dim; /* FLUX.1 only (0 for the others) */
     bool guidance_embeds;
     int64_t time_proj_dim; /* sinusoidal width: 256 (FLUX.1), timestep_guidance_channels */
     double rope_theta;     /* 10000 (FLUX.1), rope_theta (FLUX.2, 2000 by default) */
@@ -47,9 +48,9 @@ struct weft_flux_config {
 };
 
 /* Parse config.json with Diffusers' class defaults for absent keys (the class from
- * _class_name: FLUX.2's defaults for Flux2Transformer2DModel, FLUX.1's otherwise); origin names
- * the file in err (the file's fault: recorded, or logged at ERROR with NULL err). Checks types, bounds and
- * consistency (axes sum to head_dim, each axis even). */
+ * _class_name: FLUX.2's or Qwen-Image's defaults for theirs, FLUX.1's otherwise); origin names
+ * the file in err (the file's fault: recorded, or logged at ERROR with NULL err). Checks types,
+ * bounds and consistency (axes sum to head_dim, each axis even). */
 weft_status_t weft_flux_config_parse(const cJSON *config, const char *origin,
                                      struct weft_flux_config *out, struct weft_error *err);
 
@@ -72,7 +73,8 @@ struct weft_flux_linear_desc {
     int64_t out, in;  /* weight [out, in], bias [out] */
     bool present;     /* guidance layers exist only with guidance_embeds, and so on */
     enum weft_tp_role role;
-    bool bias; /* a bias [out] follows the weight (every FLUX.1 Linear, no FLUX.2 one) */
+    bool bias; /* a bias [out] follows the weight (every FLUX.1 and Qwen-Image Linear, no FLUX.2
+                * one) */
     /* A fused layer: its sharded dimension is these blocks, each split across the ranks, so
      * under tensor parallelism only the packed style with exactly these blocks is right (0: a
      * plain layer). */
