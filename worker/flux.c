@@ -704,6 +704,17 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
     const int64_t S = a->s_txt + a->s_img, hd = c->attention_head_dim;
     const bool direct = m->K->host_visible;
     float *hcos = direct ? a->cos : a->host, *hsin = direct ? a->sin : a->host + S * hd;
+    /* the inverse frequency of each pair of each axis, once (head_dim <= 512: load's check);
+     * Qwen-Image's rope_params makes them, and the angles, in f32 */
+    const bool f32 = c->version == 3;
+    double inv[256];
+    for (int ax = 0, k = 0; ax < c->n_axes; ax++) {
+        const int64_t dim = c->axes_dims_rope[ax];
+        for (int64_t j = 0; j < dim / 2; j++, k++)
+            inv[k] = f32 ? (double)(float)(1.0 / (double)powf((float)c->rope_theta,
+                                                              (float)(2 * j) / (float)dim))
+                         : 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)dim);
+    }
     for (int64_t r = 0; r < S; r++) {
         const float *ids = r < a->s_txt ? in->txt_ids + (a->txt0 + r) * c->n_axes
                                         : in->img_ids + (a->img0 + r - a->s_txt) * c->n_axes;
@@ -711,12 +722,8 @@ static void rope_tables(struct weft_flux *m, const struct weft_flux_inputs *in)
         for (int ax = 0; ax < c->n_axes; ax++) {
             int64_t dim = c->axes_dims_rope[ax];
             for (int64_t j = 0; j < dim / 2; j++) {
-                double inv = 1.0 / pow(c->rope_theta, (double)(2 * j) / (double)dim);
-                double ang = (double)ids[ax] * inv;
-                if (c->version == 3) /* Qwen-Image's rope_params: the angle in f32 */
-                    ang = (double)(ids[ax] * (float)(1.0 / (double)powf((float)c->rope_theta,
-                                                                       (float)(2 * j) /
-                                                                           (float)dim)));
+                const double f = inv[off / 2 + j];
+                const double ang = f32 ? (double)(ids[ax] * (float)f) : (double)ids[ax] * f;
                 float cv = (float)cos(ang), sv = (float)sin(ang);
                 hcos[r * hd + off + 2 * j] = hcos[r * hd + off + 2 * j + 1] = cv;
                 hsin[r * hd + off + 2 * j] = hsin[r * hd + off + 2 * j + 1] = sv;
