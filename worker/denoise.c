@@ -44,23 +44,26 @@ void weft_flux_ids(const struct weft_flux_config *c, int64_t grid_h, int64_t gri
         txt_ids[l * n + n - 1] = (float)l;
 }
 
-/* QwenImagePipeline's true CFG: comb = neg + scale (pred - neg), then each token's row
- * rescaled to the conditional prediction's norm, comb * (|pred| / |comb|) (norms over the
- * channels, accumulated in double and rounded as torch.norm returns them). */
-static void cfg_renorm(float *pred, const float *neg, float scale, int64_t rows, int64_t ch,
-                       enum weft_dtype dt)
+/* True CFG: pred = neg + scale (pred - neg), each operation rounded to the model's dtype
+ * (FluxPipeline's); QwenImagePipeline then rescales each token's row to the conditional
+ * prediction's norm, comb * (|pred| / |comb|) (norms over the channels, accumulated in double
+ * and rounded as torch.norm returns them). */
+static void cfg_combine(float *pred, const float *neg, float scale, int64_t rows, int64_t ch,
+                        bool renorm, enum weft_dtype dt)
 {
     for (int64_t r = 0; r < rows; r++) {
         float *p = pred + r * ch;
         const float *q = neg + r * ch;
         double pn = 0.0, cn = 0.0;
-        for (int64_t k = 0; k < ch; k++)
+        for (int64_t k = 0; renorm && k < ch; k++)
             pn += (double)p[k] * (double)p[k];
         for (int64_t k = 0; k < ch; k++) {
             const float d = weft_dtype_round(dt, p[k] - q[k]);
-            p[k] = weft_dtype_round(dt, q[k] + weft_dtype_round(dt, scale * d)); /* comb */
+            p[k] = weft_dtype_round(dt, q[k] + weft_dtype_round(dt, scale * d));
             cn += (double)p[k] * (double)p[k];
         }
+        if (!renorm)
+            continue;
         const float ratio = weft_dtype_round(dt, weft_dtype_round(dt, (float)sqrt(pn)) /
                                                      weft_dtype_round(dt, (float)sqrt(cn)));
         for (int64_t k = 0; k < ch; k++)
@@ -146,16 +149,8 @@ weft_status_t weft_denoise(struct weft_flux *m, const struct weft_denoise_params
                 break;
             }
         }
-        if (cfg && c->version == 3) {
-            cfg_renorm(pred, neg, p->true_cfg_scale, s_img, c->in_channels, dt);
-        } else if (cfg) {
-            /* noise_pred = neg_noise_pred + true_cfg_scale * (noise_pred - neg_noise_pred),
-             * each operation on tensors of the model's dtype */
-            for (int64_t k = 0; k < n; k++) {
-                const float d = weft_dtype_round(dt, pred[k] - neg[k]);
-                pred[k] = weft_dtype_round(dt, neg[k] + weft_dtype_round(dt, p->true_cfg_scale * d));
-            }
-        }
+        if (cfg) /* Qwen-Image's pipeline renormalises */
+            cfg_combine(pred, neg, p->true_cfg_scale, s_img, c->in_channels, c->version == 3, dt);
         weft_sched_step(s, i, latents, pred, n);
         weft_dtype_round_n(dt, latents, (size_t)n); /* prev_sample.to(model_output.dtype) */
         if (p->on_step && (st = p->on_step(p->cb_arg, i, s->steps, latents, n)) != WEFT_OK)
