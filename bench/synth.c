@@ -93,27 +93,17 @@ static weft_status_t fill(void *arg, size_t i, uint64_t offset, void *buf, size_
 void weft_synth_flux2_config(struct weft_flux_config *c, int64_t heads, int64_t head_dim,
                              int64_t double_blocks, int64_t single_blocks)
 {
-    *c = (struct weft_flux_config){
-        .version = 2,
-        .patch_size = 1,
-        .in_channels = 128,
-        .out_channels = 128,
-        .num_layers = double_blocks,
-        .num_single_layers = single_blocks,
-        .attention_head_dim = head_dim,
-        .num_attention_heads = heads,
-        .joint_attention_dim = 15360,
-        .guidance_embeds = true,
-        .time_proj_dim = 256,
-        .rope_theta = 2000.0,
-        .eps = 1e-6f,
-        .n_axes = 4,
-    };
+    weft_synth_flux_config(c, heads, head_dim, double_blocks, single_blocks);
+    c->version = 2;
+    c->in_channels = c->out_channels = 128;
+    c->joint_attention_dim = 15360;
+    c->pooled_projection_dim = 0;
+    c->rope_theta = 2000.0;
+    c->n_axes = 4;
     const int64_t a = head_dim / 4 / 2 * 2;
     for (int i = 0; i < 3; i++)
         c->axes_dims_rope[i] = a;
     c->axes_dims_rope[3] = head_dim - 3 * a;
-    c->inner_dim = heads * head_dim;
     c->mlp_hidden_dim = 3 * c->inner_dim;
 }
 
