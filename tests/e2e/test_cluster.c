@@ -1248,6 +1248,16 @@ static int case_autoplan(void)
     return 0;
 }
 
+/* weft generate with the job's arguments: the one-device image the layouts are held to. */
+static void generate_ref(const char *ref, const char *const *job)
+{
+    const char *gen[40] = {"generate", "--out", ref};
+    int n = 3;
+    for (const char *const *o = job; *o && n < 39; o++)
+        gen[n++] = *o;
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+}
+
 /* `weft run` with the job's arguments once per layout: each PNG within one level of ref. */
 static void run_layouts(const char *what, const char *ref, const char *const *job,
                         const char *const (*layouts)[6], size_t n_layouts)
@@ -1282,10 +1292,7 @@ static int case_flux2(void)
     snprintf(ref, sizeof(ref), "%s/flux2_ref.png", tmp);
     const char *const job[] = {"--model", model, "--prompt-embeds", "cat", "--height", "96",
                                "--width", "80", "--steps", "3", "--seed", "9", NULL};
-    const char *gen[20] = {"generate", "--out", ref};
-    for (int i = 0; job[i]; i++)
-        gen[3 + i] = job[i];
-    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    generate_ref(ref, job);
     static const char *const layouts[][6] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "3", NULL},
         {"--ulysses", "2", NULL}, {"--ring", "2", NULL}, {"--tp", "2", "--ulysses", "2", NULL},
@@ -1324,10 +1331,7 @@ static int case_qwen(void)
                                "--negative-prompt-embeds", "blurry", "--true-cfg-scale", "4",
                                "--height", "128", "--width", "96", "--steps", "3", "--seed", "9",
                                NULL};
-    const char *gen[24] = {"generate", "--out", ref};
-    for (int i = 0; job[i]; i++)
-        gen[3 + i] = job[i];
-    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    generate_ref(ref, job);
     static const char *const layouts[][6] = {
         {"--np", "1", NULL}, {"--tp", "2", NULL}, {"--tp", "3", NULL},
         /* the 7 text tokens split unevenly */
