@@ -347,6 +347,7 @@ static void f_assigned(struct codec *c, struct weft_msg_assigned *a)
     f_u64(c, &a->vae_bytes, "vae_bytes");
     f_u64(c, &a->text_bytes, "text_bytes");
     f_i32(c, &a->threads, "threads");
+    f_u64(c, &a->kept_bytes, "kept_bytes");
 }
 
 /* RUN's counts first, so the decoder can size its arrays before reading them. */

@@ -23,7 +23,7 @@
 #include "model/job.h"
 #include "model/model.h"
 
-#define WEFT_MSG_VERSION 5
+#define WEFT_MSG_VERSION 6
 #define WEFT_MSG_ID_MAX 16      /* a worker's id: "w12" */
 #define WEFT_MSG_ADDR_MAX 300   /* host:port */
 #define WEFT_MSG_NAME_MAX 64    /* a prompt's name */
@@ -85,6 +85,7 @@ struct weft_msg_assigned {
     uint64_t transformer_bytes, vae_bytes;
     uint64_t text_bytes; /* the text encoders this rank holds (the replica's first rank) */
     int32_t threads; /* its CPU kernel threads now */
+    uint64_t kept_bytes; /* weights kept loaded from its previous assignment (not read again) */
 };
 
 /* A prompt: precomputed embeddings (in RUN's tail), or text the replica encodes (its first rank

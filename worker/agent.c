@@ -185,7 +185,7 @@ static union weft_msg *msg_new(void)
 
 static void drop_world(struct agent *a)
 {
-    weft_runtime_unassign(a->rt);
+    weft_runtime_detach(a->rt); /* the weights stay for a next assignment that can use them */
     pthread_mutex_lock(&a->world_mu);
     struct weft_transport *w = a->world;
     a->world = NULL;
@@ -480,6 +480,7 @@ static void exec_assign(struct agent *a, struct qitem *it)
     snprintf(r->assigned.error, sizeof(r->assigned.error), "%s", weft_error_text(&err));
     weft_runtime_bytes(a->rt, &r->assigned.transformer_bytes, &r->assigned.vae_bytes);
     r->assigned.text_bytes = weft_runtime_text_bytes(a->rt);
+    r->assigned.kept_bytes = st == WEFT_OK ? weft_runtime_kept_bytes(a->rt) : 0;
     r->assigned.threads = weft_kernels_is_cpu(a->K) ? weft_kernels_cpu_threads(a->kc) : 0;
     reply(a, WEFT_MSG_ASSIGNED, r, NULL);
 }

@@ -393,6 +393,31 @@ static weft_status_t read_weights(struct weft_flux *m, struct weft_ckpt *ck,
     return st;
 }
 
+/* The parallel context of opts (context parallelism, its ranks, the collectives) on m. */
+static weft_status_t set_context(struct weft_flux *m, const struct weft_flux_opts *opts,
+                                 struct weft_error *err)
+{
+    struct weft_cp_layout cp = opts->cp;
+    cp.ring = cp.ring > 1 ? cp.ring : 1;
+    cp.ulysses = cp.ulysses > 1 ? cp.ulysses : 1;
+    const int size = cp.ring * cp.ulysses;
+    const int ring_rank = size > 1 ? opts->ring_rank : 0;
+    const int ulysses_rank = size > 1 ? opts->ulysses_rank : 0;
+    if (size > 1 && (!opts->comm || ring_rank < 0 || ring_rank >= cp.ring || ulysses_rank < 0 ||
+                     ulysses_rank >= cp.ulysses))
+        return weft_error_set(err, WEFT_ERR_INVALID, "flux",
+                              "context parallelism (ring %d x ulysses %d) needs ranks within "
+                              "the degrees and collectives",
+                              cp.ring, cp.ulysses);
+    m->comm = opts->comm;
+    m->cp = cp;
+    m->cp_size = size;
+    m->ring_rank = ring_rank;
+    m->ulysses_rank = ulysses_rank;
+    m->cp_rank = ring_rank * cp.ulysses + ulysses_rank;
+    return WEFT_OK;
+}
+
 weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
                              struct weft_flux **model_p, struct weft_error *err)
 {
@@ -411,30 +436,17 @@ weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
     m->kc = opts->kctx;
     m->tp_size = opts->tp_size > 1 ? opts->tp_size : 1;
     m->tp_rank = m->tp_size > 1 ? opts->tp_rank : 0;
-    m->comm = opts->comm;
-    m->cp = opts->cp;
-    m->cp.ring = m->cp.ring > 1 ? m->cp.ring : 1;
-    m->cp.ulysses = m->cp.ulysses > 1 ? m->cp.ulysses : 1;
-    m->cp_size = m->cp.ring * m->cp.ulysses;
-    m->ring_rank = m->cp_size > 1 ? opts->ring_rank : 0;
-    m->ulysses_rank = m->cp_size > 1 ? opts->ulysses_rank : 0;
-    m->cp_rank = m->ring_rank * m->cp.ulysses + m->ulysses_rank;
-    if (m->tp_size > 1 && (!opts->tp_layout || !m->comm || opts->tp_layout->degree != m->tp_size ||
-                           m->tp_rank < 0 || m->tp_rank >= m->tp_size)) {
+    if (m->tp_size > 1 && (!opts->tp_layout || !opts->comm ||
+                           opts->tp_layout->degree != m->tp_size || m->tp_rank < 0 ||
+                           m->tp_rank >= m->tp_size)) {
         st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
                             "tensor parallelism needs a layout resolved for degree %d, a rank "
                             "below it and collectives",
                             m->tp_size);
         goto out;
     }
-    if (m->cp_size > 1 && (!m->comm || m->ring_rank < 0 || m->ring_rank >= m->cp.ring ||
-                           m->ulysses_rank < 0 || m->ulysses_rank >= m->cp.ulysses)) {
-        st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
-                            "context parallelism (ring %d x ulysses %d) needs ranks within the "
-                            "degrees and collectives",
-                            m->cp.ring, m->cp.ulysses);
+    if ((st = set_context(m, opts, err)) != WEFT_OK)
         goto out;
-    }
     m->stage = opts->stage;
     if (m->stage.on && (m->tp_size > 1 || m->cp_size > 1 || !m->comm)) {
         st = weft_error_set(err, WEFT_ERR_INVALID, "flux",
@@ -521,6 +533,26 @@ out:
     }
     *model_p = m;
     return WEFT_OK;
+}
+
+static void acts_release(struct weft_flux *m);
+
+weft_status_t weft_flux_rebind(struct weft_flux *m, const struct weft_flux_opts *opts,
+                               struct weft_error *err)
+{
+    const int tp_size = opts->tp_size > 1 ? opts->tp_size : 1;
+    const int tp_rank = tp_size > 1 ? opts->tp_rank : 0;
+    if (tp_size != m->tp_size || tp_rank != m->tp_rank || m->stage.on || opts->stage.on ||
+        (tp_size > 1 && !opts->comm))
+        return weft_error_set(err, WEFT_ERR_INVALID, "flux",
+                              "the loaded shard (tp rank %d of %d%s) cannot serve tp rank %d "
+                              "of %d%s", m->tp_rank, m->tp_size,
+                              m->stage.on ? ", a pipeline stage" : "", tp_rank, tp_size,
+                              opts->stage.on ? ", a pipeline stage" : "");
+    weft_status_t st = set_context(m, opts, err);
+    if (st == WEFT_OK)
+        acts_release(m); /* sized for the old split; the next pass reserves again */
+    return st;
 }
 
 static void acts_release(struct weft_flux *m)

@@ -73,6 +73,13 @@ struct weft_flux_inputs {
 weft_status_t weft_flux_load(const char *dir, const struct weft_flux_opts *opts,
                              struct weft_flux **model_p, struct weft_error *err);
 void weft_flux_destroy(struct weft_flux *model);
+/* The same weights in another parallel context: opts' context parallelism, ranks and
+ * collectives replace the model's (its activations are reserved again on the next pass). The
+ * tensor-parallel shard cannot change: tp_size and tp_rank must equal the loaded ones, and
+ * neither the old nor the new context may be a pipeline stage (WEFT_ERR_INVALID, nothing
+ * changed). The rest of opts is ignored. */
+weft_status_t weft_flux_rebind(struct weft_flux *model, const struct weft_flux_opts *opts,
+                               struct weft_error *err);
 const struct weft_flux_config *weft_flux_get_config(const struct weft_flux *model);
 /* Bytes of weights held (this stage's only, in a pipeline). */
 size_t weft_flux_weight_bytes(const struct weft_flux *model);

@@ -41,6 +41,8 @@ struct weft_runtime {
     struct weft_tp_layout *t5_layout;
     uint64_t t5_bytes; /* what this rank holds of T5 (or will hold) */
     struct weft_prompt_cache *cache; /* outlives assignments: its keys name the model */
+    bool detached;       /* weft_runtime_detach: no groups, weights kept for the next one */
+    uint64_t kept_bytes; /* of the last assignment: weights kept from the one before */
 };
 
 static double now_s(void)
@@ -73,25 +75,47 @@ weft_status_t weft_runtime_create(const struct weft_rt_opts *opts, struct weft_r
     return WEFT_OK;
 }
 
+/* The text encoders and their groups' part (T5 tensor-parallel uses the tp group). */
+static void drop_text(struct weft_runtime *rt)
+{
+    weft_clip_text_destroy(rt->clip);
+    weft_t5_destroy(rt->t5);
+    weft_tokenizer_close(rt->tok_clip);
+    weft_tokenizer_close(rt->tok_t5);
+    rt->clip = NULL, rt->t5 = NULL, rt->tok_clip = NULL, rt->tok_t5 = NULL;
+    weft_tp_layout_destroy(rt->t5_layout);
+    rt->t5_layout = NULL;
+    rt->t5_bytes = 0;
+}
+
 void weft_runtime_unassign(struct weft_runtime *rt)
 {
     if (!rt)
         return;
     weft_flux_destroy(rt->flux);
     weft_vae_destroy(rt->vae);
-    weft_clip_text_destroy(rt->clip);
-    weft_t5_destroy(rt->t5);
-    weft_tokenizer_close(rt->tok_clip);
-    weft_tokenizer_close(rt->tok_t5);
-    rt->clip = NULL, rt->t5 = NULL, rt->tok_clip = NULL, rt->tok_t5 = NULL;
+    drop_text(rt);
     weft_tp_layout_destroy(rt->layout);
-    weft_tp_layout_destroy(rt->t5_layout);
-    rt->t5_layout = NULL;
-    rt->t5_bytes = 0;
     weft_par_transport_destroy(rt->pt);
     weft_model_close(rt->model);
     rt->flux = NULL, rt->vae = NULL, rt->layout = NULL, rt->pt = NULL, rt->comm = NULL;
     rt->model = NULL;
+    rt->detached = false;
+}
+
+void weft_runtime_detach(struct weft_runtime *rt)
+{
+    if (!rt || !rt->model)
+        return;
+    drop_text(rt);
+    weft_par_transport_destroy(rt->pt);
+    rt->pt = NULL, rt->comm = NULL;
+    rt->detached = true;
+}
+
+uint64_t weft_runtime_kept_bytes(const struct weft_runtime *rt)
+{
+    return rt->kept_bytes;
 }
 
 void weft_runtime_destroy(struct weft_runtime *rt)
@@ -105,7 +129,7 @@ void weft_runtime_destroy(struct weft_runtime *rt)
 
 const struct weft_model *weft_runtime_model(const struct weft_runtime *rt)
 {
-    return rt->model;
+    return rt->detached ? NULL : rt->model;
 }
 
 /* The plan the coordinator checked, resolved here for this rank's loading. */
@@ -196,10 +220,11 @@ static weft_status_t plan_t5(struct weft_runtime *rt, struct weft_error *err)
     return WEFT_OK;
 }
 
-static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error *err)
+/* The transformer's options for this rank of the assignment. */
+static struct weft_flux_opts flux_opts(const struct weft_runtime *rt)
 {
     const struct weft_rt_assign *a = &rt->a;
-    struct weft_flux_opts o = {
+    return (struct weft_flux_opts){
         .kernels = rt->opts.kernels,
         .kctx = rt->opts.kctx,
         .dtype = a->compute,
@@ -215,6 +240,11 @@ static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error
                   a->stage.next, a->stage.root},
         .comm = rt->comm,
     };
+}
+
+static weft_status_t load_transformer(struct weft_runtime *rt, struct weft_error *err)
+{
+    const struct weft_flux_opts o = flux_opts(rt);
     return weft_flux_load(rt->model->transformer_dir, &o, &rt->flux, err);
 }
 
@@ -224,10 +254,45 @@ static weft_status_t load_vae(struct weft_runtime *rt, struct weft_error *err)
     return weft_vae_load(rt->model->vae_dir, &vo, &rt->vae, err);
 }
 
+static bool same_plan(const struct weft_conf_map *x, const struct weft_conf_map *y)
+{
+    if (x->n != y->n)
+        return false;
+    for (int i = 0; i < x->n; i++)
+        if (strcmp(x->e[i].key, y->e[i].key) != 0 || strcmp(x->e[i].value, y->e[i].value) != 0)
+            return false;
+    return true;
+}
+
+/* Can the weights of the current (or detached) assignment serve a? The same model, dtype,
+ * tensor-parallel degree, rank and plan; neither a pipeline stage; not staged. */
+static bool can_keep(const struct weft_runtime *rt, const struct weft_rt_assign *a)
+{
+    if (!rt->flux || rt->opts.staged || rt->a.stage.on || a->stage.on ||
+        strcmp(rt->a.model, a->model) != 0 || rt->a.compute != a->compute ||
+        rt->a.layout.mesh.tp != a->layout.mesh.tp || !same_plan(&rt->a.tp_plan, &a->tp_plan) ||
+        a->mesh_rank < 0 || a->mesh_rank >= weft_mesh_size(&a->layout.mesh))
+        return false;
+    struct weft_mesh_coord c;
+    weft_mesh_coord(&a->layout.mesh, a->mesh_rank, &c);
+    return c.tp == rt->me.tp;
+}
+
 weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_assign *a,
                                   struct weft_transport *world, struct weft_error *err)
 {
+    /* what the new assignment can take over instead of reading it again */
+    struct weft_flux *flux = NULL;
+    struct weft_vae *vae = NULL;
+    struct weft_tp_layout *tpl = NULL;
+    if (can_keep(rt, a)) {
+        flux = rt->flux, tpl = rt->layout;
+        rt->flux = NULL, rt->layout = NULL;
+        if (a->decode && rt->vae)
+            vae = rt->vae, rt->vae = NULL;
+    }
     weft_runtime_unassign(rt);
+    rt->kept_bytes = 0;
     rt->a = *a;
     const struct weft_kernels *K = rt->opts.kernels;
     if (K->set_compute(rt->opts.kctx, a->compute) != WEFT_OK)
@@ -253,17 +318,41 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
         weft_mesh_coord(&a->layout.mesh, a->mesh_rank, &rt->me);
         weft_layout_name(&a->layout, rt->layout_name, sizeof(rt->layout_name));
     }
-    if (st == WEFT_OK && a->layout.mesh.tp > 1)
-        st = resolve_plan(rt, err);
+    if (st == WEFT_OK && a->layout.mesh.tp > 1) {
+        if (tpl)
+            rt->layout = tpl, tpl = NULL;
+        else
+            st = resolve_plan(rt, err);
+    }
     if (st == WEFT_OK)
         st = plan_t5(rt, err);
     if (st == WEFT_OK && a->decode && !rt->model->has_vae && rt->opts.staged == false)
         st = weft_error_refuse(err, WEFT_ERR_UNSUPPORTED, "%s has no vae component to decode "
                                "with", a->model);
-    if (st == WEFT_OK && !rt->opts.staged)
+    if (st == WEFT_OK && !rt->opts.staged && flux) {
+        const struct weft_flux_opts o = flux_opts(rt);
+        if ((st = weft_flux_rebind(flux, &o, err)) == WEFT_OK) {
+            rt->flux = flux, flux = NULL;
+            rt->kept_bytes += weft_flux_weight_bytes(rt->flux);
+        }
+    } else if (st == WEFT_OK && !rt->opts.staged) {
         st = load_transformer(rt, err);
-    if (st == WEFT_OK && !rt->opts.staged && a->decode)
-        st = load_vae(rt, err);
+    }
+    if (st == WEFT_OK && !rt->opts.staged && a->decode) {
+        if (vae) {
+            rt->vae = vae, vae = NULL;
+            rt->kept_bytes += weft_vae_weight_bytes(rt->vae);
+        } else {
+            st = load_vae(rt, err);
+        }
+    }
+    if (st == WEFT_OK && rt->kept_bytes)
+        WEFT_LOG_INFO("worker", "%s: kept %.1f MB of weights loaded for the previous layout "
+                      "(its tensor-parallel shard is the same): nothing read",
+                      rt->layout_name, (double)rt->kept_bytes / 1e6);
+    weft_flux_destroy(flux);
+    weft_vae_destroy(vae);
+    weft_tp_layout_destroy(tpl);
     if (st != WEFT_OK)
         weft_runtime_unassign(rt);
     return st;

@@ -72,6 +72,14 @@ weft_status_t weft_runtime_assign(struct weft_runtime *rt, const struct weft_rt_
                                   struct weft_transport *world, struct weft_error *err);
 /* Drop the assignment (models, groups); the world is the caller's. */
 void weft_runtime_unassign(struct weft_runtime *rt);
+/* Drop the assignment's groups (before the world they use goes) and its text encoders, but
+ * keep the transformer's and the VAE's weights: the next weft_runtime_assign takes them over
+ * when its tensor-parallel shard is the same (same model, dtype, tp degree, tp rank and plan,
+ * no pipeline stage; unless staged), and frees them otherwise. No image runs in between
+ * (weft_runtime_model is NULL). */
+void weft_runtime_detach(struct weft_runtime *rt);
+/* Bytes of weights the last assignment kept from the one before (0: it read everything). */
+uint64_t weft_runtime_kept_bytes(const struct weft_runtime *rt);
 /* The assigned model's description (NULL without an assignment). */
 const struct weft_model *weft_runtime_model(const struct weft_runtime *rt);
 /* Bytes of transformer shards and of the VAE this rank holds (or will hold, when staged). */
