@@ -310,7 +310,7 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
     const struct weft_conf_plan *cp = &cli->conf.plan; /* [plan]: the defaults of the options */
     struct weft_autoplan_devices dev = {.n = 0, .nodes = 1, .memory = cp->device_memory,
                                         .host_memory = cp->host_memory,
-                                        .link = (enum weft_link)cp->interconnect,
+                                        .link = (enum weft_interconnect)cp->interconnect,
                                         .flops = (double)cp->device_gflops * 1e9,
                                         .link_bps = (double)cp->link_bandwidth,
                                         .link_latency = (double)cp->link_latency_us * 1e-6};
@@ -390,7 +390,7 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
                 WEFT_LOG_ERROR("plan", "--interconnect '%s': expected nvlink, pcie or none", v);
                 return 2;
             }
-            dev.link = (enum weft_link)l;
+            dev.link = (enum weft_interconnect)l;
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--goal"))) {
             if (strcmp(v, "latency") != 0 && strcmp(v, "throughput") != 0) {
                 WEFT_LOG_ERROR("plan", "--goal '%s': expected latency or throughput", v);

@@ -112,8 +112,16 @@ static const struct conf_key worker_keys[] = {
 /* Orders match enum weft_ring_rotation (model/cp.h). */
 static const char *const ring_rotations[] = {"allgather", "p2p", NULL};
 static const char *const tp_loads[] = {"sharded", "full", NULL};
+static const char *const parallel_modes[] = {"fixed", "auto", NULL};
 
 static const struct conf_key parallel_keys[] = {
+    KEY_ENUM(weft_conf_parallel, mode, "fixed", parallel_modes,
+             "fixed: every job runs on the mesh of the degrees below. auto (weft serve's "
+             "cluster runner): the coordinator plans the layout of the jobs at the head of "
+             "its queue with weft plan --auto's rules over the [cluster] workers (the degrees "
+             "below stay 1; [plan] gives the devices' rate and link) and re-plans the mesh "
+             "between jobs when the next ones want another, keeping each worker's loaded "
+             "weights when its tensor-parallel shard does not change."),
     KEY_INT(weft_conf_parallel, tp_degree, "1", 1, 1024,
             "Tensor-parallel degree: ranks that share each layer's weights; divides the heads."),
     KEY_INT(weft_conf_parallel, ulysses_degree, "1", 1, 1024,

@@ -40,7 +40,11 @@ struct weft_conf_worker {
     char device[64];
 };
 
+/* Orders match the names of [parallel] mode. */
+enum weft_parallel_mode { WEFT_PARALLEL_FIXED, WEFT_PARALLEL_AUTO };
+
 struct weft_conf_parallel {
+    int mode; /* enum weft_parallel_mode */
     int64_t tp_degree;
     int64_t ulysses_degree;
     int64_t ring_degree;
@@ -89,7 +93,7 @@ struct weft_conf_device_map {
 struct weft_conf_plan {
     int64_t devices;      /* 0: not described (give --devices or --server) */
     uint64_t device_memory;
-    int interconnect;     /* enum weft_link: none, pcie, nvlink */
+    int interconnect;     /* enum weft_interconnect: none, pcie, nvlink */
     int64_t nodes;
     uint64_t host_memory; /* 0: no spilling to host memory */
     int64_t device_gflops;   /* for the predicted step time; 0: unknown */

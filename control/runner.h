@@ -85,6 +85,17 @@ struct weft_runner_event {
     char reason[320]; /* FINISHED with an error: one line, the exact cause */
 };
 
+/* What waits in the coordinator's queue, for a runner that plans its layout per job ([parallel]
+ * mode = auto): the first queued job's shape, and how much waits in all. */
+struct weft_runner_demand {
+    int64_t height, width, steps; /* the first queued job's */
+    int64_t text_tokens;          /* its prompts' longest (0: unknown) */
+    bool cfg;                     /* it runs true CFG (two passes a step) */
+    int64_t images;               /* its images */
+    int64_t queued_images;        /* every queued job's images, its own included */
+    int queued_jobs;
+};
+
 struct weft_runner;
 
 struct weft_runner_ops {
@@ -116,6 +127,15 @@ struct weft_runner_ops {
      * as weft_collective_seconds_total, weft_collective_bytes_total and
      * weft_collective_calls_total with labels group and op. May append nothing. */
     void (*metrics)(struct weft_runner *r, struct weft_sbuf *out);
+    /* The queue changed (non-blocking; NULL for a runner whose layout is fixed): the
+     * coordinator calls it with what waits before it starts the first queued job, and again
+     * as the queue moves. A runner may answer by changing its layout; while it does, its
+     * capacity() holds the jobs back (a CAPACITY event follows), and layout() names the new
+     * layout once jobs may start on it. */
+    void (*demand)(struct weft_runner *r, const struct weft_runner_demand *d);
+    /* Why jobs run on layout() now: one line (a planner's reasons), or NULL where the
+     * configuration fixed it. NULL op: the same as returning NULL. */
+    const char *(*layout_reason)(struct weft_runner *r);
     /* Shutting down: stop every started job at its next step boundary (non-blocking); each
      * still gets its FINISHED event. start() is not called after this. */
     void (*stop)(struct weft_runner *r);

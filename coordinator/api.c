@@ -376,6 +376,8 @@ cJSON *weft_api_job_json(struct weft_coord *c, const struct job *j)
 
     if (j->layout[0])
         cJSON_AddStringToObject(o, "layout", j->layout);
+    if (j->layout_reason[0])
+        cJSON_AddStringToObject(o, "layout_reason", j->layout_reason);
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     if (j->submitted_at > 0 && j->started_at > 0)
         cJSON_AddNumberToObject(t, "queued", j->started_at - j->submitted_at);

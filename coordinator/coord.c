@@ -252,6 +252,8 @@ static cJSON *record_final(const struct job *j)
         goto err;
     if (j->layout[0] && !cJSON_AddStringToObject(r, "layout", j->layout))
         goto err;
+    if (j->layout_reason[0] && !cJSON_AddStringToObject(r, "layout_reason", j->layout_reason))
+        goto err;
     cJSON *t = timings_json(j);
     if (!t)
         goto err;
@@ -465,6 +467,25 @@ static void fail_queued(struct weft_coord *c, const char *why)
     }
 }
 
+/* A runner that plans per job hears what waits (the queue's head and its total). */
+static void tell_demand(struct weft_coord *c)
+{
+    if (!c->runner->ops->demand || !c->queue.head)
+        return;
+    const struct job *h = c->queue.head;
+    struct weft_runner_demand d = {.height = h->spec.height, .width = h->spec.width,
+                                   .steps = h->spec.steps, .images = weft_job_spec_images(&h->spec),
+                                   .cfg = h->spec.n_negatives > 0 && h->spec.true_cfg_scale > 1};
+    for (int i = 0; i < h->spec.n_prompts; i++)
+        if (h->spec.prompts[i].tokens > d.text_tokens)
+            d.text_tokens = h->spec.prompts[i].tokens;
+    for (const struct job *j = h; j; j = j->next) {
+        d.queued_images += weft_job_spec_images(&j->spec);
+        d.queued_jobs++;
+    }
+    c->runner->ops->demand(c->runner, &d);
+}
+
 static void dispatch(struct weft_coord *c)
 {
     if (!c->runner || c->stopping)
@@ -474,6 +495,7 @@ static void dispatch(struct weft_coord *c)
         fail_queued(c, why);
         return;
     }
+    tell_demand(c);
     while (c->queue.head && c->running < c->runner->ops->capacity(c->runner)) {
         struct job *j = c->queue.head;
         list_remove(&c->queue, j);
@@ -492,9 +514,14 @@ static void dispatch(struct weft_coord *c)
         struct weft_layout lay;
         c->runner->ops->layout(c->runner, &lay); /* dp may have shrunk after a loss */
         weft_layout_name(&lay, j->layout, sizeof(j->layout));
+        const char *chosen = c->runner->ops->layout_reason
+                                 ? c->runner->ops->layout_reason(c->runner)
+                                 : NULL;
+        snprintf(j->layout_reason, sizeof(j->layout_reason), "%s", chosen ? chosen : "");
         WEFT_LOG_INFO("coord", "job %s started (attempt %d) on %s", j->id, j->attempts,
                       j->layout);
         weft_api_job_changed(c, j, -1);
+        tell_demand(c);
     }
 }
 
@@ -906,6 +933,9 @@ static void replay_final(struct job *j, const cJSON *rec, enum job_state state)
     const cJSON *layout = cJSON_GetObjectItemCaseSensitive(rec, "layout");
     if (cJSON_IsString(layout))
         snprintf(j->layout, sizeof(j->layout), "%s", layout->valuestring);
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(rec, "layout_reason");
+    if (cJSON_IsString(why))
+        snprintf(j->layout_reason, sizeof(j->layout_reason), "%s", why->valuestring);
     j->state = state;
     j->finished_at = cJSON_IsNumber(at) ? at->valuedouble : 0;
     j->started_at = cJSON_IsNumber(started) ? started->valuedouble : 0;

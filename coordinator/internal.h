@@ -58,6 +58,7 @@ struct job {
     struct job_stage stages[JOB_MAX_STAGES];
     char reason[256];
     char layout[96]; /* the layout it last started on (weft_layout_name; "" not yet) */
+    char layout_reason[640]; /* why the runner chose it ("" fixed by the configuration) */
     /* Idempotency-Key of the submission ("" none) and the hash of what it asked (route and
      * body): a retry with the same key and request gets this job, another request a 422 */
     char idem_key[WEFT_IDEM_KEY_MAX + 1];

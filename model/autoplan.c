@@ -24,18 +24,18 @@ int weft_link_parse(const char *s)
     return -1;
 }
 
-const char *weft_link_name(enum weft_link link)
+const char *weft_link_name(enum weft_interconnect link)
 {
     return link == WEFT_LINK_NVLINK ? "NVLink" : link == WEFT_LINK_PCIE ? "PCIe" : "no link";
 }
 
 /* Nominal figures of a link kind (autoplan.h): bytes per second, seconds a call. */
-static double link_bps(enum weft_link link)
+static double link_bps(enum weft_interconnect link)
 {
     return link == WEFT_LINK_NVLINK ? 300e9 : link == WEFT_LINK_PCIE ? 24e9 : 10e9;
 }
 
-static double link_latency(enum weft_link link)
+static double link_latency(enum weft_interconnect link)
 {
     return link == WEFT_LINK_NVLINK ? 10e-6 : link == WEFT_LINK_PCIE ? 20e-6 : 30e-6;
 }

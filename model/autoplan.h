@@ -36,12 +36,12 @@
 #define WEFT_AUTOPLAN_TP_MAX 64 /* tensor-parallel degrees considered: 1..64 */
 #define WEFT_AUTOPLAN_REASONS 12
 
-enum weft_link { WEFT_LINK_NONE, WEFT_LINK_PCIE, WEFT_LINK_NVLINK };
+enum weft_interconnect { WEFT_LINK_NONE, WEFT_LINK_PCIE, WEFT_LINK_NVLINK };
 enum weft_goal { WEFT_GOAL_LATENCY, WEFT_GOAL_THROUGHPUT };
 
 /* "none", "pcie", "nvlink"; -1 for another word. */
 int weft_link_parse(const char *s);
-const char *weft_link_name(enum weft_link link);
+const char *weft_link_name(enum weft_interconnect link);
 
 /* The model as the planner sees it. weft_autoplan_model_open fills it from a folder; tests may
  * fill it by hand. Bytes are as held (weft_ckpt_held_bytes). */
@@ -72,7 +72,7 @@ struct weft_autoplan_devices {
     int nodes;            /* hosts they are spread over, evenly (1: one host) */
     uint64_t memory;      /* each device's */
     uint64_t host_memory; /* room for device_map to spill to host memory; 0: none */
-    enum weft_link link;  /* between the devices of one host (hosts: a network) */
+    enum weft_interconnect link;  /* between the devices of one host (hosts: a network) */
     /* for the predicted step time (0: unknown) */
     double flops;        /* one device's dense rate, FLOP/s; 0: no time is predicted */
     double link_bps;     /* what a rank sends per second to a device of its host; 0: the

@@ -52,10 +52,11 @@ void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr)
     jr->active = false;
     r->jobs_done++;
     post(r, &ev);
-    if (r->stopping && weft_cr_active_jobs(r) == 0)
+    if (r->stopping && weft_cr_active_jobs(r) == 0) {
         weft_cr_shutdown(r);
-    else
+    } else if (!weft_cr_auto_switch(r)) {
         weft_cr_plan_maybe(r); /* the mesh may grow back now that it is idle */
+    }
 }
 
 void weft_cr_job_fail(struct job_run *jr, weft_status_t st, const char *reason)

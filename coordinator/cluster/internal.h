@@ -18,6 +18,7 @@
 #include "control/boot.h"
 #include "control/msg.h"
 #include "control/runner.h"
+#include "model/autoplan.h"
 #include "model/devmap.h"
 #include "model/mesh.h"
 #include "model/model.h"
@@ -137,6 +138,19 @@ struct cluster_runner {
     struct comm_total comm[32];
     int n_comm;
     uint64_t prompt_cache_hits, prompt_cache_misses; /* reported by the encoding ranks */
+    /* [parallel] mode = auto (auto.c): the layout the queue's head wants; while switching, new
+     * jobs wait for the mesh to drain, then it is planned with want */
+    bool auto_mode, want_set, switching;
+    struct weft_autoplan_model am;
+    struct weft_layout want;
+    char want_why[640], layout_why[640]; /* the planner's reasons for want, for the layout */
+    uint64_t replans;    /* plans after the first */
+    uint64_t kept_bytes; /* weights workers kept over a new plan instead of loading them */
+    /* what plans cost, measured: when the current one began, the bytes its workers kept, the
+     * seconds of the last plan that kept every worker's weights, and the bytes a rank read
+     * per second in the last one that read weights (0: none yet) */
+    double plan_started, plan_kept_s, load_bps;
+    uint64_t plan_kept;
 };
 
 double weft_cr_now(void);
@@ -169,6 +183,23 @@ void weft_cr_devmap_drop(struct cluster_runner *r);
 int weft_cr_joined(const struct cluster_runner *r);
 /* Workers past their bootstrap whose control link has not said hello yet. */
 int weft_cr_authed(const struct cluster_runner *r);
+
+/* The host a worker runs on, as its inventory names it: the kernel's boot id, else its name. */
+const char *weft_cr_host_key(const struct worker *w);
+
+/* auto.c */
+/* [parallel] mode = auto: check the configuration, open the planner's view of the model and
+ * start from one replica per worker. A no-op in fixed mode. */
+weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err);
+void weft_cr_auto_cleanup(struct cluster_runner *r);
+void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d);
+const char *weft_cr_layout_reason(struct weft_runner *base);
+/* Before a plan: the layout it takes (want, or for the first plan one chosen for a stream of
+ * the model's default images). A no-op in fixed mode. */
+void weft_cr_auto_prepare(struct cluster_runner *r);
+/* auto: when the mesh is switching and drained, plan it again with the layout the queue wants;
+ * true when it did. */
+bool weft_cr_auto_switch(struct cluster_runner *r);
 
 /* dispatch.c */
 weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_job *job,

@@ -99,7 +99,9 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
     weft_cr_devmap_drop(r);
     struct weft_error err = WEFT_ERROR_INIT;
     weft_status_t st = weft_devmap_plan_model(
-        r->model, (enum weft_devmap_strategy)r->conf->device_map.strategy, pp, room, &mm,
+        r->model,
+        r->auto_mode ? WEFT_DEVMAP_BALANCED : (enum weft_devmap_strategy)r->conf->device_map.strategy,
+        pp, room, &mm,
         &r->map, &r->map_units, r->map_comps, &err);
     if (st != WEFT_OK)
         snprintf(r->plan_error, sizeof(r->plan_error), "%s", weft_error_text(&err));
@@ -139,24 +141,22 @@ static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_
 /* How many workers the mesh takes now (0: not yet), and how many make one replica. */
 static int mesh_workers(const struct cluster_runner *r, int *per_p)
 {
-    const struct weft_conf_parallel *p = &r->conf->parallel;
+    const struct weft_mesh *m = &r->layout.mesh;
     const bool devmap = r->layout.device_map;
     /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
-    const int per = devmap ? r->layout.mesh.pp
-                           : (int)(p->cfg_degree * p->ring_degree * p->ulysses_degree *
-                                   p->tp_degree);
+    const int per = devmap ? m->pp : (m->cfg > 1 ? m->cfg : 1) * m->ring * m->ulysses * m->tp;
     const int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
-                                              : (int)p->dp_degree * per;
+                                              : (int)r->conf->parallel.dp_degree * per;
     const int joined = weft_cr_joined(r);
-    /* after a loss, a smaller data-parallel width with the workers left */
-    const int n = joined >= want ? want : (r->epoch > 0 ? joined / per * per : 0);
+    /* after a loss, a smaller data-parallel width with the workers left; replicas are whole */
+    const int n = (joined >= want ? want : (r->epoch > 0 ? joined : 0)) / per * per;
     *per_p = per;
     return n >= per ? n : 0;
 }
 
 /* The host a worker runs on, as its inventory names it: the kernel's boot id (one per booted
  * machine, whatever its names), else its host name. */
-static const char *host_key(const struct worker *w)
+const char *weft_cr_host_key(const struct worker *w)
 {
     const cJSON *id = w->hello ? cJSON_GetObjectItemCaseSensitive(w->hello, "host_id") : NULL;
     return id && cJSON_IsString(id) && id->valuestring[0] ? id->valuestring : w->host;
@@ -174,11 +174,11 @@ static int32_t thread_share(const struct cluster_runner *r, struct worker *const
     const cJSON *cores = inv ? cJSON_GetObjectItemCaseSensitive(inv, "cores") : NULL;
     if (cJSON_IsTrue(fixed) || !cores || !cJSON_IsNumber(cores) || cores->valuedouble < 1)
         return 0;
-    const char *key = host_key(ranked[rank]);
+    const char *key = weft_cr_host_key(ranked[rank]);
     bool seen[MAX_WORKERS] = {false};
     int busy = 0;
     for (int k = 0; k < n; k++) {
-        if (strcmp(host_key(ranked[k]), key) != 0)
+        if (strcmp(weft_cr_host_key(ranked[k]), key) != 0)
             continue;
         struct weft_mesh_coord c;
         weft_mesh_coord(&r->mesh, k, &c);
@@ -257,6 +257,9 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
     }
     if (r->planned || r->assigning || r->stopping || r->plan_error[0])
         return;
+    if (r->auto_mode && r->epoch == 0 && weft_cr_joined(r) < (int)r->conf->cluster.workers)
+        return; /* the first plan waits for every worker: it plans over them */
+    weft_cr_auto_prepare(r);
     int per;
     const int n = mesh_workers(r, &per);
     if (n == 0)
@@ -282,6 +285,8 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
         return;
     }
     r->assigning = true;
+    r->plan_started = weft_cr_now();
+    r->plan_kept = 0;
     for (int rep = 0; rep < MAX_WORKERS; rep++)
         r->replica_job[rep] = -1; /* no job runs across a new plan (they were stopped) */
     struct weft_msg_assign *m = weft_malloc(sizeof(*m));
@@ -323,12 +328,24 @@ void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,
     w->vae_bytes = m->vae_bytes;
     w->text_bytes = m->text_bytes;
     w->assigned = 1;
+    r->kept_bytes += m->kept_bytes;
+    r->plan_kept += m->kept_bytes;
     int done = 0;
     for (int i = 0; i < MAX_WORKERS; i++)
         done += r->w[i].rank >= 0 && r->w[i].assigned;
     if (done == r->n_mesh) {
         r->assigning = false;
         r->planned = true;
+        /* what this plan cost, for auto's switching decisions */
+        uint64_t held = 0;
+        for (int i = 0; i < MAX_WORKERS; i++)
+            if (r->w[i].rank >= 0)
+                held += r->w[i].transformer_bytes + r->w[i].vae_bytes;
+        const double dt = weft_cr_now() - r->plan_started;
+        if (held > r->plan_kept && dt > 0)
+            r->load_bps = (double)(held - r->plan_kept) / (double)r->n_mesh / dt;
+        else if (r->plan_kept)
+            r->plan_kept_s = dt;
         WEFT_LOG_INFO("cluster", "epoch %llu: every worker is loaded; serving",
                       (unsigned long long)r->epoch);
         weft_cr_post_capacity(r);

@@ -42,7 +42,10 @@ weft_status_t weft_cr_send(struct worker *w, unsigned type, const union weft_msg
 static int cr_capacity(struct weft_runner *base)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
-    return r->planned && !r->stopping ? weft_cr_active_jobs(r) + weft_cr_free_replicas(r) : 0;
+    if (!r->planned || r->stopping)
+        return 0;
+    /* auto, switching: the mesh drains before it is planned again */
+    return weft_cr_active_jobs(r) + (r->switching ? 0 : weft_cr_free_replicas(r));
 }
 
 static const char *cr_unavailable(struct weft_runner *base)
@@ -53,7 +56,10 @@ static const char *cr_unavailable(struct weft_runner *base)
 
 static void cr_layout(struct weft_runner *base, struct weft_layout *out)
 {
-    *out = ((struct cluster_runner *)base)->layout;
+    const struct cluster_runner *r = (const struct cluster_runner *)base;
+    *out = r->layout;
+    if (r->planned || r->assigning)
+        out->mesh = r->mesh; /* dp may have shrunk after a loss */
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -172,6 +178,12 @@ static cJSON *cr_describe(struct weft_runner *base)
         }
         cJSON_AddItemToArray(ws, e);
     }
+    cJSON_AddStringToObject(d, "mode", r->auto_mode ? "auto" : "fixed");
+    if (r->auto_mode) {
+        cJSON_AddNumberToObject(d, "replans", (double)r->replans);
+        cJSON_AddNumberToObject(d, "kept_bytes", (double)r->kept_bytes);
+        cJSON_AddBoolToObject(d, "switching", r->switching);
+    }
     cJSON *mesh = cJSON_AddObjectToObject(d, "mesh");
     cJSON_AddNumberToObject(mesh, "dp", r->planned || r->assigning ? r->mesh.dp : 0);
     cJSON_AddNumberToObject(mesh, "cfg", r->layout.mesh.cfg > 1 ? r->layout.mesh.cfg : 1);
@@ -217,10 +229,18 @@ static void cr_metrics(struct weft_runner *base, struct weft_sbuf *out)
                      "# TYPE weft_worker_connections_refused_total counter\n"
                      "weft_worker_connections_refused_total %llu\n"
                      "# HELP weft_mesh_epoch Plans made since start.\n"
-                     "# TYPE weft_mesh_epoch gauge\nweft_mesh_epoch %llu\n",
+                     "# TYPE weft_mesh_epoch gauge\nweft_mesh_epoch %llu\n"
+                     "# HELP weft_mesh_replans_total Plans [parallel] mode = auto made for "
+                     "the queue's next jobs after the first.\n"
+                     "# TYPE weft_mesh_replans_total counter\nweft_mesh_replans_total %llu\n"
+                     "# HELP weft_weights_kept_bytes_total Bytes of weights workers kept "
+                     "loaded over a new plan instead of reading them again.\n"
+                     "# TYPE weft_weights_kept_bytes_total counter\n"
+                     "weft_weights_kept_bytes_total %llu\n",
                      weft_cr_joined(r), (unsigned long long)r->workers_lost,
                      (unsigned long long)r->jobs_stalled, (unsigned long long)r->refused,
-                     (unsigned long long)r->epoch);
+                     (unsigned long long)r->epoch, (unsigned long long)r->replans,
+                     (unsigned long long)r->kept_bytes);
     weft_prompt_cache_metrics(out, r->prompt_cache_hits, r->prompt_cache_misses, 0, false);
     static const char *const kinds[3][2] = {
         {"seconds", "Time the workers spent in collectives (summed over ranks)."},
@@ -316,6 +336,7 @@ static void cr_destroy(struct weft_runner *base)
     weft_link_host_destroy(r->host); /* closes every link */
     weft_rdv_server_destroy(r->rdv);
     weft_cr_devmap_drop(r);
+    weft_cr_auto_cleanup(r);
     for (int i = 0; i < MAX_WORKERS; i++)
         cJSON_Delete(r->w[i].hello);
     weft_free(r);
@@ -328,6 +349,8 @@ static const struct weft_runner_ops cluster_ops = {
     .capacity = cr_capacity,
     .unavailable = cr_unavailable,
     .layout = cr_layout,
+    .demand = weft_cr_demand,
+    .layout_reason = weft_cr_layout_reason,
     .describe = cr_describe,
     .metrics = cr_metrics,
     .stop = cr_stop,
@@ -393,15 +416,21 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
         r->w[i].rank = -1;
         r->replica_job[i] = -1;
     }
+    if ((st = weft_cr_auto_init(r, err)) != WEFT_OK) {
+        weft_free(r);
+        return st;
+    }
     st = weft_link_host_create(opts->conf->transport.tls[0] ? opts->conf->transport.tls : NULL,
                                weft_cr_on_accept, r, &r->host);
     if (st != WEFT_OK) { /* the transport logged why */
+        weft_cr_auto_cleanup(r);
         weft_free(r);
         return weft_error_refuse(err, st, "cannot open the workers' control links: %s",
                                  weft_status_str(st));
     }
     if ((st = weft_cr_listen(r, opts->conf->cluster.listen, opts->port_file, err)) != WEFT_OK) {
         weft_link_host_destroy(r->host);
+        weft_cr_auto_cleanup(r);
         weft_free(r);
         return st;
     }

@@ -437,6 +437,137 @@ static int case_concurrent(void)
     return 0;
 }
 
+/* A job's record: its layout (into out) and why it was chosen (into why, "" none). */
+static void job_layout(struct weft_client *c, const char *id, char *out, size_t len, char *why,
+                       size_t why_len)
+{
+    char path[64], *rec;
+    int code;
+    size_t rlen;
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    CHECK_OK(weft_client_request(c, "GET", path, NULL, 0, &code, &rec, &rlen));
+    CHECK_EQ(code, 200);
+    cJSON *j = cJSON_Parse(rec);
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    CHECK(cJSON_IsString(lay));
+    snprintf(out, len, "%s", lay->valuestring);
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(j, "layout_reason");
+    snprintf(why, why_len, "%s", cJSON_IsString(reason) ? reason->valuestring : "");
+    cJSON_Delete(j);
+    weft_client_free(rec);
+}
+
+/* A number of GET /v1/cluster. */
+static double cluster_number(struct weft_client *c, const char *key)
+{
+    char *text;
+    CHECK_OK(weft_client_cluster(c, &text));
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    CHECK(cJSON_IsNumber(v));
+    const double d = v->valuedouble;
+    cJSON_Delete(j);
+    weft_client_free(text);
+    return d;
+}
+
+/* One job of `count` images, height x width, on the cluster: done; its layout and reasons; image
+ * 0 against ref within one level when ref is given. */
+static void auto_job(struct weft_client *c, int height, int width, int steps, int count,
+                     const char *ref, char *lay, size_t len, char *why, size_t why_len)
+{
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = height,
+                                   .width = width, .steps = steps, .count = count,
+                                   .guidance = 3.5, .seed = 7};
+    char id[WEFT_CLIENT_ID_MAX];
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_submit(c, &req, id));
+    CHECK_OK(weft_client_wait(c, id, 240000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && (int)st.n_images == count);
+    weft_job_status_cleanup(&st);
+    job_layout(c, id, lay, len, why, why_len);
+    printf("%dx%d, %d image(s) ran on \"%s\" (%s)\n", width, height, count, lay, why);
+    if (!ref)
+        return;
+    char img[600];
+    snprintf(img, sizeof(img), "%s/auto.png", tmp);
+    CHECK_OK(weft_client_image_save(c, id, 0, img));
+    const int d = png_max_diff(ref, img);
+    printf("  image 0: max pixel difference to one device %d\n", d);
+    CHECK(d <= 1);
+}
+
+/* [parallel] mode = auto on 4 workers. By the rules alone: the mesh starts as 4 replicas; a
+ * small job stays there (too few tokens to split), a lone job of 2048 tokens gets dp 2 x
+ * ulysses 2, keeping every worker's weights (the same tp shard: nothing read again), a job of
+ * 4 images 4 replicas again. With a slow device rate in [plan]: a lone small job gets ulysses
+ * 4 (the split pays), and a job of 4 images stays there (4 images on ulysses 4 are predicted
+ * as fast as on 4 replicas: the switch would not pay for itself). Each image as one device's
+ * within one level; the reasons in the record; the switches in /metrics; a degree beside
+ * mode = auto refused in one line. */
+static int case_auto(void)
+{
+    char ref[600], lay[96], why[640];
+    one_device(ref, sizeof(ref));
+    struct cluster k;
+    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
+    cluster_up(&k, "1", rules, 4);
+    char *text;
+    CHECK_OK(weft_client_cluster(k.c, &text));
+    cJSON *cl = cJSON_Parse(text);
+    weft_client_free(text);
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cl, "mode");
+    const cJSON *dp = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "dp");
+    CHECK(cJSON_IsString(mode) && strcmp(mode->valuestring, "auto") == 0);
+    printf("auto, before any job: %g replicas\n", dp->valuedouble);
+    CHECK_EQ((int)dp->valuedouble, 4);
+    cJSON_Delete(cl);
+    auto_job(k.c, 256, 256, 3, 1, ref, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strcmp(lay, "dp 4 x ring 1 x ulysses 1 x tp 1") == 0 && strstr(why, "too few"));
+    auto_job(k.c, 512, 1024, 1, 1, NULL, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strcmp(lay, "dp 2 x ring 1 x ulysses 2 x tp 1") == 0 &&
+          strstr(why, "context parallelism"));
+    const double kept = cluster_number(k.c, "kept_bytes");
+    printf("weights kept over the switch: %.0f bytes\n", kept);
+    CHECK(kept > 0);
+    auto_job(k.c, 256, 256, 3, 4, ref, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && strstr(why, "replicas"));
+    int code;
+    char *metrics;
+    size_t mlen;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &metrics, &mlen));
+    const char *rp = strstr(metrics, "\nweft_mesh_replans_total ");
+    CHECK(rp && strtod(strchr(rp + 1, ' ') + 1, NULL) >= 2);
+    CHECK(strstr(metrics, "\nweft_weights_kept_bytes_total "));
+    CHECK(strstr(metrics, "weft_jobs_done_by_layout_total{layout=\"dp 2 x ring 1 x ulysses 2 x "
+                          "tp 1\"} 1"));
+    weft_client_free(metrics);
+    printf("replans: %g\n", cluster_number(k.c, "replans"));
+    cluster_down(&k);
+    /* a device rate: the planner splits by predicted time, and a switch must pay for itself */
+    const char *timed[] = {"--parallel.mode=auto", "--cluster.workers=4",
+                           "--plan.device_gflops=1", NULL};
+    cluster_up(&k, "1", timed, 4);
+    auto_job(k.c, 256, 256, 3, 1, ref, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strcmp(lay, "dp 1 x ring 1 x ulysses 4 x tp 1") == 0 && strstr(why, "latency"));
+    auto_job(k.c, 256, 256, 3, 4, ref, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strcmp(lay, "dp 1 x ring 1 x ulysses 4 x tp 1") == 0 && strstr(why, "mesh stays"));
+    cluster_down(&k);
+    /* a degree beside mode = auto: one line, before any worker */
+    char log[600], out[4096];
+    snprintf(log, sizeof(log), "%s/bad.log", tmp);
+    const char *bad[] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
+                         "--cluster.listen=127.0.0.1:0", "--parallel.mode=auto",
+                         "--cluster.workers=2", "--parallel.tp_degree=2", NULL};
+    const int rc = wait_pid(run_weft(bad, secret_env, log));
+    read_text(log, out, sizeof(out));
+    printf("mode = auto with tp_degree 2: exit %d, %s", rc, out);
+    CHECK(rc != 0 && strstr(out, "mode = auto plans the degrees itself"));
+    return 0;
+}
+
 /* A worker stopped (SIGSTOP: alive to the kernel, silent to us) with a job running, then the
  * coordinator told to stop: it gives the job up after a bounded wait, closes the silent
  * peer's endpoint and exits 0, the job kept in the journal. */
@@ -1350,7 +1481,7 @@ int main(int argc, char **argv)
         {"flux2", case_flux2},     {"qwen", case_qwen},
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
-        {"concurrent", case_concurrent}, {"stopped", case_stopped}, {"cancel", case_cancel},
+        {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
     };

@@ -90,7 +90,7 @@ static bool said(const struct weft_autoplan *p, const char *what)
 }
 
 static struct weft_autoplan plan(const struct weft_autoplan_model *m, int n, int nodes,
-                                 uint64_t mem, enum weft_link link, int64_t side,
+                                 uint64_t mem, enum weft_interconnect link, int64_t side,
                                  int64_t prompts, enum weft_goal goal, const char *what)
 {
     const struct weft_autoplan_devices dev = {n, nodes, mem, 0, link};

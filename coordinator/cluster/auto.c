@@ -1,0 +1,302 @@
+/* [parallel] mode = auto (see internal.h): the layout of the next jobs, planned from what waits
+ * in the coordinator's queue with weft plan --auto's rules (model/autoplan.h) over the workers
+ * that joined, and the switch to it. The mesh stays one layout at a time, its replicas running
+ * jobs side by side; when the queue's head wants another, new jobs wait until the running ones
+ * end (a drain), then the mesh is planned again. A worker whose tensor-parallel shard is the
+ * same in the new layout keeps its loaded weights (worker/runtime.h), so a switch between data
+ * and context parallelism costs a rendezvous, not a load. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "coordinator/cluster/internal.h"
+
+weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err)
+{
+    const struct weft_conf *c = r->conf;
+    const struct weft_conf_parallel *p = &c->parallel;
+    if (p->mode != WEFT_PARALLEL_AUTO)
+        return WEFT_OK;
+    if (p->tp_degree > 1 || p->ulysses_degree > 1 || p->ring_degree > 1 || p->dp_degree > 1 ||
+        p->cfg_degree > 1)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] mode = auto plans the degrees itself: leave "
+                                 "tp_degree, ulysses_degree, ring_degree, dp_degree and "
+                                 "cfg_degree at 1");
+    if (c->device_map.strategy != WEFT_DEVMAP_NONE)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] mode = auto chooses device_map itself where the "
+                                 "rules say so: leave [device_map] strategy at none");
+    if (c->cluster.workers < 1)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] mode = auto needs [cluster] workers: the devices "
+                                 "it plans over");
+    weft_status_t st = weft_autoplan_model_open(r->model, &r->am, err);
+    if (st != WEFT_OK)
+        return st;
+    r->auto_mode = true;
+    /* until a plan: one replica per worker (what the coordinator checks jobs against) */
+    weft_layout_single(&r->layout);
+    r->layout.mesh.dp = (int)c->cluster.workers;
+    return WEFT_OK;
+}
+
+void weft_cr_auto_cleanup(struct cluster_runner *r)
+{
+    if (r->auto_mode)
+        weft_autoplan_model_cleanup(&r->am);
+}
+
+/* The devices the joined workers make, as the planner sees them: each one's memory as its
+ * inventory reports it (a CPU worker shares its host's memory with the host's other workers),
+ * the least of them, and the hosts they are on; the rate and the link from [plan]. */
+static int devices(const struct cluster_runner *r, struct weft_autoplan_devices *dev)
+{
+    const struct weft_conf_plan *cp = &r->conf->plan;
+    *dev = (struct weft_autoplan_devices){.nodes = 1, .host_memory = cp->host_memory,
+                                          .link = (enum weft_interconnect)cp->interconnect,
+                                          .flops = (double)cp->device_gflops * 1e9,
+                                          .link_bps = (double)cp->link_bandwidth,
+                                          .link_latency = (double)cp->link_latency_us * 1e-6};
+    const struct worker *ws[MAX_WORKERS];
+    int n = 0;
+    for (int i = 0; i < MAX_WORKERS && n < (int)r->conf->cluster.workers; i++)
+        if (r->w[i].state == W_JOINED)
+            ws[n++] = &r->w[i];
+    int hosts = 0;
+    uint64_t least = 0;
+    for (int k = 0; k < n; k++) {
+        int same = 1, first = 1; /* workers on its host, itself included */
+        for (int q = 0; q < n; q++) {
+            const bool here =
+                q != k && strcmp(weft_cr_host_key(ws[q]), weft_cr_host_key(ws[k])) == 0;
+            same += here;
+            if (here && q < k)
+                first = 0;
+        }
+        hosts += first;
+        const cJSON *mem = ws[k]->hello
+                               ? cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "memory")
+                               : NULL;
+        const cJSON *gpu = ws[k]->hello
+                               ? cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "device")
+                               : NULL;
+        if (!mem || !cJSON_IsNumber(mem) || mem->valuedouble <= 0)
+            continue;
+        uint64_t b = (uint64_t)mem->valuedouble;
+        if (!(cJSON_IsString(gpu) && strncmp(gpu->valuestring, "cuda", 4) == 0))
+            b /= (uint64_t)same;
+        least = !least || b < least ? b : least;
+    }
+    dev->n = n;
+    dev->memory = least;
+    /* the planner spreads devices evenly over nodes: uneven hosts count as one */
+    dev->nodes = hosts > 0 && n % hosts == 0 ? hosts : 1;
+    return n;
+}
+
+static bool same_layout(const struct weft_layout *a, const struct weft_layout *b)
+{
+    return a->mesh.dp == b->mesh.dp && a->mesh.ring == b->mesh.ring &&
+           a->mesh.ulysses == b->mesh.ulysses && a->mesh.tp == b->mesh.tp &&
+           a->mesh.pp == b->mesh.pp && a->mesh.cfg == b->mesh.cfg &&
+           a->ulysses_anything == b->ulysses_anything && a->ring_anything == b->ring_anything &&
+           a->device_map == b->device_map;
+}
+
+/* The layout the planner chooses for d over the joined workers, its reasons in why; false when
+ * it chose nothing runnable (logged). Every worker takes part: the replicas a latency plan
+ * leaves idle stay loaded for the next jobs. */
+static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
+                   struct weft_layout *out, char *why, size_t why_len,
+                   struct weft_autoplan_devices *dev_p, struct weft_autoplan_job *job_p)
+{
+    struct weft_autoplan_devices dev;
+    if (devices(r, &dev) < 1 || dev.memory == 0)
+        return false;
+    const struct weft_autoplan_job job = {
+        .height = d->height, .width = d->width, .steps = d->steps,
+        .prompts = d->queued_images > 0 ? d->queued_images : 1,
+        .text_tokens = d->text_tokens > 0 ? d->text_tokens : r->model->default_text_tokens,
+        .cfg = d->cfg, .goal = WEFT_GOAL_LATENCY};
+    struct weft_autoplan p;
+    struct weft_error err = WEFT_ERROR_INIT;
+    if (weft_autoplan(&r->am, &dev, &job, &p, &err) != WEFT_OK) {
+        WEFT_LOG_WARN("cluster", "auto: no layout for a %lldx%lld job on %d workers: %s",
+                      (long long)d->height, (long long)d->width, dev.n, weft_error_text(&err));
+        return false;
+    }
+    struct weft_layout l;
+    weft_layout_single(&l);
+    l.rotation = (enum weft_ring_rotation)r->conf->parallel.ring_rotation;
+    l.device_map = p.device_map;
+    const int per = p.device_map ? p.pp : p.cfg * p.ring * p.ulysses * p.tp;
+    l.mesh = (struct weft_mesh){dev.n / per, p.ring, p.ulysses, p.tp, p.device_map ? p.pp : 1,
+                                p.cfg};
+    l.ulysses_anything = p.ulysses_anything;
+    l.ring_anything = p.ring_anything;
+    size_t n = 0;
+    why[0] = '\0';
+    for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
+        n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
+    weft_autoplan_cleanup(&p);
+    if (weft_model_check_layout(r->model, &l, &r->conf->tp_plan, &err) != WEFT_OK) {
+        WEFT_LOG_WARN("cluster", "auto: the planned layout cannot run: %s",
+                      weft_error_text(&err));
+        return false;
+    }
+    *out = l;
+    if (dev_p)
+        *dev_p = dev;
+    if (job_p)
+        *job_p = job;
+    return true;
+}
+
+/* The predicted seconds of one denoising step of job on layout l (a replica of l's devices),
+ * or -1 when the planner has no rate or does not rank that layout. */
+static double step_seconds(const struct cluster_runner *r, const struct weft_autoplan_devices *dev,
+                           const struct weft_autoplan_job *job, const struct weft_layout *l)
+{
+    if (dev->flops <= 0)
+        return -1;
+    const int cfg = l->mesh.cfg > 1 ? l->mesh.cfg : 1;
+    const int k = l->device_map ? l->mesh.pp : cfg * l->mesh.ring * l->mesh.ulysses * l->mesh.tp;
+    struct weft_autoplan_candidate cand[64];
+    const int n = weft_autoplan_rank(&r->am, dev, job, k, cand, 64);
+    for (int i = 0; i < n; i++) {
+        const struct weft_autoplan_candidate *c = &cand[i];
+        if (c->device_map == l->device_map &&
+            (l->device_map || (c->cfg == cfg && c->ring == l->mesh.ring &&
+                               c->ulysses == l->mesh.ulysses && c->tp == l->mesh.tp)))
+            return c->time.total;
+    }
+    return -1;
+}
+
+/* What switching from now to want costs, seconds: with the same tensor-parallel shards the
+ * workers keep their weights, and a plan costs what the last such plan took (its rendezvous);
+ * otherwise every rank reads its new shard at the rate the last loading plan read (1 GB/s until
+ * one was measured). */
+static double switch_seconds(const struct cluster_runner *r, const struct weft_layout *want,
+                             const struct weft_layout *now)
+{
+    if (want->mesh.tp == now->mesh.tp && !want->device_map && !now->device_map)
+        return r->plan_kept_s;
+    const int tp = want->mesh.tp >= 1 && want->mesh.tp <= WEFT_AUTOPLAN_TP_MAX ? want->mesh.tp : 1;
+    const double bytes = (double)(tp > 1 && r->am.tp_bytes[tp] ? r->am.tp_bytes[tp]
+                                                               : r->am.transformer_bytes);
+    return bytes / (r->load_bps > 0 ? r->load_bps : 1e9);
+}
+
+/* The layout jobs run on now (the mesh of the current or coming plan). */
+static bool current(const struct cluster_runner *r, struct weft_layout *out)
+{
+    *out = r->layout;
+    out->mesh = r->mesh;
+    return r->planned || r->assigning;
+}
+
+void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d)
+{
+    struct cluster_runner *r = (struct cluster_runner *)base;
+    if (!r->auto_mode || r->stopping || r->plan_error[0])
+        return;
+    struct weft_layout want, now;
+    char why[640];
+    struct weft_autoplan_devices dev;
+    struct weft_autoplan_job job;
+    if (!choose(r, d, &want, why, sizeof(why), &dev, &job))
+        return;
+    const bool have = current(r, &now);
+    /* with a device rate, a switch must pay for itself on what waits: its images' steps over
+     * the new layout's replicas and the switch against the same where the mesh is */
+    double t_now = have ? step_seconds(r, &dev, &job, &now) : -1;
+    double t_want = have ? step_seconds(r, &dev, &job, &want) : -1;
+    if (have && t_now > 0 && t_want > 0 && !same_layout(&want, &now)) {
+        const int64_t n = d->queued_images > 0 ? d->queued_images : 1;
+        const int64_t rounds_now = (n + now.mesh.dp - 1) / now.mesh.dp; /* images per replica */
+        const int64_t rounds_want = (n + want.mesh.dp - 1) / want.mesh.dp;
+        const double cost = switch_seconds(r, &want, &now);
+        t_now *= (double)rounds_now * (double)d->steps;
+        t_want = t_want * (double)rounds_want * (double)d->steps + cost;
+        if (t_want >= t_now) {
+            if (r->switching) {
+                r->switching = false;
+                weft_cr_post_capacity(r);
+            }
+            char a[96], b[96];
+            weft_layout_name(&want, a, sizeof(a));
+            weft_layout_name(&now, b, sizeof(b));
+            snprintf(r->layout_why, sizeof(r->layout_why),
+                     "the rules want %s, but the mesh stays %s: what waits is predicted to take "
+                     "%.3f s there and %.3f s on %s, the switch's %.3f s included", a, b, t_now,
+                     t_want, a, cost);
+            WEFT_LOG_DEBUG("cluster", "auto: %s", r->layout_why);
+            return;
+        }
+    }
+    r->want = want;
+    r->want_set = true;
+    snprintf(r->want_why, sizeof(r->want_why), "%s", why);
+    if (have && same_layout(&want, &now)) {
+        snprintf(r->layout_why, sizeof(r->layout_why), "%s", why); /* the next job's reasons */
+        if (r->switching) { /* the queue no longer asks for the switch */
+            r->switching = false;
+            weft_cr_post_capacity(r);
+        }
+        return;
+    }
+    if (!have) /* the first plan, or one after a loss, takes want */
+        return;
+    char a[96], b[96];
+    weft_layout_name(&want, a, sizeof(a));
+    weft_layout_name(&now, b, sizeof(b));
+    if (!r->switching)
+        WEFT_LOG_INFO("cluster", "auto: the next job (%lldx%lld, %lld step(s), %lld image(s) of "
+                      "%lld waiting) wants %s, the mesh is %s: %s%s", (long long)d->width,
+                      (long long)d->height, (long long)d->steps, (long long)d->images,
+                      (long long)d->queued_images, a, b,
+                      weft_cr_active_jobs(r) ? "new jobs wait for the running ones, then " : "",
+                      "planning again");
+    if (!r->switching) {
+        r->switching = true;
+        WEFT_LOG_INFO("cluster", "auto: %s", why);
+    }
+    weft_cr_auto_switch(r);
+}
+
+bool weft_cr_auto_switch(struct cluster_runner *r)
+{
+    if (!r->switching || !r->planned || weft_cr_active_jobs(r) > 0)
+        return false;
+    r->replans++;
+    weft_cr_plan_reset(r);
+    weft_cr_plan_maybe(r);
+    return true;
+}
+
+void weft_cr_auto_prepare(struct cluster_runner *r)
+{
+    if (!r->auto_mode)
+        return;
+    if (!r->want_set) { /* no job yet: plan for a stream of the model's default images */
+        struct weft_autoplan_devices dev;
+        const int n = devices(r, &dev);
+        const struct weft_runner_demand d = {
+            .height = r->model->default_side, .width = r->model->default_side, .steps = 28,
+            .images = 1, .queued_images = n > 0 ? n : 1, .queued_jobs = 1};
+        if (!choose(r, &d, &r->want, r->want_why, sizeof(r->want_why), NULL, NULL))
+            return; /* the one-replica-per-worker layout, as checked at start */
+        r->want_set = true;
+    }
+    r->layout = r->want;
+    snprintf(r->layout_why, sizeof(r->layout_why), "%s", r->want_why);
+    r->switching = false;
+}
+
+const char *weft_cr_layout_reason(struct weft_runner *base)
+{
+    const struct cluster_runner *r = (const struct cluster_runner *)base;
+    return r->auto_mode && r->layout_why[0] ? r->layout_why : NULL;
+}
