@@ -26,6 +26,7 @@ static const struct bench benches[] = {
     {"text", weft_bench_text, "CLIP and T5 encoders and tokenizers, weft vs transformers"},
     {"text-run", weft_bench_text_run, "(internal) one side of `bench text`"},
     {"plan", weft_bench_plan, "weft plan --auto's predicted memory vs the workers' peak"},
+    {"serve", weft_bench_serve, "a mixed job stream: [parallel] mode = auto vs fixed layouts"},
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 

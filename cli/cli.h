@@ -46,6 +46,7 @@ int weft_bench_vae(struct weft_cli *cli);
 int weft_bench_gemm(struct weft_cli *cli);
 int weft_bench_generate(struct weft_cli *cli);
 int weft_bench_plan(struct weft_cli *cli);
+int weft_bench_serve(struct weft_cli *cli);
 int weft_bench_vae_run(struct weft_cli *cli);
 int weft_bench_text(struct weft_cli *cli);
 int weft_bench_text_run(struct weft_cli *cli);

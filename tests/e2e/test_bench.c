@@ -228,6 +228,9 @@ int main(int argc, char **argv)
     if (saved)
         setenv("ASAN_OPTIONS", saved, 1);
     free(saved);
+    char *serve[] = {weft, "bench", "serve", "--quick", "--json", "--prompt-embeds", "red-fox",
+                     NULL};
+    check_bench(serve, "weft bench serve", true);
     char *api_load[] = {api, "--spawn", weft, "--sides", "local,tp2", "--quick", "--json", NULL};
     check_bench(api_load, "weft-api-load", true);
 
