@@ -57,12 +57,14 @@ static void help(FILE *out)
         "submitted --interval-ms apart (default 400), every --large-every-th one (default\n"
         "4, the first included) --large pixels square (default 1024), the others --small\n"
         "(default the model's size), --steps steps each (default 4), one image each, text\n"
-        "prompt --prompt (or --prompt-embeds: one of the model's precomputed prompts). Per side: completed jobs per minute (the jobs over the time from\n"
-        "the first submission to the last completion) and the p50 / p99 latency from\n"
-        "submission to completion (the coordinator's timestamps), small and large p50\n"
-        "apart. --fixed: the fixed layouts, each dpA, ulyssesB, ringC, tpD or a product\n"
-        "like dp2xulysses2 (default dp4,ulysses4,dp2xulysses2 for 4 workers: every degree\n"
-        "times dp must equal --workers). --model: default the embedded model.\n\n");
+        "prompt --prompt (or --prompt-embeds: one of the model's precomputed prompts).\n"
+        "Per side: completed jobs per minute (the jobs over the time from the first\n"
+        "submission to the last completion) and the p50 / p99 latency from submission\n"
+        "to completion (the coordinator's timestamps), small and large p50 apart.\n"
+        "--fixed: the fixed layouts, each dpA, ulyssesB, ringC, tpD or a product like\n"
+        "dp2xulysses2 (default dp4,ulysses4,dp2xulysses2 for 4 workers, dpN,ulyssesN\n"
+        "otherwise: every degree times dp must equal --workers). --model: default the\n"
+        "embedded model.\n\n");
     weft_bench_opt_help(out);
 }
 
@@ -546,8 +548,9 @@ int weft_bench_serve(struct weft_cli *cli)
                 break;
             }
             WEFT_LOG_INFO("bench", "%s: %.1f jobs/min, p50 %.2f s, p99 %.2f s (%d layout "
-                          "changes between consecutive jobs)", o.sides[s].name,
-                          res.jobs_per_min, res.p50, res.p99, res.switches);
+                          "change%s between consecutive jobs)", o.sides[s].name,
+                          res.jobs_per_min, res.p50, res.p99, res.switches,
+                          res.switches == 1 ? "" : "s");
             const double v[N_FIGS] = {res.jobs_per_min, res.p50, res.p99, res.small_p50,
                                       res.large_p50};
             for (int k = 0; k < N_FIGS && r >= 0; k++)
