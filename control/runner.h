@@ -94,6 +94,10 @@ struct weft_runner_demand {
     int64_t images;               /* its images */
     int64_t queued_images;        /* every queued job's images, its own included */
     int queued_jobs;
+    /* the jobs the recent stream keeps in the runner at once (Little's law: the arrival rate
+     * of the last submissions times the mean run time of the last finished jobs; 0: too few
+     * of either to say). A planner serving a stream plans for these, not only what waits. */
+    double stream_jobs;
 };
 
 struct weft_runner;

@@ -141,6 +141,8 @@ struct weft_watch {
     struct weft_watch *prev, *next;
 };
 
+#define COORD_STREAM 16
+
 struct weft_coord {
     struct weft_conf_api api;
     uv_loop_t loop;
@@ -156,6 +158,10 @@ struct weft_coord {
     uint64_t next_key;
     struct job_list queue, finished;
     int running;
+    /* the recent stream (coord.c stream_jobs): the last submission times and finished
+     * jobs' run seconds, rings of COORD_STREAM */
+    double arrivals[COORD_STREAM], runs[COORD_STREAM];
+    uint64_t n_arrivals, n_runs;
     /* the API socket */
     union {
         uv_tcp_t tcp;

@@ -114,9 +114,15 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     struct weft_autoplan_devices dev;
     if (devices(r, &dev) < 1 || dev.memory == 0)
         return false;
+    /* a stream plans for the images it keeps running at once, not only what waits now: one
+     * large job among many small ones then stays on a data-parallel replica instead of
+     * draining the mesh twice to run alone */
+    const int64_t waiting = d->queued_images > 0 ? d->queued_images : 1;
+    const int64_t streaming = (int64_t)(d->stream_jobs * (double)(d->images > 0 ? d->images : 1)
+                                        + 0.5);
     const struct weft_autoplan_job job = {
         .height = d->height, .width = d->width, .steps = d->steps,
-        .prompts = d->queued_images > 0 ? d->queued_images : 1,
+        .prompts = streaming > waiting ? streaming : waiting,
         .text_tokens = d->text_tokens > 0 ? d->text_tokens : r->model->default_text_tokens,
         .cfg = d->cfg, .goal = WEFT_GOAL_LATENCY};
     struct weft_autoplan p;
@@ -137,6 +143,10 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     l.ring_anything = p.ring_anything;
     size_t n = 0;
     why[0] = '\0';
+    if (streaming > waiting)
+        n += (size_t)snprintf(why, why_len, "the recent stream keeps %.1f jobs running at once "
+                              "(arrival rate x run time): planned for %lld images; ",
+                              d->stream_jobs, (long long)streaming);
     for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
         n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
     weft_autoplan_cleanup(&p);
@@ -214,7 +224,7 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
     double t_now = have ? step_seconds(r, &dev, &job, &now) : -1;
     double t_want = have ? step_seconds(r, &dev, &job, &want) : -1;
     if (have && t_now > 0 && t_want > 0 && !same_layout(&want, &now)) {
-        const int64_t n = d->queued_images > 0 ? d->queued_images : 1;
+        const int64_t n = job.prompts;
         const int64_t rounds_now = (n + now.mesh.dp - 1) / now.mesh.dp; /* images per replica */
         const int64_t rounds_want = (n + want.mesh.dp - 1) / want.mesh.dp;
         const double cost = switch_seconds(r, &want, &now);
