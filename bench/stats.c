@@ -337,3 +337,11 @@ cJSON *weft_bench_json_cmp(const struct weft_bench_cmp *c, const char *higher, c
     cJSON_AddStringToObject(o, "verdict", weft_bench_verdict_str(c, higher, lower));
     return o;
 }
+
+void weft_bench_json_print(cJSON *root)
+{
+    char *text = cJSON_Print(root);
+    printf("%s\n", text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(root);
+}

@@ -130,5 +130,7 @@ char *weft_bench_fmt_cmp(const struct weft_bench_cmp *c, int decimals, char *buf
 cJSON *weft_bench_json_fig(const struct weft_bench_series *s, double scale);
 /* The ratios' figure with "verdict": weft_bench_verdict_str(c, higher, lower). */
 cJSON *weft_bench_json_cmp(const struct weft_bench_cmp *c, const char *higher, const char *lower);
+/* The --json document root on stdout ("{}" when it cannot be printed), then freed. */
+void weft_bench_json_print(cJSON *root);
 
 #endif

@@ -369,10 +369,7 @@ static void report_json(const struct params *p, const char *env)
         }
         cJSON_AddItemToArray(rows, e);
     }
-    char *text = cJSON_Print(root);
-    printf("%s\n", text ? text : "{}");
-    cJSON_free(text);
-    cJSON_Delete(root);
+    weft_bench_json_print(root);
 }
 
 static void report_table(const struct params *p, const char *env)

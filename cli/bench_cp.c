@@ -452,10 +452,7 @@ static void report_json(const struct cp_opts *o, const struct row *rows, int n)
     }
     struct pair_out po = {o, cJSON_AddArrayToObject(root, "pairs")};
     for_pairs(o, rows, n, pair_json, &po);
-    char *text = cJSON_Print(root);
-    printf("%s\n", text ? text : "{}");
-    cJSON_free(text);
-    cJSON_Delete(root);
+    weft_bench_json_print(root);
 }
 
 static void report_table(const struct cp_opts *o, const struct row *rows, int n)

@@ -340,10 +340,7 @@ static void report_json(const struct flux_bench_opts *o, const struct side *sd, 
                                                    : cJSON_CreateNull());
         cJSON_AddItemToArray(rows, e);
     }
-    char *text = cJSON_Print(root);
-    printf("%s\n", text ? text : "{}");
-    cJSON_free(text);
-    cJSON_Delete(root);
+    weft_bench_json_print(root);
 }
 
 static void report_table(const struct flux_bench_opts *o, const struct side *sd, int threads)

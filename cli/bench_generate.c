@@ -70,12 +70,10 @@ static int parse(struct weft_cli *cli, struct gen_bench *o)
             if (weft_bench_dtype_arg(v, &o->dtype) != 0)
                 return -1;
         } else {
-            for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
-                if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, names[k]))) {
-                    if (weft_cli_parse_int(names[k], v, lo[k], hi[k], fields[k]) != 0)
-                        return -1;
-                    hit = 1;
-                }
+            hit = weft_cli_int_opts(cli->argc, cli->argv, &i, sizeof(names) / sizeof(names[0]),
+                                    names, lo, hi, fields);
+            if (hit < 0)
+                return -1;
             if (!hit) {
                 WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench generate "
                                         "--help`)", cli->argv[i]);
@@ -150,10 +148,7 @@ static void report(const struct gen_bench *o, const struct side *sd, int threads
                                       : cJSON_CreateNull());
             cJSON_AddItemToArray(rows, e);
         }
-        char *text = cJSON_Print(root);
-        printf("%s\n", text ? text : "{}");
-        cJSON_free(text);
-        cJSON_Delete(root);
+        weft_bench_json_print(root);
         return;
     }
     weft_bench_print_context(&o->b, stdout);

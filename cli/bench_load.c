@@ -207,10 +207,7 @@ static void report_json(const struct weft_bench *b, const struct side *sd, int n
                               weft_bench_json_cmp(&c, "sharded faster", "full faster"));
         cJSON_AddItemToArray(deg, e);
     }
-    char *s = cJSON_Print(root);
-    printf("%s\n", s ? s : "{}");
-    cJSON_free(s);
-    cJSON_Delete(root);
+    weft_bench_json_print(root);
 }
 
 static void report_table(const struct weft_bench *b, const struct side *sd, int n,

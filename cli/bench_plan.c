@@ -101,12 +101,10 @@ static int parse(struct weft_cli *cli, struct plan_bench *o)
                 return -1;
             continue;
         }
-        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
-            if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, names[k]))) {
-                if (weft_cli_parse_int(names[k], v, lo[k], hi[k], fields[k]) != 0)
-                    return -1;
-                hit = 1;
-            }
+        hit = weft_cli_int_opts(cli->argc, cli->argv, &i, sizeof(names) / sizeof(names[0]), names,
+                                lo, hi, fields);
+        if (hit < 0)
+            return -1;
         if (!hit) {
             WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench plan --help`)",
                            cli->argv[i]);
@@ -294,10 +292,7 @@ static void report(const struct plan_bench *po, struct results *res)
     }
     if (root) {
         cJSON_AddBoolToObject(root, "rankings_agree", agree);
-        char *text = cJSON_Print(root);
-        printf("%s\n", text ? text : "{}");
-        cJSON_free(text);
-        cJSON_Delete(root);
+        weft_bench_json_print(root);
         return;
     }
     if (missed)

@@ -144,12 +144,10 @@ static int parse(struct weft_cli *cli, struct serve_bench *o)
             snprintf(o->prompt_name, sizeof(o->prompt_name), "%s", v);
             continue;
         }
-        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && !hit; k++)
-            if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, names[k]))) {
-                if (weft_cli_parse_int(names[k], v, lo[k], hi[k], fields[k]) != 0)
-                    return -1;
-                hit = 1;
-            }
+        hit = weft_cli_int_opts(cli->argc, cli->argv, &i, sizeof(names) / sizeof(names[0]), names,
+                                lo, hi, fields);
+        if (hit < 0)
+            return -1;
         if (!hit) {
             WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench serve --help`)",
                            cli->argv[i]);
@@ -477,10 +475,7 @@ static void report(const struct serve_bench *o, struct weft_bench_series (*figs)
             }
             cJSON_AddItemToArray(rows, e);
         }
-        char *text = cJSON_Print(root);
-        printf("%s\n", text ? text : "{}");
-        cJSON_free(text);
-        cJSON_Delete(root);
+        weft_bench_json_print(root);
         return;
     }
     weft_bench_print_context(&o->b, stdout);

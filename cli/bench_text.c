@@ -567,10 +567,7 @@ static void report_json(const struct text_bench_opts *o, const struct side *sd,
             cJSON_AddItemToArray(pr, e);
         }
     }
-    char *text = cJSON_Print(root);
-    printf("%s\n", text ? text : "{}");
-    cJSON_free(text);
-    cJSON_Delete(root);
+    weft_bench_json_print(root);
 }
 
 static void report_table(const struct text_bench_opts *o, const struct side *sd,

@@ -64,6 +64,11 @@ int weft_cli_out_dir_ready(const char *cmd, const char *dir);
 /* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
                        long long *out);
+/* argv[*i] as one of the n integer options names[k] (weft_cli_opt_value's forms, *i moved past
+ * a separate value), a whole number in [lo[k], hi[k]] into *fields[k]: 1 taken, 0 none of
+ * them, -1 a bad value (logged). */
+int weft_cli_int_opts(int argc, char **argv, int *i, size_t n, const char *const *names,
+                      const long long *lo, const long long *hi, long long *const *fields);
 /* A seed: a decimal integer in [0, 2^64 - 1]; else -1 with an error. */
 int weft_cli_parse_seed(const char *opt, const char *v, unsigned long long *out);
 /* A guidance scale: a finite number in [0, 1000]; else -1 with an error. */

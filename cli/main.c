@@ -98,6 +98,17 @@ int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long h
     return 0;
 }
 
+int weft_cli_int_opts(int argc, char **argv, int *i, size_t n, const char *const *names,
+                      const long long *lo, const long long *hi, long long *const *fields)
+{
+    for (size_t k = 0; k < n; k++) {
+        const char *v = weft_cli_opt_value(argc, argv, i, names[k]);
+        if (v)
+            return weft_cli_parse_int(names[k], v, lo[k], hi[k], fields[k]) == 0 ? 1 : -1;
+    }
+    return 0;
+}
+
 int weft_cli_parse_seed(const char *opt, const char *v, unsigned long long *out)
 {
     char *end;
