@@ -20,6 +20,7 @@
 #include "bench/stats.h"
 #include "cli/child.h"
 #include "cli/cli.h"
+#include "cli/progress.h"
 #include "client/weft.h"
 #include "common/alloc.h"
 #include "common/log.h"
@@ -188,13 +189,6 @@ static int parse(struct weft_cli *cli, struct serve_bench *o)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_s(double s)
 {
     if (s <= 0)
@@ -202,26 +196,6 @@ static void sleep_s(double s)
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-/* The first line of a file written by the server (its port), within 60 s; 0 or -1. */
-static int read_port_file(const char *path, char *out, size_t len, pid_t server)
-{
-    for (int i = 0; i < 1200; i++) {
-        FILE *f = fopen(path, "r");
-        if (f) {
-            const char *got = fgets(out, (int)len, f);
-            (void)fclose(f); /* read only */
-            if (got && strchr(out, '\n')) {
-                out[strcspn(out, "\n")] = '\0';
-                return 0;
-            }
-        }
-        if (waitpid(server, NULL, WNOHANG) == server)
-            return -1;
-        sleep_s(0.05);
-    }
-    return -1;
 }
 
 struct cluster_procs {
@@ -357,8 +331,8 @@ static int run_side(const struct serve_bench *o, const char *self, const char *d
     struct cluster_procs p = {0};
     p.server = spawn(argv, log);
     char api[300], wport[300];
-    if (p.server < 0 || read_port_file(api_file, api, sizeof(api), p.server) != 0 ||
-        read_port_file(wk_file, wport, sizeof(wport), p.server) != 0) {
+    if (p.server < 0 || weft_cli_wait_line(api_file, &p.server, 60, NULL, api, sizeof(api)) ||
+        weft_cli_wait_line(wk_file, &p.server, 60, NULL, wport, sizeof(wport))) {
         WEFT_LOG_ERROR("bench", "%s: the server did not start (its log: %s)", sd->name, log);
         stop_all(&p);
         return -1;
@@ -381,9 +355,9 @@ static int run_side(const struct serve_bench *o, const char *self, const char *d
     }
     static char ids[MAX_JOBS][WEFT_CLIENT_ID_MAX];
     bool large[MAX_JOBS] = {false};
-    const double t0 = now_s();
+    const double t0 = weft_now();
     for (int j = 0; rc == 0 && j < o->jobs; j++) {
-        sleep_s(t0 + (double)j * (double)o->interval_ms / 1e3 - now_s());
+        sleep_s(t0 + (double)j * (double)o->interval_ms / 1e3 - weft_now());
         large[j] = j % o->every == 0;
         const int64_t side = large[j] ? o->large : o->small;
         struct weft_prompt pr = {.text = o->prompt_name[0] ? NULL : o->prompt,

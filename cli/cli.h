@@ -2,8 +2,10 @@
 #ifndef WEFT_CLI_CLI_H
 #define WEFT_CLI_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "conf/conf.h"
 
@@ -69,6 +71,11 @@ int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long h
  * them, -1 a bad value (logged). */
 int weft_cli_int_opts(int argc, char **argv, int *i, size_t n, const char *const *names,
                       const long long *lo, const long long *hi, long long *const *fields);
+/* The first line of a file process *pid_p writes (a port file) into out, looked for every 50 ms
+ * for up to timeout_s or until *stop is non-zero (stop may be NULL): 0 found; -1 the process
+ * exited first (reaped here, *pid_p set to -1); -2 not within the time. Logs nothing. */
+int weft_cli_wait_line(const char *path, pid_t *pid_p, double timeout_s,
+                       const volatile sig_atomic_t *stop, char *out, size_t len);
 /* A seed: a decimal integer in [0, 2^64 - 1]; else -1 with an error. */
 int weft_cli_parse_seed(const char *opt, const char *v, unsigned long long *out);
 /* A guidance scale: a finite number in [0, 1000]; else -1 with an error. */

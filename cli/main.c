@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/alloc.h"
@@ -107,6 +109,28 @@ int weft_cli_int_opts(int argc, char **argv, int *i, size_t n, const char *const
             return weft_cli_parse_int(names[k], v, lo[k], hi[k], fields[k]) == 0 ? 1 : -1;
     }
     return 0;
+}
+
+int weft_cli_wait_line(const char *path, pid_t *pid_p, double timeout_s,
+                       const volatile sig_atomic_t *stop, char *out, size_t len)
+{
+    for (int tick = 0; tick < (int)(timeout_s * 20) && !(stop && *stop); tick++) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            const char *got = fgets(out, (int)len, f);
+            (void)fclose(f); /* read only */
+            if (got && strchr(out, '\n')) {
+                out[strcspn(out, "\r\n")] = '\0';
+                return 0;
+            }
+        }
+        if (waitpid(*pid_p, NULL, WNOHANG) == *pid_p) {
+            *pid_p = -1;
+            return -1;
+        }
+        usleep(50000);
+    }
+    return -2;
 }
 
 int weft_cli_parse_seed(const char *opt, const char *v, unsigned long long *out)

@@ -264,28 +264,12 @@ static volatile sig_atomic_t run_signal;
 
 static int wait_file(const char *path, pid_t *pid_p, double timeout_s, char *out, size_t len)
 {
-    const pid_t pid = *pid_p;
-    for (int tick = 0; tick < (int)(timeout_s * 20) && !run_signal; tick++) { /* 50 ms each */
-        FILE *f = fopen(path, "r");
-        if (f) {
-            char *got = fgets(out, (int)len, f);
-            (void)fclose(f);
-            if (got && strchr(out, '\n')) {
-                out[strcspn(out, "\r\n")] = '\0';
-                return 0;
-            }
-        }
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            *pid_p = -1;
-            WEFT_LOG_ERROR("run", "the coordinator exited before it listened (its error is "
-                                  "above)");
-            return -1;
-        }
-        usleep(50000);
-    }
-    WEFT_LOG_ERROR("run", "the coordinator did not listen within %.0f s", timeout_s);
-    return -1;
+    const int rc = weft_cli_wait_line(path, pid_p, timeout_s, &run_signal, out, len);
+    if (rc == -1)
+        WEFT_LOG_ERROR("run", "the coordinator exited before it listened (its error is above)");
+    else if (rc != 0)
+        WEFT_LOG_ERROR("run", "the coordinator did not listen within %.0f s", timeout_s);
+    return rc == 0 ? 0 : -1;
 }
 
 /* What a signal to weft run stops: its children (async-signal-safe: kill only). */
