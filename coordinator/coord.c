@@ -468,7 +468,6 @@ static void fail_queued(struct weft_coord *c, const char *why)
     }
 }
 
-/* A runner that plans per job hears what waits (the queue's head and its total). */
 /* The jobs the recent stream keeps running at once: L = lambda W (Little's law), lambda the
  * arrivals of the last submissions over the time from the oldest of them to now (so it decays
  * once they stop; a lone job after a pause counts as lone), W the mean run time of the last
@@ -487,6 +486,7 @@ static double stream_jobs(const struct weft_coord *c)
     return span > 0 ? (double)(n - 1) / span * (w / m) : 0;
 }
 
+/* A runner that plans per job hears what waits (the queue's head and its total). */
 static void tell_demand(struct weft_coord *c)
 {
     if (!c->runner->ops->demand || !c->queue.head)
