@@ -217,6 +217,14 @@ static double quantile(const double *x, int n, double p)
     return x[lo] + (h - lo) * (x[lo + 1] - x[lo]);
 }
 
+double weft_bench_quantile(double *x, int n, double p)
+{
+    if (n <= 0)
+        return NAN;
+    qsort(x, (size_t)n, sizeof(*x), cmp_double);
+    return quantile(x, n, p);
+}
+
 int weft_bench_stats_of(const struct weft_bench_series *s, struct weft_bench_stats *st)
 {
     double x[WEFT_BENCH_MAX_ROUNDS];

@@ -130,6 +130,9 @@ char *weft_bench_fmt_cmp(const struct weft_bench_cmp *c, int decimals, char *buf
 cJSON *weft_bench_json_fig(const struct weft_bench_series *s, double scale);
 /* The ratios' figure with "verdict": weft_bench_verdict_str(c, higher, lower). */
 cJSON *weft_bench_json_cmp(const struct weft_bench_cmp *c, const char *higher, const char *lower);
+/* The p-quantile (0..1) of x[0..n), linear between order statistics as the figures' are; x is
+ * sorted in place. NAN when n is 0. */
+double weft_bench_quantile(double *x, int n, double p);
 /* The --json document root on stdout ("{}" when it cannot be printed), then freed. */
 void weft_bench_json_print(cJSON *root);
 

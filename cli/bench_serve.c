@@ -237,21 +237,6 @@ struct side_result {
     int switches;
 };
 
-static double percentile(double *v, int n, double q)
-{
-    for (int i = 1; i < n; i++) /* insertion sort: at most MAX_JOBS */
-        for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
-            const double t = v[k];
-            v[k] = v[k - 1];
-            v[k - 1] = t;
-        }
-    if (n == 0)
-        return NAN;
-    const double pos = q * (double)(n - 1);
-    const int lo = (int)pos;
-    return lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * (pos - lo) : v[lo];
-}
-
 /* The job's record: its state, timestamps and layout; 0 when done, 1 still going, -1 failed. */
 static int job_record(struct weft_client *c, const char *id, double *sub, double *fin,
                       char *layout, size_t len)
@@ -406,10 +391,10 @@ static int run_side(const struct serve_bench *o, const char *self, const char *d
     if (rc != 0)
         return -1;
     res->jobs_per_min = (double)o->jobs / (last - first) * 60.0;
-    res->p50 = percentile(lat, (int)o->jobs, 0.5);
-    res->p99 = percentile(lat, (int)o->jobs, 0.99);
-    res->small_p50 = percentile(small_lat, n_small, 0.5);
-    res->large_p50 = percentile(large_lat, n_large, 0.5);
+    res->p50 = weft_bench_quantile(lat, (int)o->jobs, 0.5);
+    res->p99 = weft_bench_quantile(lat, (int)o->jobs, 0.99);
+    res->small_p50 = weft_bench_quantile(small_lat, n_small, 0.5);
+    res->large_p50 = weft_bench_quantile(large_lat, n_large, 0.5);
     return 0;
 }
 

@@ -164,8 +164,22 @@ static void check_options(void)
     cJSON_Delete(j);
 }
 
+/* Quantiles of unsorted samples (a latency list): numpy's linear rule, the input sorted. */
+static void check_quantile(void)
+{
+    double x[] = {4, 1, 3, 2};
+    CHECK(fabs(weft_bench_quantile(x, 4, 0.5) - 2.5) < 1e-12);
+    CHECK(x[0] == 1 && x[3] == 4);
+    CHECK(fabs(weft_bench_quantile(x, 4, 0.99) - 3.97) < 1e-12);
+    CHECK(weft_bench_quantile(x, 4, 0) == 1 && weft_bench_quantile(x, 4, 1) == 4);
+    double one[] = {7};
+    CHECK(weft_bench_quantile(one, 1, 0.99) == 7);
+    CHECK(isnan(weft_bench_quantile(one, 0, 0.5)));
+}
+
 int main(void)
 {
+    check_quantile();
     check_stats();
     check_compare();
     check_format();
