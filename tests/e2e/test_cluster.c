@@ -340,7 +340,7 @@ static int case_restart(void)
     const char *retry[] = {"--api.max_attempts=3", NULL};
     cluster_up(&k, "2", retry, 2);
     char id1[WEFT_CLIENT_ID_MAX], id2[WEFT_CLIENT_ID_MAX];
-    submit(k.c, 512, 30, id1);
+    submit(k.c, 256, 16, id1); /* killed after its first step: 15 steps left */
     submit(k.c, 256, 2, id2);
     wait_running(k.c, id1);
     weft_client_close(k.c);
@@ -360,11 +360,13 @@ static int case_restart(void)
     const char *ids[2] = {id1, id2};
     for (int i = 0; i < 2; i++) {
         struct weft_job_status st = {0};
-        /* the first job runs again whole: 512x512 in 30 steps, about 7 s, but 150 s under
-         * ASan on a 2-core AVX-512 machine (its vector kernels are checked load by load) */
-        CHECK_OK(weft_client_wait(k.c, ids[i], 240000, NULL, NULL, &st));
-        printf("job %s after the restart: %s\n", ids[i], weft_client_state_name(st.state));
+        /* the first job runs again whole: 256x256 in 16 steps, about 2 s, 25 s under ASan
+         * on a 2-core AVX-512 machine (its vector kernels are checked load by load) */
+        CHECK_OK(weft_client_wait(k.c, ids[i], 120000, NULL, NULL, &st));
+        printf("job %s after the restart: %s after %d run(s)\n", ids[i],
+               weft_client_state_name(st.state), st.attempts);
         CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
+        CHECK(i > 0 || st.attempts >= 2); /* the journal kept the run the kill ended */
         weft_job_status_cleanup(&st);
     }
     cluster_down(&k);
@@ -380,18 +382,18 @@ static int case_rerun(void)
     cluster_up(&k, "1", extra, 2);
     struct weft_prompt p[2] = {{.name = "red-fox"}, {.name = "lighthouse"}};
     struct weft_job_request req = {.prompts = p, .n_prompts = 2, .height = 256, .width = 256,
-                                   .steps = 40, .count = 1, .guidance = 3.5, .seed = 3};
+                                   .steps = 16, .count = 1, .guidance = 3.5, .seed = 3};
     char id[WEFT_CLIENT_ID_MAX];
     CHECK_OK(weft_client_submit(k.c, &req, id));
-    wait_running(k.c, id);
+    wait_running(k.c, id); /* after its first step: 15 left */
     kill(k.w[1], SIGKILL);
     (void)wait_pid(k.w[1]);
     k.w[1] = 0;
     struct weft_job_status st = {0};
     CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
-    printf("a replica's worker killed mid-job: job %s with %zu images\n",
-           weft_client_state_name(st.state), st.n_images);
-    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2);
+    printf("a replica's worker killed mid-job: job %s with %zu images after %d runs\n",
+           weft_client_state_name(st.state), st.n_images, st.attempts);
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 2 && st.attempts >= 2);
     weft_job_status_cleanup(&st);
     char *text;
     CHECK_OK(weft_client_cluster(k.c, &text));
