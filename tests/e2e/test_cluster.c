@@ -505,10 +505,8 @@ static void auto_job(struct weft_client *c, int height, int width, int steps, in
  * ulysses 2, keeping every worker's weights (the same tp shard: nothing read again), a job of
  * 4 images 4 replicas again. With a slow device rate in [plan]: a lone small job gets ulysses
  * 4 (the split pays), and a job of 4 images stays there (4 images on ulysses 4 are predicted
- * as fast as on 4 replicas: the switch would not pay for itself). In a stream of jobs (15
- * small ones at once) the job of 2048 tokens stays on a replica of dp 4: the stream keeps
- * more jobs running than a split would serve. Each image as one device's
- * within one level; the reasons in the record; the switches in /metrics; a degree beside
+ * as fast as on 4 replicas: the switch would not pay for itself). Each image as one
+ * device's within one level; the reasons in the record; the switches in /metrics; a degree beside
  * mode = auto refused in one line. */
 static int case_auto(void)
 {
@@ -538,27 +536,6 @@ static int case_auto(void)
     CHECK(kept > 0);
     auto_job(k.c, 256, 256, 3, 4, ref, lay, sizeof(lay), why, sizeof(why));
     CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && strstr(why, "replicas"));
-    /* a stream: 15 small jobs at once, then the job that ran alone on dp 2 x ulysses 2 above;
-     * the stream keeps several jobs running, so it runs on a replica of dp 4 */
-    const double replans = cluster_number(k.c, "replans");
-    char ids[16][WEFT_CLIENT_ID_MAX];
-    for (int i = 0; i < 16; i++) {
-        struct weft_prompt p = {.name = "red-fox"};
-        struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = i < 15 ? 256 : 512,
-                                       .width = i < 15 ? 256 : 1024, .steps = 1, .count = 1,
-                                       .guidance = 3.5, .seed = 7};
-        CHECK_OK(weft_client_submit(k.c, &req, ids[i]));
-    }
-    for (int i = 0; i < 16; i++) {
-        struct weft_job_status st = {0};
-        CHECK_OK(weft_client_wait(k.c, ids[i], 240000, NULL, NULL, &st));
-        CHECK(st.state == WEFT_JOB_DONE);
-        weft_job_status_cleanup(&st);
-    }
-    job_layout(k.c, ids[15], lay, sizeof(lay), why, sizeof(why));
-    printf("1024x512 after 15 small jobs at once ran on \"%s\" (%s)\n", lay, why);
-    CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && strstr(why, "recent stream"));
-    CHECK(cluster_number(k.c, "replans") == replans); /* the stream never switched */
     int code;
     char *metrics;
     size_t mlen;
@@ -590,6 +567,39 @@ static int case_auto(void)
     read_text(log, out, sizeof(out));
     printf("mode = auto with tp_degree 2: exit %d, %s", rc, out);
     CHECK(rc != 0 && strstr(out, "mode = auto plans the degrees itself"));
+    return 0;
+}
+
+/* mode = auto under a stream: 15 small jobs at once, then a job of 2048 tokens (1024x512;
+ * alone it runs on dp 2 x ulysses 2, case auto); the stream keeps more jobs running than a
+ * split would serve, so it runs on a replica of dp 4 and the mesh never switches. A case of
+ * its own: with case auto it outlasted the 240 s watchdog under ASan. */
+static int case_auto_stream(void)
+{
+    char lay[96], why[640];
+    struct cluster k;
+    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
+    cluster_up(&k, "1", rules, 4);
+    const double replans = cluster_number(k.c, "replans");
+    char ids[16][WEFT_CLIENT_ID_MAX];
+    for (int i = 0; i < 16; i++) {
+        struct weft_prompt p = {.name = "red-fox"};
+        struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = i < 15 ? 256 : 512,
+                                       .width = i < 15 ? 256 : 1024, .steps = 1, .count = 1,
+                                       .guidance = 3.5, .seed = 7};
+        CHECK_OK(weft_client_submit(k.c, &req, ids[i]));
+    }
+    for (int i = 0; i < 16; i++) {
+        struct weft_job_status st = {0};
+        CHECK_OK(weft_client_wait(k.c, ids[i], 240000, NULL, NULL, &st));
+        CHECK(st.state == WEFT_JOB_DONE);
+        weft_job_status_cleanup(&st);
+    }
+    job_layout(k.c, ids[15], lay, sizeof(lay), why, sizeof(why));
+    printf("1024x512 after 15 small jobs at once ran on \"%s\" (%s)\n", lay, why);
+    CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && strstr(why, "recent stream"));
+    CHECK(cluster_number(k.c, "replans") == replans); /* the stream never switched */
+    cluster_down(&k);
     return 0;
 }
 
@@ -1506,7 +1516,8 @@ int main(int argc, char **argv)
         {"flux2", case_flux2},     {"qwen", case_qwen},
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
-        {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped}, {"cancel", case_cancel},
+        {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped},
+        {"auto_stream", case_auto_stream}, {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
     };
