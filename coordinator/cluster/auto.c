@@ -2,7 +2,8 @@
  * in the coordinator's queue with weft plan --auto's rules (model/autoplan.h) over the workers
  * that joined, and the switch to it. The mesh stays one layout at a time, its replicas running
  * jobs side by side; when the queue's head wants another, new jobs wait until the running ones
- * end (a drain), then the mesh is planned again. A worker whose tensor-parallel shard is the
+ * end (a drain; a head that would end before it runs on a free replica meanwhile: backfill),
+ * then the mesh is planned again. A worker whose tensor-parallel shard is the
  * same in the new layout keeps its loaded weights (worker/runtime.h), so a switch between data
  * and context parallelism costs a rendezvous, not a load. */
 #include <stdio.h>
@@ -199,6 +200,37 @@ static double switch_seconds(const struct cluster_runner *r, const struct weft_l
     return bytes / (r->load_bps > 0 ? r->load_bps : 1e9);
 }
 
+/* EASY backfilling, the HPC schedulers' rule: while the mesh drains for a switch, the queue's
+ * head starts on free replicas of the mesh as it is when it would end before the drain does,
+ * so the switch waits no longer for it. Work is counted in pixel-steps (the running jobs' left
+ * from their step reports) on replicas of one layout; a small image's step costs less per pixel
+ * than a large one's (attention grows with the square of the tokens), so the count errs on the
+ * side of waiting. */
+static void backfill_check(struct cluster_runner *r, const struct weft_runner_demand *d,
+                           const char *want, const char *now)
+{
+    const int64_t free = weft_cr_free_replicas(r);
+    const int64_t images = d->images > 0 ? d->images : 1;
+    const int64_t used = images < free ? images : free;
+    const bool was = r->backfill;
+    r->backfill = false;
+    if (used < 1)
+        return;
+    const int64_t per = (images + used - 1) / used; /* images on its busiest replica */
+    const double head = (double)d->height * (double)d->width * (d->cfg ? 2.0 : 1.0) *
+                        (double)d->steps * (double)per;
+    const double drain = weft_cr_drain_work(r);
+    if (head > drain)
+        return;
+    r->backfill = true;
+    snprintf(r->backfill_why, sizeof(r->backfill_why),
+             "the rules want %s and the mesh drains for it; this job runs on the mesh as it is "
+             "(%s), on a free replica: %.0f pixel-steps, within the %.0f the running jobs have "
+             "left (backfill)", want, now, head, drain);
+    if (!was)
+        WEFT_LOG_INFO("cluster", "auto: %s", r->backfill_why);
+}
+
 /* The layout jobs run on now (the mesh of the current or coming plan). */
 static bool current(const struct cluster_runner *r, struct weft_layout *out)
 {
@@ -210,6 +242,8 @@ static bool current(const struct cluster_runner *r, struct weft_layout *out)
 void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
+    const bool backfill = r->backfill;
+    r->backfill = false; /* until this head is found to fit before the drain */
     if (!r->auto_mode || r->stopping || r->plan_error[0])
         return;
     struct weft_layout want, now;
@@ -273,7 +307,10 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
         r->switching = true;
         WEFT_LOG_INFO("cluster", "auto: %s", why);
     }
-    weft_cr_auto_switch(r);
+    if (!weft_cr_auto_switch(r)) {
+        r->backfill = backfill; /* what the last head was, for the log line's sake */
+        backfill_check(r, d, a, b);
+    }
 }
 
 bool weft_cr_auto_switch(struct cluster_runner *r)
@@ -308,5 +345,7 @@ void weft_cr_auto_prepare(struct cluster_runner *r)
 const char *weft_cr_layout_reason(struct weft_runner *base)
 {
     const struct cluster_runner *r = (const struct cluster_runner *)base;
+    if (r->auto_mode && r->switching && r->backfill)
+        return r->backfill_why;
     return r->auto_mode && r->layout_why[0] ? r->layout_why : NULL;
 }

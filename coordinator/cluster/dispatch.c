@@ -40,6 +40,20 @@ int weft_cr_free_replicas(const struct cluster_runner *r)
     return n;
 }
 
+double weft_cr_drain_work(const struct cluster_runner *r)
+{
+    double most = 0;
+    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++) {
+        const struct replica_work *q = &r->rep_work[rep];
+        if (r->replica_job[rep] < 0)
+            continue;
+        const int64_t left = q->count * q->steps - q->done;
+        const double w = q->unit * (double)(left > 0 ? left : 0);
+        most = w > most ? w : most;
+    }
+    return most;
+}
+
 void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr)
 {
     struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_FINISHED, .job = jr->key,
@@ -222,11 +236,17 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
         jr->last_progress = jr->started;
         snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
         snprintf(jr->id, sizeof(jr->id), "%s", job->id);
+        const bool cfg = job->n_negatives > 0 && job->true_cfg_scale > 1;
+        const double unit = (double)job->height * (double)job->width * (cfg ? 2.0 : 1.0);
         for (int k = 0; k < dp; k++) {
             r->replica_job[reps[k]] = slot;
+            r->rep_work[reps[k]] = (struct replica_work){
+                .first = n_img / dp * k + (k < n_img % dp ? k : n_img % dp),
+                .count = n_img / dp + (k < n_img % dp), .steps = job->steps, .unit = unit};
             jr->pending++;
             send_run(r, jr, reps[k], bufs[k], lens[k]);
         }
+        r->backfilled += r->switching && r->backfill;
         WEFT_LOG_INFO("cluster", "job %s: %lld images on %d of %d replicas", job->id,
                       (long long)n_img, jr->pending, r->mesh.dp);
     }
@@ -275,6 +295,12 @@ static void on_step(struct cluster_runner *r, struct worker *w, const struct wef
     jr->last_progress = weft_cr_now();
     if (m->seconds > jr->longest_step)
         jr->longest_step = m->seconds;
+    struct replica_work *q = &r->rep_work[w->replica];
+    if (m->image >= q->first && m->image < q->first + q->count && m->step >= 1 &&
+        m->step <= q->steps) { /* images run one after another on a replica */
+        const int64_t done = (m->image - q->first) * q->steps + m->step;
+        q->done = done > q->done ? done : q->done;
+    }
     const struct weft_runner_event ev = {
         .kind = WEFT_RUNNER_EV_STEP, .job = jr->key, .image = (int)m->image, .n_images = 1,
         .step = m->step, .steps = m->steps, .seconds = m->seconds,

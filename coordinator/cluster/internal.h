@@ -89,6 +89,14 @@ struct job_run {
     double started, last_progress, longest_step;
 };
 
+/* What a replica's job has left, for auto's backfill (auto.c): its images [first, first +
+ * count), each of steps steps, the image-steps reported done, the work of one image-step
+ * (pixels; twice that with true CFG). */
+struct replica_work {
+    int64_t first, count, steps, done;
+    double unit;
+};
+
 struct comm_total {
     char group[WEFT_MSG_LABEL_MAX], op[WEFT_MSG_LABEL_MAX];
     double seconds, bytes, calls;
@@ -131,6 +139,7 @@ struct cluster_runner {
     /* jobs run side by side, each on its own data-parallel replicas */
     struct job_run jobs[MAX_WORKERS];
     int replica_job[MAX_WORKERS]; /* per replica: its job's index in jobs, -1 free */
+    struct replica_work rep_work[MAX_WORKERS];
     bool stopping, closed;
     double stop_deadline; /* stopping: jobs not finished by then are given up */
     uint64_t jobs_done, images_done, workers_lost, jobs_stalled;
@@ -139,12 +148,15 @@ struct cluster_runner {
     int n_comm;
     uint64_t prompt_cache_hits, prompt_cache_misses; /* reported by the encoding ranks */
     /* [parallel] mode = auto (auto.c): the layout the queue's head wants; while switching, new
-     * jobs wait for the mesh to drain, then it is planned with want */
-    bool auto_mode, want_set, switching;
+     * jobs wait for the mesh to drain, then it is planned with want, except a head that fits
+     * before the drain (backfill: it runs on a free replica of the mesh as it is) */
+    bool auto_mode, want_set, switching, backfill;
+    char backfill_why[320];
     struct weft_autoplan_model am;
     struct weft_layout want;
     char want_why[640], layout_why[640]; /* the planner's reasons for want, for the layout */
     uint64_t replans;    /* plans after the first */
+    uint64_t backfilled; /* jobs started on the mesh as it is while it drained for a switch */
     uint64_t kept_bytes; /* weights workers kept over a new plan instead of loading them */
     /* what plans cost, measured: when the current one began, the bytes its workers kept, the
      * seconds of the last plan that kept every worker's weights, and the bytes a rank read
@@ -207,6 +219,9 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
 void weft_cr_cancel(struct weft_runner *base, uint64_t key);
 int weft_cr_active_jobs(const struct cluster_runner *r);
 int weft_cr_free_replicas(const struct cluster_runner *r);
+/* The work the busy replicas have left until the last of them is free (the drain), in the
+ * units of struct replica_work. */
+double weft_cr_drain_work(const struct cluster_runner *r);
 void weft_cr_job_fail(struct job_run *jr, weft_status_t st, const char *reason);
 void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr);
 /* Every running job stops: the mesh is being planned again (lost is the worker whose loss

@@ -44,8 +44,10 @@ static int cr_capacity(struct weft_runner *base)
     struct cluster_runner *r = (struct cluster_runner *)base;
     if (!r->planned || r->stopping)
         return 0;
-    /* auto, switching: the mesh drains before it is planned again */
-    return weft_cr_active_jobs(r) + (r->switching ? 0 : weft_cr_free_replicas(r));
+    /* auto, switching: the mesh drains before it is planned again, but for a head that ends
+     * before the drain would (auto.c) */
+    return weft_cr_active_jobs(r) +
+           (r->switching && !r->backfill ? 0 : weft_cr_free_replicas(r));
 }
 
 static const char *cr_unavailable(struct weft_runner *base)
@@ -183,6 +185,7 @@ static cJSON *cr_describe(struct weft_runner *base)
         cJSON_AddNumberToObject(d, "replans", (double)r->replans);
         cJSON_AddNumberToObject(d, "kept_bytes", (double)r->kept_bytes);
         cJSON_AddBoolToObject(d, "switching", r->switching);
+        cJSON_AddNumberToObject(d, "backfilled", (double)r->backfilled);
     }
     cJSON *mesh = cJSON_AddObjectToObject(d, "mesh");
     cJSON_AddNumberToObject(mesh, "dp", r->planned || r->assigning ? r->mesh.dp : 0);
@@ -236,11 +239,14 @@ static void cr_metrics(struct weft_runner *base, struct weft_sbuf *out)
                      "# HELP weft_weights_kept_bytes_total Bytes of weights workers kept "
                      "loaded over a new plan instead of reading them again.\n"
                      "# TYPE weft_weights_kept_bytes_total counter\n"
-                     "weft_weights_kept_bytes_total %llu\n",
+                     "weft_weights_kept_bytes_total %llu\n"
+                     "# HELP weft_jobs_backfilled_total Jobs [parallel] mode = auto started on "
+                     "the mesh as it was while it drained for a switch (they end before it).\n"
+                     "# TYPE weft_jobs_backfilled_total counter\nweft_jobs_backfilled_total %llu\n",
                      weft_cr_joined(r), (unsigned long long)r->workers_lost,
                      (unsigned long long)r->jobs_stalled, (unsigned long long)r->refused,
                      (unsigned long long)r->epoch, (unsigned long long)r->replans,
-                     (unsigned long long)r->kept_bytes);
+                     (unsigned long long)r->kept_bytes, (unsigned long long)r->backfilled);
     weft_prompt_cache_metrics(out, r->prompt_cache_hits, r->prompt_cache_misses, 0, false);
     static const char *const kinds[3][2] = {
         {"seconds", "Time the workers spent in collectives (summed over ranks)."},

@@ -603,6 +603,59 @@ static int case_auto_stream(void)
     return 0;
 }
 
+/* mode = auto, backfill: a lone 1024x512 job runs on one replica of dp 2 x ulysses 2; the
+ * small jobs after it want dp 4, so the mesh drains for the switch, but each ends before the
+ * large job (65536 pixel-steps against its 2.6 million left) and starts at once on the free
+ * replica; one of 3.1 million pixel-steps does not fit, waits for the drain, and runs on dp 4. */
+static int case_auto_backfill(void)
+{
+    char lay[96], why[640];
+    struct cluster k;
+    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
+    cluster_up(&k, "1", rules, 4);
+    char big[WEFT_CLIENT_ID_MAX], small[3][WEFT_CLIENT_ID_MAX], slow[WEFT_CLIENT_ID_MAX];
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 1024,
+                                   .steps = 6, .count = 1, .guidance = 3.5, .seed = 7};
+    CHECK_OK(weft_client_submit(k.c, &req, big));
+    wait_running(k.c, big); /* after its first step: 5 x 524288 pixel-steps left */
+    const double replans = cluster_number(k.c, "replans");
+    req.height = req.width = 256;
+    req.steps = 1;
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(weft_client_submit(k.c, &req, small[i]));
+    req.steps = 48; /* 3145728 pixel-steps: more than the large job has left */
+    CHECK_OK(weft_client_submit(k.c, &req, slow));
+    const char *ids[5] = {big, small[0], small[1], small[2], slow};
+    for (int i = 0; i < 5; i++) {
+        struct weft_job_status st = {0};
+        CHECK_OK(weft_client_wait(k.c, ids[i], 200000, NULL, NULL, &st));
+        CHECK(st.state == WEFT_JOB_DONE);
+        weft_job_status_cleanup(&st);
+    }
+    job_layout(k.c, big, lay, sizeof(lay), why, sizeof(why));
+    printf("1024x512 alone: \"%s\"\n", lay);
+    CHECK(strcmp(lay, "dp 2 x ring 1 x ulysses 2 x tp 1") == 0);
+    for (int i = 0; i < 3; i++) {
+        job_layout(k.c, small[i], lay, sizeof(lay), why, sizeof(why));
+        printf("256x256, 1 step, behind it: \"%s\" (%s)\n", lay, why);
+        CHECK(strcmp(lay, "dp 2 x ring 1 x ulysses 2 x tp 1") == 0 && strstr(why, "backfill"));
+    }
+    job_layout(k.c, slow, lay, sizeof(lay), why, sizeof(why));
+    printf("256x256, 48 steps, behind them: \"%s\" (%s)\n", lay, why);
+    CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && !strstr(why, "backfill"));
+    CHECK(cluster_number(k.c, "backfilled") == 3);
+    CHECK(cluster_number(k.c, "replans") == replans + 1); /* the one switch, after the drain */
+    int code;
+    char *metrics;
+    size_t mlen;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &metrics, &mlen));
+    CHECK(strstr(metrics, "\nweft_jobs_backfilled_total 3\n"));
+    weft_client_free(metrics);
+    cluster_down(&k);
+    return 0;
+}
+
 /* A worker stopped (SIGSTOP: alive to the kernel, silent to us) with a job running, then the
  * coordinator told to stop: it gives the job up after a bounded wait, closes the silent
  * peer's endpoint and exits 0, the job kept in the journal. */
@@ -1517,7 +1570,8 @@ int main(int argc, char **argv)
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped},
-        {"auto_stream", case_auto_stream}, {"cancel", case_cancel},
+        {"auto_stream", case_auto_stream}, {"auto_backfill", case_auto_backfill},
+        {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
     };
