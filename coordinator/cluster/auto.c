@@ -202,8 +202,11 @@ static double switch_seconds(const struct cluster_runner *r, const struct weft_l
 
 /* EASY backfilling, the HPC schedulers' rule: while the mesh drains for a switch, the queue's
  * head starts on free replicas of the mesh as it is when it would end before the drain does,
- * so the switch waits no longer for it. Work is counted in pixel-steps (the running jobs' left
- * from their step reports) on replicas of one layout; a small image's step costs less per pixel
+ * so the switch waits no longer for it. The drain is that of the jobs running when the switch
+ * was decided (backfilled jobs never extend it: jobs of one size would otherwise chain on the
+ * free replicas and the switch would wait for a gap in the stream). Work is counted in
+ * pixel-steps (an image's decode counted as one step; the blocking jobs' left from their step
+ * and image reports) on replicas of one layout; a small image's step costs less per pixel
  * than a large one's (attention grows with the square of the tokens), so the count errs on the
  * side of waiting. */
 static void backfill_check(struct cluster_runner *r, const struct weft_runner_demand *d,
@@ -218,15 +221,15 @@ static void backfill_check(struct cluster_runner *r, const struct weft_runner_de
         return;
     const int64_t per = (images + used - 1) / used; /* images on its busiest replica */
     const double head = (double)d->height * (double)d->width * (d->cfg ? 2.0 : 1.0) *
-                        (double)d->steps * (double)per;
+                        (double)(d->steps + WEFT_CR_DECODE_STEPS) * (double)per;
     const double drain = weft_cr_drain_work(r);
     if (head > drain)
         return;
     r->backfill = true;
     snprintf(r->backfill_why, sizeof(r->backfill_why),
              "the rules want %s and the mesh drains for it; this job runs on the mesh as it is "
-             "(%s), on a free replica: %.0f pixel-steps, within the %.0f the running jobs have "
-             "left (backfill)", want, now, head, drain);
+             "(%s), on a free replica: %.0f pixel-steps, within the %.0f the jobs it drains for "
+             "have left (backfill)", want, now, head, drain);
     if (!was)
         WEFT_LOG_INFO("cluster", "auto: %s", r->backfill_why);
 }
@@ -306,6 +309,8 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
     if (!r->switching) {
         r->switching = true;
         WEFT_LOG_INFO("cluster", "auto: %s", why);
+        for (int i = 0; i < MAX_WORKERS; i++) /* the reservation: the drain waits for these */
+            r->jobs[i].blocking = r->jobs[i].active;
     }
     if (!weft_cr_auto_switch(r)) {
         r->backfill = backfill; /* what the last head was, for the log line's sake */

@@ -45,9 +45,9 @@ double weft_cr_drain_work(const struct cluster_runner *r)
     double most = 0;
     for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++) {
         const struct replica_work *q = &r->rep_work[rep];
-        if (r->replica_job[rep] < 0)
+        if (r->replica_job[rep] < 0 || !r->jobs[r->replica_job[rep]].blocking)
             continue;
-        const int64_t left = q->count * q->steps - q->done;
+        const int64_t left = q->count * (q->steps + WEFT_CR_DECODE_STEPS) - q->done;
         const double w = q->unit * (double)(left > 0 ? left : 0);
         most = w > most ? w : most;
     }
@@ -298,7 +298,7 @@ static void on_step(struct cluster_runner *r, struct worker *w, const struct wef
     struct replica_work *q = &r->rep_work[w->replica];
     if (m->image >= q->first && m->image < q->first + q->count && m->step >= 1 &&
         m->step <= q->steps) { /* images run one after another on a replica */
-        const int64_t done = (m->image - q->first) * q->steps + m->step;
+        const int64_t done = (m->image - q->first) * (q->steps + WEFT_CR_DECODE_STEPS) + m->step;
         q->done = done > q->done ? done : q->done;
     }
     const struct weft_runner_event ev = {
@@ -314,6 +314,11 @@ static void on_image(struct cluster_runner *r, struct worker *w, const struct we
     if (!jr || !w->decode)
         return;
     jr->last_progress = weft_cr_now();
+    struct replica_work *q = &r->rep_work[w->replica];
+    if (m->image >= q->first && m->image < q->first + q->count) { /* its decode is done */
+        const int64_t done = (m->image - q->first + 1) * (q->steps + WEFT_CR_DECODE_STEPS);
+        q->done = done > q->done ? done : q->done;
+    }
     char path[WEFT_CONF_PATH + 96];
     snprintf(path, sizeof(path), "%s/%lld.png", jr->out_dir, (long long)m->image);
     struct weft_error err = WEFT_ERROR_INIT;

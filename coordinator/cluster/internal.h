@@ -87,11 +87,14 @@ struct job_run {
     char id[WEFT_MSG_JOB_ID_MAX];
     /* progress: the deadline is the last report + max(stall_timeout, 10 x the longest step) */
     double started, last_progress, longest_step;
+    bool blocking; /* auto: it ran when the mesh began to drain for a switch (the reservation) */
 };
 
 /* What a replica's job has left, for auto's backfill (auto.c): its images [first, first +
- * count), each of steps steps, the image-steps reported done, the work of one image-step
- * (pixels; twice that with true CFG). */
+ * count), each of steps steps and its decode (counted as one more step: WEFT_CR_DECODE_STEPS),
+ * the image-steps reported done, the work of one image-step (pixels; twice that with true
+ * CFG). */
+#define WEFT_CR_DECODE_STEPS 1
 struct replica_work {
     int64_t first, count, steps, done;
     double unit;
@@ -219,8 +222,8 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
 void weft_cr_cancel(struct weft_runner *base, uint64_t key);
 int weft_cr_active_jobs(const struct cluster_runner *r);
 int weft_cr_free_replicas(const struct cluster_runner *r);
-/* The work the busy replicas have left until the last of them is free (the drain), in the
- * units of struct replica_work. */
+/* The work the replicas of the blocking jobs have left until the last of them is free (the
+ * drain), in the units of struct replica_work; backfilled jobs do not move it. */
 double weft_cr_drain_work(const struct cluster_runner *r);
 void weft_cr_job_fail(struct job_run *jr, weft_status_t st, const char *reason);
 void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr);

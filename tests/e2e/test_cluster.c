@@ -605,8 +605,9 @@ static int case_auto_stream(void)
 
 /* mode = auto, backfill: a lone 1024x512 job runs on one replica of dp 2 x ulysses 2; the
  * small jobs after it want dp 4, so the mesh drains for the switch, but each ends before the
- * large job (65536 pixel-steps against its 1048576 left) and starts at once on the free
- * replica; one of 1114112 pixel-steps does not fit, waits for the drain, and runs on dp 4.
+ * large job (2 x 65536 pixel-steps, the decode counted as a step, against at most 3 x
+ * 524288 left) and starts at once on the free replica; one of 25 x 65536 pixel-steps does not
+ * fit, waits for the drain, and runs on dp 4.
  * (Under ASan a step of the large job takes about 25 s, a small job 7-10 s.) */
 static int case_auto_backfill(void)
 {
@@ -619,13 +620,13 @@ static int case_auto_backfill(void)
     struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 1024,
                                    .steps = 3, .count = 1, .guidance = 3.5, .seed = 7};
     CHECK_OK(weft_client_submit(k.c, &req, big));
-    wait_running(k.c, big); /* after its first step: 2 x 524288 pixel-steps left */
+    wait_running(k.c, big); /* after its first step: 2 steps and the decode left */
     const double replans = cluster_number(k.c, "replans");
     req.height = req.width = 256;
     req.steps = 1;
     for (int i = 0; i < 3; i++)
         CHECK_OK(weft_client_submit(k.c, &req, small[i]));
-    req.steps = 17; /* 1114112 pixel-steps: more than the large job has left */
+    req.steps = 24; /* 1638400 pixel-steps: more than the large job has left */
     CHECK_OK(weft_client_submit(k.c, &req, slow));
     const char *ids[5] = {big, small[0], small[1], small[2], slow};
     for (int i = 0; i < 5; i++) {
@@ -643,7 +644,7 @@ static int case_auto_backfill(void)
         CHECK(strcmp(lay, "dp 2 x ring 1 x ulysses 2 x tp 1") == 0 && strstr(why, "backfill"));
     }
     job_layout(k.c, slow, lay, sizeof(lay), why, sizeof(why));
-    printf("256x256, 17 steps, behind them: \"%s\" (%s)\n", lay, why);
+    printf("256x256, 24 steps, behind them: \"%s\" (%s)\n", lay, why);
     CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && !strstr(why, "backfill"));
     CHECK(cluster_number(k.c, "backfilled") == 3);
     CHECK(cluster_number(k.c, "replans") == replans + 1); /* the one switch, after the drain */
