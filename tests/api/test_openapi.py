@@ -103,7 +103,7 @@ def call(srv, method, path, body=None, headers=None, auth=True, want=None):
 
 def main():
     tok = "t0ken"
-    srv = serve_util.Server(WEFT, "--api.max_body=2KiB", "--api.sync_timeout_ms=10000",
+    srv = serve_util.Server(WEFT, "--api.max_body=2KiB", "--api.sync_timeout_ms=5000",
                             "--api.shutdown_grace_ms=30000", token=tok)
     try:
         run(srv)
