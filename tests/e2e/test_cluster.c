@@ -570,10 +570,10 @@ static int case_auto(void)
     return 0;
 }
 
-/* mode = auto under a stream: 15 small jobs at once, then a job of 2048 tokens (1024x512;
+/* mode = auto under a stream: 15 small jobs (128x128) at once, then a job of 2048 tokens (1024x512;
  * alone it runs on dp 2 x ulysses 2, case auto); the stream keeps more jobs running than a
  * split would serve, so it runs on a replica of dp 4 and the mesh never switches. A case of
- * its own: with case auto it outlasted the 240 s watchdog under ASan. */
+ * its own: with case auto it outlasted the watchdog (then 240 s) under ASan. */
 static int case_auto_stream(void)
 {
     char lay[96], why[640];
@@ -584,8 +584,8 @@ static int case_auto_stream(void)
     char ids[16][WEFT_CLIENT_ID_MAX];
     for (int i = 0; i < 16; i++) {
         struct weft_prompt p = {.name = "red-fox"};
-        struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = i < 15 ? 256 : 512,
-                                       .width = i < 15 ? 256 : 1024, .steps = 1, .count = 1,
+        struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = i < 15 ? 128 : 512,
+                                       .width = i < 15 ? 128 : 1024, .steps = 1, .count = 1,
                                        .guidance = 3.5, .seed = 7};
         CHECK_OK(weft_client_submit(k.c, &req, ids[i]));
     }
@@ -1577,5 +1577,5 @@ int main(int argc, char **argv)
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
     };
-    return harness_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 240);
+    return harness_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 280);
 }
