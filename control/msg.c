@@ -51,9 +51,12 @@ static weft_status_t check_layout(const struct weft_layout *l, const char *what,
                                   struct weft_error *err)
 {
     const struct weft_mesh *m = &l->mesh;
-    const int64_t n[5] = {m->dp, m->ring, m->ulysses, m->tp, m->pp};
+    /* CFG parallelism has two halves at most (0 and 1 both mean none, as in model/mesh.c) */
+    if (!in(m->cfg, 0, 2))
+        return bad(err, what, "mesh.cfg", "outside 0..2");
+    const int64_t n[6] = {m->dp, m->ring, m->ulysses, m->tp, m->pp, m->cfg > 1 ? m->cfg : 1};
     int64_t size = 1;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (!in(n[i], 1, WEFT_MSG_MAX_RANKS))
             return bad(err, what, "mesh degree", "outside 1..65536");
         size *= n[i];

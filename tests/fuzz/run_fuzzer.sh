@@ -4,4 +4,6 @@
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$1" -seed=1 -runs="$3" -max_len=65536 -timeout=10 "$tmp" "$2"
+# libFuzzer exits 77 on a crash by default, which meson reads as a skip: 1 makes it a failure
+"$1" -seed=1 -runs="$3" -max_len=65536 -timeout=10 -error_exitcode=1 -timeout_exitcode=1 \
+    "$tmp" "$2"
