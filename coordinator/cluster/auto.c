@@ -210,17 +210,16 @@ static double switch_seconds(const struct cluster_runner *r, const struct weft_l
  * than a large one's (attention grows with the square of the tokens), so the count errs on the
  * side of waiting. */
 static void backfill_check(struct cluster_runner *r, const struct weft_runner_demand *d,
-                           const char *want, const char *now)
+                           const char *want, const char *now, bool was)
 {
     const int64_t free = weft_cr_free_replicas(r);
     const int64_t images = d->images > 0 ? d->images : 1;
     const int64_t used = images < free ? images : free;
-    const bool was = r->backfill;
     r->backfill = false;
     if (used < 1)
         return;
     const int64_t per = (images + used - 1) / used; /* images on its busiest replica */
-    const double head = (double)d->height * (double)d->width * (d->cfg ? 2.0 : 1.0) *
+    const double head = weft_cr_step_work(d->height, d->width, d->cfg) *
                         (double)(d->steps + WEFT_CR_DECODE_STEPS) * (double)per;
     const double drain = weft_cr_drain_work(r);
     if (head > drain)
@@ -312,10 +311,8 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
         for (int i = 0; i < MAX_WORKERS; i++) /* the reservation: the drain waits for these */
             r->jobs[i].blocking = r->jobs[i].active;
     }
-    if (!weft_cr_auto_switch(r)) {
-        r->backfill = backfill; /* what the last head was, for the log line's sake */
-        backfill_check(r, d, a, b);
-    }
+    if (!weft_cr_auto_switch(r))
+        backfill_check(r, d, a, b, backfill); /* backfill: the last head's, for the log line */
 }
 
 bool weft_cr_auto_switch(struct cluster_runner *r)

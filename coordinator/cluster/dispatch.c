@@ -222,10 +222,14 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
     const int dp = n_img < n_free ? (int)n_img : n_free;
     void *bufs[MAX_WORKERS] = {0};
     size_t lens[MAX_WORKERS] = {0};
+    const bool cfg = job->n_negatives > 0 && job->true_cfg_scale > 1;
+    struct replica_work work[MAX_WORKERS];
     for (int k = 0; k < dp && st == WEFT_OK; k++) {
-        const int64_t first = n_img / dp * k + (k < n_img % dp ? k : n_img % dp);
-        const int64_t count = n_img / dp + (k < n_img % dp);
-        st = run_message(job, first, count, &m, &bufs[k], &lens[k], err);
+        work[k] = (struct replica_work){
+            .first = n_img / dp * k + (k < n_img % dp ? k : n_img % dp),
+            .count = n_img / dp + (k < n_img % dp), .steps = job->steps,
+            .unit = weft_cr_step_work(job->height, job->width, cfg)};
+        st = run_message(job, work[k].first, work[k].count, &m, &bufs[k], &lens[k], err);
     }
     for (int i = 0; m.prompts && i < m.n_prompts; i++)
         m.prompts[i].text = NULL; /* the job's, borrowed */
@@ -236,13 +240,9 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
         jr->last_progress = jr->started;
         snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
         snprintf(jr->id, sizeof(jr->id), "%s", job->id);
-        const bool cfg = job->n_negatives > 0 && job->true_cfg_scale > 1;
-        const double unit = (double)job->height * (double)job->width * (cfg ? 2.0 : 1.0);
         for (int k = 0; k < dp; k++) {
             r->replica_job[reps[k]] = slot;
-            r->rep_work[reps[k]] = (struct replica_work){
-                .first = n_img / dp * k + (k < n_img % dp ? k : n_img % dp),
-                .count = n_img / dp + (k < n_img % dp), .steps = job->steps, .unit = unit};
+            r->rep_work[reps[k]] = work[k];
             jr->pending++;
             send_run(r, jr, reps[k], bufs[k], lens[k]);
         }
@@ -287,6 +287,16 @@ static struct job_run *job_of(struct cluster_runner *r, const struct worker *w, 
     return jr;
 }
 
+/* A replica's image reached step of its steps + WEFT_CR_DECODE_STEPS (its images run one after
+ * another); reports of other images are ignored. */
+static void replica_progress(struct replica_work *q, int64_t image, int64_t step)
+{
+    if (image < q->first || image >= q->first + q->count)
+        return;
+    const int64_t done = (image - q->first) * (q->steps + WEFT_CR_DECODE_STEPS) + step;
+    q->done = done > q->done ? done : q->done;
+}
+
 static void on_step(struct cluster_runner *r, struct worker *w, const struct weft_msg_step *m)
 {
     struct job_run *jr = job_of(r, w, m->job, "step");
@@ -295,12 +305,8 @@ static void on_step(struct cluster_runner *r, struct worker *w, const struct wef
     jr->last_progress = weft_cr_now();
     if (m->seconds > jr->longest_step)
         jr->longest_step = m->seconds;
-    struct replica_work *q = &r->rep_work[w->replica];
-    if (m->image >= q->first && m->image < q->first + q->count && m->step >= 1 &&
-        m->step <= q->steps) { /* images run one after another on a replica */
-        const int64_t done = (m->image - q->first) * (q->steps + WEFT_CR_DECODE_STEPS) + m->step;
-        q->done = done > q->done ? done : q->done;
-    }
+    if (m->step >= 1 && m->step <= r->rep_work[w->replica].steps)
+        replica_progress(&r->rep_work[w->replica], m->image, m->step);
     const struct weft_runner_event ev = {
         .kind = WEFT_RUNNER_EV_STEP, .job = jr->key, .image = (int)m->image, .n_images = 1,
         .step = m->step, .steps = m->steps, .seconds = m->seconds,
@@ -315,10 +321,7 @@ static void on_image(struct cluster_runner *r, struct worker *w, const struct we
         return;
     jr->last_progress = weft_cr_now();
     struct replica_work *q = &r->rep_work[w->replica];
-    if (m->image >= q->first && m->image < q->first + q->count) { /* its decode is done */
-        const int64_t done = (m->image - q->first + 1) * (q->steps + WEFT_CR_DECODE_STEPS);
-        q->done = done > q->done ? done : q->done;
-    }
+    replica_progress(q, m->image, q->steps + WEFT_CR_DECODE_STEPS); /* its decode is done */
     char path[WEFT_CONF_PATH + 96];
     snprintf(path, sizeof(path), "%s/%lld.png", jr->out_dir, (long long)m->image);
     struct weft_error err = WEFT_ERROR_INIT;

@@ -100,6 +100,12 @@ struct replica_work {
     double unit;
 };
 
+/* The work of one image-step of a height x width image, in replica_work's units. */
+static inline double weft_cr_step_work(int64_t height, int64_t width, bool true_cfg)
+{
+    return (double)height * (double)width * (true_cfg ? 2.0 : 1.0);
+}
+
 struct comm_total {
     char group[WEFT_MSG_LABEL_MAX], op[WEFT_MSG_LABEL_MAX];
     double seconds, bytes, calls;
