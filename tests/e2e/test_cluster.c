@@ -473,6 +473,13 @@ static double cluster_number(struct weft_client *c, const char *key)
     return d;
 }
 
+/* A coordinator in [parallel] mode = auto over 4 workers. */
+static void auto_cluster_up(struct cluster *k)
+{
+    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
+    cluster_up(k, "1", rules, 4);
+}
+
 /* One job of `count` images, height x width, on the cluster: done; its layout and reasons; image
  * 0 against ref within one level when ref is given. */
 static void auto_job(struct weft_client *c, int height, int width, int steps, int count,
@@ -513,8 +520,7 @@ static int case_auto(void)
     char ref[600], lay[96], why[640];
     one_device(ref, sizeof(ref));
     struct cluster k;
-    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
-    cluster_up(&k, "1", rules, 4);
+    auto_cluster_up(&k);
     char *text;
     CHECK_OK(weft_client_cluster(k.c, &text));
     cJSON *cl = cJSON_Parse(text);
@@ -578,8 +584,7 @@ static int case_auto_stream(void)
 {
     char lay[96], why[640];
     struct cluster k;
-    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
-    cluster_up(&k, "1", rules, 4);
+    auto_cluster_up(&k);
     const double replans = cluster_number(k.c, "replans");
     char ids[16][WEFT_CLIENT_ID_MAX];
     for (int i = 0; i < 16; i++) {
@@ -613,8 +618,7 @@ static int case_auto_backfill(void)
 {
     char lay[96], why[640];
     struct cluster k;
-    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=4", NULL};
-    cluster_up(&k, "1", rules, 4);
+    auto_cluster_up(&k);
     char big[WEFT_CLIENT_ID_MAX], small[3][WEFT_CLIENT_ID_MAX], slow[WEFT_CLIENT_ID_MAX];
     struct weft_prompt p = {.name = "red-fox"};
     struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 1024,
