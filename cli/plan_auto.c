@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "client/weft.h"
 #include "common/log.h"
+#include "common/num.h"
 #include "model/autoplan.h"
 #include "model/model.h"
 
@@ -128,9 +129,10 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "device");
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(w, "memory");
         const bool gpu = cJSON_IsString(d) && strncmp(d->valuestring, "cuda", 4) == 0;
-        if (!cJSON_IsNumber(mem) || mem->valuedouble <= 0)
+        int64_t bytes;
+        if (!cJSON_IsNumber(mem) || !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
             continue;
-        uint64_t b = (uint64_t)mem->valuedouble;
+        uint64_t b = (uint64_t)bytes;
         if (!gpu && k < n_hosts && per_host[k] > 1)
             b /= (uint64_t)per_host[k];
         least = !least || b < least ? b : least;

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "client/weft.h"
 #include "common/log.h"
+#include "common/num.h"
 
 static void help(FILE *out)
 {
@@ -144,7 +145,8 @@ static void show_cluster(const cJSON *o, const cJSON *jobs)
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(jobs, "jobs");
     for (int i = 0; i < 5 && by_state; i++) {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(by_state, names[i]);
-        counts[i] = cJSON_IsNumber(n) ? (int)n->valuedouble : 0;
+        counts[i] =
+            cJSON_IsNumber(n) ? (int)weft_double_int_or(n->valuedouble, 0, INT32_MAX, 0) : 0;
     }
     for (const cJSON *j = list && !by_state ? list->child : NULL; j; j = j->next) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "state");

@@ -12,8 +12,9 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/log.h"
 #include "common/files.h"
+#include "common/log.h"
+#include "common/num.h"
 #include "coordinator/internal.h"
 
 static const char *const state_names[JOB_STATE_COUNT] = {"queued", "running", "done", "failed",
@@ -930,7 +931,9 @@ static void replay_submit(struct weft_coord *c, const cJSON *rec, const char *id
         return;
     }
     j->submitted_at = cJSON_IsNumber(at) ? at->valuedouble : 0;
-    j->attempts = cJSON_IsNumber(attempts) ? (int)attempts->valuedouble : 0;
+    j->attempts = cJSON_IsNumber(attempts)
+                      ? (int)weft_double_int_or(attempts->valuedouble, 0, INT32_MAX, 0)
+                      : 0;
     const cJSON *idem = cJSON_GetObjectItemCaseSensitive(rec, "idem");
     const cJSON *hash = cJSON_GetObjectItemCaseSensitive(rec, "idem_hash");
     if (cJSON_IsString(idem) && strlen(idem->valuestring) <= WEFT_IDEM_KEY_MAX &&
@@ -970,9 +973,12 @@ static void replay_final(struct job *j, const cJSON *rec, enum job_state state)
     int i = 0;
     for (const cJSON *im = images ? images->child : NULL; im && i < j->n_images; im = im->next) {
         const cJSON *w = cJSON_GetArrayItem(im, 0), *h = cJSON_GetArrayItem(im, 1);
-        if (!cJSON_IsNumber(w) || !cJSON_IsNumber(h))
+        int64_t iw, ih;
+        if (!cJSON_IsNumber(w) || !cJSON_IsNumber(h) ||
+            !weft_double_int(w->valuedouble, 1, INT32_MAX, &iw) ||
+            !weft_double_int(h->valuedouble, 1, INT32_MAX, &ih))
             break;
-        j->images[i] = (struct job_image){true, (int)w->valuedouble, (int)h->valuedouble};
+        j->images[i] = (struct job_image){true, (int)iw, (int)ih};
         j->image_steps[i++] = j->steps;
     }
     j->images_done = i;

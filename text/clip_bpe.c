@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/num.h"
 #include "text/internal.h"
 #include "text/unicode.h"
 
@@ -94,8 +95,8 @@ static weft_status_t load_vocab(struct weft_clip_bpe *b, const char *json, size_
     const cJSON *e;
     cJSON_ArrayForEach(e, v)
     {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble ||
-            e->valuedouble < 0 || e->valuedouble >= n) {
+        int64_t id;
+        if (!cJSON_IsNumber(e) || !weft_double_int(e->valuedouble, 0, n - 1, &id)) {
             st = weft_error_refuse(err, WEFT_ERR_FORMAT,
                                    "%s/vocab.json: the id of \"%.40s\" is not an integer in "
                                    "0..%d (the ids must be 0..n-1)", origin, e->string, n - 1);
@@ -118,7 +119,7 @@ static weft_status_t load_vocab(struct weft_clip_bpe *b, const char *json, size_
     size_t off = 0;
     cJSON_ArrayForEach(e, v)
     {
-        int32_t id = (int32_t)e->valuedouble;
+        const int32_t id = (int32_t)weft_double_int_or(e->valuedouble, 0, n - 1, 0);
         size_t l = strlen(e->string);
         if (b->tok[id]) {
             st = weft_error_refuse(err, WEFT_ERR_FORMAT, "%s/vocab.json: id %d is given twice",

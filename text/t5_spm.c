@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/num.h"
 #include "text/internal.h"
 #include "text/spm_model.h"
 #include "text/spm_shim.h"
@@ -65,12 +66,11 @@ static weft_status_t pieces_init(struct weft_t5_spm *t, const cJSON *config, con
 {
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(config, "extra_ids");
     t->n_extra = 100; /* T5Tokenizer's default */
-    if (ex && (!cJSON_IsNumber(ex) || ex->valuedouble < 0 || ex->valuedouble > MAX_EXTRA ||
-               ex->valuedouble != (double)(int)ex->valuedouble))
+    int64_t n_extra = t->n_extra;
+    if (ex && (!cJSON_IsNumber(ex) || !weft_double_int(ex->valuedouble, 0, MAX_EXTRA, &n_extra)))
         return weft_error_refuse(err, WEFT_ERR_FORMAT, "%s: extra_ids must be an integer in "
                                  "0..%d", origin, MAX_EXTRA);
-    if (ex)
-        t->n_extra = (int32_t)ex->valuedouble;
+    t->n_extra = (int32_t)n_extra;
     t->n_pieces = t->pm.n;
     const size_t n = (size_t)t->n_pieces + (size_t)t->n_extra;
     t->piece = weft_calloc(n, sizeof(*t->piece));

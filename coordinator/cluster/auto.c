@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/num.h"
 #include "coordinator/cluster/internal.h"
 
 weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err)
@@ -82,9 +83,10 @@ static int devices(const struct cluster_runner *r, struct weft_autoplan_devices 
         const cJSON *gpu = ws[k]->hello
                                ? cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "device")
                                : NULL;
-        if (!mem || !cJSON_IsNumber(mem) || mem->valuedouble <= 0)
+        int64_t bytes;
+        if (!cJSON_IsNumber(mem) || !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
             continue;
-        uint64_t b = (uint64_t)mem->valuedouble;
+        uint64_t b = (uint64_t)bytes;
         if (!(cJSON_IsString(gpu) && strncmp(gpu->valuestring, "cuda", 4) == 0))
             b /= (uint64_t)same;
         least = !least || b < least ? b : least;

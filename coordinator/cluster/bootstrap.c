@@ -9,6 +9,7 @@
 #include "common/alloc.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/num.h"
 #include "common/sha256.h"
 #include "coordinator/cluster/internal.h"
 
@@ -135,7 +136,7 @@ static void on_hello(struct conn *c, const cJSON *json)
     *w = (struct worker){.r = r, .state = W_AUTHED, .conn = c, .rank = -1,
                          .last_heard = weft_cr_now()};
     snprintf(w->host, sizeof(w->host), "%s", cJSON_IsString(host) ? host->valuestring : "?");
-    w->pid = cJSON_IsNumber(pid) ? (long)pid->valuedouble : 0;
+    w->pid = cJSON_IsNumber(pid) ? (long)weft_double_int_or(pid->valuedouble, 0, INT32_MAX, 0) : 0;
     w->hello = h.inventory;
     h.inventory = NULL;
     snprintf(w->id, sizeof(w->id), "w%d", r->next_id++);

@@ -7,6 +7,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/num.h"
 #include "coordinator/cluster/internal.h"
 
 int weft_cr_joined(const struct cluster_runner *r)
@@ -83,8 +84,9 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
         const cJSON *mem = ranked[k]->hello
                                ? cJSON_GetObjectItemCaseSensitive(ranked[k]->hello, "memory")
                                : NULL;
-        uint64_t b =
-            mem && cJSON_IsNumber(mem) && mem->valuedouble > 0 ? (uint64_t)mem->valuedouble : 0;
+        const uint64_t b = mem && cJSON_IsNumber(mem)
+                               ? (uint64_t)weft_double_int_or(mem->valuedouble, 1, INT64_MAX, 0)
+                               : 0;
         int d = k % pp;
         if (b && (!room[d] || b < room[d]))
             room[d] = b;
