@@ -1,10 +1,12 @@
 /* dtype conversions: exhaustive round trips, NaN/Inf, round-to-nearest-even against references
- * (exact double arithmetic for bf16, a search over every f16 value for f16). */
+ * (exact double arithmetic for bf16, a search over every f16 value for f16); and the checked
+ * double-to-integer conversion of parsed numbers (common/num.h). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/dtype.h"
+#include "common/num.h"
 #include "test.h"
 
 static uint32_t f2u(float f)
@@ -167,10 +169,29 @@ static void test_convert(void)
     CHECK_EQ(weft_dtype_parse("f8"), -1);
 }
 
+/* Integers in range convert; fractions, NaN, infinities and values past the range or past 2^53
+ * (where a double no longer holds every integer) are refused before any conversion. */
+static void test_double_int(void)
+{
+    int64_t x = -7;
+    CHECK(weft_double_int(0.0, 0, 10, &x) && x == 0);
+    CHECK(weft_double_int(-3.0, -5, 10, &x) && x == -3);
+    CHECK(weft_double_int(9007199254740992.0, 0, INT64_MAX, &x) && x == 9007199254740992);
+    x = 42;
+    const double bad[] = {0.5, -0.25, 11.0, -6.0, 3.3e124, -1e300, 18446744073709551616.0,
+                          9007199254740994.0, NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(!weft_double_int(bad[i], -5, 10, &x) && x == 42);
+    CHECK(!weft_double_int(9223372036854775808.0, 0, INT64_MAX, &x));
+    CHECK_EQ(weft_double_int_or(3.3e124, 0, INT32_MAX, -1), -1);
+    CHECK_EQ(weft_double_int_or(77.0, 0, INT32_MAX, -1), 77);
+}
+
 int main(void)
 {
     test_bf16();
     test_f16();
     test_convert();
+    test_double_int();
     return 0;
 }

@@ -161,6 +161,16 @@ static void broken_files(void)
     CHECK_FAILS(weft_tokenizer_open_mem(WEFT_TOKENIZER_CLIP, dup, strlen(dup), "", 0, NULL, 0,
                                         &t, TERR),
                 WEFT_ERR_FORMAT, "vocab.json", "id 0 is given twice");
+    /* ids a double holds but an int does not (the conversion is checked before it is made:
+     * a fuzzed 3.3e124 was undefined behaviour) */
+    const char *huge = "{\"a\": 3.3e124, \"b\": 1}";
+    CHECK_FAILS(weft_tokenizer_open_mem(WEFT_TOKENIZER_CLIP, huge, strlen(huge), "", 0, NULL, 0,
+                                        &t, TERR),
+                WEFT_ERR_FORMAT, "vocab.json", "the id of \"a\" is not an integer in 0..1");
+    const char *frac = "{\"a\": 0.5, \"b\": -1e300}";
+    CHECK_FAILS(weft_tokenizer_open_mem(WEFT_TOKENIZER_CLIP, frac, strlen(frac), "", 0, NULL, 0,
+                                        &t, TERR),
+                WEFT_ERR_FORMAT, "vocab.json", "the id of \"a\" is not an integer");
     const char *nospecial = "{\"a\": 0}";
     CHECK_FAILS(weft_tokenizer_open_mem(WEFT_TOKENIZER_CLIP, nospecial, strlen(nospecial), "", 0,
                                         NULL, 0, &t, TERR),
