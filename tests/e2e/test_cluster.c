@@ -662,6 +662,88 @@ static int case_auto_backfill(void)
     return 0;
 }
 
+/* A number of a job's record (GET /v1/jobs/{id}). */
+static double job_number(struct weft_client *c, const char *id, const char *key)
+{
+    char path[64], *rec;
+    int code;
+    size_t rlen;
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    CHECK_OK(weft_client_request(c, "GET", path, NULL, 0, &code, &rec, &rlen));
+    CHECK_EQ(code, 200);
+    cJSON *j = cJSON_Parse(rec);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    CHECK(cJSON_IsNumber(v));
+    const double x = v->valuedouble;
+    cJSON_Delete(j);
+    weft_client_free(rec);
+    return x;
+}
+
+/* mode = auto, backfill never extends the drain: behind a lone 1024x512 job (dp 2 x ulysses 2,
+ * 6 steps) a long small job (2 images of 128x128, 90 steps: 2 x 91 x 16384 pixel-steps, within
+ * the 6 x 524288 the large job has left after its first step) is backfilled on the free replica; then
+ * come 8 short ones (128x128, 1 step) and the large job is cancelled, which ends the drain with
+ * the long job still running. The short ones would fit within what the long one has left, but
+ * the drain is that of the jobs running when the switch was decided, so none starts on the old
+ * mesh: they wait for the long one, the mesh switches to dp 4 once, and they run there.
+ * Counting the backfilled job in the drain chained them on the old mesh (and a stream of them
+ * would have starved the switch). */
+static int case_auto_drain(void)
+{
+    enum { SHORT = 8 };
+    char lay[96], why[640];
+    struct cluster k;
+    auto_cluster_up(&k);
+    char big[WEFT_CLIENT_ID_MAX], lng[WEFT_CLIENT_ID_MAX], small[SHORT][WEFT_CLIENT_ID_MAX];
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 1024,
+                                   .steps = 6, .count = 1, .guidance = 3.5, .seed = 7};
+    CHECK_OK(weft_client_submit(k.c, &req, big));
+    wait_running(k.c, big); /* after its first step: 5 steps and the decode left */
+    const double replans = cluster_number(k.c, "replans");
+    req.height = req.width = 128;
+    req.steps = 90;
+    req.count = 2;
+    CHECK_OK(weft_client_submit(k.c, &req, lng));
+    wait_running(k.c, lng);
+    req.steps = 1;
+    req.count = 1;
+    for (int i = 0; i < SHORT; i++)
+        CHECK_OK(weft_client_submit(k.c, &req, small[i]));
+    CHECK_OK(weft_client_cancel(k.c, big));
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_wait(k.c, big, 200000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_CANCELLED);
+    weft_job_status_cleanup(&st);
+    const double big_end = job_number(k.c, big, "finished_at");
+    const char *ids[SHORT + 1] = {lng};
+    for (int i = 0; i < SHORT; i++)
+        ids[i + 1] = small[i];
+    for (int i = 0; i < SHORT + 1; i++) {
+        CHECK_OK(weft_client_wait(k.c, ids[i], 200000, NULL, NULL, &st));
+        CHECK(st.state == WEFT_JOB_DONE);
+        weft_job_status_cleanup(&st);
+    }
+    job_layout(k.c, lng, lay, sizeof(lay), why, sizeof(why));
+    const double lng_end = job_number(k.c, lng, "finished_at");
+    printf("2 x 128x128, 90 steps, behind the large job: \"%s\", ended %.3f s after it was "
+           "cancelled\n", lay, lng_end - big_end);
+    CHECK(strcmp(lay, "dp 2 x ring 1 x ulysses 2 x tp 1") == 0 && strstr(why, "backfill"));
+    CHECK(lng_end > big_end);
+    for (int i = 0; i < SHORT; i++) {
+        job_layout(k.c, small[i], lay, sizeof(lay), why, sizeof(why));
+        const double start = job_number(k.c, small[i], "started_at");
+        printf("128x128, 1 step, behind them: \"%s\", started %+.3f s from the long job's "
+               "end\n", lay, start - lng_end);
+        CHECK(strncmp(lay, "dp 4 x ", 7) == 0 && start >= lng_end);
+    }
+    CHECK(cluster_number(k.c, "backfilled") == 1);
+    CHECK(cluster_number(k.c, "replans") == replans + 1);
+    cluster_down(&k);
+    return 0;
+}
+
 /* A worker stopped (SIGSTOP: alive to the kernel, silent to us) with a job running, then the
  * coordinator told to stop: it gives the job up after a bounded wait, closes the silent
  * peer's endpoint and exits 0, the job kept in the journal. */
@@ -1577,6 +1659,7 @@ int main(int argc, char **argv)
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped},
         {"auto_stream", case_auto_stream}, {"auto_backfill", case_auto_backfill},
+        {"auto_drain", case_auto_drain},
         {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
