@@ -130,7 +130,8 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(w, "memory");
         const bool gpu = cJSON_IsString(d) && strncmp(d->valuestring, "cuda", 4) == 0;
         int64_t bytes;
-        if (!cJSON_IsNumber(mem) || !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
+        if (!mem || !cJSON_IsNumber(mem) ||
+            !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
             continue;
         uint64_t b = (uint64_t)bytes;
         if (!gpu && k < n_hosts && per_host[k] > 1)

@@ -84,7 +84,8 @@ static int devices(const struct cluster_runner *r, struct weft_autoplan_devices 
                                ? cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "device")
                                : NULL;
         int64_t bytes;
-        if (!cJSON_IsNumber(mem) || !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
+        if (!mem || !cJSON_IsNumber(mem) ||
+            !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
             continue;
         uint64_t b = (uint64_t)bytes;
         if (!(cJSON_IsString(gpu) && strncmp(gpu->valuestring, "cuda", 4) == 0))
