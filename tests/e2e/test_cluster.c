@@ -608,6 +608,20 @@ static int case_auto_stream(void)
     return 0;
 }
 
+/* The backfill cases' lone large job: 1024x512, `steps` steps, on an auto cluster (it runs on
+ * dp 2 x ulysses 2), waited for until its first step is done. The request is left for the
+ * small jobs that follow: 1 image, `side` x `side`. */
+static void auto_large_running(struct weft_client *c, int steps, int side, char *id,
+                               struct weft_job_request *req, struct weft_prompt *p)
+{
+    *p = (struct weft_prompt){.name = "red-fox"};
+    *req = (struct weft_job_request){.prompts = p, .n_prompts = 1, .height = 512, .width = 1024,
+                                     .steps = steps, .count = 1, .guidance = 3.5, .seed = 7};
+    CHECK_OK(weft_client_submit(c, req, id));
+    wait_running(c, id);
+    req->height = req->width = side;
+}
+
 /* mode = auto, backfill: a lone 1024x512 job runs on one replica of dp 2 x ulysses 2; the
  * small jobs after it want dp 4, so the mesh drains for the switch, but each ends before the
  * large job (2 x 65536 pixel-steps, the decode counted as a step, against at most 3 x
@@ -620,13 +634,10 @@ static int case_auto_backfill(void)
     struct cluster k;
     auto_cluster_up(&k);
     char big[WEFT_CLIENT_ID_MAX], small[3][WEFT_CLIENT_ID_MAX], slow[WEFT_CLIENT_ID_MAX];
-    struct weft_prompt p = {.name = "red-fox"};
-    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 1024,
-                                   .steps = 3, .count = 1, .guidance = 3.5, .seed = 7};
-    CHECK_OK(weft_client_submit(k.c, &req, big));
-    wait_running(k.c, big); /* after its first step: 2 steps and the decode left */
+    struct weft_prompt p;
+    struct weft_job_request req;
+    auto_large_running(k.c, 3, 256, big, &req, &p); /* 2 steps and the decode left */
     const double replans = cluster_number(k.c, "replans");
-    req.height = req.width = 256;
     req.steps = 1;
     for (int i = 0; i < 3; i++)
         CHECK_OK(weft_client_submit(k.c, &req, small[i]));
@@ -696,13 +707,10 @@ static int case_auto_drain(void)
     struct cluster k;
     auto_cluster_up(&k);
     char big[WEFT_CLIENT_ID_MAX], lng[WEFT_CLIENT_ID_MAX], small[SHORT][WEFT_CLIENT_ID_MAX];
-    struct weft_prompt p = {.name = "red-fox"};
-    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = 512, .width = 1024,
-                                   .steps = 6, .count = 1, .guidance = 3.5, .seed = 7};
-    CHECK_OK(weft_client_submit(k.c, &req, big));
-    wait_running(k.c, big); /* after its first step: 5 steps and the decode left */
+    struct weft_prompt p;
+    struct weft_job_request req;
+    auto_large_running(k.c, 6, 128, big, &req, &p); /* 5 steps and the decode left */
     const double replans = cluster_number(k.c, "replans");
-    req.height = req.width = 128;
     req.steps = 90;
     req.count = 2;
     CHECK_OK(weft_client_submit(k.c, &req, lng));
