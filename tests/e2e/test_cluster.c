@@ -439,9 +439,8 @@ static int case_concurrent(void)
     return 0;
 }
 
-/* A job's record: its layout (into out) and why it was chosen (into why, "" none). */
-static void job_layout(struct weft_client *c, const char *id, char *out, size_t len, char *why,
-                       size_t why_len)
+/* A job's record (GET /v1/jobs/{id}); cJSON_Delete it. */
+static cJSON *job_record(struct weft_client *c, const char *id)
 {
     char path[64], *rec;
     int code;
@@ -450,13 +449,22 @@ static void job_layout(struct weft_client *c, const char *id, char *out, size_t 
     CHECK_OK(weft_client_request(c, "GET", path, NULL, 0, &code, &rec, &rlen));
     CHECK_EQ(code, 200);
     cJSON *j = cJSON_Parse(rec);
+    CHECK(j);
+    weft_client_free(rec);
+    return j;
+}
+
+/* A job's layout (into out) and why it was chosen (into why, "" none). */
+static void job_layout(struct weft_client *c, const char *id, char *out, size_t len, char *why,
+                       size_t why_len)
+{
+    cJSON *j = job_record(c, id);
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
     CHECK(cJSON_IsString(lay));
     snprintf(out, len, "%s", lay->valuestring);
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(j, "layout_reason");
     snprintf(why, why_len, "%s", cJSON_IsString(reason) ? reason->valuestring : "");
     cJSON_Delete(j);
-    weft_client_free(rec);
 }
 
 /* A number of GET /v1/cluster. */
@@ -676,18 +684,11 @@ static int case_auto_backfill(void)
 /* A number of a job's record (GET /v1/jobs/{id}). */
 static double job_number(struct weft_client *c, const char *id, const char *key)
 {
-    char path[64], *rec;
-    int code;
-    size_t rlen;
-    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
-    CHECK_OK(weft_client_request(c, "GET", path, NULL, 0, &code, &rec, &rlen));
-    CHECK_EQ(code, 200);
-    cJSON *j = cJSON_Parse(rec);
+    cJSON *j = job_record(c, id);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     CHECK(cJSON_IsNumber(v));
     const double x = v->valuedouble;
     cJSON_Delete(j);
-    weft_client_free(rec);
     return x;
 }
 
