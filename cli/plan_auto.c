@@ -134,7 +134,11 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
             !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
             continue;
         uint64_t b = (uint64_t)bytes;
-        if (!gpu && k < n_hosts && per_host[k] > 1)
+        /* a CPU worker reporting its host's memory shares it; a [worker] memory budget (less
+         * than the host's) is its own */
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(w, "host_memory");
+        const bool shared = !cJSON_IsNumber(host) || host->valuedouble <= mem->valuedouble;
+        if (!gpu && shared && k < n_hosts && per_host[k] > 1)
             b /= (uint64_t)per_host[k];
         least = !least || b < least ? b : least;
         gpus += gpu;

@@ -107,6 +107,11 @@ static const struct conf_key worker_keys[] = {
                "OMPI_COMM_WORLD_LOCAL_RANK, modulo the GPUs present, when there are GPUs, else "
                "the CPU); cpu-devmem (the CPU with buffers that are not host-visible: tests the "
                "discipline a GPU needs). weft worker --device overrides it."),
+    KEY_SIZE(weft_conf_worker, memory, "0", 0, 1ll << 50,
+             "The memory this worker offers: it reports at most this many bytes as its "
+             "device's memory, and the coordinator's planners (device_map, [parallel] mode = "
+             "auto) plan with it (0: the device's own: a GPU's, on the CPU the host's). A "
+             "budget for planning, e.g. for workers that share a device; not enforced."),
 };
 
 /* Orders match enum weft_ring_rotation (model/cp.h). */
@@ -333,7 +338,7 @@ static const struct conf_section sections[] = {
     SECTION(log, log_keys, "Logging."),
     SECTION(model, model_keys, "The model to run."),
     SECTION(kernels, kernels_keys, "Compute kernels."),
-    SECTION(worker, worker_keys, "The device a worker computes on."),
+    SECTION(worker, worker_keys, "The device a worker computes on, and the memory it offers."),
     SECTION(parallel, parallel_keys, "How the work is split across ranks."),
     SECTION(cluster, cluster_keys, "Workers and the coordinator: joining, secrets, liveness."),
     SECTION(transport, transport_keys, "Worker-to-worker communication (UCX) and collectives."),

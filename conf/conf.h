@@ -38,6 +38,7 @@ struct weft_conf_kernels {
  * tests). Only the syntax is checked here; kernels/kernels.h resolves it. */
 struct weft_conf_worker {
     char device[64];
+    uint64_t memory; /* the budget the worker reports (0: its device's memory) */
 };
 
 /* Orders match the names of [parallel] mode. */

@@ -660,17 +660,22 @@ static cJSON *inventory(struct agent *a)
     }
     if (boot_id[0])
         cJSON_AddStringToObject(h, "host_id", boot_id);
-    /* "memory" is the device's (what device_map plans with): a GPU's own, else the host's */
+    /* "memory" is the device's (what device_map plans with): a GPU's own, else the host's, or the
+     * [worker] memory budget when that is less */
     struct weft_gpu_info gpu;
     const bool on_gpu = a->opts->device.kind == WEFT_DEVICE_CUDA &&
                         weft_gpu_info(a->opts->device.index, &gpu) == WEFT_OK;
+    uint64_t memory = on_gpu ? gpu.memory : 0;
     if (sysinfo(&si) == 0) {
-        cJSON_AddNumberToObject(h, "host_memory", (double)si.totalram * si.mem_unit);
-        if (!on_gpu)
-            cJSON_AddNumberToObject(h, "memory", (double)si.totalram * si.mem_unit);
+        const uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
+        cJSON_AddNumberToObject(h, "host_memory", (double)ram);
+        memory = on_gpu ? memory : ram;
     }
-    if (on_gpu)
-        cJSON_AddNumberToObject(h, "memory", (double)gpu.memory);
+    const uint64_t budget = a->opts->conf->worker.memory; /* [worker] memory: at most this */
+    if (budget && (!memory || budget < memory))
+        memory = budget;
+    if (memory)
+        cJSON_AddNumberToObject(h, "memory", (double)memory);
     cJSON_AddStringToObject(h, "launcher", a->opts->launch.source);
     cJSON_AddNumberToObject(h, "launch_rank", a->opts->launch.rank);
     cJSON_AddNumberToObject(h, "local_rank", a->opts->launch.local_rank);

@@ -88,7 +88,11 @@ static int devices(const struct cluster_runner *r, struct weft_autoplan_devices 
             !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
             continue;
         uint64_t b = (uint64_t)bytes;
-        if (!(cJSON_IsString(gpu) && strncmp(gpu->valuestring, "cuda", 4) == 0))
+        /* a CPU worker reporting its host's memory shares it; a [worker] memory budget (less
+         * than the host's) is its own */
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "host_memory");
+        const bool shared = !cJSON_IsNumber(host) || host->valuedouble <= mem->valuedouble;
+        if (shared && !(cJSON_IsString(gpu) && strncmp(gpu->valuestring, "cuda", 4) == 0))
             b /= (uint64_t)same;
         least = !least || b < least ? b : least;
     }

@@ -584,6 +584,42 @@ static int case_auto(void)
     return 0;
 }
 
+/* mode = auto chooses device_map: two workers on this host that offer 12 MiB each ([worker]
+ * memory, through the environment; a budget is a worker's own, not a share of the host's) over
+ * PCIe. The weights (13.6 MB) fit neither, and tensor parallelism needs NVLink: the
+ * transformer's blocks are split over the two (device_map), the reason says so, and the image
+ * is one device's within one level. The budget is what the workers report in GET /v1/cluster. */
+static int case_auto_devmap(void)
+{
+    char ref[600], lay[96], why[640];
+    one_device(ref, sizeof(ref));
+    const char *rules[] = {"--parallel.mode=auto", "--cluster.workers=2",
+                           "--plan.interconnect=pcie", NULL};
+    CHECK(setenv("WEFT_WORKER_MEMORY", "12MiB", 1) == 0);
+    struct cluster k;
+    cluster_up(&k, "1", rules, 2);
+    CHECK(unsetenv("WEFT_WORKER_MEMORY") == 0);
+    char *text;
+    CHECK_OK(weft_client_cluster(k.c, &text));
+    cJSON *cl = cJSON_Parse(text);
+    weft_client_free(text);
+    int reported = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(cl, "workers"))
+    {
+        const cJSON *inv = cJSON_GetObjectItemCaseSensitive(w, "inventory");
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(inv ? inv : w, "memory");
+        reported += cJSON_IsNumber(mem) && mem->valuedouble == 12.0 * 1024 * 1024;
+    }
+    cJSON_Delete(cl);
+    printf("workers reporting the 12 MiB budget: %d\n", reported);
+    CHECK_EQ(reported, 2);
+    auto_job(k.c, 256, 256, 3, 1, ref, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strstr(lay, "device_map") && strstr(why, "device_map"));
+    cluster_down(&k);
+    return 0;
+}
+
 /* mode = auto under a stream: 15 small jobs (128x128) at once, then a job of 2048 tokens (1024x512;
  * alone it runs on dp 2 x ulysses 2, case auto); the stream keeps more jobs running than a
  * split would serve, so it runs on a replica of dp 4 and the mesh never switches. A case of
@@ -1668,7 +1704,7 @@ int main(int argc, char **argv)
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
         {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped},
         {"auto_stream", case_auto_stream}, {"auto_backfill", case_auto_backfill},
-        {"auto_drain", case_auto_drain},
+        {"auto_drain", case_auto_drain}, {"auto_devmap", case_auto_devmap},
         {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
