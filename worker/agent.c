@@ -660,14 +660,17 @@ static cJSON *inventory(struct agent *a)
     }
     if (boot_id[0])
         cJSON_AddStringToObject(h, "host_id", boot_id);
-    /* "memory" is the device's (what device_map plans with): a GPU's own, else the host's, or the
-     * [worker] memory budget when that is less */
+    /* "memory" is the device's (what device_map plans with): a GPU's own, else the host's (its
+     * cgroup's limit where that is less), or the [worker] memory budget when that is less */
     struct weft_gpu_info gpu;
     const bool on_gpu = a->opts->device.kind == WEFT_DEVICE_CUDA &&
                         weft_gpu_info(a->opts->device.index, &gpu) == WEFT_OK;
     uint64_t memory = on_gpu ? gpu.memory : 0;
     if (sysinfo(&si) == 0) {
-        const uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
+        /* the host's RAM as this process may have it: bounded by its cgroup's limit */
+        uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
+        const uint64_t limit = weft_inventory_cgroup_memory("/sys/fs/cgroup");
+        ram = limit && limit < ram ? limit : ram;
         cJSON_AddNumberToObject(h, "host_memory", (double)ram);
         memory = on_gpu ? memory : ram;
     }

@@ -387,3 +387,29 @@ weft_status_t weft_inventory_nics_add(cJSON *obj)
         cJSON_AddBoolToObject(obj, "nics_truncated", true);
     return st;
 }
+
+uint64_t weft_inventory_cgroup_memory(const char *root)
+{
+    static const char *const files[] = {"memory.max", "memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char path[4096], text[64] = "";
+        snprintf(path, sizeof(path), "%s/%s", root, files[i]);
+        FILE *f = fopen(path, "r"); /* /sys reports no size: stdio */
+        if (!f)
+            continue;
+        const bool got = fgets(text, sizeof(text), f) != NULL;
+        (void)fclose(f); /* read only */
+        if (!got)
+            continue;
+        if (strncmp(text, "max", 3) == 0)
+            return 0;
+        char *end;
+        errno = 0;
+        const unsigned long long v = strtoull(text, &end, 10);
+        if (errno || end == text || (*end && *end != '\n'))
+            continue;
+        /* v1 writes "no limit" as the largest page multiple below 2^63 */
+        return v >= (1ull << 62) ? 0 : (uint64_t)v;
+    }
+    return 0;
+}

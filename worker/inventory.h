@@ -6,6 +6,7 @@
 #define WEFT_WORKER_INVENTORY_H
 
 #include <cJSON.h>
+#include <stdint.h>
 
 #include "common/status.h"
 
@@ -33,5 +34,11 @@ weft_status_t weft_inventory_nics_add(cJSON *obj);
  * peers: the GPUs it can reach directly (NVLink or PCIe peer access). WEFT_ERR_NOMEM when it
  * cannot be built. */
 weft_status_t weft_inventory_gpus_add(cJSON *obj);
+
+/* The memory limit of this process's cgroup as its namespace shows it under root (normally
+ * "/sys/fs/cgroup"): v2's memory.max, else v1's memory/memory.limit_in_bytes; 0 when there is
+ * none ("max", v1's page-rounded 2^63, a missing or unreadable file). A container's or a
+ * Kubernetes pod's limit, which sysinfo's total RAM does not show. */
+uint64_t weft_inventory_cgroup_memory(const char *root);
 
 #endif

@@ -4,7 +4,8 @@
  * when this process may have a network namespace of its own (root or CAP_SYS_ADMIN, `ip`
  * installed), in a fresh one: lo up, a dummy interface with an IPv4 (and IPv6 when the namespace
  * allows it) address and MTU 1400 appears with exactly those, lo still does not. The namespace
- * vanishes with the process; nothing on the host is touched. */
+ * vanishes with the process; nothing on the host is touched. And the cgroup memory limit read
+ * from v2 and v1 files in a temporary folder (limits, "max", v1's "no limit", garbage). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -12,7 +13,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -180,8 +183,44 @@ static void check_gpus(void)
     cJSON_Delete(obj);
 }
 
+static void put(const char *dir, const char *file, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+static void check_cgroup(void)
+{
+    char root[] = "/tmp/weft_cgroup_XXXXXX", sub[600], path[600];
+    CHECK(mkdtemp(root));
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 0); /* no file: no limit */
+    snprintf(sub, sizeof(sub), "%s/memory", root);
+    CHECK(mkdir(sub, 0700) == 0);
+    put(sub, "memory.limit_in_bytes", "9223372036854771712\n"); /* v1 without a limit */
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 0);
+    put(sub, "memory.limit_in_bytes", "4294967296\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 4294967296ull);
+    put(root, "memory.max", "max\n"); /* v2 first: no limit */
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 0);
+    put(root, "memory.max", "8589934592\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 8589934592ull);
+    put(root, "memory.max", "12 GiB\n"); /* not a number: v1's file then */
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 4294967296ull);
+    put(sub, "memory.limit_in_bytes", "");
+    CHECK_EQ(weft_inventory_cgroup_memory(root), 0);
+    printf("this process's cgroup memory limit: %llu (0: none)\n",
+           (unsigned long long)weft_inventory_cgroup_memory("/sys/fs/cgroup"));
+    snprintf(path, sizeof(path), "%s/memory.max", root);
+    CHECK(unlink(path) == 0);
+    snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", sub);
+    CHECK(unlink(path) == 0 && rmdir(sub) == 0 && rmdir(root) == 0);
+}
+
 int main(void)
 {
+    check_cgroup();
     check_gpus();
     cJSON *obj = cJSON_CreateObject();
     const cJSON *nics = nics_of(obj);
