@@ -669,7 +669,7 @@ static cJSON *inventory(struct agent *a)
     if (sysinfo(&si) == 0) {
         /* the host's RAM as this process may have it: bounded by its cgroup's limit */
         uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
-        const uint64_t limit = weft_inventory_cgroup_memory("/sys/fs/cgroup");
+        const uint64_t limit = weft_inventory_cgroup_memory("/sys/fs/cgroup", "/proc/self/cgroup");
         ram = limit && limit < ram ? limit : ram;
         cJSON_AddNumberToObject(h, "host_memory", (double)ram);
         memory = on_gpu ? memory : ram;

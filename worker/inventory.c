@@ -388,28 +388,79 @@ weft_status_t weft_inventory_nics_add(cJSON *obj)
     return st;
 }
 
-uint64_t weft_inventory_cgroup_memory(const char *root)
+/* One limit file: its bytes, 0 for none ("max", v1's "no limit" near 2^63), -1 when it is
+ * missing or not a number. */
+static int64_t limit_file(const char *path)
 {
-    static const char *const files[] = {"memory.max", "memory/memory.limit_in_bytes"};
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        char path[4096], text[64] = "";
-        snprintf(path, sizeof(path), "%s/%s", root, files[i]);
-        FILE *f = fopen(path, "r"); /* /sys reports no size: stdio */
-        if (!f)
-            continue;
-        const bool got = fgets(text, sizeof(text), f) != NULL;
-        (void)fclose(f); /* read only */
-        if (!got)
-            continue;
-        if (strncmp(text, "max", 3) == 0)
-            return 0;
-        char *end;
-        errno = 0;
-        const unsigned long long v = strtoull(text, &end, 10);
-        if (errno || end == text || (*end && *end != '\n'))
-            continue;
-        /* v1 writes "no limit" as the largest page multiple below 2^63 */
-        return v >= (1ull << 62) ? 0 : (uint64_t)v;
+    char text[64] = "";
+    FILE *f = fopen(path, "r"); /* /sys reports no size: stdio */
+    if (!f)
+        return -1;
+    const bool got = fgets(text, sizeof(text), f) != NULL;
+    (void)fclose(f); /* read only */
+    if (!got)
+        return -1;
+    if (strncmp(text, "max", 3) == 0)
+        return 0;
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || (*end && *end != '\n'))
+        return -1;
+    return v >= (1ull << 62) ? 0 : (int64_t)v;
+}
+
+/* The least limit in file name of dir/path and each folder above it up to dir; 0 for none,
+ * -1 when no level has the file. */
+static int64_t least_up(const char *dir, const char *path, const char *name)
+{
+    char rel[2048], full[4096];
+    snprintf(rel, sizeof(rel), "%s", path);
+    int64_t least = -1;
+    for (;;) {
+        snprintf(full, sizeof(full), "%s%s%s/%s", dir, rel[0] == '/' ? "" : "/", rel, name);
+        const int64_t v = limit_file(full);
+        if (v >= 0)
+            least = least < 0 || (v > 0 && (least == 0 || v < least)) ? v : least;
+        char *slash = strrchr(rel, '/');
+        if (!slash || !rel[0])
+            break;
+        *slash = '\0';
     }
-    return 0;
+    return least;
+}
+
+uint64_t weft_inventory_cgroup_memory(const char *root, const char *self)
+{
+    char v2[2048] = "", v1[2048] = "", line[4096];
+    bool have_v2 = false, have_v1 = false;
+    FILE *f = fopen(self, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        const char *controllers = c1 + 1, *path = c2 + 1;
+        if (!controllers[0] && strcmp(line, "0:") == 0) {
+            snprintf(v2, sizeof(v2), "%s", path), have_v2 = true;
+            continue;
+        }
+        for (const char *p = controllers; *p;) { /* "memory" among "a,b,c" */
+            const size_t n = strcspn(p, ",");
+            if (n == 6 && strncmp(p, "memory", 6) == 0)
+                snprintf(v1, sizeof(v1), "%s", path), have_v1 = true;
+            p += n + (p[n] == ',');
+        }
+    }
+    if (f)
+        (void)fclose(f); /* read only */
+    char dir[4096];
+    /* v2 first; a v1 memory hierarchy where v2 has no memory controller */
+    const int64_t a = have_v2 ? least_up(root, v2, "memory.max") : -1;
+    if (a >= 0)
+        return (uint64_t)a;
+    snprintf(dir, sizeof(dir), "%s/memory", root);
+    const int64_t b = least_up(dir, have_v1 ? v1 : "", "memory.limit_in_bytes");
+    return b > 0 ? (uint64_t)b : 0;
 }

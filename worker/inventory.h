@@ -35,10 +35,12 @@ weft_status_t weft_inventory_nics_add(cJSON *obj);
  * cannot be built. */
 weft_status_t weft_inventory_gpus_add(cJSON *obj);
 
-/* The memory limit of this process's cgroup as its namespace shows it under root (normally
- * "/sys/fs/cgroup"): v2's memory.max, else v1's memory/memory.limit_in_bytes; 0 when there is
- * none ("max", v1's page-rounded 2^63, a missing or unreadable file). A container's or a
- * Kubernetes pod's limit, which sysinfo's total RAM does not show. */
-uint64_t weft_inventory_cgroup_memory(const char *root);
+/* The memory limit of this process's cgroup: its path from self (normally "/proc/self/cgroup":
+ * "0::PATH" for v2, "N:...memory...:PATH" for v1) under root (normally "/sys/fs/cgroup"),
+ * the least of memory.max (v2) or memory/.../memory.limit_in_bytes (v1) in that folder and
+ * every one above it (a systemd unit's MemoryMax, a container's or a Kubernetes pod's limit,
+ * which sysinfo's total RAM does not show); 0 when there is none ("max", v1's page-rounded
+ * 2^63, no readable file). */
+uint64_t weft_inventory_cgroup_memory(const char *root, const char *self);
 
 #endif

@@ -12,6 +12,7 @@
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -191,31 +192,61 @@ static void put(const char *dir, const char *file, const char *text)
     CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
 }
 
+/* mkdir -p of root/rel */
+static void mkdirs(const char *root, const char *rel)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            CHECK(mkdir(path, 0700) == 0 || errno == EEXIST);
+            *p = '/';
+        }
+    CHECK(mkdir(path, 0700) == 0 || errno == EEXIST);
+}
+
+/* The cgroup limit on fake trees: a v2 unit under a slice (the least of the levels, "max"
+ * none), a v1 hierarchy found by the memory controller's line (among others: "cpu,memory"),
+ * v1's "no limit", files that are not numbers, no files. */
 static void check_cgroup(void)
 {
-    char root[] = "/tmp/weft_cgroup_XXXXXX", sub[600], path[600];
+    char root[] = "/tmp/weft_cgroup_XXXXXX", self[600], dir[600];
     CHECK(mkdtemp(root));
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 0); /* no file: no limit */
-    snprintf(sub, sizeof(sub), "%s/memory", root);
-    CHECK(mkdir(sub, 0700) == 0);
-    put(sub, "memory.limit_in_bytes", "9223372036854771712\n"); /* v1 without a limit */
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 0);
-    put(sub, "memory.limit_in_bytes", "4294967296\n");
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 4294967296ull);
-    put(root, "memory.max", "max\n"); /* v2 first: no limit */
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 0);
-    put(root, "memory.max", "8589934592\n");
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 8589934592ull);
-    put(root, "memory.max", "12 GiB\n"); /* not a number: v1's file then */
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 4294967296ull);
-    put(sub, "memory.limit_in_bytes", "");
-    CHECK_EQ(weft_inventory_cgroup_memory(root), 0);
+    snprintf(self, sizeof(self), "%s/self", root);
+    put(root, "self", "0::/system.slice/weft.service\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 0); /* no file: no limit */
+    mkdirs(root, "system.slice/weft.service");
+    snprintf(dir, sizeof(dir), "%s/system.slice", root);
+    put(dir, "memory.max", "8589934592\n");
+    put(dir, "weft.service/memory.max", "max\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 8589934592ull); /* the slice's */
+    put(dir, "weft.service/memory.max", "4294967296\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 4294967296ull); /* the unit's, less */
+    put(dir, "weft.service/memory.max", "12 GiB\n"); /* not a number: the level is skipped */
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 8589934592ull);
+    put(dir, "memory.max", "max\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 0);
+    /* v1: the memory controller's own path; v2's line has no memory.max under it */
+    put(root, "self", "7:pids:/other\n5:cpu,memory:/pod1/c1\n0::/nowhere\n");
+    mkdirs(root, "memory/pod1/c1");
+    snprintf(dir, sizeof(dir), "%s/memory", root);
+    put(dir, "memory.limit_in_bytes", "9223372036854771712\n"); /* v1 without a limit */
+    put(dir, "pod1/c1/memory.limit_in_bytes", "9223372036854771712\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 0);
+    put(dir, "pod1/memory.limit_in_bytes", "2147483648\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 2147483648ull); /* the pod's */
+    put(dir, "pod1/c1/memory.limit_in_bytes", "1073741824\n");
+    CHECK_EQ(weft_inventory_cgroup_memory(root, self), 1073741824ull);
+    char missing[700];
+    snprintf(missing, sizeof(missing), "%s/no-such-file", root); /* v1's root only then */
+    CHECK_EQ(weft_inventory_cgroup_memory(root, missing), 0);
     printf("this process's cgroup memory limit: %llu (0: none)\n",
-           (unsigned long long)weft_inventory_cgroup_memory("/sys/fs/cgroup"));
-    snprintf(path, sizeof(path), "%s/memory.max", root);
-    CHECK(unlink(path) == 0);
-    snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", sub);
-    CHECK(unlink(path) == 0 && rmdir(sub) == 0 && rmdir(root) == 0);
+           (unsigned long long)weft_inventory_cgroup_memory("/sys/fs/cgroup",
+                                                            "/proc/self/cgroup"));
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
 }
 
 int main(void)
