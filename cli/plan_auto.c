@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "client/weft.h"
 #include "common/log.h"
-#include "common/num.h"
+#include "control/boot.h"
 #include "model/autoplan.h"
 #include "model/model.h"
 
@@ -127,18 +127,12 @@ static int devices_of_cluster(const char *server, const char *token, bool link_g
     {
         const int k = host_index(hosts, n_hosts, host_of(w));
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "device");
-        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(w, "memory");
         const bool gpu = cJSON_IsString(d) && strncmp(d->valuestring, "cuda", 4) == 0;
-        int64_t bytes;
-        if (!mem || !cJSON_IsNumber(mem) ||
-            !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
+        uint64_t b;
+        bool shared;
+        if (!weft_boot_inventory_memory(w, &b, &shared))
             continue;
-        uint64_t b = (uint64_t)bytes;
-        /* a CPU worker reporting its host's memory shares it; a [worker] memory budget (less
-         * than the host's) is its own */
-        const cJSON *host = cJSON_GetObjectItemCaseSensitive(w, "host_memory");
-        const bool shared = !cJSON_IsNumber(host) || host->valuedouble <= mem->valuedouble;
-        if (!gpu && shared && k < n_hosts && per_host[k] > 1)
+        if (shared && k < n_hosts && per_host[k] > 1) /* the host's RAM, its workers' together */
             b /= (uint64_t)per_host[k];
         least = !least || b < least ? b : least;
         gpus += gpu;

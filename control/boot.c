@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/base64.h"
+#include "common/num.h"
 #include "common/sha256.h"
 #include "common/utf8.h"
 
@@ -329,4 +330,18 @@ weft_status_t weft_boot_recv(int fd, int timeout_ms, cJSON **json_p, struct weft
         st = weft_boot_parse(buf, n, json_p, err);
     weft_free(buf);
     return st;
+}
+
+bool weft_boot_inventory_memory(const cJSON *inventory, uint64_t *bytes_p, bool *shared_p)
+{
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(inventory, "memory");
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(inventory, "host_memory");
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(inventory, "device");
+    int64_t bytes;
+    if (!mem || !cJSON_IsNumber(mem) || !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
+        return false;
+    const bool gpu = cJSON_IsString(dev) && strncmp(dev->valuestring, "cuda", 4) == 0;
+    *bytes_p = (uint64_t)bytes;
+    *shared_p = !gpu && (!cJSON_IsNumber(host) || host->valuedouble <= mem->valuedouble);
+    return true;
 }

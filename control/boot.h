@@ -62,6 +62,12 @@ weft_status_t weft_boot_hello_decode(const cJSON *json, struct weft_boot_hello *
 weft_status_t weft_boot_accept_decode(const cJSON *json, struct weft_boot_accept *m,
                                       struct weft_error *err);
 void weft_boot_hello_cleanup(struct weft_boot_hello *m);
+
+/* The memory a worker's inventory (its hello, as GET /v1/cluster lists it) reports for its
+ * device, which the planners plan with: false when it reports none. *shared_p: the host's RAM,
+ * which the CPU workers of one host share (a CPU worker without a [worker] memory budget);
+ * false for a GPU's own memory or a budget, which is the worker's. */
+bool weft_boot_inventory_memory(const cJSON *inventory, uint64_t *bytes_p, bool *shared_p);
 void weft_boot_accept_cleanup(struct weft_boot_accept *m);
 
 /* A frame's bytes (4-byte length, then text) into a parsed JSON object: WEFT_ERR_PROTOCOL when

@@ -119,7 +119,7 @@ static weft_status_t load_vocab(struct weft_clip_bpe *b, const char *json, size_
     size_t off = 0;
     cJSON_ArrayForEach(e, v)
     {
-        const int32_t id = (int32_t)weft_double_int_or(e->valuedouble, 0, n - 1, 0);
+        const int32_t id = (int32_t)e->valuedouble; /* an integer in 0..n-1: checked above */
         size_t l = strlen(e->string);
         if (b->tok[id]) {
             st = weft_error_refuse(err, WEFT_ERR_FORMAT, "%s/vocab.json: id %d is given twice",

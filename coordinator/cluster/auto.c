@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "common/num.h"
 #include "coordinator/cluster/internal.h"
 
 weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err)
@@ -77,22 +76,11 @@ static int devices(const struct cluster_runner *r, struct weft_autoplan_devices 
                 first = 0;
         }
         hosts += first;
-        const cJSON *mem = ws[k]->hello
-                               ? cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "memory")
-                               : NULL;
-        const cJSON *gpu = ws[k]->hello
-                               ? cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "device")
-                               : NULL;
-        int64_t bytes;
-        if (!mem || !cJSON_IsNumber(mem) ||
-            !weft_double_int(mem->valuedouble, 1, INT64_MAX, &bytes))
+        uint64_t b;
+        bool shared;
+        if (!weft_boot_inventory_memory(ws[k]->hello, &b, &shared))
             continue;
-        uint64_t b = (uint64_t)bytes;
-        /* a CPU worker reporting its host's memory shares it; a [worker] memory budget (less
-         * than the host's) is its own */
-        const cJSON *host = cJSON_GetObjectItemCaseSensitive(ws[k]->hello, "host_memory");
-        const bool shared = !cJSON_IsNumber(host) || host->valuedouble <= mem->valuedouble;
-        if (shared && !(cJSON_IsString(gpu) && strncmp(gpu->valuestring, "cuda", 4) == 0))
+        if (shared) /* the host's RAM, its workers' together */
             b /= (uint64_t)same;
         least = !least || b < least ? b : least;
     }

@@ -7,7 +7,6 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "common/num.h"
 #include "coordinator/cluster/internal.h"
 
 int weft_cr_joined(const struct cluster_runner *r)
@@ -81,12 +80,10 @@ static weft_status_t devmap_plan(struct cluster_runner *r, struct worker **ranke
 {
     uint64_t room[WEFT_DEVMAP_MAX_DEVICES] = {0};
     for (int k = 0; k < n; k++) {
-        const cJSON *mem = ranked[k]->hello
-                               ? cJSON_GetObjectItemCaseSensitive(ranked[k]->hello, "memory")
-                               : NULL;
-        const uint64_t b = mem && cJSON_IsNumber(mem)
-                               ? (uint64_t)weft_double_int_or(mem->valuedouble, 1, INT64_MAX, 0)
-                               : 0;
+        uint64_t b;
+        bool shared;
+        if (!weft_boot_inventory_memory(ranked[k]->hello, &b, &shared))
+            b = 0;
         int d = k % pp;
         if (b && (!room[d] || b < room[d]))
             room[d] = b;

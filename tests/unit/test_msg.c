@@ -484,6 +484,39 @@ static void test_corpus(void)
     CHECK(seeds >= WEFT_MSG_TYPE_COUNT - 1);
 }
 
+/* What an inventory's memory means to the planners: a GPU's own, a CPU worker's host RAM
+ * (shared with the host's other workers), a [worker] memory budget (its own); none, or a
+ * number that is not a size, is no memory. */
+static void test_inventory_memory(void)
+{
+    static const struct {
+        const char *json;
+        bool ok, shared;
+        uint64_t bytes;
+    } cases[] = {
+        {"{\"device\": \"cuda:0\", \"memory\": 1000, \"host_memory\": 5000}", true, false,
+         1000},
+        {"{\"device\": \"cpu\", \"memory\": 5000, \"host_memory\": 5000}", true, true, 5000},
+        {"{\"device\": \"cpu\", \"memory\": 1000, \"host_memory\": 5000}", true, false, 1000},
+        {"{\"device\": \"cpu\", \"memory\": 5000}", true, true, 5000},
+        {"{\"device\": \"cpu\", \"host_memory\": 5000}", false, false, 0},
+        {"{\"device\": \"cpu\", \"memory\": 3.3e124}", false, false, 0},
+        {"{\"device\": \"cpu\", \"memory\": 0}", false, false, 0},
+        {"{\"device\": \"cpu\", \"memory\": \"5000\"}", false, false, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *j = cJSON_Parse(cases[i].json);
+        uint64_t bytes = 7;
+        bool shared = false;
+        const bool ok = weft_boot_inventory_memory(j, &bytes, &shared);
+        CHECK_EQ(ok, cases[i].ok);
+        if (ok)
+            CHECK(bytes == cases[i].bytes && shared == cases[i].shared);
+        cJSON_Delete(j);
+    }
+    CHECK(!weft_boot_inventory_memory(NULL, &(uint64_t){0}, &(bool){false}));
+}
+
 int main(void)
 {
     test_quiet();
@@ -491,6 +524,7 @@ int main(void)
     test_run();
     test_small();
     test_boot();
+    test_inventory_memory();
     test_corpus();
     printf("ok\n");
     return 0;
