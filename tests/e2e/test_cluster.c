@@ -253,14 +253,22 @@ static int case_devmap(void)
     return 0;
 }
 
-/* The workers' kernel threads as the cluster reports them after the plan, and the cores each
- * reported; false until every worker is assigned. */
-static bool worker_threads(struct weft_client *c, int n, int *threads, int *cores, bool *fixed)
+/* GET /v1/cluster, parsed; cJSON_Delete it. */
+static cJSON *cluster_record(struct weft_client *c)
 {
     char *text;
     CHECK_OK(weft_client_cluster(c, &text));
     cJSON *j = cJSON_Parse(text);
     CHECK(j);
+    weft_client_free(text);
+    return j;
+}
+
+/* The workers' kernel threads as the cluster reports them after the plan, and the cores each
+ * reported; false until every worker is assigned. */
+static bool worker_threads(struct weft_client *c, int n, int *threads, int *cores, bool *fixed)
+{
+    cJSON *j = cluster_record(c);
     int k = 0;
     const cJSON *w;
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers"))
@@ -275,7 +283,6 @@ static bool worker_threads(struct weft_client *c, int n, int *threads, int *core
     }
     const bool ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ready"));
     cJSON_Delete(j);
-    weft_client_free(text);
     return ready && k == n;
 }
 
@@ -470,14 +477,11 @@ static void job_layout(struct weft_client *c, const char *id, char *out, size_t 
 /* A number of GET /v1/cluster. */
 static double cluster_number(struct weft_client *c, const char *key)
 {
-    char *text;
-    CHECK_OK(weft_client_cluster(c, &text));
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = cluster_record(c);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     CHECK(cJSON_IsNumber(v));
     const double d = v->valuedouble;
     cJSON_Delete(j);
-    weft_client_free(text);
     return d;
 }
 
@@ -529,10 +533,7 @@ static int case_auto(void)
     one_device(ref, sizeof(ref));
     struct cluster k;
     auto_cluster_up(&k);
-    char *text;
-    CHECK_OK(weft_client_cluster(k.c, &text));
-    cJSON *cl = cJSON_Parse(text);
-    weft_client_free(text);
+    cJSON *cl = cluster_record(k.c);
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cl, "mode");
     const cJSON *dp = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "dp");
@@ -599,16 +600,12 @@ static int case_auto_devmap(void)
     struct cluster k;
     cluster_up(&k, "1", rules, 2);
     CHECK(unsetenv("WEFT_WORKER_MEMORY") == 0);
-    char *text;
-    CHECK_OK(weft_client_cluster(k.c, &text));
-    cJSON *cl = cJSON_Parse(text);
-    weft_client_free(text);
+    cJSON *cl = cluster_record(k.c);
     int reported = 0;
     const cJSON *w;
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(cl, "workers"))
     {
-        const cJSON *inv = cJSON_GetObjectItemCaseSensitive(w, "inventory");
-        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(inv ? inv : w, "memory");
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(w, "memory");
         reported += cJSON_IsNumber(mem) && mem->valuedouble == 12.0 * 1024 * 1024;
     }
     cJSON_Delete(cl);
