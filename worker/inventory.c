@@ -442,7 +442,7 @@ uint64_t weft_inventory_cgroup_memory(const char *root, const char *self)
             continue;
         *c2 = '\0';
         const char *controllers = c1 + 1, *path = c2 + 1;
-        if (!controllers[0] && strcmp(line, "0:") == 0) {
+        if (strcmp(line, "0:") == 0) { /* v2: "0::PATH" */
             snprintf(v2, sizeof(v2), "%s", path), have_v2 = true;
             continue;
         }
