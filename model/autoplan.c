@@ -359,8 +359,25 @@ static bool tp_ok(const struct weft_autoplan_model *m, int t, int limit)
            m->flux.num_attention_heads % t == 0;
 }
 
-/* device_map over pp devices: every device keeps room for the transformer's activations
- * (any may hold blocks), the decoding one for the VAE's too. */
+/* What device d of a device_map holds: its units' weights, the transformer's activations where
+ * it runs blocks of it, the VAE decoder's where it decodes (a worker reserves only what its
+ * stage runs). */
+static struct weft_autoplan_memory devmap_held(const struct weft_devmap *map, int d, uint64_t act,
+                                               uint64_t vact)
+{
+    struct weft_autoplan_memory held = {map->used[d], 0, 0};
+    const int t = weft_devmap_find(map, "transformer"), v = weft_devmap_find(map, "vae");
+    int first, last;
+    if (t >= 0 && weft_devmap_range(map, t, d, &first, &last))
+        held.activations += act;
+    if (v >= 0 && weft_devmap_range(map, v, d, &first, &last))
+        held.activations += vact;
+    return held;
+}
+
+/* device_map over pp devices: every device keeps room for the transformer's activations and the
+ * VAE's (the placement comes before what it implies: whatever it is given then fits); the
+ * peak is the fullest device's own weights and activations (devmap_held). */
 static bool try_devmap(const struct weft_autoplan_model *m, const struct weft_autoplan_job *job,
                        const struct weft_autoplan_devices *dev, int pp, struct weft_autoplan *p)
 {
@@ -388,10 +405,10 @@ static bool try_devmap(const struct weft_autoplan_model *m, const struct weft_au
     p->ring = p->ulysses = p->tp = 1;
     uint64_t best = 0;
     for (int d = 0; d < pp; d++) {
-        const uint64_t held = map.used[d] + act + vact;
-        if (held > best) {
-            best = held;
-            p->peak = (struct weft_autoplan_memory){map.used[d], act + vact, 0};
+        const struct weft_autoplan_memory held = devmap_held(&map, d, act, vact);
+        if (total(&held) > best) {
+            best = total(&held);
+            p->peak = held;
             p->peak_device = d;
         }
     }
