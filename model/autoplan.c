@@ -366,11 +366,11 @@ static struct weft_autoplan_memory devmap_held(const struct weft_devmap *map, in
                                                uint64_t vact)
 {
     struct weft_autoplan_memory held = {map->used[d], 0, 0};
-    const int t = weft_devmap_find(map, "transformer"), v = weft_devmap_find(map, "vae");
+    const int t = weft_devmap_find(map, "transformer");
     int first, last;
     if (t >= 0 && weft_devmap_range(map, t, d, &first, &last))
         held.activations += act;
-    if (v >= 0 && weft_devmap_range(map, v, d, &first, &last))
+    if (weft_devmap_component_device(map, "vae") == d)
         held.activations += vact;
     return held;
 }
