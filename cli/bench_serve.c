@@ -38,7 +38,7 @@ struct serve_bench {
     long long workers, small, large, steps, jobs, every, interval_ms;
     char model[4096], prompt[256], prompt_name[128];
     struct side sides[MAX_SIDES];
-    int n_sides;
+    int n_sides, n_auto; /* the first n_auto sides are auto's */
     struct weft_bench b;
 };
 
@@ -47,7 +47,8 @@ static void help(FILE *out)
     fprintf(out,
         "usage: weft bench serve [--workers N] [--jobs N] [--large-every K]\n"
         "                        [--small SIDE] [--large SIDE] [--steps N] [--interval-ms MS]\n"
-        "                        [--fixed LAYOUT[,LAYOUT...]] [--model DIR]\n"
+        "                        [--fixed LAYOUT[,LAYOUT...]] [--goal latency|throughput]\n"
+        "                        [--model DIR]\n"
         "                        [--prompt TEXT | --prompt-embeds NAME]\n"
         "                        [--rounds N] [--quick] [--json]\n"
         "\n"
@@ -65,7 +66,8 @@ static void help(FILE *out)
         "--fixed: the fixed layouts, each dpA, ulyssesB, ringC, tpD or a product like\n"
         "dp2xulysses2 (default dp4,ulysses4,dp2xulysses2 for 4 workers, dpN,ulyssesN\n"
         "otherwise: every degree times dp must equal --workers). --model: default the\n"
-        "embedded model.\n\n");
+        "embedded model. --goal throughput: a second auto side with [parallel] goal =\n"
+        "throughput beside the first (goal latency).\n\n");
     weft_bench_opt_help(out);
 }
 
@@ -112,7 +114,7 @@ static int parse(struct weft_cli *cli, struct serve_bench *o)
     *o = (struct serve_bench){4, 0, 1024, 4, 16, 4, 400, "", "a red circle on a blue background",
                               ""};
     weft_bench_init(&o->b, "weft bench serve");
-    const char *fixed = NULL, *v;
+    const char *fixed = NULL, *goal = "latency", *v;
     static const char *const names[] = {"--workers", "--small", "--large", "--steps",
                                         "--jobs", "--large-every", "--interval-ms"};
     static const long long lo[] = {2, 16, 16, 1, 1, 1, 0},
@@ -131,6 +133,14 @@ static int parse(struct weft_cli *cli, struct serve_bench *o)
             continue;
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--fixed"))) {
             fixed = v;
+            continue;
+        }
+        if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--goal"))) {
+            if (strcmp(v, "latency") != 0 && strcmp(v, "throughput") != 0) {
+                WEFT_LOG_ERROR("bench", "--goal '%s': expected latency or throughput", v);
+                return -1;
+            }
+            goal = v;
             continue;
         }
         if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--model"))) {
@@ -169,6 +179,14 @@ static int parse(struct weft_cli *cli, struct serve_bench *o)
     memset(s, 0, sizeof(*s));
     snprintf(s->name, sizeof(s->name), "auto");
     snprintf(s->args[0], sizeof(s->args[0]), "--parallel.mode=auto");
+    if (strcmp(goal, "throughput") == 0) { /* beside latency's, the first side's */
+        s = &o->sides[o->n_sides++];
+        memset(s, 0, sizeof(*s));
+        snprintf(s->name, sizeof(s->name), "auto (throughput)");
+        snprintf(s->args[0], sizeof(s->args[0]), "--parallel.mode=auto");
+        snprintf(s->args[1], sizeof(s->args[1]), "--parallel.goal=throughput");
+    }
+    o->n_auto = o->n_sides;
     char list[256];
     if (fixed)
         snprintf(list, sizeof(list), "%s", fixed);
@@ -402,6 +420,27 @@ static int run_side(const struct serve_bench *o, const char *self, const char *d
 static const char *const fig_names[N_FIGS] = {"jobs_per_minute", "p50_seconds", "p99_seconds",
                                               "small_p50_seconds", "large_p50_seconds"};
 
+/* Auto side x against each fixed side, ratios of the paired rounds. */
+static void compare_fixed(const struct serve_bench *o, struct weft_bench_series (*figs)[N_FIGS],
+                          int x)
+{
+    printf("\n%s against each fixed layout, ratios of the paired rounds:\n", o->sides[x].name);
+    for (int s = o->n_auto; s < o->n_sides; s++) {
+        struct weft_bench_cmp t, p50, p99;
+        weft_bench_compare(&figs[x][0], &figs[s][0], &t);
+        weft_bench_compare(&figs[x][1], &figs[s][1], &p50);
+        weft_bench_compare(&figs[x][2], &figs[s][2], &p99);
+        char a[64], b[64], c[64];
+        printf("  vs %-18s jobs/min %s (%s), p50 %s (%s), p99 %s (%s)\n", o->sides[s].name,
+               weft_bench_fmt_cmp(&t, 2, a, sizeof(a)),
+               weft_bench_verdict_str(&t, "auto more", "auto fewer"),
+               weft_bench_fmt_cmp(&p50, 2, b, sizeof(b)),
+               weft_bench_verdict_str(&p50, "auto slower", "auto faster"),
+               weft_bench_fmt_cmp(&p99, 2, c, sizeof(c)),
+               weft_bench_verdict_str(&p99, "auto slower", "auto faster"));
+    }
+}
+
 static void report(const struct serve_bench *o, struct weft_bench_series (*figs)[N_FIGS])
 {
     cJSON *root = o->b.json ? weft_bench_json_context(&o->b) : NULL;
@@ -420,16 +459,22 @@ static void report(const struct serve_bench *o, struct weft_bench_series (*figs)
             cJSON_AddStringToObject(e, "side", o->sides[s].name);
             for (int k = 0; k < N_FIGS; k++)
                 cJSON_AddItemToObject(e, fig_names[k], weft_bench_json_fig(&figs[s][k], 1));
-            if (s > 0) {
+            /* a fixed side against each auto side: auto_* the first's (goal latency),
+             * auto_goal_throughput_* the second's (--goal throughput) */
+            static const char *const keys[2][3] = {
+                {"auto_throughput_ratio", "auto_p50_ratio", "auto_p99_ratio"},
+                {"auto_goal_throughput_throughput_ratio", "auto_goal_throughput_p50_ratio",
+                 "auto_goal_throughput_p99_ratio"}};
+            for (int a = 0; a < o->n_auto && s >= o->n_auto; a++) {
                 struct weft_bench_cmp cmp;
-                weft_bench_compare(&figs[0][0], &figs[s][0], &cmp);
-                cJSON_AddItemToObject(e, "auto_throughput_ratio",
+                weft_bench_compare(&figs[a][0], &figs[s][0], &cmp);
+                cJSON_AddItemToObject(e, keys[a][0],
                                       weft_bench_json_cmp(&cmp, "auto more", "auto fewer"));
-                weft_bench_compare(&figs[0][1], &figs[s][1], &cmp);
-                cJSON_AddItemToObject(e, "auto_p50_ratio",
+                weft_bench_compare(&figs[a][1], &figs[s][1], &cmp);
+                cJSON_AddItemToObject(e, keys[a][1],
                                       weft_bench_json_cmp(&cmp, "auto slower", "auto faster"));
-                weft_bench_compare(&figs[0][2], &figs[s][2], &cmp);
-                cJSON_AddItemToObject(e, "auto_p99_ratio",
+                weft_bench_compare(&figs[a][2], &figs[s][2], &cmp);
+                cJSON_AddItemToObject(e, keys[a][2],
                                       weft_bench_json_cmp(&cmp, "auto slower", "auto faster"));
             }
             cJSON_AddItemToArray(rows, e);
@@ -456,21 +501,8 @@ static void report(const struct serve_bench *o, struct weft_bench_series (*figs)
         printf("%-22s %-22s %-22s %-22s %-22s %s\n", o->sides[s].name, f[0], f[1], f[2], f[3],
                f[4]);
     }
-    printf("\nauto against each fixed layout, ratios of the paired rounds:\n");
-    for (int s = 1; s < o->n_sides; s++) {
-        struct weft_bench_cmp t, p50, p99;
-        weft_bench_compare(&figs[0][0], &figs[s][0], &t);
-        weft_bench_compare(&figs[0][1], &figs[s][1], &p50);
-        weft_bench_compare(&figs[0][2], &figs[s][2], &p99);
-        char a[64], b[64], c[64];
-        printf("  vs %-18s jobs/min %s (%s), p50 %s (%s), p99 %s (%s)\n", o->sides[s].name,
-               weft_bench_fmt_cmp(&t, 2, a, sizeof(a)),
-               weft_bench_verdict_str(&t, "auto more", "auto fewer"),
-               weft_bench_fmt_cmp(&p50, 2, b, sizeof(b)),
-               weft_bench_verdict_str(&p50, "auto slower", "auto faster"),
-               weft_bench_fmt_cmp(&p99, 2, c, sizeof(c)),
-               weft_bench_verdict_str(&p99, "auto slower", "auto faster"));
-    }
+    for (int a = 0; a < o->n_auto; a++)
+        compare_fixed(o, figs, a);
 }
 
 int weft_bench_serve(struct weft_cli *cli)

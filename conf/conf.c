@@ -118,6 +118,8 @@ static const struct conf_key worker_keys[] = {
 static const char *const ring_rotations[] = {"allgather", "p2p", NULL};
 static const char *const tp_loads[] = {"sharded", "full", NULL};
 static const char *const parallel_modes[] = {"fixed", "auto", NULL};
+/* Orders match enum weft_goal (model/autoplan.h). */
+static const char *const parallel_goals[] = {"latency", "throughput", NULL};
 
 static const struct conf_key parallel_keys[] = {
     KEY_ENUM(weft_conf_parallel, mode, "fixed", parallel_modes,
@@ -127,6 +129,11 @@ static const struct conf_key parallel_keys[] = {
              "below stay 1; [plan] gives the devices' rate and link) and re-plans the mesh "
              "between jobs when the next ones want another, keeping each worker's loaded "
              "weights when its tensor-parallel shard does not change."),
+    KEY_ENUM(weft_conf_parallel, goal, "latency", parallel_goals,
+             "What mode = auto plans for, as weft plan --auto --goal: latency (a job that "
+             "would wait on no other gets the spare devices: context or tensor parallelism "
+             "where the rules say it pays) or throughput (every job on the fewest devices "
+             "that hold it, the rest replicas running other jobs side by side)."),
     KEY_INT(weft_conf_parallel, tp_degree, "1", 1, 1024,
             "Tensor-parallel degree: ranks that share each layer's weights; divides the heads."),
     KEY_INT(weft_conf_parallel, ulysses_degree, "1", 1, 1024,

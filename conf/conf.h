@@ -46,6 +46,7 @@ enum weft_parallel_mode { WEFT_PARALLEL_FIXED, WEFT_PARALLEL_AUTO };
 
 struct weft_conf_parallel {
     int mode; /* enum weft_parallel_mode */
+    int goal; /* enum weft_goal (model/autoplan.h): latency, throughput; mode = auto's */
     int64_t tp_degree;
     int64_t ulysses_degree;
     int64_t ring_degree;

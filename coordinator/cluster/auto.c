@@ -120,7 +120,7 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
         .height = d->height, .width = d->width, .steps = d->steps,
         .prompts = streaming > waiting ? streaming : waiting,
         .text_tokens = d->text_tokens > 0 ? d->text_tokens : r->model->default_text_tokens,
-        .cfg = d->cfg, .goal = WEFT_GOAL_LATENCY};
+        .cfg = d->cfg, .goal = (enum weft_goal)r->conf->parallel.goal};
     struct weft_autoplan p;
     struct weft_error err = WEFT_ERROR_INIT;
     if (weft_autoplan(&r->am, &dev, &job, &p, &err) != WEFT_OK) {

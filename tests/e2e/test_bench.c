@@ -162,6 +162,28 @@ static void check_plan(char *const *argv)
     cJSON_Delete(j);
 }
 
+/* weft bench serve --goal throughput: the two auto sides first, each fixed side set against
+ * both. */
+static void check_serve(char *const *argv)
+{
+    cJSON *j = bench_json(argv, "weft bench serve", true);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(j, "rows"), *e;
+    int n = 0, against_both = 0;
+    cJSON_ArrayForEach(e, rows)
+    {
+        const char *side = cJSON_GetObjectItemCaseSensitive(e, "side")->valuestring;
+        if (n == 0)
+            CHECK(strcmp(side, "auto") == 0);
+        if (n == 1)
+            CHECK(strcmp(side, "auto (throughput)") == 0);
+        against_both += n >= 2 && cJSON_GetObjectItemCaseSensitive(e, "auto_p50_ratio") &&
+                        cJSON_GetObjectItemCaseSensitive(e, "auto_goal_throughput_p50_ratio");
+        n++;
+    }
+    CHECK(n >= 3 && against_both == n - 2);
+    cJSON_Delete(j);
+}
+
 /* weft bench text: T5 per rank at tp 1 and 2, each tp 2 rank holding less than tp 1 (its
  * slices), both together more (the replicated parts twice); a bad --dtype is one line. */
 static void check_text_per_rank(char *const *argv)
@@ -228,9 +250,9 @@ int main(int argc, char **argv)
     if (saved)
         setenv("ASAN_OPTIONS", saved, 1);
     free(saved);
-    char *serve[] = {weft, "bench", "serve", "--quick", "--json", "--prompt-embeds", "red-fox",
-                     NULL};
-    check_bench(serve, "weft bench serve", true);
+    char *serve[] = {weft,    "bench", "serve",      "--quick", "--json", "--prompt-embeds",
+                     "red-fox", "--goal", "throughput", NULL};
+    check_serve(serve);
     char *api_load[] = {api, "--spawn", weft, "--sides", "local,tp2", "--quick", "--json", NULL};
     check_bench(api_load, "weft-api-load", true);
 

@@ -524,7 +524,8 @@ static void auto_job(struct weft_client *c, int height, int width, int steps, in
  * ulysses 2, keeping every worker's weights (the same tp shard: nothing read again), a job of
  * 4 images 4 replicas again. With a slow device rate in [plan]: a lone small job gets ulysses
  * 4 (the split pays), and a job of 4 images stays there (4 images on ulysses 4 are predicted
- * as fast as on 4 replicas: the switch would not pay for itself). Each image as one
+ * as fast as on 4 replicas: the switch would not pay for itself). With goal = throughput the
+ * lone 2048-token job stays on a replica of 4. Each image as one
  * device's within one level; the reasons in the record; the switches in /metrics; a degree beside
  * mode = auto refused in one line. */
 static int case_auto(void)
@@ -571,6 +572,15 @@ static int case_auto(void)
     CHECK(strcmp(lay, "dp 1 x ring 1 x ulysses 4 x tp 1") == 0 && strstr(why, "latency"));
     auto_job(k.c, 256, 256, 3, 4, ref, lay, sizeof(lay), why, sizeof(why));
     CHECK(strcmp(lay, "dp 1 x ring 1 x ulysses 4 x tp 1") == 0 && strstr(why, "mesh stays"));
+    cluster_down(&k);
+    /* goal = throughput: the lone job of 2048 tokens that latency splits (above) stays on a
+     * replica of 4 (the pipeline fits one device), the mesh never planned again */
+    const char *thr[] = {"--parallel.mode=auto", "--cluster.workers=4",
+                         "--parallel.goal=throughput", NULL};
+    cluster_up(&k, "1", thr, 4);
+    auto_job(k.c, 512, 1024, 1, 1, NULL, lay, sizeof(lay), why, sizeof(why));
+    CHECK(strcmp(lay, "dp 4 x ring 1 x ulysses 1 x tp 1") == 0 && strstr(why, "throughput"));
+    CHECK(cluster_number(k.c, "replans") == 0);
     cluster_down(&k);
     /* a degree beside mode = auto: one line, before any worker */
     char log[600], out[4096];
