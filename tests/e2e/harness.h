@@ -80,7 +80,12 @@ static inline pid_t run_weft(const char *const *args, const char *env_extra, con
     pid_t pid;
     CHECK(posix_spawn(&pid, weft_bin, &fa, NULL, argv, env) == 0);
     posix_spawn_file_actions_destroy(&fa);
-    children[n_children++] = pid;
+    int slot = 0; /* a reaped child's slot, else a new one */
+    while (slot < n_children && children[slot] > 0)
+        slot++;
+    CHECK(slot < (int)(sizeof(children) / sizeof(children[0])));
+    children[slot] = pid;
+    n_children += slot == n_children;
     return pid;
 }
 

@@ -118,7 +118,7 @@ static void check_png(const char *path, uint32_t want_w, uint32_t want_h)
 int main(int argc, char **argv)
 {
     CHECK(argc == 2);
-    load_prompts();
+    load_prompts("prompts.json");
     char line[4096], *args[MAX_ARGS], bin[4096];
     int n = readme_command(line, sizeof(line), args + 1);
     CHECK(realpath(argv[1], bin)); /* it runs in another directory */

@@ -6,6 +6,7 @@ VAE's training adds about an hour):
     /opt/goldenv/bin/python tests/golden/train_default_model.py --vae-from models/flux-tiny/vae
     /opt/goldenv/bin/python tests/golden/train_default_model.py            # all phases, resumes
     /opt/goldenv/bin/python tests/golden/train_default_model.py --sheet    # only the contact sheet
+    /opt/goldenv/bin/python tests/golden/train_default_model.py --prompts  # only the prompt sets
 
 The first form is how models/flux-tiny was built: its VAE is the one the model had before (the
 export copies it unchanged), everything else is made by this script.
@@ -38,7 +39,8 @@ Phases (each saves its state under --state and is skipped when already done):
                   s logit-normal; the shapes' latent tokens weighted), AdamW, EMA of the weights;
                   no guidance embedding
   6. export       FluxPipeline(...).save_pretrained(--out); tests/data/picture/prompts.json (the
-                  picture test's held-out prompts) and golden.safetensors (FluxPipeline's final
+                  picture test's held-out prompts), validation.json (160 more, for choosing
+                  between models) and golden.safetensors (FluxPipeline's final
                   latents and image for one prompt from seeded latents: the parity test's); then
                   a contact sheet of samples
 """
@@ -597,17 +599,54 @@ def test_prompts(path, n_single=32, n_double=8):
                  "shapes": [{"colour": s["colour"], "shape": s["shape"], "place": s["place"]}
                             for s in shapes]}
         (doubles if two else singles).append(entry)
+    write_prompts(path, singles + doubles, "")
+    print(f"test prompts: {path} ({len(singles)} one-shape, {len(doubles)} two-shape)")
+
+
+def write_prompts(path, prompts, what):
+    """A picture prompt set: the prompts and what each must show, with the drawings' geometry."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, {
         "about": "written by tests/golden/train_default_model.py: prompts of combinations of shape "
-                 "colour, shape, place and background never drawn for training, and the geometry "
-                 "of the drawings (image side, place centres in units of the side, the largest "
-                 "shape radius and position jitter in units of the side)",
+                 "colour, shape, place and background never drawn for training" + what + ", and the "
+                 "geometry of the drawings (image side, place centres in units of the side, the "
+                 "largest shape radius and position jitter in units of the side)",
         "size": SIZE, "palette": {k: list(v) for k, v in COLOURS.items()},
         "places": {k: list(v) for k, v in PLACES.items()},
         "max_radius": RADIUS["large"] * 1.1, "jitter": 3.0 / SIZE,
-        "prompts": singles + doubles})
-    print(f"test prompts: {path} ({len(singles)} one-shape, {len(doubles)} two-shape)")
+        "prompts": prompts})
+
+
+def validation_prompts(path, test_path, n=160):
+    """tests/data/picture/validation.json: n more held-out prompts (three in four one-shape), none
+    of them the test's, for choosing between trained models without looking at the test's; the
+    picture test's validation case judges them (seeds 5000 + i)."""
+    test = {p["prompt"] for p in json.load(open(test_path))["prompts"]}
+    rng = random.Random(4242)
+    out = []
+    while len(out) < n:
+        two = len(out) >= n * 3 // 4
+        bg = rng.choice(list(COLOURS))
+        shapes = []
+        for _ in range(2 if two else 1):
+            colour = rng.choice([c for c in COLOURS if c != bg])
+            shapes.append({"colour": colour, "shape": rng.choice(SHAPES),
+                           "place": rng.choice(list(PLACES)), "size": rng.choice(["small", "large"]),
+                           "say_size": rng.random() < 0.6})
+        if not held_out(shapes[0]["colour"], shapes[0]["shape"], shapes[0]["place"], bg):
+            continue
+        if two and (shapes[0]["place"] == shapes[1]["place"] or
+                    not far_apart(shapes[0]["place"], shapes[1]["place"])):
+            continue
+        text = caption(rng, {"bg": bg, "shapes": shapes})
+        if text in test:
+            continue
+        out.append({"prompt": text, "background": bg,
+                    "shapes": [{"colour": s["colour"], "shape": s["shape"], "place": s["place"]}
+                               for s in shapes]})
+    write_prompts(path, out, ", none of them the picture test's (prompts.json): for choosing between "
+                  "models")
+    print(f"validation prompts: {path} ({n * 3 // 4} one-shape, {n - n * 3 // 4} two-shape)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -695,12 +734,19 @@ def main():
     ap.add_argument("--state", default=gc.repo_path("build-train"), help="resumable state (default build-train/)")
     ap.add_argument("--out", default=gc.repo_path("models", "flux-tiny"), help="the pipeline folder written")
     ap.add_argument("--sheet", action="store_true", help="only write the contact sheet of --out")
+    ap.add_argument("--prompts", action="store_true",
+                    help="only write tests/data/picture/prompts.json and validation.json")
     ap.add_argument("--vae-from", metavar="DIR",
                     help="take the VAE from this AutoencoderKL folder instead of training one "
                          "(models/flux-tiny/vae: the VAE the committed model was built with)")
     a = ap.parse_args()
     gc.setup()
     torch.use_deterministic_algorithms(False)
+    test_json = gc.repo_path("tests", "data", "picture", "prompts.json")
+    if a.prompts:
+        test_prompts(test_json)
+        validation_prompts(gc.repo_path("tests", "data", "picture", "validation.json"), test_json)
+        return
     os.makedirs(a.state, exist_ok=True)
     if not a.sheet:
         t0 = time.time()
@@ -714,7 +760,8 @@ def main():
         phase_data(a.state)
         phase_transformer(a.state)
         phase_export(a.state, a.out)
-        test_prompts(gc.repo_path("tests", "data", "picture", "prompts.json"))
+        test_prompts(test_json)
+        validation_prompts(gc.repo_path("tests", "data", "picture", "validation.json"), test_json)
         golden(a.out, gc.repo_path("tests", "data", "picture", "golden.safetensors"))
         print(f"trained in {time.time() - t0:.0f} s (this run)")
     sheet(a.out, os.path.join(a.state, "contact_sheet.png"))

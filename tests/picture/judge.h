@@ -22,7 +22,7 @@
 #include "worker/png.h"
 
 #define MAX_COLOURS 16
-#define MAX_PROMPTS 64
+#define MAX_PROMPTS 256
 
 struct shape_want {
     int colour;
@@ -55,14 +55,20 @@ static inline int colour_index(const char *name)
     exit(1);
 }
 
-static inline void load_prompts(void)
+/* A prompt set of tests/data/picture (name: prompts.json, the test's; validation.json, the
+ * set for choosing between models) into pal, reach, pic_side, pic_places, wants. */
+static inline void load_prompts(const char *name)
 {
     char path[1200];
-    snprintf(path, sizeof(path), "%s/tests/data/picture/prompts.json", getenv("WEFT_SOURCE_ROOT"));
+    snprintf(path, sizeof(path), "%s/tests/data/picture/%s", getenv("WEFT_SOURCE_ROOT"), name);
     FILE *f = fopen(path, "rb");
     CHECK(f);
-    static char buf[1 << 18];
+    pal.n = n_wants = 0;
+    cJSON_Delete(pic_places);
+    pic_places = NULL;
+    static char buf[1 << 20];
     size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    CHECK(len < sizeof(buf) - 1); /* the whole file */
     CHECK(fclose(f) == 0 && len > 0);
     buf[len] = '\0';
     cJSON *j = cJSON_Parse(buf);
