@@ -370,7 +370,7 @@ static struct weft_autoplan_memory devmap_held(const struct weft_devmap *map, in
     int first, last;
     if (t >= 0 && weft_devmap_range(map, t, d, &first, &last))
         held.activations += act;
-    if (weft_devmap_component_device(map, "vae") == d)
+    if (weft_devmap_decode_device(map) == d)
         held.activations += vact;
     return held;
 }

@@ -245,6 +245,22 @@ int weft_devmap_component_device(const struct weft_devmap *map, const char *name
     return c < 0 ? -1 : weft_devmap_exec_device(map, c, 0);
 }
 
+int weft_devmap_decode_device(const struct weft_devmap *map)
+{
+    const int vae = weft_devmap_component_device(map, "vae");
+    if (vae >= 0)
+        return vae;
+    const int tf = weft_devmap_find(map, "transformer");
+    if (tf < 0)
+        return -1;
+    for (int d = 0; d < map->n_devices; d++) {
+        int first, last;
+        if (weft_devmap_range(map, tf, d, &first, &last) && last == map->components[tf].n_units)
+            return d;
+    }
+    return -1;
+}
+
 weft_status_t weft_devmap_flux_pipeline(const struct weft_flux_config *flux,
                                         const struct weft_ckpt *flux_ck,
                                         const struct weft_vae_config *vae,

@@ -122,6 +122,10 @@ int weft_devmap_find(const struct weft_devmap *map, const char *name);
  * when the map has no such component. */
 int weft_devmap_component_device(const struct weft_devmap *map, const char *name);
 
+/* The device that decodes the images: the VAE's, or without a VAE in the map the one that runs
+ * the transformer's last unit (the stage the latents end on); -1 when the map has neither. */
+int weft_devmap_decode_device(const struct weft_devmap *map);
+
 /* The map as hf_device_map has it: {"transformer.embedders": label, ...}, where the label is
  * device_names[d] (NULL: the index as a number) or "cpu". */
 cJSON *weft_devmap_json(const struct weft_devmap *map, const char *const *device_names);

@@ -114,7 +114,7 @@ static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_
                          bool *decode_p)
 {
     const struct weft_devmap *m = &r->map;
-    const int tf = weft_devmap_find(m, "transformer"), vae = weft_devmap_find(m, "vae");
+    const int tf = weft_devmap_find(m, "transformer");
     int first[WEFT_DEVMAP_MAX_DEVICES] = {0}, last[WEFT_DEVMAP_MAX_DEVICES] = {0};
     int prev = -1, next = -1, root = 0;
     for (int k = 0; k < m->n_devices; k++) {
@@ -131,7 +131,7 @@ static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_
                 next = k;
         }
     }
-    *decode_p = vae >= 0 ? weft_devmap_exec_device(m, vae, 0) == d : d == root;
+    *decode_p = weft_devmap_decode_device(m) == d;
     *s = (struct weft_msg_stage){true, first[d], last[d], prev, next, root,
                                  weft_devmap_component_device(m, "text_encoder"),
                                  weft_devmap_component_device(m, "text_encoder_2")};

@@ -164,12 +164,14 @@ static void test_text_encoders(void)
     CHECK_EQ(weft_devmap_component_device(&map, "text_encoder"), 1);
     CHECK_EQ(weft_devmap_component_device(&map, "vae"), 0);
     CHECK_EQ(weft_devmap_component_device(&map, "unet"), -1);
+    CHECK_EQ(weft_devmap_decode_device(&map), 0); /* the VAE's */
     weft_devmap_cleanup(&map);
     /* device 0 of 23.1 GB: the transformer leaves 98 MB, the VAE's turn is device 0 but it
      * does not fit there: the device with the most room, 1 */
     m = mm("0:23.1GB, 1:24GB");
     CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_BALANCED, pipe, 4, 2, NULL, &m, &map, TERR));
     CHECK_EQ(weft_devmap_component_device(&map, "vae"), 1);
+    CHECK_EQ(weft_devmap_decode_device(&map), 1); /* not the transformer's last stage, 0 */
     CHECK_EQ(map.used[0], 23002 * MB);
     CHECK_EQ(map.used[1], (9524 + 246 + 99) * MB);
     weft_devmap_cleanup(&map);
@@ -183,6 +185,13 @@ static void test_text_encoders(void)
     CHECK(weft_devmap_range(&map, 2, 0, &f, &l) && f == 0 && l == 16); /* 9770 + 101 + 15 x 400 */
     CHECK(weft_devmap_range(&map, 2, 1, &f, &l) && f == 16 && l == 56); /* 40 x 400 */
     CHECK_EQ(weft_devmap_component_device(&map, "vae"), 2);
+    weft_devmap_cleanup(&map);
+    /* no VAE in the map: the device of the transformer's last units decodes */
+    m = mm("0:16GB, 1:16GB, 2:16GB");
+    CHECK_OK(weft_devmap_plan(WEFT_DEVMAP_AUTO, pipe, 3, 3, NULL, &m, &map, TERR));
+    CHECK(weft_devmap_range(&map, 2, 2, &f, &l) && f == 56 && l == 59);
+    CHECK_EQ(weft_devmap_component_device(&map, "vae"), -1);
+    CHECK_EQ(weft_devmap_decode_device(&map), 2);
     weft_devmap_cleanup(&map);
     /* the transformer split over three 12 GB devices leaves none the room for T5 (a text
      * encoder is never split): refused naming it */
