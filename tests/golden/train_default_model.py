@@ -571,10 +571,11 @@ def phase_transformer(state):
 # the picture test's prompts: held-out combinations only
 
 
-def test_prompts(path, n_single=32, n_double=8):
-    """tests/data/picture/prompts.json: prompts whose every (colour, shape, place, background) was
-    held out of training, with what the picture must show, and the drawing's geometry."""
-    rng = random.Random(1506)
+def held_out_prompts(seed, n_single, n_double, distinct=False, exclude=()):
+    """n_single one-shape then n_double two-shape prompts whose first shape's (colour, shape, place,
+    background) was held out of training (two shapes far apart), with what each picture must show:
+    distinct, no two with the same scene; none of whose text is in exclude."""
+    rng = random.Random(seed)
     singles, doubles, seen = [], [], set()
     while len(singles) < n_single or len(doubles) < n_double:
         two = len(singles) >= n_single
@@ -585,22 +586,38 @@ def test_prompts(path, n_single=32, n_double=8):
             shape, place = rng.choice(SHAPES), rng.choice(list(PLACES))
             shapes.append({"colour": colour, "shape": shape, "place": place,
                            "size": rng.choice(["small", "large"]), "say_size": rng.random() < 0.6})
-        if not all(held_out(s["colour"], s["shape"], s["place"], bg) for s in shapes[:1]):
+        if not held_out(shapes[0]["colour"], shapes[0]["shape"], shapes[0]["place"], bg):
             continue
         if two and (shapes[0]["place"] == shapes[1]["place"] or
                     not far_apart(shapes[0]["place"], shapes[1]["place"])):
             continue
         key = tuple((s["colour"], s["shape"], s["place"]) for s in shapes) + (bg,)
-        if key in seen:
+        if distinct and key in seen:
             continue
         seen.add(key)
         text = caption(rng, {"bg": bg, "shapes": shapes})
-        entry = {"prompt": text, "background": bg,
-                 "shapes": [{"colour": s["colour"], "shape": s["shape"], "place": s["place"]}
-                            for s in shapes]}
-        (doubles if two else singles).append(entry)
-    write_prompts(path, singles + doubles, "")
-    print(f"test prompts: {path} ({len(singles)} one-shape, {len(doubles)} two-shape)")
+        if text in exclude:
+            continue
+        (doubles if two else singles).append(
+            {"prompt": text, "background": bg,
+             "shapes": [{"colour": s["colour"], "shape": s["shape"], "place": s["place"]} for s in shapes]})
+    return singles + doubles
+
+
+def test_prompts(path, n_single=32, n_double=8):
+    """tests/data/picture/prompts.json: the picture test's prompts, all distinct."""
+    write_prompts(path, held_out_prompts(1506, n_single, n_double, distinct=True), "")
+    print(f"test prompts: {path} ({n_single} one-shape, {n_double} two-shape)")
+
+
+def validation_prompts(path, test_path, n=160):
+    """tests/data/picture/validation.json: n more held-out prompts (three in four one-shape), none
+    of them the test's, for choosing between trained models without looking at the test's; the
+    picture test's validation case judges them (seeds 5000 + i)."""
+    test = {p["prompt"] for p in json.load(open(test_path))["prompts"]}
+    write_prompts(path, held_out_prompts(4242, n * 3 // 4, n - n * 3 // 4, exclude=test),
+                  ", none of them the picture test's (prompts.json): for choosing between models")
+    print(f"validation prompts: {path} ({n * 3 // 4} one-shape, {n - n * 3 // 4} two-shape)")
 
 
 def write_prompts(path, prompts, what):
@@ -615,38 +632,6 @@ def write_prompts(path, prompts, what):
         "places": {k: list(v) for k, v in PLACES.items()},
         "max_radius": RADIUS["large"] * 1.1, "jitter": 3.0 / SIZE,
         "prompts": prompts})
-
-
-def validation_prompts(path, test_path, n=160):
-    """tests/data/picture/validation.json: n more held-out prompts (three in four one-shape), none
-    of them the test's, for choosing between trained models without looking at the test's; the
-    picture test's validation case judges them (seeds 5000 + i)."""
-    test = {p["prompt"] for p in json.load(open(test_path))["prompts"]}
-    rng = random.Random(4242)
-    out = []
-    while len(out) < n:
-        two = len(out) >= n * 3 // 4
-        bg = rng.choice(list(COLOURS))
-        shapes = []
-        for _ in range(2 if two else 1):
-            colour = rng.choice([c for c in COLOURS if c != bg])
-            shapes.append({"colour": colour, "shape": rng.choice(SHAPES),
-                           "place": rng.choice(list(PLACES)), "size": rng.choice(["small", "large"]),
-                           "say_size": rng.random() < 0.6})
-        if not held_out(shapes[0]["colour"], shapes[0]["shape"], shapes[0]["place"], bg):
-            continue
-        if two and (shapes[0]["place"] == shapes[1]["place"] or
-                    not far_apart(shapes[0]["place"], shapes[1]["place"])):
-            continue
-        text = caption(rng, {"bg": bg, "shapes": shapes})
-        if text in test:
-            continue
-        out.append({"prompt": text, "background": bg,
-                    "shapes": [{"colour": s["colour"], "shape": s["shape"], "place": s["place"]}
-                               for s in shapes]})
-    write_prompts(path, out, ", none of them the picture test's (prompts.json): for choosing between "
-                  "models")
-    print(f"validation prompts: {path} ({n * 3 // 4} one-shape, {n - n * 3 // 4} two-shape)")
 
 
 # ---------------------------------------------------------------------------------------------------

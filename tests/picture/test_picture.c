@@ -142,7 +142,9 @@ static void run_once(const struct layout *l)
     CHECK(d <= 1);
 }
 
-static void model_path(void)
+/* The model (WEFT_PICTURE_MODEL, else models/flux-tiny), a prompt set of tests/data/picture,
+ * every prompt i rendered by weft generate at seed seed0 + i into gen-i.png. */
+static void generate_set(const char *set, int seed0)
 {
     const char *m = getenv("WEFT_PICTURE_MODEL");
     if (m && *m)
@@ -150,15 +152,15 @@ static void model_path(void)
     else
         snprintf(model, sizeof(model), "%s/models/flux-tiny", getenv("WEFT_SOURCE_ROOT"));
     printf("model: %s\n", model);
+    load_prompts(set);
+    const double t0 = now_ms();
+    generate_all(seed0);
+    printf("weft generate: %d prompts in %.1f s\n", n_wants, (now_ms() - t0) / 1000.0);
 }
 
 static int case_all(void)
 {
-    model_path();
-    load_prompts("prompts.json");
-    const double t0 = now_ms();
-    generate_all(SEED0);
-    printf("weft generate: %d prompts in %.1f s\n", n_wants, (now_ms() - t0) / 1000.0);
+    generate_set("prompts.json", SEED0);
     judge_all("weft generate", "%s/gen-%d.png");
     static const struct layout layouts[] = {
         {"tp2", "2", NULL, {"--tp", "2"}},
@@ -177,11 +179,7 @@ static int case_all(void)
 
 static int case_validation(void)
 {
-    model_path();
-    load_prompts("validation.json");
-    const double t0 = now_ms();
-    generate_all(VALIDATION_SEED0);
-    printf("weft generate: %d prompts in %.1f s\n", n_wants, (now_ms() - t0) / 1000.0);
+    generate_set("validation.json", VALIDATION_SEED0);
     int right, background;
     judge_count("validation", "%s/gen-%d.png", &right, &background);
     printf("the committed model measured %s\n", VALIDATION_MEASURED);
