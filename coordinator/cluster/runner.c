@@ -182,6 +182,9 @@ static cJSON *cr_describe(struct weft_runner *base)
     }
     cJSON_AddStringToObject(d, "mode", r->auto_mode ? "auto" : "fixed");
     if (r->auto_mode) {
+        cJSON_AddStringToObject(d, "goal",
+                                r->conf->parallel.goal == WEFT_GOAL_THROUGHPUT ? "throughput"
+                                                                               : "latency");
         cJSON_AddNumberToObject(d, "replans", (double)r->replans);
         cJSON_AddNumberToObject(d, "kept_bytes", (double)r->kept_bytes);
         cJSON_AddBoolToObject(d, "switching", r->switching);

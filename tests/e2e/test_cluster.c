@@ -539,6 +539,8 @@ static int case_auto(void)
     const cJSON *dp = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "dp");
     CHECK(cJSON_IsString(mode) && strcmp(mode->valuestring, "auto") == 0);
+    const cJSON *goal = cJSON_GetObjectItemCaseSensitive(cl, "goal");
+    CHECK(cJSON_IsString(goal) && strcmp(goal->valuestring, "latency") == 0);
     printf("auto, before any job: %g replicas\n", dp->valuedouble);
     CHECK_EQ((int)dp->valuedouble, 4);
     cJSON_Delete(cl);
@@ -581,6 +583,10 @@ static int case_auto(void)
     auto_job(k.c, 512, 1024, 1, 1, NULL, lay, sizeof(lay), why, sizeof(why));
     CHECK(strcmp(lay, "dp 4 x ring 1 x ulysses 1 x tp 1") == 0 && strstr(why, "throughput"));
     CHECK(cluster_number(k.c, "replans") == 0);
+    cl = cluster_record(k.c);
+    goal = cJSON_GetObjectItemCaseSensitive(cl, "goal");
+    CHECK(cJSON_IsString(goal) && strcmp(goal->valuestring, "throughput") == 0);
+    cJSON_Delete(cl);
     cluster_down(&k);
     /* a degree beside mode = auto: one line, before any worker */
     char log[600], out[4096];
