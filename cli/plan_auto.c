@@ -26,15 +26,16 @@ void weft_plan_auto_help_text(FILE *out)
     fprintf(out,
         "With --auto: choose the strategy for N devices of SIZE each (spread over K nodes,\n"
         "linked by --interconnect inside a node; default nvlink, 1 node) and the job\n"
-        "(default 1024 x 1024, 28 steps, 1 prompt, 512 text tokens, goal latency): the\n"
-        "degrees dp x cfg x ring x ulysses x tp or a device_map, what the fullest device\n"
-        "holds (weights, activations, workspace: the workers' own formulas; the VAE's\n"
-        "convolution workspace and the text encoders' activations are not counted), what\n"
-        "a rank sends per denoising step, and the reasons, one line each. The rules: the\n"
-        "model fits one device -> data parallelism (or, for latency on a large image,\n"
-        "context parallelism over the spare devices); activations are the problem ->\n"
-        "context parallelism (Ulysses inside a node, ring across); one component's weights\n"
-        "do not fit -> tensor parallelism over NVLink, device_map over PCIe or no link;\n"
+        "(default 1024 x 1024, 28 steps, 1 prompt, 512 text tokens, the goal [parallel]\n"
+        "goal's, latency unless set): the degrees dp x cfg x ring x ulysses x tp or a\n"
+        "device_map, what the fullest device holds (weights, activations, workspace: the\n"
+        "workers' own formulas; the VAE's convolution workspace and the text encoders'\n"
+        "activations are not counted), what a rank sends per denoising step, and the\n"
+        "reasons, one line each. The rules: the model fits one device -> data\n"
+        "parallelism (or, for latency on a large image, context parallelism over the\n"
+        "spare devices); activations are the problem -> context parallelism (Ulysses\n"
+        "inside a node, ring across); one component's weights do not fit -> tensor\n"
+        "parallelism over NVLink, device_map over PCIe or no link;\n"
         "the components fit one by one, not together -> device_map; weights and\n"
         "activations both -> tensor x context parallelism.\n"
         "[plan] devices, device_memory, interconnect, nodes and host_memory give the\n"
@@ -316,7 +317,8 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
                                         .link_bps = (double)cp->link_bandwidth,
                                         .link_latency = (double)cp->link_latency_us * 1e-6};
     struct weft_autoplan_job job = {.height = 1024, .width = 1024, .steps = 28, .prompts = 1,
-                                    .text_tokens = 512, .goal = WEFT_GOAL_LATENCY};
+                                    .text_tokens = 512,
+                                    .goal = (enum weft_goal)cli->conf.parallel.goal};
     long long n = cp->devices, nodes = cp->nodes, n_opt = 0;
     int json = 0;
     const char *server = NULL, *token = cli->conf.api.token;

@@ -1602,6 +1602,26 @@ static int case_autoplan(void)
     CHECK_EQ(cJSON_GetObjectItemCaseSensitive(deg, "dp")->valueint, 2);
     CHECK(fabs(got - half) <= 2.0);
     cJSON_Delete(j);
+    /* one 1024x1024 prompt: latency splits it (ulysses 2); [parallel] goal = throughput, the
+     * option's default, keeps it on one device of 2 replicas */
+    for (int thr = 0; thr < 2; thr++) {
+        snprintf(cmd, sizeof(cmd), "'%s' plan --auto --server %s --height 1024 --width 1024 "
+                 "%s --json 2>/dev/null", weft_bin, k.api, thr ? "--parallel.goal=throughput" : "");
+        f = popen(cmd, "r");
+        CHECK(f);
+        n = fread(out, 1, sizeof(out) - 1, f);
+        out[n] = '\0';
+        CHECK_EQ(pclose(f), 0);
+        j = cJSON_Parse(out);
+        CHECK(j);
+        deg = cJSON_GetObjectItemCaseSensitive(j, "degrees");
+        const int dp = cJSON_GetObjectItemCaseSensitive(deg, "dp")->valueint;
+        const int uly = cJSON_GetObjectItemCaseSensitive(deg, "ulysses")->valueint;
+        printf("weft plan --auto, one 1024x1024 prompt, goal %s: dp %d x ulysses %d\n",
+               thr ? "throughput" : "latency", dp, uly);
+        CHECK(thr ? dp == 2 && uly == 1 : dp == 1 && uly == 2);
+        cJSON_Delete(j);
+    }
     cluster_down(&k);
     snprintf(cmd, sizeof(cmd), "'%s' plan --auto --server 127.0.0.1:1 2>&1", weft_bin);
     f = popen(cmd, "r");
