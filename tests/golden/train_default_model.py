@@ -1,7 +1,7 @@
 """Train weft's embedded default model: a tiny FLUX.1 pipeline that paints simple drawn scenes from text.
 
-Run from the repository root (CPU only; resumable; on 2 cores about an hour with --vae-from, the
-VAE's training adds about an hour):
+Run from the repository root (CPU only; resumable; on 2 cores about an hour and a half with
+--vae-from, the VAE's training adds about an hour):
 
     /opt/goldenv/bin/python tests/golden/train_default_model.py --vae-from models/flux-tiny/vae
     /opt/goldenv/bin/python tests/golden/train_default_model.py            # all phases, resumes
@@ -480,7 +480,7 @@ def phase_data(state):
 def make_transformer():
     from diffusers import FluxTransformer2DModel
 
-    return FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=2, num_single_layers=4,
+    return FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=4, num_single_layers=4,
                                   attention_head_dim=32, num_attention_heads=4, joint_attention_dim=T5_D_MODEL,
                                   pooled_projection_dim=64, guidance_embeds=False, axes_dims_rope=(8, 12, 12))
 
