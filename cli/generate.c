@@ -207,7 +207,8 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
     if (d)
         closedir(d);
     if (!best[0]) {
-        WEFT_LOG_ERROR("generate", "no --prompt-embeds given and %s has no *.safetensors", pdir);
+        WEFT_LOG_ERROR("generate", "no prompt: give --prompt TEXT (or --prompt-embeds FILE; "
+                                   "%s holds no precomputed prompt to default to)", pdir);
         return WEFT_ERR_NOT_FOUND;
     }
     snprintf(path, len, "%s/%s", pdir, best);

@@ -45,6 +45,7 @@ static weft_status_t set_texts(spng_ctx *ctx, const char *path, size_t n,
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     static char empty[1] = "";
     weft_status_t st = WEFT_OK;
+    uint32_t m = 0; /* the chunks written: an empty value writes none (spng refuses it) */
     for (size_t i = 0; i < n && st == WEFT_OK; i++) {
         if (!valid_key(text[i].key)) {
             st = weft_error_set(err, WEFT_ERR_INVALID, "png",
@@ -52,14 +53,17 @@ static weft_status_t set_texts(spng_ctx *ctx, const char *path, size_t n,
                                 text[i].key);
             break;
         }
-        snprintf(t[i].keyword, sizeof(t[i].keyword), "%s", text[i].key);
-        t[i].type = is_ascii_text(text[i].value) ? SPNG_TEXT : SPNG_ITXT;
-        t[i].text = (char *)text[i].value; /* spng copies it; it does not write through this */
-        t[i].length = strlen(text[i].value);
-        t[i].language_tag = empty;
-        t[i].translated_keyword = empty;
+        if (!text[i].value[0])
+            continue;
+        snprintf(t[m].keyword, sizeof(t[m].keyword), "%s", text[i].key);
+        t[m].type = is_ascii_text(text[i].value) ? SPNG_TEXT : SPNG_ITXT;
+        t[m].text = (char *)text[i].value; /* spng copies it; it does not write through this */
+        t[m].length = strlen(text[i].value);
+        t[m].language_tag = empty;
+        t[m].translated_keyword = empty;
+        m++;
     }
-    int rc = st == WEFT_OK ? spng_set_text(ctx, t, (uint32_t)n) : 0;
+    int rc = st == WEFT_OK && m ? spng_set_text(ctx, t, m) : 0;
     if (rc)
         st = weft_error_set(err, WEFT_ERR_INVALID, "png", "%s: text chunks: %s", path,
                             spng_strerror(rc));

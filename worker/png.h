@@ -14,7 +14,9 @@
 
 struct weft_png_text {
     const char *key;   /* 1-79 printable ASCII characters, no leading/trailing space */
-    const char *value; /* ASCII goes in a tEXt chunk; anything else UTF-8 in an iTXt chunk */
+    const char *value; /* ASCII goes in a tEXt chunk; anything else UTF-8 in an iTXt chunk;
+                        * an empty value writes no chunk (libspng takes none): read back, the
+                        * key is absent */
 };
 
 /* rgb: height rows of width x 3 bytes. A size, a key or a write that fails is logged once and

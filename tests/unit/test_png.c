@@ -59,6 +59,14 @@ static void roundtrip(int64_t w, int64_t h)
     }
     CHECK(weft_png_image_text(&img, "absent") == NULL);
     weft_png_image_cleanup(&img);
+    /* an empty value (an empty prompt) writes no chunk, and the rest are kept */
+    const struct weft_png_text some[] = {{"weft.prompt", ""}, {"weft.seed", "7"}};
+    CHECK_OK(weft_png_write(path, rgb, w, h, 2, some, TERR));
+    CHECK_OK(weft_png_read(path, &img, TERR));
+    CHECK_EQ(img.n_text, 1);
+    CHECK(weft_png_image_text(&img, "weft.prompt") == NULL);
+    CHECK(strcmp(weft_png_image_text(&img, "weft.seed"), "7") == 0);
+    weft_png_image_cleanup(&img);
     free(rgb);
 }
 
