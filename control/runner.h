@@ -87,6 +87,13 @@ struct weft_runner_event {
 
 /* What waits in the coordinator's queue, for a runner that plans its layout per job ([parallel]
  * mode = auto): the first queued job's shape, and how much waits in all. */
+/* One submission, as a planner counts the work it brings. */
+struct weft_runner_arrival {
+    double at; /* submitted, seconds since the epoch */
+    int64_t height, width, steps, images;
+    bool cfg; /* true CFG: two passes a step */
+};
+
 struct weft_runner_demand {
     int64_t height, width, steps; /* the first queued job's */
     int64_t text_tokens;          /* its prompts' longest (0: unknown) */
@@ -94,10 +101,11 @@ struct weft_runner_demand {
     int64_t images;               /* its images */
     int64_t queued_images;        /* every queued job's images, its own included */
     int queued_jobs;
-    /* the jobs the recent stream keeps in the runner at once (Little's law: the arrival rate
-     * of the last submissions times the mean run time of the last finished jobs; 0: too few
-     * of either to say). A planner serving a stream plans for these, not only what waits. */
-    double stream_jobs;
+    /* the last submissions, oldest first (queued, running or ended), and the time now: a
+     * planner serving a stream plans for what the stream keeps running, not only what waits */
+    const struct weft_runner_arrival *arrivals;
+    int n_arrivals;
+    double now;
 };
 
 struct weft_runner;

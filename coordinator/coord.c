@@ -373,7 +373,6 @@ static void job_finish(struct weft_coord *c, struct job *j, enum job_state state
             snprintf(c->m.layouts[k = LAYOUTS_MAX].name, sizeof(c->m.layouts[0].name), "other");
         c->m.layouts[k].done++;
         c->m.layouts[k].seconds += j->finished_at - j->started_at;
-        c->runs[c->n_runs++ % COORD_STREAM] = j->finished_at - j->started_at;
     }
     if (journal_put(c, record_final(j), true, NULL) != WEFT_OK)
         WEFT_LOG_WARN("coord", "job %s: cannot journal that it is %s; after a restart it "
@@ -469,25 +468,8 @@ static void fail_queued(struct weft_coord *c, const char *why)
     }
 }
 
-/* The jobs the recent stream keeps running at once: L = lambda W (Little's law), lambda the
- * arrivals of the last submissions over the time from the oldest of them to now (so it decays
- * once they stop; a lone job after a pause counts as lone), W the mean run time of the last
- * finished jobs. 0 below 3 arrivals or 1 run: too few to say. */
-static double stream_jobs(const struct weft_coord *c)
-{
-    const int n = c->n_arrivals < COORD_STREAM ? (int)c->n_arrivals : COORD_STREAM;
-    const int m = c->n_runs < COORD_STREAM ? (int)c->n_runs : COORD_STREAM;
-    if (n < 3 || m < 1)
-        return 0;
-    const double oldest = c->arrivals[(c->n_arrivals - (uint64_t)n) % COORD_STREAM];
-    const double span = unix_now() - oldest;
-    double w = 0;
-    for (int i = 0; i < m; i++)
-        w += c->runs[i];
-    return span > 0 ? (double)(n - 1) / span * (w / m) : 0;
-}
-
-/* A runner that plans per job hears what waits (the queue's head and its total). */
+/* A runner that plans per job hears what waits (the queue's head and its total) and the last
+ * submissions. */
 static void tell_demand(struct weft_coord *c)
 {
     if (!c->runner->ops->demand || !c->queue.head)
@@ -503,7 +485,13 @@ static void tell_demand(struct weft_coord *c)
         d.queued_images += weft_job_spec_images(&j->spec);
         d.queued_jobs++;
     }
-    d.stream_jobs = stream_jobs(c);
+    struct weft_runner_arrival recent[COORD_STREAM];
+    const int n = c->n_arrivals < COORD_STREAM ? (int)c->n_arrivals : COORD_STREAM;
+    for (int i = 0; i < n; i++) /* oldest first */
+        recent[i] = c->arrivals[(c->n_arrivals - (uint64_t)(n - i)) % COORD_STREAM];
+    d.arrivals = recent;
+    d.n_arrivals = n;
+    d.now = unix_now();
     c->runner->ops->demand(c->runner, &d);
 }
 
@@ -671,7 +659,10 @@ weft_status_t weft_coord_job_submit(struct weft_coord *c, struct weft_job_spec *
         return WEFT_ERR_NOMEM;
     }
     j->submitted_at = unix_now();
-    c->arrivals[c->n_arrivals++ % COORD_STREAM] = j->submitted_at;
+    c->arrivals[c->n_arrivals++ % COORD_STREAM] = (struct weft_runner_arrival){
+        .at = j->submitted_at, .height = j->spec.height, .width = j->spec.width,
+        .steps = j->spec.steps, .images = weft_job_spec_images(&j->spec),
+        .cfg = j->spec.n_negatives > 0 && j->spec.true_cfg_scale > 1};
     if (idem_key && idem_key[0]) {
         snprintf(j->idem_key, sizeof(j->idem_key), "%s", idem_key);
         memcpy(j->idem_hash, idem_hash, sizeof(j->idem_hash));

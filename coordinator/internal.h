@@ -158,10 +158,10 @@ struct weft_coord {
     uint64_t next_key;
     struct job_list queue, finished;
     int running;
-    /* the recent stream (coord.c stream_jobs): the last submission times and finished
-     * jobs' run seconds, rings of COORD_STREAM */
-    double arrivals[COORD_STREAM], runs[COORD_STREAM];
-    uint64_t n_arrivals, n_runs;
+    /* the recent stream: the last submissions, a ring of COORD_STREAM (what a runner that
+     * plans per job is told: tell_demand) */
+    struct weft_runner_arrival arrivals[COORD_STREAM];
+    uint64_t n_arrivals;
     /* the API socket */
     union {
         uv_tcp_t tcp;

@@ -100,6 +100,48 @@ static bool same_layout(const struct weft_layout *a, const struct weft_layout *b
            a->device_map == b->device_map;
 }
 
+/* The device-seconds a unit of work took, the median of the last jobs that completed; 0 before
+ * any. A small job's fixed costs (its text encoding, its messages) make its figure higher than a
+ * large one's: the estimate below errs towards a busier stream, and so towards replicas. */
+static double work_rate(const struct cluster_runner *r)
+{
+    const int n = r->n_rates < WEFT_CR_RATES ? (int)r->n_rates : WEFT_CR_RATES;
+    double v[WEFT_CR_RATES];
+    for (int i = 0; i < n; i++) { /* insertion sort: a handful */
+        int k = i;
+        for (; k > 0 && v[k - 1] > r->rates[i]; k--)
+            v[k] = v[k - 1];
+        v[k] = r->rates[i];
+    }
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The devices the recent stream keeps busy: L = lambda W (Little's law) in device-seconds, the
+ * work the last submissions brought (each one's images' steps and decodes, queued, running or
+ * ended, at the rate the last jobs ran) over the time they came in, from the oldest of them to
+ * now (so it decays once they stop). The time is at least their mean run time on one device,
+ * so that a burst counts as its jobs and no more (a burst of two large jobs keeps two devices
+ * busy, not as many as their work over the instant they came in). 0 below 3 submissions or
+ * before a job has completed: too few to say. */
+static double stream_devices(const struct cluster_runner *r, const struct weft_runner_demand *d,
+                             double *work_p, double *span_p)
+{
+    const double rate = work_rate(r);
+    const int n = d->n_arrivals;
+    if (n < 3 || rate <= 0)
+        return 0;
+    double w = 0; /* the newest n - 1: the oldest opens the span */
+    for (int i = 1; i < n; i++) {
+        const struct weft_runner_arrival *a = &d->arrivals[i];
+        w += weft_cr_step_work(a->height, a->width, a->cfg) * (double)a->images *
+             (double)(a->steps + WEFT_CR_DECODE_STEPS) * rate;
+    }
+    *span_p = d->now - d->arrivals[0].at;
+    *work_p = w;
+    const double span = *span_p > w / (n - 1) ? *span_p : w / (n - 1);
+    return span > 0 ? w / span : 0;
+}
+
 /* The layout the planner chooses for d over the joined workers, its reasons in why; false when
  * it chose nothing runnable (logged). Every worker takes part: the replicas a latency plan
  * leaves idle stay loaded for the next jobs. */
@@ -110,12 +152,13 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     struct weft_autoplan_devices dev;
     if (devices(r, &dev) < 1 || dev.memory == 0)
         return false;
-    /* a stream plans for the images it keeps running at once, not only what waits now: one
-     * large job among many small ones then stays on a data-parallel replica instead of
-     * draining the mesh twice to run alone */
+    /* a stream plans for the devices it keeps busy, not only what waits now: one large job
+     * among many small ones then stays on a data-parallel replica instead of draining the mesh
+     * twice to run alone */
     const int64_t waiting = d->queued_images > 0 ? d->queued_images : 1;
-    const int64_t streaming = (int64_t)(d->stream_jobs * (double)(d->images > 0 ? d->images : 1)
-                                        + 0.5);
+    double work = 0, span = 0;
+    const double busy = stream_devices(r, d, &work, &span);
+    const int64_t streaming = (int64_t)(busy + 0.5);
     const struct weft_autoplan_job job = {
         .height = d->height, .width = d->width, .steps = d->steps,
         .prompts = streaming > waiting ? streaming : waiting,
@@ -140,9 +183,11 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     size_t n = 0;
     why[0] = '\0';
     if (streaming > waiting)
-        n += (size_t)snprintf(why, why_len, "the recent stream keeps %.1f jobs running at once "
-                              "(arrival rate x run time): planned for %lld images; ",
-                              d->stream_jobs, (long long)streaming);
+        n += (size_t)snprintf(why, why_len, "the recent stream keeps %.1f devices busy (the last "
+                              "%d submissions bring %.1f device-seconds at the rate the last "
+                              "jobs ran, in %.1f s or their mean run time if longer): planned "
+                              "for %lld images; ", busy, d->n_arrivals - 1, work, span,
+                              (long long)streaming);
     for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
         n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
     weft_autoplan_cleanup(&p);

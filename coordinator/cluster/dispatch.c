@@ -60,6 +60,9 @@ void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr)
                                    .status = jr->status};
     snprintf(ev.reason, sizeof(ev.reason), "%s", jr->reason);
     const int index = (int)(jr - r->jobs);
+    if (jr->status == WEFT_OK && jr->work > 0 && jr->devices > 0) /* what a unit of work took */
+        r->rates[r->n_rates++ % WEFT_CR_RATES] =
+            (weft_cr_now() - jr->started) * (double)jr->devices / jr->work;
     for (int rep = 0; rep < MAX_WORKERS; rep++)
         if (r->replica_job[rep] == index)
             r->replica_job[rep] = -1;
@@ -236,7 +239,11 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
     weft_msg_cleanup(WEFT_MSG_RUN, (union weft_msg *)&m);
     if (st == WEFT_OK) {
         struct job_run *jr = &r->jobs[slot];
-        *jr = (struct job_run){.key = job->key, .active = true, .started = weft_cr_now()};
+        *jr = (struct job_run){.key = job->key, .active = true, .started = weft_cr_now(),
+                               .devices = dp * weft_cr_replica_size(r)};
+        for (int k = 0; k < dp; k++)
+            jr->work += work[k].unit * (double)(work[k].count * (work[k].steps +
+                                                                 WEFT_CR_DECODE_STEPS));
         jr->last_progress = jr->started;
         snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
         snprintf(jr->id, sizeof(jr->id), "%s", job->id);

@@ -88,6 +88,8 @@ struct job_run {
     /* progress: the deadline is the last report + max(stall_timeout, 10 x the longest step) */
     double started, last_progress, longest_step;
     bool blocking; /* auto: it ran when the mesh began to drain for a switch (the reservation) */
+    double work;   /* its images' steps and decodes, in replica_work's units */
+    int devices;   /* the workers of the replicas it runs on */
 };
 
 /* What a replica's job has left, for auto's backfill (auto.c): its images [first, first +
@@ -95,6 +97,7 @@ struct job_run {
  * the image-steps reported done, the work of one image-step (pixels; twice that with true
  * CFG). */
 #define WEFT_CR_DECODE_STEPS 1
+#define WEFT_CR_RATES 16
 struct replica_work {
     int64_t first, count, steps, done;
     double unit;
@@ -172,6 +175,10 @@ struct cluster_runner {
      * per second in the last one that read weights (0: none yet) */
     double plan_started, plan_kept_s, load_bps;
     uint64_t plan_kept;
+    /* the device-seconds a unit of work took in the last jobs that completed (their run time
+     * times their devices over their work), a ring of WEFT_CR_RATES: auto's stream estimate */
+    double rates[WEFT_CR_RATES];
+    uint64_t n_rates;
 };
 
 double weft_cr_now(void);
@@ -194,6 +201,8 @@ void weft_cr_boot_close(struct cluster_runner *r);
 
 /* plan.c */
 void weft_cr_plan_maybe(struct cluster_runner *r);
+/* The workers one replica of the layout takes. */
+int weft_cr_replica_size(const struct cluster_runner *r);
 /* The mesh breaks (a worker lost, an assignment failed, a job stalled): everyone drops it. */
 void weft_cr_plan_reset(struct cluster_runner *r);
 void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,

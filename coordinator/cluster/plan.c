@@ -137,13 +137,18 @@ static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_
                                  weft_devmap_component_device(m, "text_encoder_2")};
 }
 
+int weft_cr_replica_size(const struct cluster_runner *r)
+{
+    const struct weft_mesh *m = &r->layout.mesh;
+    /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
+    return r->layout.device_map ? m->pp
+                                : (m->cfg > 1 ? m->cfg : 1) * m->ring * m->ulysses * m->tp;
+}
+
 /* How many workers the mesh takes now (0: not yet), and how many make one replica. */
 static int mesh_workers(const struct cluster_runner *r, int *per_p)
 {
-    const struct weft_mesh *m = &r->layout.mesh;
-    const bool devmap = r->layout.device_map;
-    /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
-    const int per = devmap ? m->pp : (m->cfg > 1 ? m->cfg : 1) * m->ring * m->ulysses * m->tp;
+    const int per = weft_cr_replica_size(r);
     const int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
                                               : (int)r->conf->parallel.dp_degree * per;
     const int joined = weft_cr_joined(r);

@@ -188,6 +188,12 @@ static cJSON *cr_describe(struct weft_runner *base)
         cJSON_AddNumberToObject(d, "replans", (double)r->replans);
         cJSON_AddNumberToObject(d, "kept_bytes", (double)r->kept_bytes);
         cJSON_AddBoolToObject(d, "switching", r->switching);
+        if (r->switching) { /* what the mesh drains for, and why */
+            char want[96];
+            weft_layout_name(&r->want, want, sizeof(want));
+            cJSON_AddStringToObject(d, "want", want);
+            cJSON_AddStringToObject(d, "want_reason", r->want_why);
+        }
         cJSON_AddNumberToObject(d, "backfilled", (double)r->backfilled);
     }
     cJSON *mesh = cJSON_AddObjectToObject(d, "mesh");
