@@ -1,15 +1,17 @@
 """Train weft's embedded default model: a tiny FLUX.1 pipeline that paints simple drawn scenes from text.
 
 Run from the repository root (CPU only; resumable; on 2 cores about an hour and a half with
---vae-from, the VAE's training adds about an hour):
+--vae-from, the VAE's training adds about an hour, a continuation most of another):
 
-    /opt/goldenv/bin/python tests/golden/train_default_model.py --vae-from models/flux-tiny/vae
+    /opt/goldenv/bin/python tests/golden/train_default_model.py --vae-from models/flux-tiny/vae --out build-train/first
+    /opt/goldenv/bin/python tests/golden/train_default_model.py --continue-from build-train/first/transformer
     /opt/goldenv/bin/python tests/golden/train_default_model.py            # all phases, resumes
     /opt/goldenv/bin/python tests/golden/train_default_model.py --sheet    # only the contact sheet
     /opt/goldenv/bin/python tests/golden/train_default_model.py --prompts  # only the prompt sets
 
-The first form is how models/flux-tiny was built: its VAE is the one the model had before (the
-export copies it unchanged), everything else is made by this script.
+The first two lines are how models/flux-tiny was built: a first run (its VAE the one the model
+had before, copied unchanged; everything else made by this script), then 4000 more steps of its
+transformer on the same data (phase 5 again, from the first run's export).
 
 Environment: torch 2.15 (CPU), diffusers 0.42.1, transformers 5.24, sentencepiece 0.2.3, Pillow,
 numpy (PyPI). Not run in CI: its output, models/flux-tiny, is committed. Seeded: with the same
@@ -77,6 +79,8 @@ TR_STEPS = 6000
 TR_PEAK = 5e-4
 TR_WEIGHT = 4.0  # the loss on the shapes' latent tokens (shape_tokens) against the rest
 TR_BATCH = 64
+TR_MORE_STEPS = 4000  # --continue-from: a second cosine, from TR_MORE_PEAK
+TR_MORE_PEAK = 2.5e-4
 # T5's first layer's relative position bias, one entry per head (the later layer reuses it, as
 # T5 does): an offset the head reads (bias T5_BIAS there, 0 elsewhere), or a window of offsets
 # it averages over (T5_WINDOW_BIAS on each)
@@ -499,27 +503,33 @@ def shape_tokens(lat):
     return ((lat - med).norm(dim=-1) > 4.0).float()
 
 
-def phase_transformer(state):
-    """TR_STEPS of batch TR_BATCH, flow matching (x_t = (1 - s) x0 + s e, target e - x0, s
+def phase_transformer(state, name="transformer", steps=TR_STEPS, peak=TR_PEAK, seed=1505, init=None):
+    """steps of batch TR_BATCH, flow matching (x_t = (1 - s) x0 + s e, target e - x0, s
     logit-normal) with the shapes' latent tokens weighted TR_WEIGHT to 1 (the shapes are a sixth
     of the tokens the loss averages over, and their colours are what the pictures are for),
-    AdamW on a cosine from TR_PEAK after 200 warm-up steps, an EMA of the weights exported."""
-    out = os.path.join(state, "transformer")
+    AdamW on a cosine from peak after 200 warm-up steps, an EMA of the weights exported to
+    state/name/model. With init (a FluxTransformer2DModel folder) a continuation: the model and
+    its EMA start from those weights, the EMA at its full decay from the first step."""
+    out = os.path.join(state, name)
     done = os.path.join(out, "done")
-    if os.path.exists(done) and open(done).read().strip() == str(TR_STEPS):
+    if os.path.exists(done) and open(done).read().strip() == str(steps):
         return
     os.makedirs(out, exist_ok=True)
     data = torch.load(os.path.join(state, "data.pt"), weights_only=False)
     lat, emb, pooled = data["lat"], data["emb"], data["pooled"]
     shapes = shape_tokens(lat)
     n = lat.shape[0]
-    torch.manual_seed(1505)
+    torch.manual_seed(seed)
     model = make_transformer()
+    if init:
+        from diffusers import FluxTransformer2DModel
+
+        model.load_state_dict(FluxTransformer2DModel.from_pretrained(init).to(torch.float32).state_dict())
     ema = copy.deepcopy(model).requires_grad_(False)
-    opt = torch.optim.AdamW(model.parameters(), lr=TR_PEAK, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
     step = 0
     ck = os.path.join(out, "ckpt.pt")
-    g = torch.Generator().manual_seed(1505)
+    g = torch.Generator().manual_seed(seed)
     if os.path.exists(ck):  # the batch and noise stream resumes where it was
         s = torch.load(ck, weights_only=False)
         model.load_state_dict(s["model"])
@@ -530,9 +540,9 @@ def phase_transformer(state):
         print(f"transformer: resumed at step {step}")
     img_ids, txt_ids = ids(SIZE // 16, SIZE // 16)
     t0, avg = time.time(), None
-    while step < TR_STEPS:
+    while step < steps:
         warm = min(1.0, (step + 1) / 200)
-        lr = TR_PEAK * warm * (0.5 * (1 + math.cos(math.pi * step / TR_STEPS))) + 1e-5
+        lr = peak * warm * (0.5 * (1 + math.cos(math.pi * step / steps))) + 1e-5
         for pg in opt.param_groups:
             pg["lr"] = lr
         idx = torch.randint(0, n, (TR_BATCH,), generator=g)
@@ -550,21 +560,21 @@ def phase_transformer(state):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        decay = min(0.999, (1 + step) / (10 + step))
+        decay = 0.999 if init else min(0.999, (1 + step) / (10 + step))
         with torch.no_grad():
             for pe, pm in zip(ema.parameters(), model.parameters()):
                 pe.mul_(decay).add_(pm.detach(), alpha=1 - decay)
         avg = loss.item() if avg is None else 0.98 * avg + 0.02 * loss.item()
         if step % 50 == 0:
-            print(f"transformer step {step}/{TR_STEPS}: loss {avg:.4f} lr {lr:.2e} "
+            print(f"{name} step {step}/{steps}: loss {avg:.4f} lr {lr:.2e} "
                   f"({time.time() - t0:.0f} s)", flush=True)
-        if step % 250 == 0 or step == TR_STEPS:
+        if step % 250 == 0 or step == steps:
             torch.save({"model": model.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                         "step": step, "gen": g.get_state()}, ck + ".tmp")
             os.replace(ck + ".tmp", ck)
     ema.save_pretrained(os.path.join(out, "model"))
     with open(done, "w") as f:
-        f.write(f"{TR_STEPS}\n")
+        f.write(f"{steps}\n")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -643,13 +653,13 @@ sys.path.insert(0, gc.repo_path("scripts"))
 from readme_pictures import SHEET  # noqa: E402
 
 
-def phase_export(state, out_dir):
+def phase_export(state, out_dir, name="transformer"):
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextModel, T5EncoderModel
 
     d = os.path.join(state, "encoders")
     tok = load_tokenizers(state)
-    transformer = FluxTransformer2DModel.from_pretrained(os.path.join(state, "transformer", "model"))
+    transformer = FluxTransformer2DModel.from_pretrained(os.path.join(state, name, "model"))
     sched = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
         base_image_seq_len=256, max_image_seq_len=4096)
@@ -724,6 +734,12 @@ def main():
     ap.add_argument("--vae-from", metavar="DIR",
                     help="take the VAE from this AutoencoderKL folder instead of training one "
                          "(models/flux-tiny/vae: the VAE the committed model was built with)")
+    ap.add_argument("--continue-from", metavar="DIR",
+                    help="instead of the transformer phase, continue training this "
+                         "FluxTransformer2DModel folder (--more-steps, a cosine from "
+                         "--more-peak) and export that")
+    ap.add_argument("--more-steps", type=int, default=TR_MORE_STEPS, help=f"default {TR_MORE_STEPS}")
+    ap.add_argument("--more-peak", type=float, default=TR_MORE_PEAK, help=f"default {TR_MORE_PEAK}")
     a = ap.parse_args()
     gc.setup()
     torch.use_deterministic_algorithms(False)
@@ -743,8 +759,12 @@ def main():
             open(os.path.join(a.state, "vae", "done"), "w").close()
         phase_vae(a.state)
         phase_data(a.state)
-        phase_transformer(a.state)
-        phase_export(a.state, a.out)
+        if a.continue_from:
+            phase_transformer(a.state, "transformer-more", a.more_steps, a.more_peak, 1508, a.continue_from)
+            phase_export(a.state, a.out, "transformer-more")
+        else:
+            phase_transformer(a.state)
+            phase_export(a.state, a.out)
         test_prompts(test_json)
         validation_prompts(gc.repo_path("tests", "data", "picture", "validation.json"), test_json)
         golden(a.out, gc.repo_path("tests", "data", "picture", "golden.safetensors"))
