@@ -85,8 +85,6 @@ struct weft_runner_event {
     char reason[320]; /* FINISHED with an error: one line, the exact cause */
 };
 
-/* What waits in the coordinator's queue, for a runner that plans its layout per job ([parallel]
- * mode = auto): the first queued job's shape, and how much waits in all. */
 /* One submission, as a planner counts the work it brings. */
 struct weft_runner_arrival {
     double at; /* submitted, seconds since the epoch */
@@ -94,6 +92,8 @@ struct weft_runner_arrival {
     bool cfg; /* true CFG: two passes a step */
 };
 
+/* What waits in the coordinator's queue, for a runner that plans its layout per job ([parallel]
+ * mode = auto): the first queued job's shape, and how much waits in all. */
 struct weft_runner_demand {
     int64_t height, width, steps; /* the first queued job's */
     int64_t text_tokens;          /* its prompts' longest (0: unknown) */

@@ -133,8 +133,7 @@ static double stream_devices(const struct cluster_runner *r, const struct weft_r
     double w = 0; /* the newest n - 1: the oldest opens the span */
     for (int i = 1; i < n; i++) {
         const struct weft_runner_arrival *a = &d->arrivals[i];
-        w += weft_cr_step_work(a->height, a->width, a->cfg) * (double)a->images *
-             (double)(a->steps + WEFT_CR_DECODE_STEPS) * rate;
+        w += weft_cr_job_work(a->height, a->width, a->cfg, a->steps, a->images) * rate;
     }
     *span_p = d->now - d->arrivals[0].at;
     *work_p = w;
@@ -259,8 +258,7 @@ static void backfill_check(struct cluster_runner *r, const struct weft_runner_de
     if (used < 1)
         return;
     const int64_t per = (images + used - 1) / used; /* images on its busiest replica */
-    const double head = weft_cr_step_work(d->height, d->width, d->cfg) *
-                        (double)(d->steps + WEFT_CR_DECODE_STEPS) * (double)per;
+    const double head = weft_cr_job_work(d->height, d->width, d->cfg, d->steps, per);
     const double drain = weft_cr_drain_work(r);
     if (head > drain)
         return;

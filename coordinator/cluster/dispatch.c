@@ -239,11 +239,10 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
     weft_msg_cleanup(WEFT_MSG_RUN, (union weft_msg *)&m);
     if (st == WEFT_OK) {
         struct job_run *jr = &r->jobs[slot];
-        *jr = (struct job_run){.key = job->key, .active = true, .started = weft_cr_now(),
-                               .devices = dp * weft_cr_replica_size(r)};
-        for (int k = 0; k < dp; k++)
-            jr->work += work[k].unit * (double)(work[k].count * (work[k].steps +
-                                                                 WEFT_CR_DECODE_STEPS));
+        *jr = (struct job_run){
+            .key = job->key, .active = true, .started = weft_cr_now(),
+            .work = weft_cr_job_work(job->height, job->width, cfg, job->steps, n_img),
+            .devices = dp * weft_cr_replica_size(r)};
         jr->last_progress = jr->started;
         snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
         snprintf(jr->id, sizeof(jr->id), "%s", job->id);

@@ -109,6 +109,14 @@ static inline double weft_cr_step_work(int64_t height, int64_t width, bool true_
     return (double)height * (double)width * (true_cfg ? 2.0 : 1.0);
 }
 
+/* The work of `images` such images of `steps` steps, each one's decode counted as a step. */
+static inline double weft_cr_job_work(int64_t height, int64_t width, bool true_cfg, int64_t steps,
+                                      int64_t images)
+{
+    return weft_cr_step_work(height, width, true_cfg) * (double)images *
+           (double)(steps + WEFT_CR_DECODE_STEPS);
+}
+
 struct comm_total {
     char group[WEFT_MSG_LABEL_MAX], op[WEFT_MSG_LABEL_MAX];
     double seconds, bytes, calls;
