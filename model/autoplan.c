@@ -242,6 +242,14 @@ static double coll_time(const struct weft_autoplan_devices *dev, int span, int c
     return calls * lat + bytes / bps;
 }
 
+double weft_autoplan_step_flops(const struct weft_autoplan_model *m,
+                                const struct weft_autoplan_job *job)
+{
+    if (m->side_unit < 1)
+        return 0;
+    return (job->cfg ? 2.0 : 1.0) * weft_flux_flops(&m->flux, image_tokens(m, job), job->text_tokens);
+}
+
 /* The step time of p (its messages counted), autoplan.h's weft_autoplan_time. */
 static void predict_time(const struct weft_autoplan_model *m,
                          const struct weft_autoplan_devices *dev,
@@ -260,8 +268,9 @@ static void predict_time(const struct weft_autoplan_model *m,
      * device_map run one after another: the replica's step is the whole pass. */
     const double share =
         p->device_map ? 1.0 : (double)(ni + nt) / (double)(s_img + s_txt) / p->tp;
-    t->compute = (job->cfg && p->cfg < 2 ? 2.0 : 1.0) *
-                 weft_flux_flops(&m->flux, s_img, s_txt) * share / dev->flops;
+    /* CFG parallelism runs one half on each of its replica's halves */
+    t->compute = weft_autoplan_step_flops(m, job) / (job->cfg && p->cfg >= 2 ? 2.0 : 1.0) *
+                 share / dev->flops;
     t->tp = coll_time(dev, p->tp, p->tp_allreduces, p->tp_bytes);
     t->ulysses = coll_time(dev, p->tp * p->ulysses, p->ulysses_calls, p->ulysses_bytes);
     t->ring = coll_time(dev, p->tp * cp, p->ring_calls, p->ring_bytes);

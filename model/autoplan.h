@@ -126,6 +126,12 @@ struct weft_autoplan {
     int n_reasons;
 };
 
+/* The transformer's floating-point operations in one denoising step of one of job's prompts on
+ * one device (weft_flux_flops; twice that with true CFG): what the predicted step time and the
+ * coordinator's measured cost per FLOP are counted in. */
+double weft_autoplan_step_flops(const struct weft_autoplan_model *m,
+                                const struct weft_autoplan_job *job);
+
 /* Choose. Fails (naming what cannot fit where) when no layout fits the devices. */
 weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
                             const struct weft_autoplan_devices *dev,

@@ -100,40 +100,78 @@ static bool same_layout(const struct weft_layout *a, const struct weft_layout *b
            a->device_map == b->device_map;
 }
 
-/* The device-seconds a unit of work took, the median of the last jobs that completed; 0 before
- * any. A small job's fixed costs (its text encoding, its messages) make its figure higher than a
- * large one's: the estimate below errs towards a busier stream, and so towards replicas. */
-static double work_rate(const struct cluster_runner *r)
+static double median(double *v, int n)
 {
-    const int n = r->n_rates < WEFT_CR_RATES ? (int)r->n_rates : WEFT_CR_RATES;
-    double v[WEFT_CR_RATES];
-    for (int i = 0; i < n; i++) { /* insertion sort: a handful */
+    for (int i = 1; i < n; i++) { /* insertion sort: a handful */
+        const double x = v[i];
         int k = i;
-        for (; k > 0 && v[k - 1] > r->rates[i]; k--)
+        for (; k > 0 && v[k - 1] > x; k--)
             v[k] = v[k - 1];
-        v[k] = r->rates[i];
+        v[k] = x;
     }
     return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The devices the recent stream keeps busy: L = lambda W (Little's law) in device-seconds, the
- * work the last submissions brought (each one's images' steps and decodes, queued, running or
- * ended, at the rate the last jobs ran) over the time they came in, from the oldest of them to
- * now (so it decays once they stop). The time is at least their mean run time on one device,
- * so that a burst counts as its jobs and no more (a burst of two large jobs keeps two devices
- * busy, not as many as their work over the instant they came in). 0 below 3 submissions or
- * before a job has completed: too few to say. */
+double weft_cr_cost_predict(const struct weft_cr_cost *costs, int n, double step_flops,
+                            double pixels, int64_t steps, int64_t images)
+{
+    if (n < 1)
+        return 0;
+    n = n < WEFT_CR_COSTS ? n : WEFT_CR_COSTS;
+    double f[WEFT_CR_COSTS], p[WEFT_CR_COSTS], x[WEFT_CR_COSTS];
+    for (int i = 0; i < n; i++)
+        f[i] = costs[i].per_flop, p[i] = costs[i].per_pixel, x[i] = costs[i].fixed;
+    return median(x, n) +
+           (double)images * ((double)steps * step_flops * median(f, n) + pixels * median(p, n));
+}
+
+/* The job as the planner counts its steps: every prompt's text at the model's default length
+ * (the submissions' own lengths are not kept; the same length on both sides of the ratio). */
+static double step_flops(const struct cluster_runner *r, int64_t height, int64_t width, bool cfg)
+{
+    const struct weft_autoplan_job job = {.height = height, .width = width, .cfg = cfg,
+                                          .text_tokens = r->model->default_text_tokens};
+    return weft_autoplan_step_flops(&r->am, &job);
+}
+
+void weft_cr_auto_record(struct cluster_runner *r, const struct job_run *jr)
+{
+    if (!r->auto_mode || jr->images_done < 1 || jr->per < 1 || jr->steps < 1)
+        return;
+    const double flops = step_flops(r, jr->height, jr->width, jr->cfg);
+    const double pixels = (double)jr->height * (double)jr->width;
+    if (!(flops > 0) || !(pixels > 0))
+        return;
+    /* the images' steps and decodes ran on replicas of per workers each; the rest of the
+     * job's time on its devices is what it costs whatever its size */
+    const double steps_ds = jr->denoise_s * jr->per, decode_ds = jr->decode_s * jr->per;
+    const double run_ds = (weft_cr_now() - jr->started) * (double)jr->devices;
+    const double n = (double)jr->images_done;
+    r->costs[r->n_costs++ % WEFT_CR_COSTS] = (struct weft_cr_cost){
+        .per_flop = steps_ds / (n * (double)jr->steps * flops),
+        .per_pixel = decode_ds / (n * pixels),
+        .fixed = run_ds > steps_ds + decode_ds ? run_ds - steps_ds - decode_ds : 0};
+}
+
+/* The devices the recent stream keeps busy: L = lambda W (Little's law) in device-seconds, what
+ * the last submissions cost (each one's images' steps and decodes and its fixed costs, queued,
+ * running or ended, at what the last completed jobs' took: weft_cr_cost_predict) over the time
+ * they came in, from the oldest of them to now (so it decays once they stop). The time is at
+ * least their mean cost, so that a burst counts as its jobs and no more (a burst of two large
+ * jobs keeps two devices busy, not as many as their work over the instant they came in). 0
+ * below 3 submissions or before a job has completed: too few to say. */
 static double stream_devices(const struct cluster_runner *r, const struct weft_runner_demand *d,
                              double *work_p, double *span_p)
 {
-    const double rate = work_rate(r);
     const int n = d->n_arrivals;
-    if (n < 3 || rate <= 0)
+    const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
+    if (n < 3 || costs < 1)
         return 0;
     double w = 0; /* the newest n - 1: the oldest opens the span */
     for (int i = 1; i < n; i++) {
         const struct weft_runner_arrival *a = &d->arrivals[i];
-        w += weft_cr_job_work(a->height, a->width, a->cfg, a->steps, a->images) * rate;
+        w += weft_cr_cost_predict(r->costs, costs, step_flops(r, a->height, a->width, a->cfg),
+                                  (double)a->height * (double)a->width, a->steps, a->images);
     }
     *span_p = d->now - d->arrivals[0].at;
     *work_p = w;
@@ -183,8 +221,9 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     why[0] = '\0';
     if (streaming > waiting)
         n += (size_t)snprintf(why, why_len, "the recent stream keeps %.1f devices busy (the last "
-                              "%d submissions bring %.1f device-seconds at the rate the last "
-                              "jobs ran, in %.1f s or their mean run time if longer): planned "
+                              "%d submissions bring %.1f device-seconds at what the last jobs' "
+                              "steps, decodes and fixed costs took, in %.1f s or their mean if "
+                              "longer): planned "
                               "for %lld images; ", busy, d->n_arrivals - 1, work, span,
                               (long long)streaming);
     for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)

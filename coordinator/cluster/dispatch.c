@@ -60,9 +60,8 @@ void weft_cr_job_finish(struct cluster_runner *r, struct job_run *jr)
                                    .status = jr->status};
     snprintf(ev.reason, sizeof(ev.reason), "%s", jr->reason);
     const int index = (int)(jr - r->jobs);
-    if (jr->status == WEFT_OK && jr->work > 0 && jr->devices > 0) /* what a unit of work took */
-        r->rates[r->n_rates++ % WEFT_CR_RATES] =
-            (weft_cr_now() - jr->started) * (double)jr->devices / jr->work;
+    if (jr->status == WEFT_OK)
+        weft_cr_auto_record(r, jr);
     for (int rep = 0; rep < MAX_WORKERS; rep++)
         if (r->replica_job[rep] == index)
             r->replica_job[rep] = -1;
@@ -242,7 +241,9 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
         *jr = (struct job_run){
             .key = job->key, .active = true, .started = weft_cr_now(),
             .work = weft_cr_job_work(job->height, job->width, cfg, job->steps, n_img),
-            .devices = dp * weft_cr_replica_size(r)};
+            .devices = dp * weft_cr_replica_size(r), .height = job->height,
+            .width = job->width, .steps = job->steps, .cfg = cfg,
+            .per = weft_cr_replica_size(r)};
         jr->last_progress = jr->started;
         snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
         snprintf(jr->id, sizeof(jr->id), "%s", job->id);
@@ -335,6 +336,9 @@ static void on_image(struct cluster_runner *r, struct worker *w, const struct we
         weft_cr_job_fail(jr, WEFT_ERR_IO, weft_error_text(&err));
         return;
     }
+    jr->images_done++;
+    jr->denoise_s += m->denoise_s;
+    jr->decode_s += m->decode_s;
     struct weft_runner_event ev = {.kind = WEFT_RUNNER_EV_STAGE, .job = jr->key,
                                    .seconds = m->denoise_s};
     snprintf(ev.stage, sizeof(ev.stage), "denoise");

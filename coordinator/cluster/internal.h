@@ -90,6 +90,13 @@ struct job_run {
     bool blocking; /* auto: it ran when the mesh began to drain for a switch (the reservation) */
     double work;   /* its images' steps and decodes, in replica_work's units */
     int devices;   /* the workers of the replicas it runs on */
+    /* what it is and what its images took, for auto's cost record (weft_cr_auto_record): its
+     * shape, a replica's workers, and the seconds its decoding ranks reported per image */
+    int64_t height, width, steps;
+    bool cfg;
+    int per;
+    int64_t images_done;
+    double denoise_s, decode_s;
 };
 
 /* What a replica's job has left, for auto's backfill (auto.c): its images [first, first +
@@ -97,7 +104,6 @@ struct job_run {
  * the image-steps reported done, the work of one image-step (pixels; twice that with true
  * CFG). */
 #define WEFT_CR_DECODE_STEPS 1
-#define WEFT_CR_RATES 16
 struct replica_work {
     int64_t first, count, steps, done;
     double unit;
@@ -116,6 +122,22 @@ static inline double weft_cr_job_work(int64_t height, int64_t width, bool true_c
     return weft_cr_step_work(height, width, true_cfg) * (double)images *
            (double)(steps + WEFT_CR_DECODE_STEPS);
 }
+
+/* What one completed job cost, in device-seconds (seconds times the workers of its replicas),
+ * for auto's stream estimate (auto.c): a denoising step per FLOP the planner counts in it
+ * (weft_autoplan_step_flops), an image's decode per pixel, and the rest of the job whatever its
+ * size (its text encoding, messages and PNG files, the waits between). A ring of the last
+ * WEFT_CR_COSTS. */
+#define WEFT_CR_COSTS 16
+struct weft_cr_cost {
+    double per_flop, per_pixel, fixed;
+};
+
+/* The device-seconds a job of `images` images of `steps` steps (each step_flops, each image
+ * `pixels`) takes at the medians of costs[0, n) taken apart: a small job's fixed costs do not
+ * make a large one's steps look dear. 0 when n is 0. */
+double weft_cr_cost_predict(const struct weft_cr_cost *costs, int n, double step_flops,
+                            double pixels, int64_t steps, int64_t images);
 
 struct comm_total {
     char group[WEFT_MSG_LABEL_MAX], op[WEFT_MSG_LABEL_MAX];
@@ -183,10 +205,9 @@ struct cluster_runner {
      * per second in the last one that read weights (0: none yet) */
     double plan_started, plan_kept_s, load_bps;
     uint64_t plan_kept;
-    /* the device-seconds a unit of work took in the last jobs that completed (their run time
-     * times their devices over their work), a ring of WEFT_CR_RATES: auto's stream estimate */
-    double rates[WEFT_CR_RATES];
-    uint64_t n_rates;
+    /* what the last jobs that completed cost: auto's stream estimate */
+    struct weft_cr_cost costs[WEFT_CR_COSTS];
+    uint64_t n_costs;
 };
 
 double weft_cr_now(void);
@@ -230,6 +251,8 @@ const char *weft_cr_host_key(const struct worker *w);
  * start from one replica per worker. A no-op in fixed mode. */
 weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err);
 void weft_cr_auto_cleanup(struct cluster_runner *r);
+/* Record what jr, just completed, cost (auto mode only). */
+void weft_cr_auto_record(struct cluster_runner *r, const struct job_run *jr);
 void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d);
 const char *weft_cr_layout_reason(struct weft_runner *base);
 /* Before a plan: the layout it takes (want, or for the first plan one chosen for a stream of

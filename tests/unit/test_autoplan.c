@@ -281,6 +281,15 @@ static void step_time(const struct weft_autoplan_model *m)
                                               .link = WEFT_LINK_NVLINK, .flops = 400e12};
     const struct weft_autoplan_job job = {1024, 1024, 28, 1, 512, false, WEFT_GOAL_LATENCY};
     struct weft_autoplan_candidate c[16];
+    /* the step's FLOPs as the coordinator's cost record counts them: the pass, twice with
+     * true CFG, none for a model with no token size */
+    CHECK(weft_autoplan_step_flops(m, &job) == got);
+    struct weft_autoplan_job twice = job;
+    twice.cfg = true;
+    CHECK(weft_autoplan_step_flops(m, &twice) == 2 * got);
+    struct weft_autoplan_model none = *m;
+    none.side_unit = 0;
+    CHECK(weft_autoplan_step_flops(&none, &job) == 0);
     const int n1 = weft_autoplan_rank(m, &dev, &job, 1, c, 16);
     CHECK_EQ(n1, 1);
     CHECK(fabs(c[0].time.compute - got / 400e12) < 1e-12 && c[0].time.total == c[0].time.compute);
