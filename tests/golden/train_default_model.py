@@ -503,13 +503,16 @@ def shape_tokens(lat):
     return ((lat - med).norm(dim=-1) > 4.0).float()
 
 
-def phase_transformer(state, name="transformer", steps=TR_STEPS, peak=TR_PEAK, seed=1505, init=None):
+def phase_transformer(state, name="transformer", steps=TR_STEPS, peak=TR_PEAK, seed=1505, init=None,
+                      two_share=None):
     """steps of batch TR_BATCH, flow matching (x_t = (1 - s) x0 + s e, target e - x0, s
     logit-normal) with the shapes' latent tokens weighted TR_WEIGHT to 1 (the shapes are a sixth
     of the tokens the loss averages over, and their colours are what the pictures are for),
     AdamW on a cosine from peak after 200 warm-up steps, an EMA of the weights exported to
     state/name/model. With init (a FluxTransformer2DModel folder) a continuation: the model and
-    its EMA start from those weights, the EMA at its full decay from the first step."""
+    its EMA start from those weights, the EMA at its full decay from the first step. With
+    two_share, that share of each batch is drawn from the two-shape scenes (else the batch is
+    drawn from all scenes alike, 27 % of them two-shape)."""
     out = os.path.join(state, name)
     done = os.path.join(out, "done")
     if os.path.exists(done) and open(done).read().strip() == str(steps):
@@ -519,6 +522,9 @@ def phase_transformer(state, name="transformer", steps=TR_STEPS, peak=TR_PEAK, s
     lat, emb, pooled = data["lat"], data["emb"], data["pooled"]
     shapes = shape_tokens(lat)
     n = lat.shape[0]
+    two = torch.tensor([" and " in c for c in data["captions"]])
+    two_idx, one_idx = two.nonzero().squeeze(1), (~two).nonzero().squeeze(1)
+    n_two = 0 if two_share is None else round(TR_BATCH * two_share)
     torch.manual_seed(seed)
     model = make_transformer()
     if init:
@@ -545,7 +551,11 @@ def phase_transformer(state, name="transformer", steps=TR_STEPS, peak=TR_PEAK, s
         lr = peak * warm * (0.5 * (1 + math.cos(math.pi * step / steps))) + 1e-5
         for pg in opt.param_groups:
             pg["lr"] = lr
-        idx = torch.randint(0, n, (TR_BATCH,), generator=g)
+        if two_share is None:
+            idx = torch.randint(0, n, (TR_BATCH,), generator=g)
+        else:
+            idx = torch.cat([two_idx[torch.randint(0, len(two_idx), (n_two,), generator=g)],
+                             one_idx[torch.randint(0, len(one_idx), (TR_BATCH - n_two,), generator=g)]])
         x0 = lat[idx]
         noise = torch.randn(x0.shape, generator=g)
         s = torch.sigmoid(torch.randn(TR_BATCH, generator=g))
@@ -740,6 +750,12 @@ def main():
                          "--more-peak) and export that")
     ap.add_argument("--more-steps", type=int, default=TR_MORE_STEPS, help=f"default {TR_MORE_STEPS}")
     ap.add_argument("--more-peak", type=float, default=TR_MORE_PEAK, help=f"default {TR_MORE_PEAK}")
+    ap.add_argument("--two-share", type=float, metavar="F",
+                    help="--continue-from: draw this share of each batch from the two-shape scenes "
+                         "(default: all scenes alike, 27 %% two-shape)")
+    ap.add_argument("--seed", type=int, default=1508,
+                    help="--continue-from: the batch and noise seed (default 1508; give another "
+                         "when chaining continuations)")
     a = ap.parse_args()
     gc.setup()
     torch.use_deterministic_algorithms(False)
@@ -760,7 +776,8 @@ def main():
         phase_vae(a.state)
         phase_data(a.state)
         if a.continue_from:
-            phase_transformer(a.state, "transformer-more", a.more_steps, a.more_peak, 1508, a.continue_from)
+            phase_transformer(a.state, "transformer-more", a.more_steps, a.more_peak, a.seed, a.continue_from,
+                              a.two_share)
             phase_export(a.state, a.out, "transformer-more")
         else:
             phase_transformer(a.state)
