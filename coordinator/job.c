@@ -13,6 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/base64.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "model/checkpoint.h"
@@ -40,26 +41,6 @@ static weft_status_t errf(char *err, size_t len, weft_status_t st, const char *f
 static int64_t limit(int64_t configured, int64_t hard)
 {
     return configured > 0 && configured < hard ? configured : hard;
-}
-
-bool weft_json_has_nul_escape(const char *text, size_t len)
-{
-    bool in_string = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = text[i];
-        if (!in_string) {
-            in_string = c == '"';
-            continue;
-        }
-        if (c == '"') {
-            in_string = false;
-        } else if (c == '\\' && i + 1 < len) {
-            if (text[i + 1] == 'u' && i + 5 < len && strncmp(text + i + 2, "0000", 4) == 0)
-                return true;
-            i++; /* the escaped character */
-        }
-    }
-    return false;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -577,9 +558,9 @@ weft_status_t weft_job_spec_parse(const char *body, size_t len, const struct wef
     if (!weft_utf8_valid(body, len, &bad_at))
         return errf(err, err_len, WEFT_ERR_INVALID, "request body is not UTF-8 (byte %zu)",
                     bad_at);
-    if (weft_json_has_nul_escape(body, len))
-        return errf(err, err_len, WEFT_ERR_INVALID,
-                    "the request body holds a \\u0000 escape: no field or value may contain NUL");
+    char why[160];
+    if (!weft_json_strict(body, len, WEFT_JOB_JSON_DEPTH, why, sizeof(why)))
+        return errf(err, err_len, WEFT_ERR_INVALID, "malformed JSON: %s", why);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {

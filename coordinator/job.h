@@ -107,8 +107,7 @@ weft_status_t weft_job_prompt_from_text(const struct weft_job_model *model, cons
                                         bool embeds_field, struct weft_job_prompt *p, char *err,
                                         size_t err_len);
 
-/* True when the JSON text holds a \u0000 escape inside a string (cJSON would cut the string
- * there, so "steps\u0000evil" would read as "steps"). */
-bool weft_json_has_nul_escape(const char *text, size_t len);
+/* How deep a request body's arrays and objects may nest (the API's deepest is 2). */
+#define WEFT_JOB_JSON_DEPTH 32
 
 #endif

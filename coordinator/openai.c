@@ -21,6 +21,7 @@
 
 #include "common/alloc.h"
 #include "common/base64.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "coordinator/internal.h"
@@ -356,12 +357,13 @@ static void parse_body(const struct weft_job_model *m, const struct weft_conf_ap
 {
     cJSON *root = NULL;
     size_t bad;
+    char why[160];
     if (!body || !len)
         fail(f, 400, NULL, "empty request body: a JSON object expected");
     else if (!weft_utf8_valid(body, len, &bad))
         fail(f, 400, NULL, "request body is not UTF-8 (byte %zu)", bad);
-    else if (weft_json_has_nul_escape(body, len))
-        fail(f, 400, NULL, "the request body holds a \\u0000 escape");
+    else if (!weft_json_strict(body, len, WEFT_JOB_JSON_DEPTH, why, sizeof(why)))
+        fail(f, 400, NULL, "malformed JSON: %s", why);
     else if (!(root = cJSON_ParseWithLength(body, len)))
         fail(f, 400, NULL, "malformed JSON");
     else

@@ -16,12 +16,11 @@ static const struct weft_job_limits lim = {.max_prompts = 4, .max_images = 8,
                                            .max_pixels = 512 * 512, .max_steps = 50};
 
 /* Parse body; expect want, and on failure an error containing sub. */
-static void expect(const char *body, weft_status_t want, const char *sub)
+static void expect_n(const char *body, size_t len, weft_status_t want, const char *sub)
 {
     struct weft_job_spec spec;
     char err[512] = "";
-    weft_status_t st = weft_job_spec_parse(body, strlen(body), &lim, model, &spec, err,
-                                           sizeof(err));
+    weft_status_t st = weft_job_spec_parse(body, len, &lim, model, &spec, err, sizeof(err));
     if (st != want || (sub && !strstr(err, sub))) {
         fprintf(stderr, "body %.200s\n  got %d (%s) \"%s\", want %d with \"%s\"\n", body, st,
                 weft_status_str(st), err, want, sub ? sub : "");
@@ -29,6 +28,11 @@ static void expect(const char *body, weft_status_t want, const char *sub)
     }
     if (st == WEFT_OK)
         weft_job_spec_cleanup(&spec);
+}
+
+static void expect(const char *body, weft_status_t want, const char *sub)
+{
+    expect_n(body, strlen(body), want, sub);
 }
 
 /* Parse body (which must parse), then check the job on layout; expect want and sub. */
@@ -141,13 +145,18 @@ static void test_valid(void)
     CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
     CHECK(!s.seed_random && s.seed == 0);
     weft_job_spec_cleanup(&s);
+    body = "{\"prompt\": \"red-fox\", \"seed\": 9007199254740992}"; /* 2^53: exact */
+    CHECK_OK(weft_job_spec_parse(body, strlen(body), &lim, model, &s, err, sizeof(err)));
+    CHECK(!s.seed_random && s.seed == 9007199254740992ull);
+    weft_job_spec_cleanup(&s);
 }
 
 static void test_refused(void)
 {
     expect("", WEFT_ERR_INVALID, "empty");
     expect("{\"prompt\": \"red-fox\"", WEFT_ERR_INVALID, "malformed JSON");
-    expect("{\"prompt\": \"red-fox\"} x", WEFT_ERR_INVALID, "trailing");
+    expect("{\"prompt\": \"red-fox\"} x", WEFT_ERR_INVALID,
+           "data after the JSON value at byte 22");
     expect("[1, 2]", WEFT_ERR_INVALID, "JSON object");
     expect("{\"prompt\": \"red-fox\", \"colour\": 1}", WEFT_ERR_INVALID,
            "unknown field \"colour\"");
@@ -211,6 +220,25 @@ static void test_refused(void)
            "\"18446744073709551616\"}", WEFT_ERR_RANGE, "64 bits");
     expect("{\"prompt\": \"red-fox\", \"width\": 64, \"height\": 64, \"seed\": 1e17}",
            WEFT_ERR_INVALID, "\"seed\"");
+    /* what cJSON takes but RFC 8259 forbids, and what a double does not carry exactly */
+    static const char nul[] = "{\"prompt\": \"red\0-fox\"}";
+    expect_n(nul, sizeof(nul) - 1, WEFT_ERR_INVALID, "NUL byte in a string at byte 15");
+    static const char nul_after[] = "{\"prompt\": \"red-fox\"}\0";
+    expect_n(nul_after, sizeof(nul_after) - 1, WEFT_ERR_INVALID, "NUL byte after the JSON");
+    expect("{\"prompt\": \"red\x01-fox\"}", WEFT_ERR_INVALID, "raw control character (0x01)");
+    expect("{\"prompt\": \"red\n-fox\"}", WEFT_ERR_INVALID, "raw control character (0x0a)");
+    expect("{\"prompt\": \"red-fox\", \"width\": 064}", WEFT_ERR_INVALID, "leading zero");
+    expect("{\"prompt\": \"red-fox\", \"guidance\": 5.}", WEFT_ERR_INVALID, "after its '.'");
+    expect("{\"prompt\": \"red-fox\",\v\"steps\": 4}", WEFT_ERR_INVALID, "JSON whitespace");
+    expect("\xEF\xBB\xBF{\"prompt\": \"red-fox\"}", WEFT_ERR_INVALID, "byte-order mark");
+    expect("{\"prompt\": \"red-fox\", \"seed\": 9007199254740993}", WEFT_ERR_INVALID,
+           "beyond 2^53");
+    expect("{\"prompt\": \"red-fox\", \"seed\": -9007199254740993}", WEFT_ERR_INVALID,
+           "beyond 2^53");
+    char deep[200] = "{\"prompt\": ";
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "[");
+    expect(deep, WEFT_ERR_INVALID, "nested deeper than 32");
 }
 
 static void test_inline(void)
