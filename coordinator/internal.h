@@ -127,6 +127,7 @@ struct weft_openai_opts {
     enum weft_image_format format; /* output_format */
     int quality;                   /* 1..100 for jpeg and webp */
     char base_url[300];            /* "http://host:port" the client used, for url answers */
+    bool replayed;                 /* an Idempotency-Key retry: the first request's job answers */
 };
 
 struct weft_watch {

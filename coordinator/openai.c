@@ -471,10 +471,21 @@ static void answer(struct weft_coord *c, const struct weft_openai_opts *o, const
     }
 }
 
+/* answer(), and on a retry with the same Idempotency-Key the header that says so, as
+ * POST /v1/jobs sends it. */
+static void answer_job(struct weft_coord *c, const struct weft_openai_opts *o,
+                       const struct job *j, struct weft_api_response *resp)
+{
+    answer(c, o, j, resp);
+    const size_t n = strlen(resp->headers);
+    if (o->replayed && n < sizeof(resp->headers))
+        snprintf(resp->headers + n, sizeof(resp->headers) - n, "Idempotent-Replayed: true\r\n");
+}
+
 void weft_api_openai_finish(struct weft_coord *c, struct weft_watch *w, struct job *j)
 {
     struct weft_api_response resp = {0};
-    answer(c, &w->oa, j, &resp);
+    answer_job(c, &w->oa, j, &resp);
     if (c->api.access_log)
         WEFT_LOG_INFO("access", "POST /v1/images/generations %d %zu job=%s (answered)",
                       resp.code, resp.len, j->id);
@@ -499,7 +510,7 @@ static void wait_for(struct weft_coord *c, const struct weft_http_request *req,
                      const struct oa_request *r, struct job *j, struct weft_api_response *resp)
 {
     if (j->state >= JOB_DONE) {
-        answer(c, &r->opts, j, resp);
+        answer_job(c, &r->opts, j, resp);
         return;
     }
     struct weft_watch *w = weft_calloc(1, sizeof(*w));
@@ -537,8 +548,10 @@ void weft_api_openai_generate(struct weft_coord *c, const struct weft_http_reque
         return;
     }
     parse_body(c->model, &c->api, req->body, req->body_len, &r, &f);
-    if (idem > 0)
+    if (idem > 0) {
         weft_job_spec_cleanup(&r.spec); /* a replay: the first job answers */
+        r.opts.replayed = true;
+    }
     if (f.code) {
         weft_job_spec_cleanup(&r.spec);
         c->m.refused++;

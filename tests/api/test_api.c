@@ -1670,6 +1670,7 @@ static int case_idempotency(void)
         CHECK_EQ(raw_exchange(&s, req, (size_t)n, buf, sizeof(buf) - 1, &closed), 200);
         const char *j = strstr(buf, "X-Weft-Job: ");
         CHECK(j && sscanf(j, "X-Weft-Job: %16[0-9a-f]", ids[k]) == 1);
+        CHECK((k == 1) == (strstr(buf, "Idempotent-Replayed: true\r\n") != NULL));
     }
     CHECK(strcmp(ids[0], ids[1]) == 0);
     n = snprintf(req, sizeof(req), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
