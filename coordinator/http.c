@@ -1,6 +1,7 @@
 /* HTTP/1.1 request parsing on top of llhttp, with every size bounded before it is stored. */
 #include "coordinator/http.h"
 
+#include <ctype.h>
 #include <llhttp.h>
 #include <string.h>
 #include <strings.h>
@@ -167,6 +168,30 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t n)
     return hdr_take(p, at, n, p->cur != HDR_NONE);
 }
 
+/* RFC 9112 section 3.2's Host: uri-host [":" port], uri-host an IP-literal ("[" v6 "]") or a
+ * reg-name / IPv4 (unreserved, pct-encoded, sub-delims); empty is allowed (an absolute target
+ * with no authority). A value with '/', '?', '@', a space or a quote is refused. */
+static bool host_ok(const char *v)
+{
+    size_t i = 0;
+    if (v[0] == '[') {
+        for (i = 1; v[i] && v[i] != ']'; i++)
+            if (!isxdigit((unsigned char)v[i]) && v[i] != ':' && v[i] != '.')
+                return false;
+        if (v[i++] != ']')
+            return false;
+    } else {
+        for (; v[i] && v[i] != ':'; i++)
+            if (!isalnum((unsigned char)v[i]) && !strchr("-._~%!$&'()*+,;=", v[i]))
+                return false;
+    }
+    if (v[i] == ':')
+        for (i++; v[i]; i++)
+            if (!isdigit((unsigned char)v[i]))
+                return false;
+    return v[i] == '\0';
+}
+
 static int on_header_value_complete(llhttp_t *ll)
 {
     struct weft_http_parser *p = parser_of(ll);
@@ -193,6 +218,8 @@ static int on_header_value_complete(llhttp_t *ll)
         p->req.idempotency_key = v;
         break;
     case HDR_HOST:
+        if (!host_ok(v))
+            return fail(p, 400, "invalid Host header (RFC 9112: host[:port])");
         p->req.host = v;
         break;
     case HDR_NONE:

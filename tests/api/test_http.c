@@ -208,6 +208,20 @@ static void test_versions_and_host(void)
     CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 4096, 1000, "Host"), 400);
     CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost: a\r\n\r\n", 4096, 1000, NULL), 0);
     CHECK_EQ(bad_code("GET / HTTP/1.1\r\nHost:\r\n\r\n", 4096, 1000, NULL), 0);
+    /* and a valid one (it becomes the base of the URLs the OpenAI endpoint answers with) */
+    static const char *const hosts_ok[] = {"localhost:8642", "127.0.0.1", "[::1]:80",
+                                           "my-host.example", "a_b~c%41"};
+    static const char *const hosts_bad[] = {"evil.example/x?y=", "a\"b", "a b", "u@h",
+                                            "h:80x", "[::1", "[zz]", "h:8/"};
+    char req[160];
+    for (size_t i = 0; i < sizeof(hosts_ok) / sizeof(hosts_ok[0]); i++) {
+        snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", hosts_ok[i]);
+        CHECK_EQ(bad_code(req, 4096, 1000, NULL), 0);
+    }
+    for (size_t i = 0; i < sizeof(hosts_bad) / sizeof(hosts_bad[0]); i++) {
+        snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", hosts_bad[i]);
+        CHECK_EQ(bad_code(req, 4096, 1000, "invalid Host"), 400);
+    }
     CHECK_EQ(bad_code("GET / HTTP/1.0\r\n\r\n", 4096, 1000, NULL), 0);
     /* and per request: the second request of a connection needs its own Host */
     struct weft_http_parser *p = parser(4096, 1000);
