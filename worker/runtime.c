@@ -640,7 +640,8 @@ static bool all_finite(const float *x, int64_t n)
 
 /* After every step: values checked, the step reported, then the replica agrees on stopping.
  * Only the decoding rank polls the coordinator's cancel flag; the sum over the replica puts
- * every rank at the same step. */
+ * every rank at the same step. The last step agrees too: a cancel that comes before the image
+ * is decoded stops it there (no image), on every rank at once. */
 static weft_status_t step_end(void *varg, int step, int steps, const float *lat, int64_t n)
 {
     struct step_ctx *sc = varg;
@@ -654,14 +655,14 @@ static weft_status_t step_end(void *varg, int step, int steps, const float *lat,
         sc->on_step(sc->arg, step + 1, steps, now - sc->last);
     sc->last = now;
     float stop = rt->a.decode && sc->cancelled && sc->cancelled(sc->arg) ? 1.0f : 0.0f;
-    if (rt->comm && step + 1 < steps) {
+    if (rt->comm) {
         weft_status_t st =
             weft_par_transport_host_allreduce(rt->pt, WEFT_MESH_REPLICA, &stop, 1);
         if (st != WEFT_OK) /* the transport logged why */
             return weft_error_refuse(sc->err, st, "the replica's agreement after step %d of %d: "
                                      "%s", step + 1, steps, weft_status_str(st));
     }
-    return stop > 0.0f && step + 1 < steps ? WEFT_ERR_CANCELLED : WEFT_OK;
+    return stop > 0.0f ? WEFT_ERR_CANCELLED : WEFT_OK;
 }
 
 static weft_status_t denoise(struct weft_runtime *rt, const struct weft_rt_image *img,

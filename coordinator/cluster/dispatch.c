@@ -268,7 +268,8 @@ void weft_cr_cancel(struct weft_runner *base, uint64_t key)
     struct job_run *jr = job_find(r, key);
     if (!jr)
         return;
-    weft_cr_job_fail(jr, WEFT_ERR_CANCELLED, "cancelled");
+    /* the job ends cancelled when its workers stop it (they agree at a step's end, the last
+     * one included); one whose images were all made before the cancel reached them is done */
     const union weft_msg m = {.job = {key}};
     for (int i = 0; i < MAX_WORKERS; i++) {
         struct worker *w = &r->w[i];

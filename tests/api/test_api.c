@@ -786,6 +786,20 @@ static int case_cancel(void)
     CHECK(st.state == WEFT_JOB_CANCELLED);
     CHECK(st.step < 1000);
     CHECK_EQ(st.n_images, 0);
+    /* a cancel during the last step (the only one; 1024 x 1024 takes seconds here) stops the
+     * job before its decode: cancelled, no image (it once went on to the image and ended done) */
+    char last[WEFT_CLIENT_ID_MAX];
+    submit(c, fox, 1, 1024, 1, 1, 0, last);
+    for (int i = 0; i < 3000; i++) { /* 30 s */
+        CHECK_C(c, weft_client_status(c, last, &st));
+        if (st.state != WEFT_JOB_QUEUED)
+            break;
+        sleep_ms(10);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    CHECK_C(c, weft_client_cancel(c, last));
+    CHECK_C(c, weft_client_wait(c, last, 60000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_CANCELLED && st.n_images == 0);
     /* cancelling a finished job is a conflict */
     CHECK(weft_client_cancel(c, id) == WEFT_ERR_BUSY);
     CHECK_EQ(weft_client_http_status(c), 409);

@@ -250,6 +250,21 @@ static inline void wait_running(struct weft_client *c, const char *id)
     weft_job_status_cleanup(&st);
 }
 
+/* Until job id runs (bounded), whatever its step. */
+static inline void wait_started(struct weft_client *c, const char *id)
+{
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 3000; i++) {
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(c, id, &st));
+        if (st.state != WEFT_JOB_QUEUED)
+            break;
+        sleep_ms(10);
+    }
+    CHECK(st.state == WEFT_JOB_RUNNING);
+    weft_job_status_cleanup(&st);
+}
+
 /* The harness's main: test BINARY CASE, the case chosen by name, a watchdog, a temporary
  * folder removed on success. */
 struct harness_case {

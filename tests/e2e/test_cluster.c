@@ -918,6 +918,16 @@ static int case_cancel(void)
            weft_client_state_name(st.state), now_ms() - t0);
     CHECK(st.state == WEFT_JOB_CANCELLED && st.step < 100);
     weft_job_status_cleanup(&st);
+    /* a cancel during the last step (the only one; 1024 x 1024 takes seconds here) stops the
+     * job before its decode: cancelled, no image (it once ended cancelled with its image) */
+    submit(k.c, 1024, 1, id);
+    wait_started(k.c, id);
+    CHECK_OK(weft_client_cancel(k.c, id));
+    CHECK_OK(weft_client_wait(k.c, id, 60000, NULL, NULL, &st));
+    printf("cancelled in its last step: %s, %zu images\n", weft_client_state_name(st.state),
+           st.n_images);
+    CHECK(st.state == WEFT_JOB_CANCELLED && st.n_images == 0);
+    weft_job_status_cleanup(&st);
     submit(k.c, 256, 2, id);
     CHECK_OK(weft_client_wait(k.c, id, 60000, NULL, NULL, &st));
     CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1);
