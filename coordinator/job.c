@@ -357,6 +357,8 @@ static weft_status_t parse_embeds(const cJSON *v, const char *where, int i,
             st = weft_st_open_memory(what, data, n_data, &f, &why);
             if (st == WEFT_OK)
                 st = weft_model_check_prompt(m->desc, f, what, &p->tokens, &why);
+            if (st == WEFT_OK)
+                st = weft_model_check_prompt_values(f, what, &why);
             weft_st_close(f);
             if (st != WEFT_OK) {
                 weft_free(data);

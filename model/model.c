@@ -1,6 +1,7 @@
 /* The model description and the layout rules (see model.h). */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -659,6 +660,31 @@ static weft_status_t read_f32(struct weft_st_file *f, const char *name, float **
         return st;
     }
     *out = p;
+    return WEFT_OK;
+}
+
+weft_status_t weft_model_check_prompt_values(struct weft_st_file *file, const char *what,
+                                             struct weft_error *err)
+{
+    static const char *const names[] = {"prompt_embeds", "pooled_prompt_embeds"};
+    for (int k = 0; k < 2; k++) {
+        const struct weft_st_tensor *t = weft_st_find(file, names[k]);
+        if (!t)
+            continue;
+        float *v = NULL;
+        weft_status_t st = read_f32(file, names[k], &v, err);
+        if (st != WEFT_OK || !v)
+            return st;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < t->numel && bad < 0; i++)
+            if (!isfinite(v[i]))
+                bad = i;
+        weft_free(v);
+        if (bad >= 0)
+            return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                     "%s: %s holds a value that is not finite (NaN or infinite) "
+                                     "at element %lld", what, names[k], (long long)bad);
+    }
     return WEFT_OK;
 }
 

@@ -121,6 +121,12 @@ weft_status_t weft_model_check_layout(const struct weft_model *model,
 weft_status_t weft_model_check_prompt(const struct weft_model *model, struct weft_st_file *file,
                                       const char *what, int64_t *tokens_p,
                                       struct weft_error *err);
+
+/* The values of a prompt's embeddings (weft_model_check_prompt passed): every one finite, or
+ * refused naming the tensor and the element (a job with NaN in its text would run to its first
+ * step and fail there). Reads the tensors whole, as floats. */
+weft_status_t weft_model_check_prompt_values(struct weft_st_file *file, const char *what,
+                                             struct weft_error *err);
 /* A prompt's embeddings read from a safetensors file (checked as above), as f32. */
 struct weft_prompt_embeds {
     float *embeds; /* [tokens, joint_attention_dim] (weft_free) */

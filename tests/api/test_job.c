@@ -1,6 +1,7 @@
 /* coordinator/job.c: job requests against the limits and the model (every refusal names its
  * field), inline prompt embeddings, base64, the journal form's round trip, and model/job.c's
  * rules applied to what was parsed (sizes, pixels, prompts against the layout). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,6 +279,22 @@ static void test_inline(void)
     expect(body, WEFT_ERR_INVALID, "pooled_projection_dim");
     free(bad);
     free(bad_enc);
+    /* a NaN in prompt_embeds, an infinity in pooled_prompt_embeds: refused at submission, not
+     * at the first step */
+    for (int k = 0; k < 2; k++) {
+        bad = prompt_file(7, joint, pooled, &len);
+        const size_t data = len - (size_t)(7 * joint + pooled) * 4; /* pooled, then embeds */
+        const float v = k ? INFINITY : NAN;
+        memcpy((char *)bad + data + (k ? 0 : (size_t)pooled * 4 + 5 * 4), &v, 4);
+        bad_enc = b64(bad, len);
+        sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
+        expect(body, WEFT_ERR_INVALID,
+               k ? "pooled_prompt_embeds holds a value that is not finite (NaN or infinite) at "
+                   "element 0"
+                 : "prompt_embeds holds a value that is not finite (NaN or infinite) at element 5");
+        free(bad);
+        free(bad_enc);
+    }
     bad_enc = b64("hello, not a file", 17);
     sprintf(body, "{\"prompt\": {\"safetensors\": \"%s\"}}", bad_enc);
     expect(body, WEFT_ERR_INVALID, "prompts[0]");
