@@ -67,6 +67,20 @@ static size_t json_escape(const char *s, char *out, size_t cap)
     return o;
 }
 
+/* s for a text line: control bytes (a terminal's escape sequences, line breaks that would
+ * forge another log line) written as \xNN; a tab stays. */
+static void text_escape(const char *s, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < cap; p++) {
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+}
+
 void weft_log_write(enum weft_log_level level, const char *subsys, const char *fmt, ...)
 {
     char msg[1024];
@@ -86,12 +100,14 @@ void weft_log_write(enum weft_log_level level, const char *subsys, const char *f
         return;
     }
 
-    char line[3072];
+    char line[4608], text[4096];
     int len;
+    if (log_format != WEFT_LOG_FORMAT_JSON || log_style == WEFT_LOG_STYLE_SHORT)
+        text_escape(msg, text, sizeof(text));
     if (log_style == WEFT_LOG_STYLE_SHORT) {
         len = snprintf(line, sizeof(line), "weft: %s%s%s\n",
                        level == WEFT_LOG_LEVEL_INFO ? "" : level_names[level],
-                       level == WEFT_LOG_LEVEL_INFO ? "" : ": ", msg);
+                       level == WEFT_LOG_LEVEL_INFO ? "" : ": ", text);
     } else {
         char host[64] = "?", ts[40];
         gethostname(host, sizeof(host) - 1);
@@ -118,7 +134,7 @@ void weft_log_write(enum weft_log_level level, const char *subsys, const char *f
             if (log_rank >= 0)
                 snprintf(rank, sizeof(rank), "r%d", log_rank);
             len = snprintf(line, sizeof(line), "%s %s %s:%d %c %s: %s\n", ts, rank, host,
-                           (int)getpid(), level_letters[level], subsys, msg);
+                           (int)getpid(), level_letters[level], subsys, text);
         }
     }
     if (len > (int)sizeof(line) - 1)
