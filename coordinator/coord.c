@@ -741,6 +741,16 @@ static void add_stage(struct job *j, const char *name, double seconds)
     }
 }
 
+/* Back in the queue: the steps of the images not yet made start again (the progress says so;
+ * the images made are kept). */
+static void requeue_progress(struct job *j)
+{
+    j->step = 0;
+    for (int i = 0; i < j->n_images; i++)
+        if (!j->images[i].done)
+            j->image_steps[i] = 0;
+}
+
 static void on_finished(struct weft_coord *c, struct job *j, const struct weft_runner_event *ev)
 {
     c->running--;
@@ -748,6 +758,7 @@ static void on_finished(struct weft_coord *c, struct job *j, const struct weft_r
         /* stopped by the shutdown: it stays queued in the journal and runs after a restart */
         j->state = JOB_QUEUED;
         j->interrupted = true;
+        requeue_progress(j);
         WEFT_LOG_INFO("coord", "job %s interrupted by the shutdown; it runs again after a "
                                "restart", j->id);
         weft_api_job_changed(c, j, -1);
@@ -758,7 +769,7 @@ static void on_finished(struct weft_coord *c, struct job *j, const struct weft_r
         /* a device was lost under it: first in the queue again, for what the runner has left
          * (another replica, or the mesh planned again); images already written are kept */
         j->state = JOB_QUEUED;
-        j->step = 0;
+        requeue_progress(j);
         list_push_front(&c->queue, j);
         WEFT_LOG_WARN("coord", "job %s: %s; it runs again (attempt %d of at most %lld)", j->id,
                       ev->reason[0] ? ev->reason : weft_status_str(ev->status), j->attempts + 1,

@@ -413,6 +413,43 @@ static int case_rerun(void)
     return 0;
 }
 
+/* tp 2 on two workers, one SIGKILLed mid-job: the job goes back to the queue and waits there
+ * for a second worker, its progress back to nothing made (it showed the lost run's half while
+ * queued), then runs whole once a new worker joins. */
+static int case_requeue(void)
+{
+    struct cluster k;
+    const char *extra[] = {"--api.max_attempts=3", NULL};
+    cluster_up(&k, "2", extra, 2);
+    char id[WEFT_CLIENT_ID_MAX];
+    submit(k.c, 256, 16, id);
+    wait_running(k.c, id); /* after its first step */
+    kill(k.w[1], SIGKILL);
+    (void)wait_pid(k.w[1]);
+    struct weft_job_status st = {0};
+    for (int i = 0; i < 1500; i++) { /* 30 s */
+        weft_job_status_cleanup(&st);
+        CHECK_OK(weft_client_status(k.c, id, &st));
+        if (st.state == WEFT_JOB_QUEUED)
+            break;
+        sleep_ms(20);
+    }
+    printf("after the loss: %s, step %d, %d images done, fraction %.2f, %d attempts\n",
+           weft_client_state_name(st.state), st.step, st.images_done, st.fraction, st.attempts);
+    CHECK(st.state == WEFT_JOB_QUEUED && st.attempts == 1);
+    CHECK(st.step == 0 && st.images_done == 0 && st.fraction == 0);
+    weft_job_status_cleanup(&st);
+    char wlog[512];
+    snprintf(wlog, sizeof(wlog), "%s/w9.log", tmp);
+    k.w[1] = start_worker(k.workers, secret_env, wlog);
+    CHECK_OK(weft_client_wait(k.c, id, 120000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE && st.n_images == 1 && st.attempts == 2 &&
+          st.fraction == 1);
+    weft_job_status_cleanup(&st);
+    cluster_down(&k);
+    return 0;
+}
+
 /* dp 2: two one-image jobs run side by side, one per replica (capacity is the free replicas). */
 static int case_concurrent(void)
 {
@@ -1819,6 +1856,7 @@ int main(int argc, char **argv)
         {"flux2", case_flux2},     {"qwen", case_qwen},
         {"layouts", case_layouts}, {"kill", case_kill},       {"secret", case_secret},
         {"devmap", case_devmap},   {"autoplan", case_autoplan}, {"true_cfg", case_true_cfg},   {"restart", case_restart}, {"rerun", case_rerun},
+        {"requeue", case_requeue},
         {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped},
         {"auto_stream", case_auto_stream}, {"auto_backfill", case_auto_backfill},
         {"auto_drain", case_auto_drain}, {"auto_devmap", case_auto_devmap},
