@@ -191,10 +191,15 @@ static bool parse_size(const char *size, struct weft_job_spec *s, struct oa_fail
 {
     if (strcmp(size, "auto") == 0)
         return true;
+    /* digits only, no sign, space or leading zero (sscanf's %u would take " +064") */
     unsigned w = 0, h = 0;
-    char tail;
-    if (sscanf(size, "%5ux%5u%c", &w, &h, &tail) != 2 || w < 1 || h < 1 ||
-        w > WEFT_JOB_MAX_SIDE || h > WEFT_JOB_MAX_SIDE)
+    const char *x = strchr(size, 'x');
+    const size_t nw = x ? (size_t)(x - size) : 0, nh = x ? strlen(x + 1) : 0;
+    const bool digits = x && nw >= 1 && nw <= 5 && nh >= 1 && nh <= 5 && size[0] != '0' &&
+                        x[1] != '0' && strspn(size, "0123456789") == nw &&
+                        strspn(x + 1, "0123456789") == nh;
+    if (!digits || sscanf(size, "%5ux%5u", &w, &h) != 2 || w > WEFT_JOB_MAX_SIDE ||
+        h > WEFT_JOB_MAX_SIDE)
         return fail(f, 400, "size", "'size' must be WIDTHxHEIGHT (e.g. 1024x1024) or auto");
     s->width = w;
     s->height = h;

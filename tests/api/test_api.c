@@ -1455,6 +1455,13 @@ static int case_openai(void)
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"negative_prompt\": \"lighthouse\", "
                     "\"true_cfg_scale\": -1}", 400, "true_cfg_scale", "0..1000");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"size\": \"big\"}", 400, "size", "WIDTHxHEIGHT");
+    static const char *const sizes[] = {"+64x+64", "064x064", " 64x64", "64x64 ", "64X64", "x64",
+                                        "64x", "-64x64", "64x64x64", "0x64", "123456x64"};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char b[128];
+        snprintf(b, sizeof(b), "{\"prompt\": \"red-fox\", \"size\": \"%s\"}", sizes[i]);
+        expect_oa_error(c, b, 400, "size", "WIDTHxHEIGHT");
+    }
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"size\": \"60x60\"}", 400, NULL,
                     "multiples of 16");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"colour\": 1}", 400, "colour", "unknown field");
