@@ -255,6 +255,15 @@ static int on_headers_complete(llhttp_t *ll)
     struct weft_http_request *r = &p->req;
     if (!r->target)
         return fail(p, 400, "request without a target");
+    /* RFC 9112 section 3.2.2: a server must accept the absolute form (what a client sends to a
+     * proxy); the path and query are what it asks for */
+    if (strncasecmp(r->target, "http://", 7) == 0 || strncasecmp(r->target, "https://", 8) == 0) {
+        const char *auth = strstr(r->target, "//") + 2;
+        const char *path = auth + strcspn(auth, "/?#");
+        if (*path != '/')
+            return fail(p, 400, "absolute request target without a path");
+        r->target = path;
+    }
     /* llhttp takes a request line without a version as HTTP/0.9 and accepts HTTP/2.0 in a
      * request line; neither is the HTTP/1.x this parser speaks */
     if (ll->http_major == 0)

@@ -247,7 +247,8 @@ double weft_autoplan_step_flops(const struct weft_autoplan_model *m,
 {
     if (m->side_unit < 1)
         return 0;
-    return (job->cfg ? 2.0 : 1.0) * weft_flux_flops(&m->flux, image_tokens(m, job), job->text_tokens);
+    return (job->cfg ? 2.0 : 1.0) *
+           weft_flux_flops(&m->flux, image_tokens(m, job), job->text_tokens);
 }
 
 /* The step time of p (its messages counted), autoplan.h's weft_autoplan_time. */

@@ -94,6 +94,24 @@ static void test_whole_and_bytewise(void)
     }
 }
 
+/* RFC 9112 section 3.2.2: the absolute form is taken, its path and query asked for. */
+static void test_absolute_form(void)
+{
+    static const char *const forms[][2] = {
+        {"GET http://x:8642/v1/models HTTP/1.1\r\nHost: x:8642\r\n\r\n", "/v1/models"},
+        {"GET HTTPS://x/v1/jobs?state=done HTTP/1.1\r\nHost: x\r\n\r\n", "/v1/jobs?state=done"},
+        {"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", "/v1/models"}};
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        struct weft_http_parser *p = parser(4096, 1024);
+        size_t off = 0;
+        CHECK(run(p, forms[i][0], strlen(forms[i][0]), 0, &off) == WEFT_HTTP_MESSAGE);
+        CHECK(strcmp(weft_http_parser_request(p)->target, forms[i][1]) == 0);
+        weft_http_parser_destroy(p);
+    }
+    CHECK_EQ(bad_code("GET http://x?a=1 HTTP/1.1\r\nHost: x\r\n\r\n", 4096, 1000,
+                      "without a path"), 400);
+}
+
 static void test_pipelined_and_chunked(void)
 {
     const char *two = "GET /v1/cluster HTTP/1.1\r\nHost: a\r\n\r\n"
@@ -298,6 +316,7 @@ int main(void)
 {
     test_quiet();
     test_whole_and_bytewise();
+    test_absolute_form();
     test_pipelined_and_chunked();
     test_headers_event();
     test_limits_and_garbage();
