@@ -515,7 +515,34 @@ static void handle_submit(struct weft_coord *c, const struct weft_http_request *
     respond_json(resp, 202, job_json(c, j));
 }
 
-/* The value of query parameter name in target ("" when given empty), false when absent. */
+static int hex_digit(char x)
+{
+    return x >= '0' && x <= '9' ? x - '0'
+           : x >= 'a' && x <= 'f' ? x - 'a' + 10
+           : x >= 'A' && x <= 'F' ? x - 'A' + 10
+                                  : -1;
+}
+
+/* v[0..n) percent-decoded into out (RFC 3986 section 2.1; '%' not followed by two hex digits,
+ * and a decoded NUL, are kept as written), cut to len - 1 bytes. */
+static void percent_decode(const char *v, size_t n, char *out, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < len; i++) {
+        const int hi = v[i] == '%' && i + 2 < n ? hex_digit(v[i + 1]) : -1;
+        const int lo = hi >= 0 ? hex_digit(v[i + 2]) : -1;
+        if (lo >= 0 && (hi | lo) != 0) {
+            out[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            out[o++] = v[i];
+        }
+    }
+    out[o] = '\0';
+}
+
+/* The value of query parameter name in target ("" when given empty; percent-decoded), false
+ * when absent. */
 bool weft_api_query(const char *target, const char *name, char *out, size_t len)
 {
     const char *q = strchr(target, '?');
@@ -524,8 +551,7 @@ bool weft_api_query(const char *target, const char *name, char *out, size_t len)
         q++;
         size_t seg = strcspn(q, "&#");
         if (seg > n && strncmp(q, name, n) == 0 && q[n] == '=') {
-            size_t v = seg - n - 1;
-            snprintf(out, len, "%.*s", (int)(v < len ? v : len - 1), q + n + 1);
+            percent_decode(q + n + 1, seg - n - 1, out, len);
             return true;
         }
         if (seg == n && strncmp(q, name, n) == 0) {

@@ -270,6 +270,18 @@ static void test_routes_and_auth(void)
     CHECK(!weft_api_match("/v2/jobs", &r));
     CHECK(!weft_api_match("", &r));
 
+    /* query values, percent-decoded (RFC 3986 section 2.1); a stray '%' and %00 kept */
+    char v[16];
+    CHECK(weft_api_query("/i?format=jpeg&quality=%35%30", "quality", v, sizeof(v)));
+    CHECK(strcmp(v, "50") == 0);
+    CHECK(weft_api_query("/i?a=%7e%2Fx%", "a", v, sizeof(v)) && strcmp(v, "~/x%") == 0);
+    CHECK(weft_api_query("/i?a=%zz%4&b", "a", v, sizeof(v)) && strcmp(v, "%zz%4") == 0);
+    CHECK(weft_api_query("/i?a=%00", "a", v, sizeof(v)) && strcmp(v, "%00") == 0);
+    CHECK(weft_api_query("/i?a=&b", "a", v, sizeof(v)) && v[0] == '\0');
+    CHECK(weft_api_query("/i?b&a=123456789012345678901", "a", v, sizeof(v)) &&
+          strcmp(v, "123456789012345") == 0); /* cut to the buffer */
+    CHECK(!weft_api_query("/i?ab=1", "a", v, sizeof(v)));
+
     CHECK(weft_api_auth_ok("", NULL));
     CHECK(weft_api_auth_ok("", "Bearer anything"));
     CHECK(weft_api_auth_ok("tok", "Bearer tok"));
