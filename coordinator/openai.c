@@ -320,8 +320,10 @@ static bool parse_request(const struct weft_job_model *m, const struct weft_conf
         return fail(f, 404, "model", "the model '%.100s' is not served here (GET /v1/models: "
                                      "%s)", model, id);
     }
-    if (!prompt || !prompt[0])
+    if (!prompt)
         return fail(f, 400, "prompt", "'prompt' is required");
+    if (!prompt[0]) /* OpenAI's API refuses it too; POST /v1/jobs runs Diffusers' "" */
+        return fail(f, 400, "prompt", "'prompt' is empty (POST /v1/jobs takes an empty prompt)");
     /* size "auto" or absent, no max_sequence_length: the model's defaults (model/model.h) */
     const struct weft_model *d = m->desc;
     r->spec = (struct weft_job_spec){.height = d ? d->default_side : 1024,

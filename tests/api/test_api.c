@@ -1446,6 +1446,8 @@ static int case_openai(void)
                     "flux-tiny cannot encode text");
     expect_oa_error(c, "{\"prompt\": \"a red fox in the snow\"}", 400, "prompt",
                     "city-night, lighthouse, red-fox");
+    expect_oa_error(c, "{\"size\": \"64x64\"}", 400, "prompt", "'prompt' is required");
+    expect_oa_error(c, "{\"prompt\": \"\"}", 400, "prompt", "'prompt' is empty");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"model\": \"dall-e-3\"}", 404, "model",
                     "not served here");
     expect_oa_error(c, "{\"prompt\": \"red-fox\", \"negative_prompt\": \"blur\", "
