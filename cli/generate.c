@@ -239,9 +239,9 @@ static weft_status_t text_or_embeds(const char *dir, const char *text, const cha
                              "0123456789._-") == n;
     if (name) {
         snprintf(path, len, "%s/prompts/%s.safetensors", dir, text);
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            (void)fclose(f);
+        const int fd = weft_files_open_regular(path);
+        if (fd >= 0) {
+            close(fd);
             return WEFT_OK;
         }
     }

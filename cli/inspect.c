@@ -159,6 +159,12 @@ out:
     return st;
 }
 
+static bool ends_with(const char *s, const char *tail)
+{
+    const size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
 static weft_status_t inspect_pipeline(const char *dir, bool with_table, cJSON *out)
 {
     struct weft_pipe *p;
@@ -187,13 +193,20 @@ static weft_status_t inspect_pipeline(const char *dir, bool with_table, cJSON *o
             cJSON *m = cJSON_AddObjectToObject(ce, "model");
             cJSON_AddStringToObject(m, "path", sub);
             st = inspect_model(sub, with_table, m);
-        } else {
+        } else if (ends_with(c->class_name, "Scheduler")) {
             char cfg[2100];
             snprintf(cfg, sizeof(cfg), "%s/scheduler_config.json", sub);
             cJSON *json;
-            if (weft_path_kind(sub) == WEFT_PATH_NONE &&
-                weft_json_read_file(cfg, 1 << 20, &json, NULL) == WEFT_OK)
+            st = weft_json_read_file(cfg, 1 << 20, &json, NULL); /* logs why */
+            if (st == WEFT_OK)
                 cJSON_AddItemToObject(ce, "config", json);
+        } else if (!ends_with(c->class_name, "Tokenizer") &&
+                   !ends_with(c->class_name, "TokenizerFast")) {
+            /* a model class (a transformer, an encoder, a VAE): its folder must hold one */
+            WEFT_LOG_ERROR("inspect", "%s: no model here (model_index.json names %s for \"%s\": "
+                           "a folder with config.json and .safetensors weights)", sub,
+                           c->class_name, c->name);
+            st = WEFT_ERR_NOT_FOUND;
         }
     }
     weft_pipe_close(p);

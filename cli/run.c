@@ -19,6 +19,7 @@
 #include "cli/progress.h"
 #include "client/weft.h"
 #include "common/alloc.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "control/boot.h"
 #include "model/job.h"
@@ -364,7 +365,7 @@ static int submit_and_fetch(const struct run_opts *o, const char *api)
         }
         prompts[i] = (struct weft_prompt){.name = o->prompts[i]};
         if (strchr(o->prompts[i], '/') || strstr(o->prompts[i], ".safetensors")) {
-            FILE *f = fopen(o->prompts[i], "rb");
+            FILE *f = weft_files_fopen_regular(o->prompts[i]);
             long n = -1;
             if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
                 (blobs[i] = weft_malloc((size_t)n)) && fread(blobs[i], 1, (size_t)n, f) == (size_t)n) {

@@ -12,6 +12,7 @@
 #include "cli/progress.h"
 #include "client/weft.h"
 #include "common/alloc.h"
+#include "common/files.h"
 #include "common/log.h"
 
 #define MAX_PROMPTS 4096
@@ -155,9 +156,9 @@ static bool is_file(const char *p)
 
 static int read_file(const char *path, void **data_p, size_t *len_p)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = weft_files_fopen_regular(path);
     if (!f) {
-        WEFT_LOG_ERROR("submit", "%s: %s", path, strerror(errno));
+        WEFT_LOG_ERROR("submit", "%s: %s", path, weft_files_open_error(errno));
         return -1;
     }
     long n = -1;

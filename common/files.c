@@ -95,13 +95,52 @@ weft_status_t weft_files_remove_dir(const char *path)
     return st;
 }
 
+int weft_files_open_regular(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    struct stat sb;
+    int e = 0;
+    if (fstat(fd, &sb) != 0 || (S_ISREG(sb.st_mode) &&
+                                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0))
+        e = errno;
+    else if (!S_ISREG(sb.st_mode))
+        e = S_ISDIR(sb.st_mode) ? EISDIR : ENXIO;
+    if (e) {
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+FILE *weft_files_fopen_regular(const char *path)
+{
+    int fd = weft_files_open_regular(path);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+const char *weft_files_open_error(int e)
+{
+    return e == ENXIO ? "not a regular file" : e == EISDIR ? "a folder, not a file" : strerror(e);
+}
+
 weft_status_t weft_files_read(const char *path, size_t max_bytes, char **data_p, size_t *len_p)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = weft_files_open_regular(path);
     if (fd < 0) {
         if (errno == ENOENT)
             return WEFT_ERR_NOT_FOUND;
-        WEFT_LOG_ERROR("files", "%s: cannot open: %s", path, strerror(errno));
+        WEFT_LOG_ERROR("files", "%s: cannot open: %s", path, weft_files_open_error(errno));
         return WEFT_ERR_IO;
     }
     weft_status_t st = WEFT_OK;

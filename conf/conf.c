@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/files.h"
 #include "common/log.h"
 
 enum conf_type {
@@ -952,9 +953,9 @@ static weft_status_t ini_run(struct weft_conf *conf, struct ini_state *st)
 
 weft_status_t weft_conf_apply_file(struct weft_conf *conf, const char *path)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = weft_files_fopen_regular(path); /* not a folder, a FIFO or a device */
     if (!f) {
-        WEFT_LOG_ERROR("conf", "%s: cannot open: %s", path, strerror(errno));
+        WEFT_LOG_ERROR("conf", "%s: cannot open: %s", path, weft_files_open_error(errno));
         return WEFT_ERR_IO;
     }
     struct ini_state st = {.name = path, .file = f};
@@ -1091,14 +1092,17 @@ static bool discover_file(const char *given, char *const *envp, char *path, size
         snprintf(path, len, "%s/.config/weft/weft.ini", home);
     else
         path[0] = '\0';
-    FILE *f = path[0] ? fopen(path, "r") : NULL;
-    if (f) {
-        (void)fclose(f);
+    /* there, if readable or there but no file (its reader then says why) */
+    FILE *f = path[0] ? weft_files_fopen_regular(path) : NULL;
+    if (f || (path[0] && (errno == EISDIR || errno == ENXIO))) {
+        if (f)
+            (void)fclose(f);
         return true;
     }
     snprintf(path, len, "%s/weft/weft.ini", WEFT_SYSCONFDIR);
-    if ((f = fopen(path, "r"))) {
-        (void)fclose(f);
+    if ((f = weft_files_fopen_regular(path)) || errno == EISDIR || errno == ENXIO) {
+        if (f)
+            (void)fclose(f);
         return true;
     }
     return false;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "conf/conf.h"
 
@@ -99,11 +100,11 @@ weft_status_t weft_cluster_secret(const struct weft_conf_cluster *c, char *out, 
                                   struct weft_error *err)
 {
     if (c->secret_file[0]) {
-        FILE *f = fopen(c->secret_file, "r");
+        FILE *f = weft_files_fopen_regular(c->secret_file);
         if (!f)
             return weft_error_refuse_or_log(err, WEFT_ERR_CONFIG, "conf",
                                             "[cluster] secret_file %s: %s", c->secret_file,
-                                            strerror(errno));
+                                            weft_files_open_error(errno));
         char line[1024] = "";
         char *got = fgets(line, sizeof(line), f);
         (void)fclose(f);

@@ -11,6 +11,8 @@
 
 #include "common/alloc.h"
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
 #include "common/utf8.h"
 
 #define CONFIG_MAX_BYTES ((size_t)4 << 20)
@@ -49,14 +51,52 @@ static char *path_join(const char *dir, const char *name)
     return p;
 }
 
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key that appears twice in one object of the tree (the first found), or NULL. */
+static const char *duplicate_key(const cJSON *j)
+{
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j))
+        return NULL;
+    int n = 0;
+    for (const cJSON *c = j->child; c; c = c->next)
+        n++;
+    if (cJSON_IsObject(j) && n > 1) {
+        const char **keys = weft_malloc((size_t)n * sizeof(*keys));
+        if (!keys)
+            return NULL; /* not checked: out of memory is for the parse to meet */
+        int k = 0;
+        for (const cJSON *c = j->child; c; c = c->next)
+            keys[k++] = c->string ? c->string : "";
+        qsort(keys, (size_t)n, sizeof(*keys), key_cmp);
+        const char *twice = NULL;
+        for (int i = 1; i < n && !twice; i++)
+            if (strcmp(keys[i - 1], keys[i]) == 0)
+                twice = keys[i];
+        weft_free(keys);
+        if (twice)
+            return twice;
+    }
+    for (const cJSON *c = j->child; c; c = c->next) {
+        const char *t = duplicate_key(c);
+        if (t)
+            return t;
+    }
+    return NULL;
+}
+
 weft_status_t weft_json_read_file(const char *path, size_t max_bytes, cJSON **json_p,
                                   struct weft_error *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = weft_files_fopen_regular(path); /* a FIFO would block open(2) */
     if (!f) {
         int e = errno;
         return weft_error_refuse_or_log(err, e == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO,
-                                        "model", "%s: cannot open: %s", path, strerror(e));
+                                        "model", "%s: cannot open: %s", path,
+                                        weft_files_open_error(e));
     }
     weft_status_t st = WEFT_OK;
     char *buf = NULL;
@@ -88,12 +128,26 @@ weft_status_t weft_json_read_file(const char *path, size_t max_bytes, cJSON **js
                                       "%s: not valid UTF-8 (byte %zu)", path, bad);
         goto out_free;
     }
+    char why[160];
+    if (!weft_json_strict(buf, n, 64, why, sizeof(why))) {
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model", "%s: not valid JSON: %s",
+                                      path, why);
+        goto out_free;
+    }
     const char *end = NULL;
     cJSON *json = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
     if (!json) {
         st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
                                       "%s: not valid JSON (near byte %zu)", path,
                                       end ? (size_t)(end - buf) : (size_t)0);
+        goto out_free;
+    }
+    const char *twice = duplicate_key(json);
+    if (twice) { /* cJSON reads the first; Python's json (what wrote it) the last */
+        st = weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
+                                      "%s: the key \"%.100s\" is given twice in one object",
+                                      path, twice);
+        cJSON_Delete(json);
         goto out_free;
     }
     if (!cJSON_IsObject(json)) {

@@ -1,12 +1,14 @@
 /* The model description and the layout rules (see model.h). */
 #include "model/model.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/files.h"
 #include "model/checkpoint.h"
 #include "model/plan.h"
 
@@ -141,12 +143,15 @@ static weft_status_t check_tokenizer(struct weft_model_text *t, const char *dir,
     for (int k = 0; k < 2 && need[k]; k++) {
         char path[WEFT_CONF_PATH + 64];
         snprintf(path, sizeof(path), "%s/%s", t->tokenizer_dir, need[k]);
-        FILE *f = fopen(path, "rb");
-        if (!f)
+        const int fd = weft_files_open_regular(path); /* a FIFO would block open(2) */
+        if (fd < 0 && errno == ENOENT)
             return weft_error_refuse(err, WEFT_ERR_NOT_FOUND,
                                      "%s: missing (model_index.json names %s for \"%s\"%s)", path,
                                      cls, name, clip ? "" : "; weft reads T5's spiece.model");
-        (void)fclose(f);
+        if (fd < 0)
+            return weft_error_refuse(err, WEFT_ERR_IO, "%s: %s", path,
+                                     weft_files_open_error(errno));
+        close(fd);
     }
     return WEFT_OK;
 }

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/files.h"
+#include "common/json.h"
 #include "common/tensor.h"
 #include "common/utf8.h"
 
@@ -311,6 +313,14 @@ static weft_status_t parse_header(struct parse *p, const char *json, size_t len,
                        bad_at);
         return WEFT_ERR_FORMAT;
     }
+    size_t strict_len = len; /* the padding: spaces (the format's), or NULs */
+    while (strict_len > 0 && json[strict_len - 1] == '\0')
+        strict_len--;
+    char why[160];
+    if (!weft_json_strict(json, strict_len, 64, why, sizeof(why))) {
+        perr(p, "%s: header is not valid JSON: %s", p->name, why);
+        return WEFT_ERR_FORMAT;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
@@ -456,11 +466,12 @@ weft_status_t weft_st_open(const char *path, struct weft_st_file **file_p,
     if (!f)
         return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
     weft_status_t st;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = weft_files_open_regular(path); /* a FIFO would block open(2) */
     if (f->fd < 0) {
         int e = errno;
         st = weft_error_refuse_or_log(err, e == ENOENT ? WEFT_ERR_NOT_FOUND : WEFT_ERR_IO,
-                                      "safetensors", "%s: cannot open: %s", path, strerror(e));
+                                      "safetensors", "%s: cannot open: %s", path,
+                                      weft_files_open_error(e));
         goto err_close;
     }
     struct stat sb;

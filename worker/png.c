@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/files.h"
 #include "common/log.h"
 
 #define MAX_PIXELS ((uint64_t)1 << 28)
@@ -288,10 +289,10 @@ weft_status_t weft_png_read(const char *path, struct weft_png_image *img,
                             struct weft_error *err)
 {
     struct weft_png_image out = {0};
-    FILE *f = fopen(path, "rb");
+    FILE *f = weft_files_fopen_regular(path);
     if (!f)
         return weft_error_refuse_or_log(err, WEFT_ERR_IO, "png", "%s: %s", path,
-                                        strerror(errno));
+                                        weft_files_open_error(errno));
     spng_ctx *ctx = spng_ctx_new(0);
     weft_status_t st = ctx ? WEFT_OK : WEFT_ERR_NOMEM;
     if (st != WEFT_OK)

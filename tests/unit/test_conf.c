@@ -251,6 +251,15 @@ static void test_discovery(void)
     /* --config wins over the discovered file, and must exist */
     CHECK_FAILS_LOGGED(weft_conf_load(&conf, "/nonexistent/weft.ini", env, 0, NULL), WEFT_ERR_IO,
                 "/nonexistent/weft.ini");
+    /* a folder, or a FIFO (whose open(2) would wait for a writer), is no configuration */
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, dir, env, 0, NULL), WEFT_ERR_IO,
+                       "a folder, not a file");
+    char fifo[400];
+    snprintf(fifo, sizeof(fifo), "%s/fifo.ini", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK_FAILS_LOGGED(weft_conf_load(&conf, fifo, env, 0, NULL), WEFT_ERR_IO,
+                       "not a regular file");
+    CHECK(unlink(fifo) == 0);
     char cfg[500];
     snprintf(cfg, sizeof(cfg), "WEFT_CONFIG=%s/missing.ini", dir);
     char *env2[] = {cfg, xdg, NULL};

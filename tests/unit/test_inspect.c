@@ -148,5 +148,23 @@ int main(int argc, char **argv)
     check_bad("truncated", path, "runs past the end of the file");
     remove(path);
     check_bad("missing", "/nonexistent/x", "not a .safetensors file");
+
+    /* a whole pipeline with text encoders, tokenizers and a scheduler: nothing on stderr (it
+     * once looked for a scheduler_config.json in each tokenizer's folder and said so), and
+     * one with a component's weights gone: exit 1, the component named */
+    char *err;
+    snprintf(cmd, sizeof(cmd), "%s inspect --no-tensors '%s/models/flux-tiny'", weft, root);
+    CHECK_EQ(run(cmd, &out, &err), 0);
+    if (err[0])
+        fprintf(stderr, "stderr: %s", err);
+    CHECK(err[0] == '\0');
+    free(out), free(err);
+    char copy[256];
+    snprintf(copy, sizeof(copy), "/tmp/weft_inspect_pipe_%d", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "cp -r '%s/models/flux-tiny' %s && rm -r %s/vae", root, copy, copy);
+    CHECK(system(cmd) == 0);
+    check_bad("no vae", copy, "vae: no model here (model_index.json names AutoencoderKL");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", copy);
+    CHECK(system(cmd) == 0);
     return 0;
 }
