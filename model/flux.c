@@ -123,10 +123,13 @@ weft_status_t weft_flux_config_parse(const cJSON *cfg, const char *origin,
                 (long long)c.axes_dims_rope[i]);
         sum += c.axes_dims_rope[i];
     }
-    if (v3 && c.n_axes != 3)
-        return weft_error_refuse_or_log(err, WEFT_ERR_FORMAT, "model",
-                                        "%s: axes_dims_rope has %d axes; Qwen-Image's RoPE has 3 "
-                                        "(frame, height, width)", origin, c.n_axes);
+    /* one per column of the position ids the pipeline makes (Diffusers' FluxPosEmbed zips
+     * them): FLUX.1's and Qwen-Image's 3, FLUX.2's 4 */
+    if (c.n_axes != (v2 ? 4 : 3))
+        return weft_error_refuse_or_log(
+            err, WEFT_ERR_FORMAT, "model",
+            "%s: axes_dims_rope has %d axes; %s's RoPE has %d, one per column of its position ids",
+            origin, c.n_axes, v3 ? "Qwen-Image" : v2 ? "FLUX.2" : "FLUX.1", v2 ? 4 : 3);
     if (sum != c.attention_head_dim)
         return weft_error_refuse_or_log(
             err, WEFT_ERR_FORMAT, "model",

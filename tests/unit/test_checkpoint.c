@@ -172,6 +172,8 @@ static void test_flux_config(void)
         {"{\"num_layers\": -1}", "outside [0, 4096]"},
         {"{\"axes_dims_rope\": [16, 56, 50]}", "sum to 122 but attention_head_dim is 128"},
         {"{\"axes_dims_rope\": [15, 57, 56]}", "axes_dims_rope[0] = 15 is odd"},
+        {"{\"axes_dims_rope\": [64, 64]}", "axes_dims_rope has 2 axes; FLUX.1's RoPE has 3"},
+        {"{\"axes_dims_rope\": [32, 32, 32, 32]}", "has 4 axes; FLUX.1's RoPE has 3"},
         {"{\"guidance_embeds\": 1}", "not true or false"},
         {"{\"num_attention_heads\": 4096, \"attention_head_dim\": 4096, "
          "\"axes_dims_rope\": [4096]}", "too wide"},

@@ -245,7 +245,7 @@ static void test_flux_configs(void)
          "axes_dims_rope"},
         {"{\"_class_name\": \"QwenImageTransformer2DModel\", \"zero_cond_t\": true}", "zero_cond_t"},
         {"{\"_class_name\": \"QwenImageTransformer2DModel\", \"axes_dims_rope\": [16, 56, 56, 0]}",
-         "3 (frame, height, width)"},
+         "Qwen-Image's RoPE has 3"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cfg = cJSON_Parse(bad[i].json);
