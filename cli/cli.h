@@ -63,6 +63,9 @@ const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
 bool weft_cli_is_help(const char *arg);
 /* --out DIR of submit and run: created if missing, a writable folder; else -1 (logged). */
 int weft_cli_out_dir_ready(const char *cmd, const char *dir);
+/* --out FILE of generate and run: its folder exists and takes files, and FILE is not something
+ * else already (a folder); else -1 (logged). Checked before any work. */
+int weft_cli_out_file_ready(const char *cmd, const char *path);
 /* v as a whole integer in [lo, hi] into *out; else -1 with an error naming opt and v. */
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,
                        long long *out);

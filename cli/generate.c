@@ -176,6 +176,8 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
                        o->out);
         return -1;
     }
+    if (weft_cli_out_file_ready("generate", o->out) != 0)
+        return -1;
     if (o->vae_tile % 8) {
         WEFT_LOG_ERROR("generate", "--vae-tile %lld: a tile is a whole number of latents, a "
                                    "multiple of 8 pixels", o->vae_tile);

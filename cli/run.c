@@ -438,7 +438,8 @@ int weft_cmd_run(struct weft_cli *cli)
     if (weft_self_path(self, sizeof(self)) != 0 || weft_boot_new_challenge(secret) != WEFT_OK)
         return 1;
     const char *dot = strrchr(o.out, '.');
-    if (!(dot && strcmp(dot, ".png") == 0) && weft_cli_out_dir_ready("run", o.out) != 0)
+    if (dot && strcmp(dot, ".png") == 0 ? weft_cli_out_file_ready("run", o.out) != 0
+                                         : weft_cli_out_dir_ready("run", o.out) != 0)
         return 1;
     snprintf(secret_var, sizeof(secret_var), "WEFT_CLUSTER_SECRET=%s", secret);
     /* the children's environment: ours with this run's secret (never on a command line) */

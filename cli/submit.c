@@ -230,6 +230,33 @@ int weft_cli_out_dir_ready(const char *cmd, const char *dir)
     return 0;
 }
 
+int weft_cli_out_file_ready(const char *cmd, const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0'; /* "/x.png": the root */
+    else
+        *slash = '\0';
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        WEFT_LOG_ERROR(cmd, "--out %s: %s is not a folder", path, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        WEFT_LOG_ERROR(cmd, "--out %s: cannot write in %s: %s", path, dir, strerror(errno));
+        return -1;
+    }
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        WEFT_LOG_ERROR(cmd, "--out %s: there and not a file", path);
+        return -1;
+    }
+    return 0;
+}
+
 static int download(struct weft_client *c, const struct weft_job_status *st, const char *dir)
 {
     for (size_t i = 0; i < st->n_images; i++) {

@@ -28,6 +28,16 @@ if "$weft" run --height 64 --width 64 --steps 1 -o "$tmp/file/sub" >"$tmp/bad.lo
     fail "an unwritable --out was accepted"
 fi
 grep -q -- "--out $tmp/file/sub" "$tmp/bad.log" || fail "the refusal does not name --out"
+# the same for a FILE.png in a folder that is not there, and for weft generate (it once ran the
+# whole pipeline and then failed on its temporary file)
+for cmd in run generate; do
+    if "$weft" $cmd --height 64 --width 64 --steps 1 --prompt "a red circle" \
+            --out "$tmp/none/x.png" >"$tmp/bad.log" 2>&1; then
+        fail "weft $cmd took an --out in a missing folder"
+    fi
+    grep -q -- "--out $tmp/none/x.png: $tmp/none is not a folder" "$tmp/bad.log" ||
+        fail "weft $cmd: the refusal does not name --out and its folder"
+done
 grep -q "worker(s)" "$tmp/bad.log" && fail "processes were started before --out was checked"
 # -h
 "$weft" run -h | grep -q -- '--progress' || fail "weft run -h"
