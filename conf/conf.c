@@ -432,6 +432,8 @@ weft_status_t weft_conf_parse_size(const char *text, uint64_t *bytes_p)
             return WEFT_ERR_RANGE;
         /* frac/frac_div * mult, without overflow for any mult <= 2^40 and frac_div <= 10^12 */
         long double part = (long double)frac * (long double)units[i].mult / (long double)frac_div;
+        if (part != floorl(part)) /* 1.5B: half a byte */
+            return WEFT_ERR_INVALID;
         if (__builtin_add_overflow(bytes, (uint64_t)part, &bytes))
             return WEFT_ERR_RANGE;
         *bytes_p = bytes;
@@ -491,8 +493,8 @@ static weft_status_t key_set(const struct conf_section *sec, const struct conf_k
     case CONF_BOOL: {
         bool b;
         if (parse_bool(value, &b) != 0) {
-            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': expected true or false", origin->text,
-                           sec->name, key->name, value);
+            WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': expected true or false (or yes/no, "
+                           "on/off, 1/0)", origin->text, sec->name, key->name, value);
             return WEFT_ERR_CONFIG;
         }
         *(bool *)field = b;
@@ -793,12 +795,18 @@ struct ini_state {
 static char *ini_read_line(char *str, int num, void *stream)
 {
     struct ini_state *st = stream;
-    char buf[MAX_LINE + 2];
+    char buf[MAX_LINE + 2] = "";
     size_t n = 0;
-    if (st->file) {
-        if (!fgets(buf, sizeof(buf), st->file))
+    bool nul = false;
+    if (st->file) { /* getc, not fgets: a NUL byte would end the line early, unseen */
+        int ch = 0;
+        while (n < sizeof(buf) - 1 && ch != '\n' && (ch = getc(st->file)) != EOF) {
+            nul |= ch == 0;
+            buf[n++] = (char)ch;
+        }
+        if (n == 0)
             return NULL;
-        n = strlen(buf);
+        buf[n] = '\0';
     } else {
         if (!*st->text)
             return NULL;
@@ -811,6 +819,11 @@ static char *ini_read_line(char *str, int num, void *stream)
         st->text += n;
     }
     st->line++;
+    if (nul) {
+        WEFT_LOG_ERROR("conf", "%s:%d: a NUL byte in the line", st->name, st->line);
+        st->bad_line = true;
+        return NULL;
+    }
     bool complete = n > 0 && buf[n - 1] == '\n';
     bool at_end = st->file ? feof(st->file) : *st->text == '\0';
     if (!complete && !at_end) {
@@ -820,6 +833,8 @@ static char *ini_read_line(char *str, int num, void *stream)
     }
     st->long_value[0] = '\0';
     const char *p = buf;
+    if (st->line == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0)
+        p += 3; /* a UTF-8 byte-order mark, as Windows editors write one */
     while (*p == ' ' || *p == '\t')
         p++;
     /* inih reports a syntax error only as a line number after the fact; catch it here so the

@@ -113,6 +113,24 @@ static void test_file_errors(void)
     unlink(path);
     CHECK_FAILS_LOGGED(weft_conf_apply_file(&conf, "/nonexistent/weft.ini"), WEFT_ERR_IO,
                        "/nonexistent/weft.ini", "cannot open");
+    /* a byte-order mark (Windows editors) is read past; a NUL byte is named, with its line */
+    static const char bom[] = "\xEF\xBB\xBF[parallel]\ntp_degree = 2\n";
+    static const char nul[] = "[parallel]\ntp_degree = 2\nring_degree\0 = 2\n";
+    char p2[] = "/tmp/weft_test_conf_XXXXXX", p3[] = "/tmp/weft_test_conf_XXXXXX";
+    fd = mkstemp(p2);
+    CHECK(fd >= 0 && write(fd, bom, sizeof(bom) - 1) == (ssize_t)(sizeof(bom) - 1));
+    close(fd);
+    weft_conf_defaults(&conf);
+    CHECK_OK(weft_conf_apply_file(&conf, p2));
+    CHECK_EQ(conf.parallel.tp_degree, 2);
+    unlink(p2);
+    fd = mkstemp(p3);
+    CHECK(fd >= 0 && write(fd, nul, sizeof(nul) - 1) == (ssize_t)(sizeof(nul) - 1));
+    close(fd);
+    snprintf(want, sizeof(want), "%s:3", p3);
+    CHECK_FAILS_LOGGED(weft_conf_apply_file(&conf, p3), WEFT_ERR_CONFIG, want,
+                       "a NUL byte in the line");
+    unlink(p3);
 }
 
 static void test_precedence(void)
@@ -168,6 +186,10 @@ static void test_sizes(void)
     CHECK(weft_conf_parse_size("", &b) == WEFT_ERR_INVALID);
     CHECK(weft_conf_parse_size("-1", &b) == WEFT_ERR_INVALID);
     CHECK(weft_conf_parse_size("1.", &b) == WEFT_ERR_INVALID);
+    CHECK(weft_conf_parse_size("1.5B", &b) == WEFT_ERR_INVALID); /* half a byte */
+    CHECK(weft_conf_parse_size("0.3k", &b) == WEFT_ERR_INVALID); /* 307.2 bytes */
+    CHECK_OK(weft_conf_parse_size("0.25k", &b));
+    CHECK_EQ(b, 256);
     CHECK(weft_conf_parse_size("99999999999TiB", &b) == WEFT_ERR_RANGE);
     CHECK(weft_conf_parse_size("99999999999999999999", &b) == WEFT_ERR_RANGE);
 }
