@@ -10,6 +10,7 @@
 #include "common/alloc.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/tensor.h"
 #include "model/checkpoint.h"
 #include "model/json_get.h"
 #include "model/plan.h"
@@ -359,6 +360,52 @@ size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *p)
     static const struct weft_flux_visitor v = {param_linear, param_norm};
     (void)weft_flux_walk(c, &v, &pl);
     return pl.n;
+}
+
+static int param_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct weft_param *)a)->name, ((const struct weft_param *)b)->name);
+}
+
+weft_status_t weft_flux_check_params(const struct weft_flux_config *c, const struct weft_ckpt *ck,
+                                     struct weft_error *err)
+{
+    const size_t n = weft_flux_params(c, NULL);
+    struct weft_param *p = weft_calloc(n + 1, sizeof(*p));
+    if (!p)
+        return weft_error_refuse(err, WEFT_ERR_NOMEM, "out of memory");
+    weft_flux_params(c, p);
+    weft_status_t st = WEFT_OK;
+    for (size_t i = 0; i < n && st == WEFT_OK; i++) {
+        const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, p[i].name);
+        if (!t) {
+            st = weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                   "%s: missing tensor '%s' (required by the config)",
+                                   weft_ckpt_dir(ck), p[i].name);
+        } else if (t->info->ndim != p[i].ndim || t->info->shape[0] != p[i].shape[0] ||
+                   (p[i].ndim == 2 && t->info->shape[1] != p[i].shape[1])) {
+            char got[128], want[128];
+            st = weft_error_refuse(
+                err, WEFT_ERR_FORMAT, "%s: tensor '%s' has shape %s but the config implies %s",
+                weft_ckpt_dir(ck), p[i].name,
+                weft_shape_str(t->info->ndim, t->info->shape, got, sizeof(got)),
+                weft_shape_str(p[i].ndim, p[i].shape, want, sizeof(want)));
+        }
+    }
+    if (st == WEFT_OK && weft_ckpt_count(ck) != n) { /* name the first nobody asked for */
+        qsort(p, n, sizeof(*p), param_cmp);
+        for (size_t i = 0; i < weft_ckpt_count(ck) && st == WEFT_OK; i++) {
+            struct weft_param key;
+            snprintf(key.name, sizeof(key.name), "%s", weft_ckpt_at(ck, i)->info->name);
+            if (!bsearch(&key, p, n, sizeof(*p), param_cmp))
+                st = weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                       "%s: unexpected tensor '%s': not a parameter of %s with "
+                                       "this config",
+                                       weft_ckpt_dir(ck), key.name, weft_flux_class(c));
+        }
+    }
+    weft_free(p);
+    return st;
 }
 
 uint64_t weft_flux_held_bytes(const struct weft_flux_config *c, const struct weft_ckpt *ck)

@@ -187,6 +187,11 @@ size_t weft_flux_params(const struct weft_flux_config *c, struct weft_param *par
 /* Bytes the whole transformer is held in, its weights in ck's dtypes (weft_ckpt_held_bytes;
  * NULL: f32). */
 struct weft_ckpt;
+/* The checkpoint against the config's parameters (weft_flux_params): each one there with its
+ * shape, and no tensor that is none of them; else refused naming the first that is not (the
+ * planner and the coordinator see what the workers would refuse to load). */
+weft_status_t weft_flux_check_params(const struct weft_flux_config *c, const struct weft_ckpt *ck,
+                                     struct weft_error *err);
 uint64_t weft_flux_held_bytes(const struct weft_flux_config *c, const struct weft_ckpt *ck);
 
 /* The transformer's units for a layer pipeline (device_map), in execution order:

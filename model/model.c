@@ -84,7 +84,8 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
     }
     char origin[WEFT_CONF_PATH + 32];
     snprintf(origin, sizeof(origin), "%s/config.json", m->transformer_dir);
-    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux, err)) == WEFT_OK)
+    if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux, err)) == WEFT_OK &&
+        (st = weft_flux_check_params(&m->flux, ck, err)) == WEFT_OK)
         st = weft_model_info_get(ck, &m->info, err);
     m->transformer_file_bytes = file_bytes(ck);
     m->transformer_held_bytes = st == WEFT_OK ? weft_flux_held_bytes(&m->flux, ck) : 0;

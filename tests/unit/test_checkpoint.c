@@ -204,6 +204,23 @@ static void test_real_sharded(void)
     CHECK(weft_ckpt_find(ck, "transformer_blocks.0.attn.to_q.weight"));
     CHECK(weft_ckpt_find(ck, "single_transformer_blocks.0.proj_out.weight"));
     CHECK(!weft_ckpt_find(ck, "time_text_embed.guidance_embedder.linear_1.weight"));
+    /* the tensors against the config's parameters: all there; a config that differs from the
+     * checkpoint is refused naming the first tensor that does not fit (weft plan once took
+     * such folders, and only the workers' loading refused them) */
+    CHECK_OK(weft_flux_check_params(&c, ck, TERR));
+    struct weft_flux_config more = c, fewer = c, guided = c, wide = c;
+    more.num_layers++;
+    CHECK_FAILS(weft_flux_check_params(&more, ck, TERR), WEFT_ERR_FORMAT,
+                "missing tensor 'transformer_blocks.", "(required by the config)");
+    fewer.num_single_layers--;
+    CHECK_FAILS(weft_flux_check_params(&fewer, ck, TERR), WEFT_ERR_FORMAT,
+                "unexpected tensor 'single_transformer_blocks.", "not a parameter of");
+    guided.guidance_embeds = true;
+    CHECK_FAILS(weft_flux_check_params(&guided, ck, TERR), WEFT_ERR_FORMAT,
+                "missing tensor 'time_text_embed.guidance_embedder");
+    wide.joint_attention_dim *= 2;
+    CHECK_FAILS(weft_flux_check_params(&wide, ck, TERR), WEFT_ERR_FORMAT,
+                "context_embedder.weight' has shape", "but the config implies");
     weft_ckpt_close(ck);
 }
 
