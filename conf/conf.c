@@ -22,6 +22,7 @@ enum conf_type {
     CONF_ENUM,
     CONF_MAXMEM, /* a string holding a valid max_memory */
     CONF_DEVICE, /* a string naming a device (weft_conf_device_ok) */
+    CONF_ADDR,   /* host:port ([v6]:port; the API's also unix:PATH) */
 };
 
 struct conf_key {
@@ -63,6 +64,8 @@ struct conf_section {
     {.name = #f, .type = CONF_MAXMEM, FIELD(s, f), .def = (d), .doc = (doc_)}
 #define KEY_DEVICE(s, f, d, doc_)                                                            \
     {.name = #f, .type = CONF_DEVICE, FIELD(s, f), .def = (d), .doc = (doc_)}
+#define KEY_ADDR(s, f, d, doc_)                                                              \
+    {.name = #f, .type = CONF_ADDR, FIELD(s, f), .def = (d), .doc = (doc_)}
 #define KEY_ENUM(s, f, d, ch, doc_)                                                          \
     {.name = #f, .type = CONF_ENUM, FIELD(s, f), .def = (d), .choices = (ch), .doc = (doc_)}
 #define SECTION(name, keys, doc) {#name, offsetof(struct weft_conf, name), (keys), \
@@ -201,7 +204,7 @@ static const struct conf_key transport_keys[] = {
 };
 
 static const struct conf_key cluster_keys[] = {
-    KEY_STR(weft_conf_cluster, listen, "127.0.0.1:7450",
+    KEY_ADDR(weft_conf_cluster, listen, "127.0.0.1:7450",
             "The coordinator's port for workers, host:port: weft serve --runner cluster listens there, "
             "weft worker connects there (torchrun's MASTER_ADDR/MASTER_PORT and Slurm's first "
             "node override the host when set)."),
@@ -226,7 +229,7 @@ static const struct conf_key cluster_keys[] = {
 };
 
 static const struct conf_key api_keys[] = {
-    KEY_STR(weft_conf_api, listen, "127.0.0.1:8642",
+    KEY_ADDR(weft_conf_api, listen, "127.0.0.1:8642",
             "Where weft serve listens and where weft submit/status connect: host:port (TCP) or "
             "unix:/path (a unix socket, mode 0600). Port 0 picks a free port. An address "
             "other than loopback exposes the API to the network: set a token."),
@@ -365,6 +368,55 @@ struct conf_origin {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Value parsing                                                                             */
+
+bool weft_conf_addr_ok(const char *v, char *why, size_t len)
+{
+    if (strncmp(v, "unix:", 5) == 0) {
+        if (!v[5])
+            snprintf(why, len, "unix: needs a socket path");
+        return v[5] != '\0';
+    }
+    const char *colon = strrchr(v, ':');
+    if (!colon || colon == v) {
+        snprintf(why, len, "expected host:port (or unix:PATH)");
+        return false;
+    }
+    const size_t host = (size_t)(colon - v);
+    const char *port = colon + 1;
+    char *end;
+    errno = 0;
+    const long p = strtol(port, &end, 10);
+    if (!isdigit((unsigned char)port[0]) || *end || errno || p < 0 || p > 65535) {
+        snprintf(why, len, "port '%s' is not a number in 0..65535", port);
+        return false;
+    }
+    if (v[0] == '[') {
+        if (v[host - 1] != ']' || host < 3) {
+            snprintf(why, len, "an IPv6 host is written [address]:port");
+            return false;
+        }
+        return true;
+    }
+    /* all digits and dots: a dotted IPv4 address, four numbers of 0..255 */
+    if (strspn(v, "0123456789.") >= host) {
+        unsigned a, b, c, d;
+        char tail;
+        char h[64];
+        snprintf(h, sizeof(h), "%.*s", (int)(host < sizeof(h) ? host : sizeof(h) - 1), v);
+        if (sscanf(h, "%3u.%3u.%3u.%3u%c", &a, &b, &c, &d, &tail) != 4 || a > 255 || b > 255 ||
+            c > 255 || d > 255) {
+            snprintf(why, len, "'%s' is not an IPv4 address", h);
+            return false;
+        }
+        return true;
+    }
+    for (size_t i = 0; i < host; i++)
+        if (!isalnum((unsigned char)v[i]) && v[i] != '-' && v[i] != '.' && v[i] != '_') {
+            snprintf(why, len, "'%.*s' is not a host name", (int)host, v);
+            return false;
+        }
+    return true;
+}
 
 weft_status_t weft_conf_parse_size(const char *text, uint64_t *bytes_p)
 {
@@ -536,12 +588,15 @@ static weft_status_t key_set(const struct conf_section *sec, const struct conf_k
         return WEFT_OK;
     }
     case CONF_MAXMEM:
-    case CONF_DEVICE: {
+    case CONF_DEVICE:
+    case CONF_ADDR: {
         struct weft_max_memory mm;
         char why[200];
-        const bool ok = key->type == CONF_DEVICE
-                            ? weft_conf_device_ok(value, why, sizeof(why))
-                            : weft_conf_parse_max_memory(value, &mm, why, sizeof(why)) == WEFT_OK;
+        const bool ok =
+            key->type == CONF_DEVICE ? weft_conf_device_ok(value, why, sizeof(why))
+            : key->type == CONF_ADDR ? weft_conf_addr_ok(value, why, sizeof(why))
+                                     : weft_conf_parse_max_memory(value, &mm, why, sizeof(why)) ==
+                                           WEFT_OK;
         if (!ok) {
             WEFT_LOG_ERROR("conf", "%s: [%s] %s = '%s': %s", origin->text, sec->name, key->name,
                            value, why);
@@ -601,6 +656,7 @@ static void key_format(const struct conf_key *key, const void *sect, char *buf, 
     case CONF_STRING:
     case CONF_MAXMEM:
     case CONF_DEVICE:
+    case CONF_ADDR:
         snprintf(buf, len, "%s", field);
         return;
     case CONF_ENUM:

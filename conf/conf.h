@@ -176,6 +176,9 @@ struct weft_conf {
 
 /* Whether text names a device ([worker] device's syntax); a one-line reason in why when not. */
 bool weft_conf_device_ok(const char *text, char *why, size_t why_len);
+/* An address to listen on or connect to: host:port (a name, a dotted IPv4 address or [IPv6]; a
+ * port of 0..65535) or unix:PATH; false with why filled otherwise. */
+bool weft_conf_addr_ok(const char *text, char *why, size_t why_len);
 
 /* Fill every key with its default. */
 void weft_conf_defaults(struct weft_conf *conf);

@@ -194,6 +194,32 @@ static void test_sizes(void)
     CHECK(weft_conf_parse_size("99999999999999999999", &b) == WEFT_ERR_RANGE);
 }
 
+/* Addresses: host:port, [v6]:port or unix:PATH, checked when read (999.1.1.1:99999 once
+ * passed the configuration and weft plan). */
+static void test_addresses(void)
+{
+    char why[200];
+    static const char *const good[] = {"127.0.0.1:0", "0.0.0.0:7450", "[::1]:8642",
+                                       "node-1.cluster.local:65535", "unix:/run/weft.sock"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        CHECK(weft_conf_addr_ok(good[i], why, sizeof(why)));
+    static const char *const bad[][2] = {
+        {"999.1.1.1:80", "not an IPv4 address"}, {"127.0.0.1:99999", "not a number in 0..65535"},
+        {"127.0.0.1:-1", "0..65535"},            {"127.0.0.1:", "0..65535"},
+        {"host", "expected host:port"},          {":80", "expected host:port"},
+        {"a b:1", "not a host name"},            {"[::1:80", "[address]:port"},
+        {"unix:", "socket path"},                {"1.2.3:80", "not an IPv4 address"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why[0] = '\0';
+        CHECK(!weft_conf_addr_ok(bad[i][0], why, sizeof(why)));
+        if (!strstr(why, bad[i][1]))
+            fprintf(stderr, "%s: \"%s\" lacks \"%s\"\n", bad[i][0], why, bad[i][1]);
+        CHECK(strstr(why, bad[i][1]));
+    }
+    CHECK_FAILS_LOGGED(apply("[cluster]\nlisten = 999.1.1.1:99999\n"), WEFT_ERR_CONFIG,
+                       "[cluster] listen", "0..65535");
+}
+
 /* The dump parses back to the same configuration. */
 static void test_roundtrip(void)
 {
@@ -331,6 +357,7 @@ int main(void)
     test_file_errors();
     test_precedence();
     test_sizes();
+    test_addresses();
     test_roundtrip();
     test_example_in_sync();
     test_discovery();
