@@ -59,6 +59,25 @@ static const struct pipeline_kind *pipeline_kind_of(const char *pipeline_class)
     return NULL;
 }
 
+/* The transformer's channels: multiples of 4 (latents packed 2 x 2), its output those of its
+ * input (a velocity of the latents). */
+static weft_status_t transformer_channels(const struct weft_model *m, struct weft_error *err)
+{
+    const struct weft_flux_config *f = &m->flux;
+    if (f->in_channels % 4 || f->out_channels % 4)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s/config.json: in_channels %lld and out_channels %lld must be "
+                                 "multiples of 4 (latents are packed 2 x 2)", m->transformer_dir,
+                                 (long long)f->in_channels, (long long)f->out_channels);
+    if (f->in_channels != f->out_channels)
+        return weft_error_refuse(err, WEFT_ERR_FORMAT,
+                                 "%s/config.json: out_channels %lld differs from in_channels %lld "
+                                 "(the denoiser's output is a velocity of the latents)",
+                                 m->transformer_dir, (long long)f->out_channels,
+                                 (long long)f->in_channels);
+    return WEFT_OK;
+}
+
 /* The transformer: the class model_index.json names (a transformer folder alone: any of the
  * three). */
 static weft_status_t open_transformer(struct weft_model *m, struct weft_error *err)
@@ -85,6 +104,7 @@ static weft_status_t open_transformer(struct weft_model *m, struct weft_error *e
     char origin[WEFT_CONF_PATH + 32];
     snprintf(origin, sizeof(origin), "%s/config.json", m->transformer_dir);
     if ((st = weft_flux_config_parse(weft_ckpt_config(ck), origin, &m->flux, err)) == WEFT_OK &&
+        (st = transformer_channels(m, err)) == WEFT_OK &&
         (st = weft_flux_check_params(&m->flux, ck, err)) == WEFT_OK)
         st = weft_model_info_get(ck, &m->info, err);
     m->transformer_file_bytes = file_bytes(ck);
@@ -343,21 +363,11 @@ const char *weft_model_text_missing(const struct weft_model *m, char *buf, size_
 }
 
 /* The transformer's channels are the VAE's latents packed 2 x 2 (FluxPipeline:
- * num_channels_latents = in_channels // 4, unpacked output of out_channels // 4). */
+ * num_channels_latents = in_channels // 4, unpacked output of out_channels // 4): the VAE's
+ * half (transformer_channels checked the transformer's own). */
 static weft_status_t check_channels(const struct weft_model *m, struct weft_error *err)
 {
     const struct weft_flux_config *f = &m->flux;
-    if (f->in_channels % 4 || f->out_channels % 4)
-        return weft_error_refuse(err, WEFT_ERR_FORMAT,
-                                 "%s/config.json: in_channels %lld and out_channels %lld must be "
-                                 "multiples of 4 (latents are packed 2 x 2)", m->transformer_dir,
-                                 (long long)f->in_channels, (long long)f->out_channels);
-    if (f->in_channels != f->out_channels)
-        return weft_error_refuse(err, WEFT_ERR_FORMAT,
-                                 "%s/config.json: out_channels %lld differs from in_channels %lld "
-                                 "(the denoiser's output is a velocity of the latents)",
-                                 m->transformer_dir, (long long)f->out_channels,
-                                 (long long)f->in_channels);
     if (m->has_vae && m->vae.latent_channels * 4 != f->in_channels)
         return weft_error_refuse(err, WEFT_ERR_FORMAT,
                                  "%s/config.json: latent_channels %lld does not match the "
