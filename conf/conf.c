@@ -484,7 +484,7 @@ weft_status_t weft_conf_parse_size(const char *text, uint64_t *bytes_p)
             return WEFT_ERR_RANGE;
         /* frac/frac_div * mult, without overflow for any mult <= 2^40 and frac_div <= 10^12 */
         long double part = (long double)frac * (long double)units[i].mult / (long double)frac_div;
-        if (part != floorl(part)) /* 1.5B: half a byte */
+        if (units[i].mult == 1 && frac) /* 1.5B: half a byte (1.5MiB rounds to a byte) */
             return WEFT_ERR_INVALID;
         if (__builtin_add_overflow(bytes, (uint64_t)part, &bytes))
             return WEFT_ERR_RANGE;
