@@ -143,7 +143,7 @@ static void stream_send(struct weft_coord *c, struct weft_watch *w, struct weft_
 void weft_api_events(struct weft_coord *c, const struct weft_http_request *req, struct job *j,
                      struct weft_api_response *resp)
 {
-    if (req->method == WEFT_HTTP_HEAD) {
+    if (req->method == WEFT_HTTP_HEAD && j->state < JOB_DONE) { /* a stream: no length yet */
         resp->code = 200;
         resp->content_type = "text/event-stream";
         return;

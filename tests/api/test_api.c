@@ -1583,6 +1583,14 @@ static int case_events(void)
     snprintf(path, sizeof(path), "/v1/jobs/%s/events", id);
     CHECK_EQ(get(c, "GET", path, NULL, &text), 200);
     CHECK(strstr(text, "event: state") == NULL && strstr(text, "event: end"));
+    /* HEAD says the length GET sends (it said 0) */
+    char head[300], ans[2048], want[64];
+    bool shut;
+    int hn = snprintf(head, sizeof(head), "HEAD %s HTTP/1.1\r\nHost: x\r\nConnection: close"
+                      "\r\n\r\n", path);
+    CHECK_EQ(raw_exchange(&s, head, (size_t)hn, ans, sizeof(ans), &shut), 200);
+    snprintf(want, sizeof(want), "Content-Length: %zu\r\n", strlen(text));
+    CHECK(strstr(ans, want) && strstr(ans, "text/event-stream"));
     weft_client_free(text);
 
     /* keep-alive comments while a queued job waits; the client's follow sees every step */
