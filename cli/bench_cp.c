@@ -520,8 +520,7 @@ static int parse(struct weft_cli *cli, struct cp_opts *o)
             if ((o->n_np = weft_cli_parse_int_list("--np", v, 2, 16, o->nps, 4)) < 0)
                 return -1;
         } else {
-            WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench cp --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("bench", "", "weft bench cp", cli->argv[i]);
             return -1;
         }
     }

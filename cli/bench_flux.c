@@ -133,8 +133,7 @@ static int parse(struct weft_cli *cli, struct flux_bench_opts *o)
             if ((hit = opt_ll(cli, &i, names[k], fields[k])) < 0)
                 return -1;
         if (!hit) {
-            WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench flux --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("bench", "", "weft bench flux", cli->argv[i]);
             return -1;
         }
     }

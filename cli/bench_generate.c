@@ -75,8 +75,7 @@ static int parse(struct weft_cli *cli, struct gen_bench *o)
             if (hit < 0)
                 return -1;
             if (!hit) {
-                WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench generate "
-                                        "--help`)", cli->argv[i]);
+                weft_cli_unexpected("bench", "", "weft bench generate", cli->argv[i]);
                 return -1;
             }
         }

@@ -309,8 +309,7 @@ static int parse(struct weft_cli *cli, struct weft_bench *b, int *tps, int *n_tp
             if ((*n_tp = weft_cli_parse_int_list("--tp", v, 1, 64, tps, 8)) < 0)
                 return -1;
         } else {
-            WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench load --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("bench", "", "weft bench load", cli->argv[i]);
             return -1;
         }
     }

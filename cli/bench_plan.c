@@ -106,8 +106,7 @@ static int parse(struct weft_cli *cli, struct plan_bench *o)
         if (hit < 0)
             return -1;
         if (!hit) {
-            WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench plan --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("bench", "", "weft bench plan", cli->argv[i]);
             return -1;
         }
     }

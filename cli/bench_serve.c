@@ -160,8 +160,7 @@ static int parse(struct weft_cli *cli, struct serve_bench *o)
         if (hit < 0)
             return -1;
         if (!hit) {
-            WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench serve --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("bench", "", "weft bench serve", cli->argv[i]);
             return -1;
         }
     }

@@ -103,8 +103,7 @@ static int parse(struct weft_cli *cli, struct text_bench_opts *o)
             if (weft_cli_parse_int("--t5-tokens", v, 1, 4096, &o->t5_tokens) != 0)
                 return -1;
         } else {
-            WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench text --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("bench", "", "weft bench text", cli->argv[i]);
             return -1;
         }
     }

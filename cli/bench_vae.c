@@ -97,8 +97,7 @@ static int parse(struct weft_cli *cli, struct vae_bench_opts *o)
                 if ((hit = opt_ll(cli, &i, names[k], lows[k], fields[k])) < 0)
                     return -1;
             if (!hit) {
-                WEFT_LOG_ERROR("bench", "unexpected argument '%s' (see `weft bench vae --help`)",
-                               cli->argv[i]);
+                weft_cli_unexpected("bench", "", "weft bench vae", cli->argv[i]);
                 return -1;
             }
         }

@@ -61,6 +61,10 @@ const char *weft_cli_default_model(void);
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
 bool weft_cli_is_help(const char *arg);
+/* The error for an argument a command does not take: "ARG needs a value" when it named an
+ * option at the command line's end (weft_cli_opt_value saw it), else "unexpected argument
+ * 'ARG' EXTRA"; both point at `CMD --help`. sub: the log's subsystem. */
+void weft_cli_unexpected(const char *sub, const char *extra, const char *cmd, const char *arg);
 /* --out DIR of submit and run: created if missing, a writable folder; else -1 (logged). */
 int weft_cli_out_dir_ready(const char *cmd, const char *dir);
 /* --out FILE of generate and run: its folder exists and takes files, and FILE is not something

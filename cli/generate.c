@@ -152,8 +152,7 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
         if (rc < 0)
             return -1;
         if (rc > 0) {
-            WEFT_LOG_ERROR("generate", "unexpected argument '%s' (see `weft generate --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("generate", "", "weft generate", cli->argv[i]);
             return -1;
         }
     }

@@ -317,7 +317,7 @@ int weft_cmd_inspect(struct weft_cli *cli)
         } else if (strcmp(a, "--no-tensors") == 0) {
             with_table = false;
         } else if (a[0] == '-' || path) {
-            WEFT_LOG_ERROR("inspect", "unexpected argument '%s' (see `weft inspect --help`)", a);
+            weft_cli_unexpected("inspect", "", "weft inspect", a);
             return 2;
         } else {
             path = a;

@@ -71,6 +71,10 @@ const char *weft_cli_default_model(void)
                                                                  : WEFT_INSTALLED_MODEL;
 }
 
+/* The last argument that named an option but had no value after it (the command line's end),
+ * for weft_cli_unexpected's message. */
+static const char *no_value;
+
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name)
 {
     size_t n = strlen(name);
@@ -83,7 +87,18 @@ const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name)
         (*i)++;
         return argv[*i];
     }
+    if (a[n] == '\0')
+        no_value = a;
     return NULL;
+}
+
+void weft_cli_unexpected(const char *sub, const char *extra, const char *cmd, const char *arg)
+{
+    if (arg == no_value)
+        WEFT_LOG_ERROR(sub, "%s needs a value (see `%s --help`)", arg, cmd);
+    else
+        WEFT_LOG_ERROR(sub, "unexpected argument '%s'%s%s (see `%s --help`)", arg,
+                       extra[0] ? " " : "", extra, cmd);
 }
 
 int weft_cli_parse_int(const char *opt, const char *v, long long lo, long long hi,

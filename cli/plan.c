@@ -206,7 +206,7 @@ static int parse_args(struct weft_cli *cli, struct plan_args *a, int *done)
         } else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--max-memory"))) {
             a->max_memory = v;
         } else {
-            WEFT_LOG_ERROR("plan", "unexpected argument '%s' (see `weft plan --help`)", argv[i]);
+            weft_cli_unexpected("plan", "", "weft plan", argv[i]);
             return 2;
         }
     }

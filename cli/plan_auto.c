@@ -401,8 +401,7 @@ int weft_cmd_plan_auto(struct weft_cli *cli, const char *default_dir)
             }
             job.goal = strcmp(v, "latency") == 0 ? WEFT_GOAL_LATENCY : WEFT_GOAL_THROUGHPUT;
         } else {
-            WEFT_LOG_ERROR("plan", "unexpected argument '%s' with --auto (see `weft plan "
-                                   "--help`)", argv[i]);
+            weft_cli_unexpected("plan", "with --auto", "weft plan", argv[i]);
             return 2;
         }
     }

@@ -174,7 +174,7 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
             if (weft_cli_parse_guidance("--true-cfg-scale", v, &o->true_cfg_scale))
                 return -1;
         } else {
-            WEFT_LOG_ERROR("run", "unexpected argument '%s' (see `weft run --help`)", argv[i]);
+            weft_cli_unexpected("run", "", "weft run", argv[i]);
             return -1;
         }
     }

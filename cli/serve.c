@@ -101,8 +101,7 @@ int weft_cmd_serve(struct weft_cli *cli)
         else if ((v = weft_cli_opt_value(cli->argc, argv, &i, "--worker-port-file")))
             worker_port_file = v;
         else {
-            WEFT_LOG_ERROR("serve", "unexpected argument '%s' (see `weft serve --help`)",
-                           argv[i]);
+            weft_cli_unexpected("serve", "", "weft serve", argv[i]);
             return 2;
         }
     }

@@ -49,7 +49,9 @@ static int parse_args(struct weft_cli *cli, struct status_opts *o, const char *c
         else if (argv[i][0] != '-' && !o->id)
             o->id = argv[i];
         else {
-            WEFT_LOG_ERROR(cmd, "unexpected argument '%s' (see `weft %s --help`)", argv[i], cmd);
+            char name[64];
+            snprintf(name, sizeof(name), "weft %s", cmd);
+            weft_cli_unexpected(cmd, "", name, argv[i]);
             return -1;
         }
     }

@@ -138,8 +138,7 @@ static int parse_args(struct weft_cli *cli, struct submit_opts *o)
         } else if (strcmp(argv[i], "--no-wait") == 0) {
             o->no_wait = true;
         } else {
-            WEFT_LOG_ERROR("submit", "unexpected argument '%s' (see `weft submit --help`)",
-                           argv[i]);
+            weft_cli_unexpected("submit", "", "weft submit", argv[i]);
             return -1;
         }
         if (bad)

@@ -159,8 +159,7 @@ int weft_cmd_tokenize(struct weft_cli *cli)
         } else if (strcmp(cli->argv[i], "--json") == 0) {
             json = true;
         } else {
-            WEFT_LOG_ERROR("tokenize", "unexpected argument '%s' (see `weft tokenize --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("tokenize", "", "weft tokenize", cli->argv[i]);
             return 2;
         }
     }

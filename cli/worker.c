@@ -47,8 +47,7 @@ int weft_cmd_worker(struct weft_cli *cli)
         } else if ((v = weft_cli_opt_value(cli->argc, cli->argv, &i, "--device"))) {
             device = v;
         } else {
-            WEFT_LOG_ERROR("worker", "unexpected argument '%s' (see `weft worker --help`)",
-                           cli->argv[i]);
+            weft_cli_unexpected("worker", "", "weft worker", cli->argv[i]);
             return 2;
         }
     }

@@ -60,4 +60,7 @@ p = run("--model", pipe, ok=False)
 assert p.returncode == 2 and b"--prompt TEXT is required" in p.stderr, p.stderr
 for p in (run("--model", pipe, "--prompt", "x", "--bogus", ok=False),):
     assert p.returncode == 2 and b"unexpected argument '--bogus'" in p.stderr, p.stderr
+# an option at the end without its value is named as such (it read as an unexpected argument)
+p = run("--model", pipe, "--prompt", ok=False)
+assert p.returncode == 2 and b"--prompt needs a value" in p.stderr, p.stderr
 print(f"tokenize cli: {checked} corpus strings equal transformers' ids; refusals ok")
