@@ -28,21 +28,22 @@
 
 static char model[1200];
 
-/* The issue's target is 90 % of the pictures right; the model measured 35 of 40 (all 32 one-shape
- * prompts, 3 of the 8 two-shape ones; the background right in all 40; the misses two-shape
- * prompts where one shape takes the other's colour, or a colour between the two). The test holds
- * the model to what it was measured to do, with a margin for other CPUs' kernels: a regression
- * fails it (its first run's EMA scored 32 at step 3000 of 6000, and 35 at 6000, which 4000 more
- * steps left at 35 while the validation set went from 136 to 141; the model before it, with 2
+/* The target: 90 % of the pictures right. The model measured 37 of 40 (all 32 one-shape prompts,
+ * 5 of the 8 two-shape ones; the background right in all 40; the misses two-shape prompts where
+ * one shape takes the other's colour or one near it, or a small shape is not drawn), so the test
+ * holds it to the target itself, one picture of margin for other CPUs' kernels (their images
+ * differ from these by at most a level). Its history: the first run's EMA scored 32 at step 3000
+ * of 6000 and 35 at 6000, 4000 more steps left it at 35 (the validation set 136, then 141), 2500
+ * more with two-shape scenes as 55 % of each batch made it 37 (145); the model before it, with 2
  * double-stream blocks instead of 4, 33; an undertrained checkpoint of an earlier model, whose
- * text encoder could not tell the colours' roles apart, 2). */
-#define MIN_RIGHT 32      /* of 40: pictures wholly right (target: 36) */
+ * text encoder could not tell the colours' roles apart, 2. */
+#define MIN_RIGHT 36      /* of 40: pictures wholly right (the target) */
 #define MIN_BACKGROUND 36 /* of 40: the background right */
 
-/* The validation set's bars, from the same measurement (VALIDATION_MEASURED), the same margin. */
+/* The validation set's bars, from the same measurement (VALIDATION_MEASURED), a margin of 5. */
 #define VALIDATION_N 160
-#define VALIDATION_MEASURED "141 of 160 (120 of the 120 one-shape prompts, 21 of 40 two-shape)"
-#define MIN_VALIDATION_RIGHT 130
+#define VALIDATION_MEASURED "145 of 160 (120 of the 120 one-shape prompts, 25 of 40 two-shape)"
+#define MIN_VALIDATION_RIGHT 140
 #define MIN_VALIDATION_BACKGROUND 150
 
 /* Judge every picture of the loaded set (path i = fmt with i): how many are right and how many
