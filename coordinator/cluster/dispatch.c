@@ -240,7 +240,6 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
         struct job_run *jr = &r->jobs[slot];
         *jr = (struct job_run){
             .key = job->key, .active = true, .started = weft_cr_now(),
-            .work = weft_cr_job_work(job->height, job->width, cfg, job->steps, n_img),
             .devices = dp * weft_cr_replica_size(r), .height = job->height,
             .width = job->width, .steps = job->steps, .cfg = cfg,
             .per = weft_cr_replica_size(r)};

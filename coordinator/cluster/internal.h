@@ -88,7 +88,6 @@ struct job_run {
     /* progress: the deadline is the last report + max(stall_timeout, 10 x the longest step) */
     double started, last_progress, longest_step;
     bool blocking; /* auto: it ran when the mesh began to drain for a switch (the reservation) */
-    double work;   /* its images' steps and decodes, in replica_work's units */
     int devices;   /* the workers of the replicas it runs on */
     /* what it is and what its images took, for auto's cost record (weft_cr_auto_record): its
      * shape, a replica's workers, and the seconds its decoding ranks reported per image */
