@@ -61,6 +61,8 @@ const char *weft_cli_default_model(void);
 /* Option helpers: "--name=value" or "--name value". Return the value or NULL. */
 const char *weft_cli_opt_value(int argc, char **argv, int *i, const char *name);
 bool weft_cli_is_help(const char *arg);
+/* s is longer than suffix and ends with it ("x.png", not ".png"). */
+bool weft_cli_ends_with(const char *s, const char *suffix);
 /* The error for an argument a command does not take: "ARG needs a value" when it named an
  * option at the command line's end (weft_cli_opt_value saw it), else "unexpected argument
  * 'ARG' EXTRA"; both point at `CMD --help`. sub: the log's subsystem. */

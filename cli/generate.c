@@ -133,12 +133,6 @@ static int parse_opt(struct weft_cli *cli, int *i, struct gen_opts *o)
     return 0;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n > m && strcmp(s + n - m, suffix) == 0;
-}
-
 static int parse_args(struct weft_cli *cli, struct gen_opts *o)
 {
     /* sides and max_sequence_length 0: the model's defaults (model.h), set once it is open */
@@ -169,8 +163,8 @@ static int parse_args(struct weft_cli *cli, struct gen_opts *o)
                                    "FILE|NAME, not both");
         return -1;
     }
-    o->png = ends_with(o->out, ".png");
-    if (!o->png && !ends_with(o->out, ".safetensors")) {
+    o->png = weft_cli_ends_with(o->out, ".png");
+    if (!o->png && !weft_cli_ends_with(o->out, ".safetensors")) {
         WEFT_LOG_ERROR("generate", "--out %s: the output is a .png image or .safetensors latents",
                        o->out);
         return -1;
@@ -202,7 +196,7 @@ static weft_status_t resolve_prompt(const char *dir, const char *arg, char *path
     char best[256] = "";
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        if (ends_with(e->d_name, ".safetensors") && (!best[0] || strcmp(e->d_name, best) < 0))
+        if (weft_cli_ends_with(e->d_name, ".safetensors") && (!best[0] || strcmp(e->d_name, best) < 0))
             snprintf(best, sizeof(best), "%s", e->d_name);
     }
     if (d)
@@ -293,7 +287,7 @@ static void prompt_name(const char *prompt_path, char *out, size_t len)
 {
     const char *base = strrchr(prompt_path, '/');
     snprintf(out, len, "%s", base ? base + 1 : prompt_path);
-    if (ends_with(out, ".safetensors"))
+    if (weft_cli_ends_with(out, ".safetensors"))
         out[strlen(out) - strlen(".safetensors")] = '\0';
 }
 

@@ -159,12 +159,6 @@ out:
     return st;
 }
 
-static bool ends_with(const char *s, const char *tail)
-{
-    const size_t n = strlen(s), k = strlen(tail);
-    return n >= k && strcmp(s + n - k, tail) == 0;
-}
-
 static weft_status_t inspect_pipeline(const char *dir, bool with_table, cJSON *out)
 {
     struct weft_pipe *p;
@@ -193,15 +187,15 @@ static weft_status_t inspect_pipeline(const char *dir, bool with_table, cJSON *o
             cJSON *m = cJSON_AddObjectToObject(ce, "model");
             cJSON_AddStringToObject(m, "path", sub);
             st = inspect_model(sub, with_table, m);
-        } else if (ends_with(c->class_name, "Scheduler")) {
+        } else if (weft_cli_ends_with(c->class_name, "Scheduler")) {
             char cfg[2100];
             snprintf(cfg, sizeof(cfg), "%s/scheduler_config.json", sub);
             cJSON *json;
             st = weft_json_read_file(cfg, 1 << 20, &json, NULL); /* logs why */
             if (st == WEFT_OK)
                 cJSON_AddItemToObject(ce, "config", json);
-        } else if (!ends_with(c->class_name, "Tokenizer") &&
-                   !ends_with(c->class_name, "TokenizerFast")) {
+        } else if (!weft_cli_ends_with(c->class_name, "Tokenizer") &&
+                   !weft_cli_ends_with(c->class_name, "TokenizerFast")) {
             /* a model class (a transformer, an encoder, a VAE): its folder must hold one */
             WEFT_LOG_ERROR("inspect", "%s: no model here (model_index.json names %s for \"%s\": "
                            "a folder with config.json and .safetensors weights)", sub,

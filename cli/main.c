@@ -195,6 +195,12 @@ int weft_cli_parse_int_list(const char *opt, const char *v, long long lo, long l
     }
 }
 
+bool weft_cli_ends_with(const char *s, const char *suffix)
+{
+    const size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
 bool weft_cli_is_help(const char *arg)
 {
     return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
