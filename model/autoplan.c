@@ -12,8 +12,6 @@
 #include "model/plan.h"
 #include "model/text_encoder.h"
 
-#define MIN_TOKENS_PER_RANK 1024 /* below it, context parallelism's messages outweigh its
-                                  * compute (bench cp: 1.74x on 2 ranks at 32x32 tokens) */
 
 int weft_link_parse(const char *s)
 {
@@ -606,7 +604,7 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
                    "sequence", per / 2,
                    (double)s_img * (double)m->flux.out_channels * 4 / 1e6);
         }
-        const int64_t by_tokens = s_img / MIN_TOKENS_PER_RANK;
+        const int64_t by_tokens = s_img / WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
         const int k = (int)(spare < by_tokens ? spare : by_tokens);
         if (dev->flops > 0 && spare >= 2) {
             per *= choose_cp_timed(m, dev, job, (int)spare, per_node, p);
@@ -619,7 +617,7 @@ weft_status_t weft_autoplan(const struct weft_autoplan_model *m,
         } else if (spare >= 2) {
             reason(p, "latency: the image's %lld tokens are too few to split (context "
                    "parallelism pays from about %d tokens per rank)", (long long)s_img,
-                   MIN_TOKENS_PER_RANK);
+                   WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK);
         }
     }
 

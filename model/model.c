@@ -455,6 +455,105 @@ void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica
     }
 }
 
+/* The degrees a group may name, in the order of group_places. */
+static const char *const group_names[] = {"dp", "cfg", "ring", "ulysses", "tp"};
+#define GROUP_DEGREES ((int)(sizeof(group_names) / sizeof(group_names[0])))
+
+static const char *skip_blank(const char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    return s;
+}
+
+/* One group of [parallel] groups, text [s, end): "name N" factors joined by 'x'. */
+static weft_status_t parse_group(const char *s, const char *end, int index,
+                                 struct weft_layout *l, struct weft_error *err)
+{
+    bool seen[GROUP_DEGREES] = {false};
+    while (true) {
+        s = skip_blank(s);
+        const char *name = s;
+        while (s < end && *s >= 'a' && *s <= 'z')
+            s++;
+        const size_t len = (size_t)(s - name);
+        int which = 0;
+        while (which < GROUP_DEGREES && (strlen(group_names[which]) != len ||
+                                         strncmp(group_names[which], name, len) != 0))
+            which++;
+        if (which == GROUP_DEGREES)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d: \"%.*s\" is not a degree "
+                                     "(dp, cfg, ring, ulysses or tp, each followed by its "
+                                     "value)", index + 1, len ? (int)len : (int)(end - name),
+                                     name);
+        if (seen[which])
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d names %.*s twice", index + 1,
+                                     (int)len, name);
+        seen[which] = true;
+        s = skip_blank(s);
+        long v = 0;
+        const char *digits = s;
+        while (s < end && *s >= '0' && *s <= '9' && v <= 1024)
+            v = v * 10 + (*s++ - '0');
+        if (s == digits || v < 1 || v > 1024 || (s < end && *s >= '0' && *s <= '9'))
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d: %.*s needs a degree from 1 "
+                                     "to 1024", index + 1, (int)len, name);
+        int *const places[GROUP_DEGREES] = {&l->mesh.dp, &l->mesh.cfg, &l->mesh.ring,
+                                            &l->mesh.ulysses, &l->mesh.tp};
+        *places[which] = (int)v;
+        s = skip_blank(s);
+        if (s == end)
+            return WEFT_OK;
+        if (*s != 'x')
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d: '%c' where 'x' or '+' was "
+                                     "expected", index + 1, *s);
+        s++;
+    }
+}
+
+weft_status_t weft_layout_parse_groups(const char *text, const struct weft_layout *base,
+                                       struct weft_layout *out, int max, int *n_p,
+                                       struct weft_error *err)
+{
+    *n_p = 0;
+    const char *s = text;
+    for (int n = 0;; n++) {
+        const char *end = strchr(s, '+');
+        if (!end)
+            end = s + strlen(s);
+        if (n == max)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: more than %d groups", max);
+        if (*skip_blank(s) == '\0' || skip_blank(s) == end)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d is empty (layouts joined by "
+                                     "'+', e.g. \"ulysses 2 + dp 2\")", n + 1);
+        struct weft_layout *l = &out[n];
+        *l = (struct weft_layout){.mesh = {1, 1, 1, 1, 1, 1}, .rotation = base->rotation};
+        weft_status_t st = parse_group(s, end, n, l, err);
+        if (st != WEFT_OK)
+            return st;
+        /* the anything flags relax the groups that split the sequence that way */
+        l->ulysses_anything = base->ulysses_anything && l->mesh.ulysses > 1;
+        l->ring_anything = base->ring_anything && l->mesh.ring > 1;
+        *n_p = n + 1;
+        if (*end == '\0')
+            return WEFT_OK;
+        s = end + 1;
+    }
+}
+
+int weft_layout_replica_devices(const struct weft_layout *l)
+{
+    return l->device_map ? l->mesh.pp
+                         : (l->mesh.cfg > 1 ? l->mesh.cfg : 1) * l->mesh.ring * l->mesh.ulysses *
+                               l->mesh.tp;
+}
+
 void weft_layout_name(const struct weft_layout *l, char *buf, size_t len)
 {
     char cfg[16] = "";

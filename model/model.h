@@ -98,6 +98,17 @@ void weft_layout_single(struct weft_layout *out);
 /* The layout of [parallel] (and [device_map] with devices_per_replica devices; 0 without). */
 void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica,
                            struct weft_layout *out);
+/* [parallel] groups: layouts joined by '+', each one's degrees as "name N" joined by 'x' (dp,
+ * cfg, ring, ulysses, tp; those not named are 1), e.g. "ulysses 2 + dp 2": one replica of
+ * Ulysses 2 beside two single-device replicas. Each group's anything flags are base's where it
+ * has the degree they relax; its rotation is base's. out gets at most max groups, *n_p their
+ * count; a one-line reason in err otherwise. The degrees are not checked against a model
+ * (weft_model_check_layout). */
+weft_status_t weft_layout_parse_groups(const char *text, const struct weft_layout *base,
+                                       struct weft_layout *out, int max, int *n_p,
+                                       struct weft_error *err);
+/* Devices one replica of l takes: its device_map stages, or cfg x ring x ulysses x tp. */
+int weft_layout_replica_devices(const struct weft_layout *l);
 /* "dp 2 x ring 1 x ulysses 2 x tp 1" or "dp 1 x 2 device_map stages". */
 void weft_layout_name(const struct weft_layout *l, char *buf, size_t len);
 

@@ -275,6 +275,58 @@ static void test_empirical_mu(void)
     }
 }
 
+/* [parallel] groups: layouts joined by '+', each "name N" joined by 'x'; the anything flags
+ * land on the groups with the degree they relax; every malformed text is one line naming the
+ * group. */
+static void test_groups(void)
+{
+    struct weft_layout base, g[4];
+    weft_layout_single(&base);
+    base.ulysses_anything = true;
+    base.rotation = WEFT_RING_P2P;
+    int n = 0;
+    CHECK_OK(weft_layout_parse_groups("ulysses 2 + dp 2", &base, g, 4, &n, TERR));
+    CHECK_EQ(n, 2);
+    CHECK(g[0].mesh.dp == 1 && g[0].mesh.ulysses == 2 && g[0].mesh.ring == 1 &&
+          g[0].mesh.tp == 1 && g[0].ulysses_anything && !g[0].ring_anything &&
+          g[0].rotation == WEFT_RING_P2P);
+    CHECK(g[1].mesh.dp == 2 && g[1].mesh.ulysses == 1 && !g[1].ulysses_anything);
+    CHECK_EQ(weft_layout_replica_devices(&g[0]), 2);
+    CHECK_EQ(weft_layout_replica_devices(&g[1]), 1);
+    CHECK_OK(weft_layout_parse_groups("\tdp 3xtp 2 x cfg 2 x ring 2+ulysses 4 ", &base, g, 4,
+                                      &n, TERR));
+    CHECK_EQ(n, 2);
+    CHECK(g[0].mesh.dp == 3 && g[0].mesh.tp == 2 && g[0].mesh.cfg == 2 && g[0].mesh.ring == 2);
+    CHECK_EQ(weft_layout_replica_devices(&g[0]), 8);
+    CHECK(g[1].mesh.ulysses == 4 && g[1].mesh.dp == 1);
+    char name[96];
+    weft_layout_name(&g[0], name, sizeof(name));
+    CHECK(strcmp(name, "dp 3 x cfg 2 x ring 2 x ulysses 1 x tp 2") == 0);
+    CHECK_FAILS(weft_layout_parse_groups("", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+                "group 1 is empty");
+    CHECK_FAILS(weft_layout_parse_groups("dp 2 + + tp 2", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "group 2 is empty");
+    CHECK_FAILS(weft_layout_parse_groups("dp 2 + sp 2", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "group 2", "\"sp\" is not a degree");
+    CHECK_FAILS(weft_layout_parse_groups("dp", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+                "dp needs a degree");
+    CHECK_FAILS(weft_layout_parse_groups("tp 0", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+                "tp needs a degree from 1 to 1024");
+    CHECK_FAILS(weft_layout_parse_groups("tp 1025", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+                "tp needs a degree");
+    CHECK_FAILS(weft_layout_parse_groups("tp 99999999999999999999", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "tp needs a degree");
+    CHECK_FAILS(weft_layout_parse_groups("tp 2 x tp 2", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "names tp twice");
+    CHECK_FAILS(weft_layout_parse_groups("tp 2 ulysses 2", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "'u' where 'x' or '+' was expected");
+    CHECK_FAILS(weft_layout_parse_groups("tp 2 x", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+                "is not a degree");
+    CHECK_FAILS(weft_layout_parse_groups("dp 1 + dp 1 + dp 1 + dp 1 + dp 1", &base, g, 4, &n,
+                                         TERR),
+                WEFT_ERR_CONFIG, "more than 4 groups");
+}
+
 int main(void)
 {
     test_quiet();
@@ -283,6 +335,7 @@ int main(void)
     test_mesh_cfg();
     test_open();
     test_layout();
+    test_groups();
     printf("ok\n");
     return 0;
 }
