@@ -181,6 +181,28 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
     const struct weft_conf_parallel *p = &cli->conf.parallel;
     const bool devmap = o->device_map ? strcmp(o->device_map, "none") != 0
                                       : cli->conf.device_map.strategy != 0;
+    if (p->groups[0]) { /* the groups give the workers; the coordinator checks the rest */
+        struct weft_layout base, g[64];
+        int n = 0, workers = 0;
+        struct weft_error err = WEFT_ERROR_INIT;
+        weft_layout_single(&base);
+        if (weft_layout_parse_groups(p->groups, &base, g, 64, &n, &err) != WEFT_OK) {
+            WEFT_LOG_ERROR("run", "%s", weft_error_text(&err));
+            return -1;
+        }
+        for (int k = 0; k < n; k++)
+            workers += g[k].mesh.dp * weft_layout_replica_devices(&g[k]);
+        if (o->tp || o->uly || o->ring || o->cfg || o->dp || devmap ||
+            (o->np && o->np != workers)) {
+            WEFT_LOG_ERROR("run", "[parallel] groups (\"%s\") sets the layouts and takes %d "
+                           "workers: no --tp, --ulysses, --ring, --cfg, --dp or --device-map "
+                           "beside it, and --np %d or none", p->groups, workers, workers);
+            return -1;
+        }
+        o->np = workers;
+        o->tp = o->uly = o->ring = o->cfg = o->dp = 1;
+        return 0;
+    }
     if (devmap) {
         /* a replica is np / dp devices; the degrees other than dp stay 1 (checked by serve) */
         o->dp = o->dp ? o->dp : p->dp_degree;

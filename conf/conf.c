@@ -151,6 +151,15 @@ static const struct conf_key parallel_keys[] = {
             "the two halves of each replica at once (each half tp x ulysses x ring), one "
             "exchange of the predictions a step; a job without true CFG runs the conditional "
             "pass on both halves."),
+    KEY_STR(weft_conf_parallel, groups, "",
+            "The cluster's workers as groups of replicas of different layouts, joined by '+': "
+            "each a layout's degrees (dp, cfg, ring, ulysses, tp; those not named are 1), "
+            "e.g. 'ulysses 2 + dp 2' on 4 workers: one replica of Ulysses 2 for the large "
+            "images beside two single-device replicas for the small ones. A job runs within "
+            "one group: the free one whose devices per replica come nearest to what its image "
+            "splits over (weft plan's rule, about 1024 image tokens per rank) without "
+            "exceeding it, else the free one with the fewest. The degrees above stay 1; "
+            "[cluster] workers is the groups' sum. Empty: one layout, the degrees above."),
     KEY_BOOL(weft_conf_parallel, ulysses_anything, "false",
              "Any sequence length and head count for Ulysses (and unified 2-D): uneven splits, "
              "the first ranks one token (or head) longer."),

@@ -56,6 +56,7 @@ struct weft_conf_parallel {
     bool ring_anything;
     int ring_rotation; /* enum weft_ring_rotation: allgather, p2p */
     int tp_load;       /* sharded, full (read everything, then keep the local shards) */
+    char groups[WEFT_CONF_STR]; /* replica groups of unequal layouts ("" one layout) */
 };
 
 /* Orders of allreduce_algo match enum weft_comm_algo in transport/comm.h. */

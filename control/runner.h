@@ -130,6 +130,9 @@ struct weft_runner_ops {
     /* The layout jobs run on (the mesh of [parallel], or one device): the coordinator checks
      * every job against it at submission. */
     void (*layout)(struct weft_runner *r, struct weft_layout *out);
+    /* The layout the job start() accepted last runs on, where the runner's replicas differ
+     * ([parallel] groups); NULL op: layout(). */
+    void (*started_layout)(struct weft_runner *r, struct weft_layout *out);
     /* The cluster for GET /v1/cluster: a new object the caller deletes, NULL when out of
      * memory. Keys: "runner" (name), "ready" (bool), "workers": [{"id", "host", "device",
      * "state", ...}], "mesh": {"dp", "ring", "ulysses", "tp"}, "device_map": {component:

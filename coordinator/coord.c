@@ -521,7 +521,10 @@ static void dispatch(struct weft_coord *c)
         j->cancel_requested = false;
         c->running++;
         struct weft_layout lay;
-        c->runner->ops->layout(c->runner, &lay); /* dp may have shrunk after a loss */
+        if (c->runner->ops->started_layout) /* its group's */
+            c->runner->ops->started_layout(c->runner, &lay);
+        else
+            c->runner->ops->layout(c->runner, &lay); /* dp may have shrunk after a loss */
         weft_layout_name(&lay, j->layout, sizeof(j->layout));
         const char *chosen = c->runner->ops->layout_reason
                                  ? c->runner->ops->layout_reason(c->runner)

@@ -37,8 +37,13 @@ weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err
         return st;
     r->auto_mode = true;
     /* until a plan: one replica per worker (what the coordinator checks jobs against) */
-    weft_layout_single(&r->layout);
-    r->layout.mesh.dp = (int)c->cluster.workers;
+    if (c->parallel.groups[0])
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] mode = auto plans the layout itself: leave "
+                                 "[parallel] groups empty");
+    weft_layout_single(&r->check);
+    r->check.mesh.dp = (int)c->cluster.workers;
+    r->plan = (struct cr_plan){1, {r->check}};
     return WEFT_OK;
 }
 
@@ -250,7 +255,7 @@ static double step_seconds(const struct cluster_runner *r, const struct weft_aut
     if (dev->flops <= 0)
         return -1;
     const int cfg = l->mesh.cfg > 1 ? l->mesh.cfg : 1;
-    const int k = l->device_map ? l->mesh.pp : cfg * l->mesh.ring * l->mesh.ulysses * l->mesh.tp;
+    const int k = weft_layout_replica_devices(l);
     struct weft_autoplan_candidate cand[64];
     const int n = weft_autoplan_rank(&r->am, dev, job, k, cand, 64);
     for (int i = 0; i < n; i++) {
@@ -313,8 +318,7 @@ static void backfill_check(struct cluster_runner *r, const struct weft_runner_de
 /* The layout jobs run on now (the mesh of the current or coming plan). */
 static bool current(const struct cluster_runner *r, struct weft_layout *out)
 {
-    *out = r->layout;
-    out->mesh = r->mesh;
+    *out = r->mesh.g[0]; /* auto plans one group */
     return r->planned || r->assigning;
 }
 
@@ -416,7 +420,7 @@ void weft_cr_auto_prepare(struct cluster_runner *r)
             return; /* the one-replica-per-worker layout, as checked at start */
         r->want_set = true;
     }
-    r->layout = r->want;
+    r->plan = (struct cr_plan){1, {r->want}};
     snprintf(r->layout_why, sizeof(r->layout_why), "%s", r->want_why);
     r->switching = false;
 }

@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "coordinator/cluster/internal.h"
+#include "model/job.h"
 
 static void post(struct cluster_runner *r, const struct weft_runner_event *ev)
 {
@@ -35,7 +36,7 @@ int weft_cr_active_jobs(const struct cluster_runner *r)
 int weft_cr_free_replicas(const struct cluster_runner *r)
 {
     int n = 0;
-    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++)
+    for (int rep = 0; rep < weft_cr_plan_replicas(&r->mesh) && rep < MAX_WORKERS; rep++)
         n += r->replica_job[rep] < 0;
     return n;
 }
@@ -43,7 +44,7 @@ int weft_cr_free_replicas(const struct cluster_runner *r)
 double weft_cr_drain_work(const struct cluster_runner *r)
 {
     double most = 0;
-    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++) {
+    for (int rep = 0; rep < weft_cr_plan_replicas(&r->mesh) && rep < MAX_WORKERS; rep++) {
         const struct replica_work *q = &r->rep_work[rep];
         if (r->replica_job[rep] < 0 || !r->jobs[r->replica_job[rep]].blocking)
             continue;
@@ -195,20 +196,51 @@ static void send_run(struct cluster_runner *r, struct job_run *jr, int rep, cons
     }
 }
 
+/* The group a job starts on, among those with a free replica: the one whose devices per
+ * replica come nearest to the context-parallel ranks its image pays for (weft plan's rule:
+ * about WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK image tokens a rank) without exceeding them, else
+ * the one with the fewest; -1 when no replica is free. Its free replicas into reps. */
+static int start_group(const struct cluster_runner *r, const struct weft_runner_job *job,
+                       int *reps, int *n_p)
+{
+    const int64_t tokens = weft_job_image_tokens(r->model, job->height, job->width);
+    const int64_t ranks = tokens / WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
+    int best = -1, best_size = 0;
+    for (int g = 0, rep0 = 0; g < r->mesh.n; rep0 += r->mesh.g[g++].mesh.dp) {
+        bool any = false;
+        for (int rep = rep0; rep < rep0 + r->mesh.g[g].mesh.dp && rep < MAX_WORKERS; rep++)
+            any |= r->replica_job[rep] < 0;
+        if (!any)
+            continue;
+        const int size = weft_layout_replica_devices(&r->mesh.g[g]);
+        const bool fits = size == 1 || size <= ranks;
+        const bool best_fits = best_size == 1 || best_size <= ranks;
+        if (best < 0 || (fits && (!best_fits || size > best_size)) ||
+            (!fits && !best_fits && size < best_size))
+            best = g, best_size = size;
+    }
+    *n_p = 0;
+    for (int rep = 0; best >= 0 && rep < MAX_WORKERS; rep++) {
+        int rep0, base;
+        if (weft_cr_plan_group(&r->mesh, rep, &rep0, &base) == best && r->replica_job[rep] < 0)
+            reps[(*n_p)++] = rep;
+    }
+    return best;
+}
+
 weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_job *job,
                             struct weft_error *err)
 {
     struct cluster_runner *r = (struct cluster_runner *)base;
     int reps[MAX_WORKERS], n_free = 0, slot = -1;
-    for (int rep = 0; rep < r->mesh.dp && rep < MAX_WORKERS; rep++)
-        if (r->replica_job[rep] < 0)
-            reps[n_free++] = rep;
+    const int group = r->planned ? start_group(r, job, reps, &n_free) : -1;
     for (int i = 0; i < MAX_WORKERS && slot < 0; i++)
         if (!r->jobs[i].active)
             slot = i;
     if (!r->planned || r->stopping || n_free == 0 || slot < 0)
         return weft_error_set(err, WEFT_ERR_BUSY, "cluster", "job %s: the cluster is not ready "
                               "or has no free replica", job->id);
+    const int per = weft_layout_replica_devices(&r->mesh.g[group]);
     struct weft_msg_run m = {
         .job = job->key, .epoch = r->epoch, .height = job->height, .width = job->width,
         .steps = job->steps, .guidance = job->guidance, .seed = job->seed,
@@ -240,9 +272,8 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
         struct job_run *jr = &r->jobs[slot];
         *jr = (struct job_run){
             .key = job->key, .active = true, .started = weft_cr_now(),
-            .devices = dp * weft_cr_replica_size(r), .height = job->height,
-            .width = job->width, .steps = job->steps, .cfg = cfg,
-            .per = weft_cr_replica_size(r)};
+            .devices = dp * per, .height = job->height, .width = job->width,
+            .steps = job->steps, .cfg = cfg, .per = per};
         jr->last_progress = jr->started;
         snprintf(jr->out_dir, sizeof(jr->out_dir), "%s", job->out_dir);
         snprintf(jr->id, sizeof(jr->id), "%s", job->id);
@@ -253,8 +284,11 @@ weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_j
             send_run(r, jr, reps[k], bufs[k], lens[k]);
         }
         r->backfilled += r->switching && r->backfill;
-        WEFT_LOG_INFO("cluster", "job %s: %lld images on %d of %d replicas", job->id,
-                      (long long)n_img, jr->pending, r->mesh.dp);
+        r->started_group = group;
+        char name[96];
+        weft_layout_name(&r->mesh.g[group], name, sizeof(name));
+        WEFT_LOG_INFO("cluster", "job %s: %lld images on %d of the %d replicas of %s", job->id,
+                      (long long)n_img, jr->pending, r->mesh.g[group].mesh.dp, name);
     }
     for (int k = 0; k < dp; k++)
         weft_free(bufs[k]);

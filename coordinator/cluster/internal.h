@@ -138,6 +138,24 @@ struct weft_cr_cost {
 double weft_cr_cost_predict(const struct weft_cr_cost *costs, int n, double step_flops,
                             double pixels, int64_t steps, int64_t images);
 
+/* A plan's replicas: groups, each mesh.dp replicas of its layout. The groups take the world's
+ * ranks in order (group g's first rank, its mesh's world_base, is the count of the earlier
+ * groups' workers), and the replica numbers likewise. One group but with [parallel] groups;
+ * auto plans one. */
+#define WEFT_CR_GROUPS 8
+struct cr_plan {
+    int n;
+    struct weft_layout g[WEFT_CR_GROUPS];
+};
+
+/* The replicas of p, and the workers they take. */
+int weft_cr_plan_replicas(const struct cr_plan *p);
+int weft_cr_plan_workers(const struct cr_plan *p);
+/* The group of replica rep (-1 outside p), its first replica and its first world rank. */
+int weft_cr_plan_group(const struct cr_plan *p, int rep, int *rep0_p, int *base_p);
+/* "dp 1 x ring 1 x ulysses 2 x tp 1 + dp 2 x ring 1 x ulysses 1 x tp 1" */
+void weft_cr_plan_name(const struct cr_plan *p, char *buf, size_t len);
+
 struct comm_total {
     char group[WEFT_MSG_LABEL_MAX], op[WEFT_MSG_LABEL_MAX];
     double seconds, bytes, calls;
@@ -149,7 +167,8 @@ struct cluster_runner {
     struct weft_runner_sink *sink;
     const struct weft_conf *conf;
     const struct weft_model *model;
-    struct weft_layout layout; /* of [parallel] / [device_map]; dp shrinks after losses */
+    struct cr_plan plan;       /* of [parallel] / [device_map] or its groups, or auto's want */
+    struct weft_layout check;  /* what the coordinator checks jobs against (layout()) */
     char model_dir[WEFT_CONF_PATH], secret[WEFT_CONF_STR], listen_host[256];
     uv_tcp_t *server; /* the worker port (its own allocation: freed by its close) */
     uv_poll_t link_poll;
@@ -168,8 +187,10 @@ struct cluster_runner {
     uint64_t epoch;
     bool planned, assigning;
     char plan_error[WEFT_ERROR_MSG + 64]; /* why the workers there are cannot serve */
-    struct weft_mesh mesh;
-    int n_mesh;
+    struct cr_plan mesh; /* as planned: plan's groups with the replicas the workers fill (fewer
+                            after losses) */
+    int n_mesh;          /* its workers */
+    int started_group;   /* the group of the job start() took last */
     /* device_map: the placement of the current plan (map.n_devices 0: none) */
     struct weft_devmap map;
     struct weft_devmap_unit *map_units;
@@ -229,8 +250,6 @@ void weft_cr_boot_close(struct cluster_runner *r);
 
 /* plan.c */
 void weft_cr_plan_maybe(struct cluster_runner *r);
-/* The workers one replica of the layout takes. */
-int weft_cr_replica_size(const struct cluster_runner *r);
 /* The mesh breaks (a worker lost, an assignment failed, a job stalled): everyone drops it. */
 void weft_cr_plan_reset(struct cluster_runner *r);
 void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,

@@ -137,25 +137,83 @@ static void devmap_stage(const struct cluster_runner *r, int d, struct weft_msg_
                                  weft_devmap_component_device(m, "text_encoder_2")};
 }
 
-int weft_cr_replica_size(const struct cluster_runner *r)
+int weft_cr_plan_replicas(const struct cr_plan *p)
 {
-    const struct weft_mesh *m = &r->layout.mesh;
-    /* device_map: a replica is [cluster] workers / dp_degree devices (checked at start) */
-    return r->layout.device_map ? m->pp
-                                : (m->cfg > 1 ? m->cfg : 1) * m->ring * m->ulysses * m->tp;
+    int n = 0;
+    for (int g = 0; g < p->n; g++)
+        n += p->g[g].mesh.dp;
+    return n;
 }
 
-/* How many workers the mesh takes now (0: not yet), and how many make one replica. */
-static int mesh_workers(const struct cluster_runner *r, int *per_p)
+int weft_cr_plan_workers(const struct cr_plan *p)
 {
-    const int per = weft_cr_replica_size(r);
-    const int want = r->conf->cluster.workers ? (int)r->conf->cluster.workers
-                                              : (int)r->conf->parallel.dp_degree * per;
+    int n = 0;
+    for (int g = 0; g < p->n; g++)
+        n += p->g[g].mesh.dp * weft_layout_replica_devices(&p->g[g]);
+    return n;
+}
+
+int weft_cr_plan_group(const struct cr_plan *p, int rep, int *rep0_p, int *base_p)
+{
+    int rep0 = 0, base = 0;
+    for (int g = 0; g < p->n; g++) {
+        if (rep >= rep0 && rep < rep0 + p->g[g].mesh.dp) {
+            *rep0_p = rep0;
+            *base_p = base;
+            return g;
+        }
+        rep0 += p->g[g].mesh.dp;
+        base += p->g[g].mesh.dp * weft_layout_replica_devices(&p->g[g]);
+    }
+    return -1;
+}
+
+void weft_cr_plan_name(const struct cr_plan *p, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int g = 0; g < p->n && n + 1 < len; g++) {
+        if (g)
+            n += (size_t)snprintf(buf + n, len - n, " + ");
+        if (n + 1 < len)
+            weft_layout_name(&p->g[g], buf + n, len - n);
+        n += strlen(buf + n);
+    }
+}
+
+/* The mesh the workers there are make now, into out (0 workers: not yet). One layout takes
+ * [cluster] workers (or dp_degree replicas); [parallel] groups take theirs. After a loss it
+ * shrinks to whole replicas of the workers left: first one replica of each group, in order,
+ * then the groups' other replicas, in order (a group with none left is dropped). */
+static int mesh_workers(const struct cluster_runner *r, struct cr_plan *out)
+{
+    struct cr_plan p = r->plan;
+    if (!r->conf->parallel.groups[0] || r->auto_mode) { /* one layout over the workers */
+        const int per = weft_layout_replica_devices(&p.g[0]);
+        p.g[0].mesh.dp = r->conf->cluster.workers ? (int)r->conf->cluster.workers / per
+                                                  : (int)r->conf->parallel.dp_degree;
+    }
+    const int want = weft_cr_plan_workers(&p);
     const int joined = weft_cr_joined(r);
-    /* after a loss, a smaller data-parallel width with the workers left; replicas are whole */
-    const int n = (joined >= want ? want : (r->epoch > 0 ? joined : 0)) / per * per;
-    *per_p = per;
-    return n >= per ? n : 0;
+    int left = joined >= want ? want : (r->epoch > 0 ? joined : 0);
+    int dp[WEFT_CR_GROUPS] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        for (int g = 0; g < p.n; g++) {
+            const int per = weft_layout_replica_devices(&p.g[g]);
+            int more = pass == 0 ? 1 : p.g[g].mesh.dp - dp[g];
+            more = left / per < more ? left / per : more;
+            if (more > 0 && (pass == 1 || dp[g] == 0))
+                dp[g] += more, left -= more * per;
+        }
+    }
+    out->n = 0;
+    for (int g = 0; g < p.n; g++) {
+        if (dp[g] < 1)
+            continue;
+        out->g[out->n] = p.g[g];
+        out->g[out->n++].mesh.dp = dp[g];
+    }
+    return weft_cr_plan_workers(out);
 }
 
 /* The host a worker runs on, as its inventory names it: the kernel's boot id (one per booted
@@ -184,11 +242,13 @@ static int32_t thread_share(const struct cluster_runner *r, struct worker *const
     for (int k = 0; k < n; k++) {
         if (strcmp(weft_cr_host_key(ranked[k]), key) != 0)
             continue;
-        struct weft_mesh_coord c;
-        weft_mesh_coord(&r->mesh, k, &c);
-        if (r->layout.device_map && seen[c.dp])
-            continue;
-        seen[c.dp] = true;
+        if (r->mesh.g[0].device_map) { /* one group */
+            struct weft_mesh_coord c;
+            weft_mesh_coord(&r->mesh.g[0].mesh, k, &c);
+            if (seen[c.dp])
+                continue;
+            seen[c.dp] = true;
+        }
         busy++;
     }
     const double share = cores->valuedouble / (busy > 0 ? busy : 1);
@@ -198,9 +258,20 @@ static int32_t thread_share(const struct cluster_runner *r, struct worker *const
 static void assign_one(struct cluster_runner *r, struct worker *w, int rank, const char *rdv,
                        struct weft_msg_assign *m)
 {
-    const bool devmap = r->layout.device_map;
+    /* its group: the one whose ranks hold it */
+    int g = 0, base = 0;
+    while (g + 1 < r->mesh.n &&
+           rank >= base + r->mesh.g[g].mesh.dp * weft_layout_replica_devices(&r->mesh.g[g])) {
+        base += r->mesh.g[g].mesh.dp * weft_layout_replica_devices(&r->mesh.g[g]);
+        g++;
+    }
+    const struct weft_layout *l = &r->mesh.g[g];
+    int rep0 = 0;
+    for (int h = 0; h < g; h++)
+        rep0 += r->mesh.g[h].mesh.dp;
+    const bool devmap = l->device_map;
     struct weft_mesh_coord c;
-    weft_mesh_coord(&r->mesh, rank, &c);
+    weft_mesh_coord(&l->mesh, rank - base, &c);
     bool decode = c.cfg == 0 && c.ring == 0 && c.ulysses == 0 && c.tp == 0 && c.pp == 0;
     memset(m, 0, sizeof(*m));
     m->epoch = r->epoch;
@@ -208,9 +279,8 @@ static void assign_one(struct cluster_runner *r, struct worker *w, int rank, con
     snprintf(m->rdv, sizeof(m->rdv), "%s", rdv);
     m->world_size = r->n_mesh;
     m->world_rank = rank;
-    m->world_base = 0;
-    m->layout = r->layout;
-    m->layout.mesh = r->mesh;
+    m->world_base = base;
+    m->layout = *l;
     m->tp_full_then_shard = r->conf->parallel.tp_load == 1;
     if (devmap)
         devmap_stage(r, c.pp, &m->stage, &decode);
@@ -218,7 +288,7 @@ static void assign_one(struct cluster_runner *r, struct worker *w, int rank, con
     m->compute = r->conf->model.dtype;
     m->tp_plan = r->conf->tp_plan;
     w->rank = rank;
-    w->replica = c.dp;
+    w->replica = rep0 + c.dp;
     w->decode = decode;
     w->assigned = 0;
 }
@@ -247,9 +317,9 @@ static weft_status_t open_rdv(struct cluster_runner *r, int n, char *rdv, size_t
  * back at the first moment no job runs on it (a new plan reloads every worker). */
 static bool should_grow(struct cluster_runner *r)
 {
-    int per;
+    struct cr_plan p;
     return r->planned && !r->assigning && weft_cr_active_jobs(r) == 0 &&
-           mesh_workers(r, &per) > r->n_mesh;
+           mesh_workers(r, &p) > r->n_mesh;
 }
 
 void weft_cr_plan_maybe(struct cluster_runner *r)
@@ -264,8 +334,8 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
     if (r->auto_mode && r->epoch == 0 && weft_cr_joined(r) < (int)r->conf->cluster.workers)
         return; /* the first plan waits for every worker: it plans over them */
     weft_cr_auto_prepare(r);
-    int per;
-    const int n = mesh_workers(r, &per);
+    struct cr_plan mesh;
+    const int n = mesh_workers(r, &mesh);
     if (n == 0)
         return;
     struct worker *ranked[MAX_WORKERS];
@@ -273,10 +343,9 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
     for (int i = 0; i < MAX_WORKERS && k < n; i++)
         if (r->w[i].state == W_JOINED)
             ranked[k++] = &r->w[i];
-    const bool devmap = r->layout.device_map;
-    r->mesh = (struct weft_mesh){n / per, r->layout.mesh.ring, r->layout.mesh.ulysses,
-                                 r->layout.mesh.tp, devmap ? per : 1, r->layout.mesh.cfg};
-    if (devmap && devmap_plan(r, ranked, n, per) != WEFT_OK) {
+    r->mesh = mesh;
+    if (mesh.g[0].device_map &&
+        devmap_plan(r, ranked, n, weft_layout_replica_devices(&mesh.g[0])) != WEFT_OK) {
         WEFT_LOG_ERROR("cluster", "%s", r->plan_error);
         weft_cr_post_capacity(r);
         return;
@@ -305,10 +374,8 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
         (void)weft_cr_send(ranked[rank], WEFT_MSG_ASSIGN, (const union weft_msg *)m);
     }
     weft_free(m);
-    char name[96];
-    struct weft_layout l = r->layout;
-    l.mesh = r->mesh;
-    weft_layout_name(&l, name, sizeof(name));
+    char name[96 * WEFT_CR_GROUPS];
+    weft_cr_plan_name(&r->mesh, name, sizeof(name));
     WEFT_LOG_INFO("cluster", "epoch %llu: %s on %d workers", (unsigned long long)r->epoch, name,
                   n);
 }

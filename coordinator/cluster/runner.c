@@ -56,12 +56,26 @@ static const char *cr_unavailable(struct weft_runner *base)
     return r->plan_error[0] ? r->plan_error : NULL;
 }
 
+/* What jobs are checked against: the layout, or with [parallel] groups one every group can
+ * run (check_start). */
 static void cr_layout(struct weft_runner *base, struct weft_layout *out)
 {
     const struct cluster_runner *r = (const struct cluster_runner *)base;
-    *out = r->layout;
-    if (r->planned || r->assigning)
-        out->mesh = r->mesh; /* dp may have shrunk after a loss */
+    *out = r->check;
+    if ((r->planned || r->assigning) && r->mesh.n == 1)
+        *out = r->mesh.g[0]; /* dp may have shrunk after a loss; auto's plan */
+    else if (r->planned || r->assigning)
+        out->mesh.dp = weft_cr_plan_replicas(&r->mesh);
+}
+
+/* The layout of the group the job start() took last runs on. */
+static void cr_started_layout(struct weft_runner *base, struct weft_layout *out)
+{
+    const struct cluster_runner *r = (const struct cluster_runner *)base;
+    if (r->started_group >= 0 && r->started_group < r->mesh.n)
+        *out = r->mesh.g[r->started_group];
+    else
+        cr_layout(base, out);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -130,7 +144,7 @@ static void describe_devmap(const struct cluster_runner *r, cJSON *d)
         int any = 0;
         for (int i = 0; i < MAX_WORKERS; i++) {
             const struct worker *w = &r->w[i];
-            if (w->rank >= 0 && w->rank % r->mesh.pp == k && len < 150)
+            if (w->rank >= 0 && w->rank % r->mesh.g[0].mesh.pp == k && len < 150)
                 len += snprintf(names[k] + len, sizeof(names[k]) - (size_t)len, "%s%s",
                                 any++ ? ", " : "", w->id);
         }
@@ -196,14 +210,34 @@ static cJSON *cr_describe(struct weft_runner *base)
         }
         cJSON_AddNumberToObject(d, "backfilled", (double)r->backfilled);
     }
+    /* the mesh: its replicas, the degrees of its first group (of its only one, but with
+     * [parallel] groups), and every group */
+    const bool planned = r->planned || r->assigning;
+    const struct cr_plan *p = planned ? &r->mesh : &r->plan;
+    const struct weft_layout *l0 = &p->g[0];
     cJSON *mesh = cJSON_AddObjectToObject(d, "mesh");
-    cJSON_AddNumberToObject(mesh, "dp", r->planned || r->assigning ? r->mesh.dp : 0);
-    cJSON_AddNumberToObject(mesh, "cfg", r->layout.mesh.cfg > 1 ? r->layout.mesh.cfg : 1);
-    cJSON_AddNumberToObject(mesh, "ring", r->layout.mesh.ring);
-    cJSON_AddNumberToObject(mesh, "ulysses", r->layout.mesh.ulysses);
-    cJSON_AddNumberToObject(mesh, "tp", r->layout.mesh.tp);
-    if (r->map.n_devices && (r->planned || r->assigning)) {
-        cJSON_AddNumberToObject(mesh, "stages", r->mesh.pp);
+    cJSON_AddNumberToObject(mesh, "dp", planned ? weft_cr_plan_replicas(p) : 0);
+    cJSON_AddNumberToObject(mesh, "cfg", l0->mesh.cfg > 1 ? l0->mesh.cfg : 1);
+    cJSON_AddNumberToObject(mesh, "ring", l0->mesh.ring);
+    cJSON_AddNumberToObject(mesh, "ulysses", l0->mesh.ulysses);
+    cJSON_AddNumberToObject(mesh, "tp", l0->mesh.tp);
+    cJSON *groups = cJSON_AddArrayToObject(mesh, "groups");
+    for (int g = 0, rep0 = 0; g < p->n; rep0 += p->g[g++].mesh.dp) {
+        char name[96];
+        weft_layout_name(&p->g[g], name, sizeof(name));
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "layout", name);
+        cJSON_AddNumberToObject(e, "replicas", planned ? p->g[g].mesh.dp : 0);
+        cJSON_AddNumberToObject(e, "devices_per_replica", weft_layout_replica_devices(&p->g[g]));
+        cJSON *ids = cJSON_AddArrayToObject(e, "workers");
+        for (int i = 0; planned && i < MAX_WORKERS; i++)
+            if (r->w[i].rank >= 0 && r->w[i].replica >= rep0 &&
+                r->w[i].replica < rep0 + p->g[g].mesh.dp)
+                cJSON_AddItemToArray(ids, cJSON_CreateString(r->w[i].id));
+        cJSON_AddItemToArray(groups, e);
+    }
+    if (r->map.n_devices && planned) {
+        cJSON_AddNumberToObject(mesh, "stages", l0->mesh.pp);
         cJSON_Delete(tf), cJSON_Delete(vae), cJSON_Delete(te);
         describe_devmap(r, d); /* the text encoders are in the map, placed like the rest */
     } else {
@@ -364,6 +398,7 @@ static const struct weft_runner_ops cluster_ops = {
     .capacity = cr_capacity,
     .unavailable = cr_unavailable,
     .layout = cr_layout,
+    .started_layout = cr_started_layout,
     .demand = weft_cr_demand,
     .layout_reason = weft_cr_layout_reason,
     .describe = cr_describe,
@@ -372,12 +407,77 @@ static const struct weft_runner_ops cluster_ops = {
     .destroy = cr_destroy,
 };
 
-/* Everything that needs no worker: the layout against the model (degrees, plans, device_map's
- * combinations and replica size) and a device map for max_memory alone. */
-static weft_status_t check_start(const struct weft_cluster_runner_opts *opts,
-                                 struct weft_layout *layout, struct weft_error *err)
+static int gcd(int a, int b)
+{
+    return b ? gcd(b, a % b) : a;
+}
+
+/* [parallel] groups: every group against the model, and what a job must allow to run on any of
+ * them (check): its context-parallel degrees the least common multiples of the groups', an
+ * uneven split only where every splitting group allows one. */
+static weft_status_t check_groups(const struct weft_cluster_runner_opts *opts,
+                                  struct cr_plan *plan, struct weft_layout *check,
+                                  struct weft_error *err)
 {
     const struct weft_conf *c = opts->conf;
+    const struct weft_conf_parallel *p = &c->parallel;
+    if (p->tp_degree > 1 || p->ulysses_degree > 1 || p->ring_degree > 1 || p->dp_degree > 1 ||
+        p->cfg_degree > 1)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] groups sets the degrees of each group: leave "
+                                 "tp_degree, ulysses_degree, ring_degree, dp_degree and "
+                                 "cfg_degree at 1");
+    if (c->device_map.strategy != WEFT_DEVMAP_NONE)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] groups does not combine with [device_map] in this "
+                                 "version: leave one of them unset");
+    struct weft_layout base;
+    weft_layout_from_conf(c, 0, &base);
+    weft_status_t st = weft_layout_parse_groups(p->groups, &base, plan->g, WEFT_CR_GROUPS,
+                                                &plan->n, err);
+    if (st != WEFT_OK)
+        return st;
+    *check = base;
+    bool uneven = true; /* every group that splits the sequence splits it unevenly */
+    for (int g = 0; g < plan->n; g++) {
+        const struct weft_layout *l = &plan->g[g];
+        struct weft_error why = WEFT_ERROR_INIT;
+        char name[96];
+        weft_layout_name(l, name, sizeof(name));
+        if (weft_model_check_layout(opts->model, l, &c->tp_plan, &why) != WEFT_OK)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG, "[parallel] groups: group %d (%s): "
+                                     "%s", g + 1, name, weft_error_text(&why));
+        check->mesh.ring = check->mesh.ring / gcd(check->mesh.ring, l->mesh.ring) * l->mesh.ring;
+        check->mesh.ulysses =
+            check->mesh.ulysses / gcd(check->mesh.ulysses, l->mesh.ulysses) * l->mesh.ulysses;
+        if (l->mesh.ring * l->mesh.ulysses > 1 && !l->ulysses_anything && !l->ring_anything)
+            uneven = false;
+    }
+    /* (a flag relaxes the degree it names: weft_model_check_layout's rule) */
+    check->ulysses_anything = uneven && check->mesh.ulysses > 1;
+    check->ring_anything = uneven && check->mesh.ring > 1;
+    check->mesh.dp = weft_cr_plan_replicas(plan);
+    const int workers = weft_cr_plan_workers(plan);
+    if (c->cluster.workers && c->cluster.workers != workers)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[cluster] workers is %lld but [parallel] groups takes %d "
+                                 "(\"%s\"): make them agree, or leave workers at 0",
+                                 (long long)c->cluster.workers, workers, p->groups);
+    return WEFT_OK;
+}
+
+/* Everything that needs no worker: the layout against the model (degrees, plans, device_map's
+ * combinations and replica size) and a device map for max_memory alone; with [parallel]
+ * groups, each group's (check_groups). */
+static weft_status_t check_start(const struct weft_cluster_runner_opts *opts,
+                                 struct cr_plan *plan, struct weft_layout *check,
+                                 struct weft_error *err)
+{
+    const struct weft_conf *c = opts->conf;
+    if (c->parallel.groups[0] && c->parallel.mode != WEFT_PARALLEL_AUTO)
+        return check_groups(opts, plan, check, err);
+    struct weft_layout *layout = check;
+    plan->n = 1;
     const bool devmap = c->device_map.strategy != WEFT_DEVMAP_NONE;
     const int64_t workers = c->cluster.workers, dp = c->parallel.dp_degree;
     if (devmap && (workers < 1 || workers % dp))
@@ -386,6 +486,7 @@ static weft_status_t check_start(const struct weft_cluster_runner_opts *opts,
                                  "replica (workers %lld, dp_degree %lld)", (long long)workers,
                                  (long long)dp);
     weft_layout_from_conf(c, devmap ? (int)(workers / dp) : 0, layout);
+    plan->g[0] = *layout;
     weft_status_t st = weft_model_check_layout(opts->model, layout, &c->tp_plan, err);
     if (st != WEFT_OK || !devmap)
         return st;
@@ -411,8 +512,9 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
     if (!opts->secret || !opts->secret[0])
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "no cluster secret: set [cluster] secret or secret_file");
-    struct weft_layout layout;
-    weft_status_t st = check_start(opts, &layout, err);
+    struct cr_plan plan;
+    struct weft_layout check;
+    weft_status_t st = check_start(opts, &plan, &check, err);
     if (st != WEFT_OK)
         return st;
     struct cluster_runner *r = weft_calloc(1, sizeof(*r));
@@ -423,7 +525,9 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
     r->sink = sink;
     r->conf = opts->conf;
     r->model = opts->model;
-    r->layout = layout;
+    r->plan = plan;
+    r->check = check;
+    r->started_group = -1;
     snprintf(r->model_dir, sizeof(r->model_dir), "%s", opts->model_dir);
     snprintf(r->secret, sizeof(r->secret), "%s", opts->secret);
     for (int i = 0; i < MAX_WORKERS; i++) {

@@ -1696,6 +1696,212 @@ static int case_text(void)
     return 0;
 }
 
+/* A job of the groups case: submitted (not waited for), 1 image unless count says more. */
+static void groups_submit(struct weft_client *c, int height, int width, int steps, int count,
+                          char *id)
+{
+    struct weft_prompt p = {.name = "red-fox"};
+    struct weft_job_request req = {.prompts = &p, .n_prompts = 1, .height = height,
+                                   .width = width, .steps = steps, .count = count,
+                                   .guidance = 3.5, .seed = 7};
+    CHECK_OK(weft_client_submit(c, &req, id));
+}
+
+/* Job id done; its layout; image 0 against ref within one level. */
+static void groups_done(struct weft_client *c, const char *id, const char *ref,
+                        const char *want)
+{
+    struct weft_job_status st = {0};
+    CHECK_OK(weft_client_wait(c, id, 240000, NULL, NULL, &st));
+    CHECK(st.state == WEFT_JOB_DONE);
+    weft_job_status_cleanup(&st);
+    char lay[96], why[640], img[600];
+    job_layout(c, id, lay, sizeof(lay), why, sizeof(why));
+    snprintf(img, sizeof(img), "%s/group.png", tmp);
+    CHECK_OK(weft_client_image_save(c, id, 0, img));
+    const int d = png_max_diff(ref, img);
+    printf("job %s ran on \"%s\"; image 0 within %d level(s) of one device's\n", id, lay, d);
+    CHECK(strcmp(lay, want) == 0);
+    CHECK(d <= 1);
+}
+
+/* serve --runner cluster with opts: it refuses to start, in one line that has `says`. */
+static void groups_refused(const char *const *opts, const char *says)
+{
+    char log[600], out[4096];
+    snprintf(log, sizeof(log), "%s/groups-bad.log", tmp);
+    const char *args[16] = {"serve", "--runner", "cluster", "--listen", "127.0.0.1:0",
+                            "--cluster.listen=127.0.0.1:0"};
+    int n = 6;
+    for (; *opts && n < 15; opts++)
+        args[n++] = *opts;
+    args[n] = NULL;
+    const pid_t pid = run_weft(args, secret_env, log);
+    int status = 0, i = 0;
+    for (; i < 600 && waitpid(pid, &status, WNOHANG) == 0; i++) /* it must not start serving */
+        sleep_ms(50);
+    if (i == 600) {
+        kill(pid, SIGKILL);
+        (void)waitpid(pid, &status, 0);
+        printf("%s: still running after 30 s\n", args[6]);
+        CHECK(!"the configuration was not refused");
+    }
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    read_text(log, out, sizeof(out));
+    printf("%s: exit %d, %s", args[6], rc, out);
+    fflush(stdout);
+    CHECK(rc != 0 && strstr(out, says) && strchr(out, '\n') == out + strlen(out) - 1);
+}
+
+/* [parallel] groups = "dp 2 + ulysses 2" on 4 workers: two single-device replicas (ranks 0-1)
+ * beside one replica of Ulysses 2 (ranks 2-3: a mesh at world_base 2). GET /v1/cluster lists
+ * both groups and their workers. A 1024x512 job (2048 image tokens: two context-parallel
+ * ranks pay) and two 256x256 ones submitted at once: the large one runs on the Ulysses
+ * replica, the small ones side by side on the singles; a job of 2 small images takes both
+ * singles, and the small job behind it the free Ulysses replica (no fitting group is free: the
+ * free one with the fewest devices). Every image is one device's within one level, and the
+ * record and /metrics name each job's group. A single's worker killed: the mesh is planned
+ * again as one replica of each group on the 3 left, and both kinds of job run there. weft run
+ * with groups gives one device's image, and refuses a degree beside them. Wrong groups are
+ * refused in one line before any worker. */
+static int case_groups(void)
+{
+    char ref[600], big_ref[600];
+    one_device(ref, sizeof(ref));
+    snprintf(big_ref, sizeof(big_ref), "%s/big-ref.png", tmp);
+    const char *gen[] = {"generate", "--height", "512", "--width", "1024", "--steps", "1",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", big_ref, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    static const char *const single = "dp 2 x ring 1 x ulysses 1 x tp 1",
+                             *split = "dp 1 x ring 1 x ulysses 2 x tp 1";
+    const char *rules[] = {"--parallel.groups=dp 2 + ulysses 2", NULL};
+    struct cluster k;
+    cluster_up(&k, "1", rules, 4);
+    cJSON *cl = cluster_record(k.c);
+    const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(cl, "mesh");
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(mesh, "groups");
+    CHECK(cJSON_GetArraySize(groups) == 2);
+    CHECK(cJSON_GetObjectItemCaseSensitive(mesh, "dp")->valuedouble == 3);
+    static const char *const *const names[] = {&single, &split};
+    static const int replicas[] = {2, 1}, per[] = {1, 2};
+    for (int g = 0; g < 2; g++) {
+        const cJSON *e = cJSON_GetArrayItem(groups, g);
+        const cJSON *lay = cJSON_GetObjectItemCaseSensitive(e, "layout");
+        const cJSON *ws = cJSON_GetObjectItemCaseSensitive(e, "workers");
+        printf("group %d: %s, %g replica(s) of %g device(s), %d workers\n", g + 1,
+               cJSON_IsString(lay) ? lay->valuestring : "?",
+               cJSON_GetObjectItemCaseSensitive(e, "replicas")->valuedouble,
+               cJSON_GetObjectItemCaseSensitive(e, "devices_per_replica")->valuedouble,
+               cJSON_GetArraySize(ws));
+        CHECK(cJSON_IsString(lay) && strcmp(lay->valuestring, *names[g]) == 0);
+        CHECK(cJSON_GetObjectItemCaseSensitive(e, "replicas")->valuedouble == replicas[g]);
+        CHECK(cJSON_GetObjectItemCaseSensitive(e, "devices_per_replica")->valuedouble ==
+              per[g]);
+        CHECK(cJSON_GetArraySize(ws) == 2);
+    }
+    cJSON_Delete(cl);
+    char big[WEFT_CLIENT_ID_MAX], a[WEFT_CLIENT_ID_MAX], b[WEFT_CLIENT_ID_MAX];
+    groups_submit(k.c, 512, 1024, 1, 1, big);
+    groups_submit(k.c, 256, 256, 3, 1, a);
+    groups_submit(k.c, 256, 256, 3, 1, b);
+    groups_done(k.c, big, big_ref, split);
+    groups_done(k.c, a, ref, single);
+    groups_done(k.c, b, ref, single);
+    char two[WEFT_CLIENT_ID_MAX], behind[WEFT_CLIENT_ID_MAX];
+    groups_submit(k.c, 256, 256, 3, 2, two);
+    groups_submit(k.c, 256, 256, 3, 1, behind);
+    groups_done(k.c, two, ref, single);
+    groups_done(k.c, behind, ref, split);
+    int code;
+    char *metrics;
+    size_t mlen;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code, &metrics, &mlen));
+    CHECK(strstr(metrics, "weft_jobs_done_by_layout_total{layout=\"dp 1 x ring 1 x ulysses 2 x "
+                          "tp 1\"} 2"));
+    CHECK(strstr(metrics, "weft_jobs_done_by_layout_total{layout=\"dp 2 x ring 1 x ulysses 1 x "
+                          "tp 1\"} 3"));
+    weft_client_free(metrics);
+    /* a single's worker lost: the mesh keeps a replica of each group on the 3 left */
+    cl = cluster_record(k.c);
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "groups"), 0), "workers"), 0);
+    pid_t victim = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(cl, "workers"))
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(w, "id");
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(w, "pid");
+        if (cJSON_IsString(first) && cJSON_IsString(id) && cJSON_IsNumber(pid) &&
+            strcmp(id->valuestring, first->valuestring) == 0)
+            victim = (pid_t)pid->valuedouble;
+    }
+    cJSON_Delete(cl);
+    CHECK(victim > 0);
+    for (int i = 0; i < k.n; i++)
+        if (k.w[i] == victim)
+            k.w[i] = 0;
+    kill(victim, SIGKILL);
+    (void)wait_pid(victim);
+    char plan[256] = "";
+    for (int i = 0; i < 300; i++) {
+        if (i)
+            sleep_ms(50);
+        cl = cluster_record(k.c);
+        const cJSON *gs = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "groups");
+        plan[0] = '\0';
+        const cJSON *e;
+        cJSON_ArrayForEach(e, gs)
+        {
+            const cJSON *lay = cJSON_GetObjectItemCaseSensitive(e, "layout");
+            snprintf(plan + strlen(plan), sizeof(plan) - strlen(plan), "%s%s",
+                     plan[0] ? " + " : "", cJSON_IsString(lay) ? lay->valuestring : "?");
+        }
+        const bool ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cl, "ready"));
+        cJSON_Delete(cl);
+        if (ready && strcmp(plan, "dp 1 x ring 1 x ulysses 1 x tp 1 + dp 1 x ring 1 x ulysses "
+                                  "2 x tp 1") == 0)
+            break;
+    }
+    printf("after worker pid %d was killed: %s\n", (int)victim, plan);
+    CHECK(strcmp(plan, "dp 1 x ring 1 x ulysses 1 x tp 1 + dp 1 x ring 1 x ulysses 2 x tp 1") ==
+          0);
+    groups_submit(k.c, 512, 1024, 1, 1, big);
+    groups_submit(k.c, 256, 256, 3, 1, a);
+    groups_done(k.c, big, big_ref, split);
+    groups_done(k.c, a, ref, "dp 1 x ring 1 x ulysses 1 x tp 1");
+    cluster_down(&k);
+    /* weft run takes its workers from the groups, and no degree beside them */
+    char out[600], log[600], text[4096];
+    snprintf(out, sizeof(out), "%s/run-groups.png", tmp);
+    run_vs_ref(ref, out, (const char *[]){"--parallel.groups=ulysses 2 + dp 2", NULL}, NULL, -1);
+    snprintf(log, sizeof(log), "%s/run-groups.log", tmp);
+    const char *bad_run[] = {"run", "--parallel.groups=ulysses 2 + dp 2", "--tp", "2",
+                             "--prompt", "red-fox", "--out", out, NULL};
+    const int rc = wait_pid(run_weft(bad_run, NULL, log));
+    read_text(log, text, sizeof(text));
+    printf("weft run with groups and --tp 2: exit %d, %s", rc, text);
+    CHECK(rc != 0 && strstr(text, "takes 4 workers: no --tp"));
+    groups_refused((const char *[]){"--parallel.groups=dp 2 + ulysses", NULL},
+                   "ulysses needs a degree");
+    groups_refused((const char *[]){"--parallel.groups=dp 2 + tpp 2", NULL},
+                   "\"tpp\" is not a degree");
+    groups_refused((const char *[]){"--parallel.groups=dp 2 +", NULL}, "group 2 is empty");
+    groups_refused((const char *[]){"--parallel.groups=dp 2 + tp 2", "--parallel.tp_degree=2",
+                                    NULL},
+                   "groups sets the degrees");
+    groups_refused((const char *[]){"--parallel.groups=dp 2 + tp 2", "--cluster.workers=3",
+                                    NULL},
+                   "workers is 3 but [parallel] groups takes 4");
+    groups_refused((const char *[]){"--parallel.groups=dp 1 + tp 5", NULL},
+                   "group 2 (dp 1 x ring 1 x ulysses 1 x tp 5): tp_degree 5 does not divide");
+    groups_refused((const char *[]){"--parallel.groups=dp 2", "--parallel.mode=auto",
+                                    "--cluster.workers=2", NULL},
+                   "leave [parallel] groups empty");
+    return 0;
+}
+
 /* weft plan --auto --server: the devices read from a running cluster (two CPU workers on
  * this host, sharing its memory), planned for a stream of prompts: one replica each; a server
  * that is not there: one line, exit 1. */
@@ -1864,7 +2070,7 @@ int main(int argc, char **argv)
         {"concurrent", case_concurrent}, {"auto", case_auto}, {"stopped", case_stopped},
         {"auto_stream", case_auto_stream}, {"auto_backfill", case_auto_backfill},
         {"auto_drain", case_auto_drain}, {"auto_devmap", case_auto_devmap},
-        {"auto_busy", case_auto_busy},
+        {"auto_busy", case_auto_busy}, {"groups", case_groups},
         {"cancel", case_cancel},
         {"exact", case_exact},     {"refuse", case_refuse},   {"validate", case_validate},
         {"threads", case_threads}, {"device", case_device},   {"text", case_text},
