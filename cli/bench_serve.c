@@ -31,7 +31,7 @@
 
 struct side {
     char name[48];
-    char args[4][64]; /* serve options ("" unused) */
+    char args[4][128]; /* serve options ("" unused) */
 };
 
 struct serve_bench {
@@ -65,47 +65,83 @@ static void help(FILE *out)
         "to completion (the coordinator's timestamps), small and large p50 apart.\n"
         "--fixed: the fixed layouts, each dpA, ulyssesB, ringC, tpD or a product like\n"
         "dp2xulysses2 (default dp4,ulysses4,dp2xulysses2 for 4 workers, dpN,ulyssesN\n"
-        "otherwise: every degree times dp must equal --workers). --model: default the\n"
+        "otherwise: every degree times dp must equal --workers), or groups of replicas\n"
+        "joined by '+' ([parallel] groups: ulysses2+dp2 is one replica of Ulysses 2 beside\n"
+        "two single-device ones; the groups' devices add up to --workers). --model: default the\n"
         "embedded model. --goal throughput: a second auto side with [parallel] goal =\n"
         "throughput beside the first (goal latency).\n\n");
     weft_bench_opt_help(out);
 }
 
-/* "dp2xulysses2" into serve options; 0, or -1 (logged). */
-static int parse_layout(const char *s, long long workers, struct side *out)
+/* One layout of --fixed, "dp2xulysses2", [s, end): its degrees into groups ("dp 2 x ulysses
+ * 2") and options (NULL: not wanted), its devices into *devices; 0, or -1. */
+static int parse_degrees(const char *s, const char *end, char *groups, size_t len,
+                         struct side *out, int *n_args, long long *devices)
 {
-    memset(out, 0, sizeof(*out));
-    snprintf(out->name, sizeof(out->name), "fixed %s", s);
     long long product = 1;
-    int n = 0;
     const char *p = s;
-    while (*p) {
+    while (p < end) {
         static const char *const keys[] = {"dp", "ulysses", "ring", "tp"};
         size_t k = 0, kl = 0;
         for (; k < 4; k++)
             if (strncmp(p, keys[k], (kl = strlen(keys[k]))) == 0)
                 break;
-        char *end;
-        const long long v = k < 4 ? strtoll(p + kl, &end, 10) : 0;
-        if (k == 4 || v < 1 || v > 64 || end == p + kl || n >= 4) {
-            WEFT_LOG_ERROR("bench", "--fixed '%s': expected degrees like dp2xulysses2", s);
+        char *stop;
+        const long long v = k < 4 ? strtoll(p + kl, &stop, 10) : 0;
+        if (k == 4 || v < 1 || v > 64 || stop == p + kl || stop > end || *n_args >= 4)
             return -1;
-        }
-        snprintf(out->args[n++], sizeof(out->args[0]), "--parallel.%s_degree=%lld", keys[k], v);
+        if (out)
+            snprintf(out->args[(*n_args)++], sizeof(out->args[0]), "--parallel.%s_degree=%lld",
+                     keys[k], v);
+        const size_t at = strlen(groups);
+        snprintf(groups + at, len - at, "%s%s %lld", p == s ? "" : " x ", keys[k], v);
         product *= v;
-        p = end;
-        if (*p == 'x')
+        p = stop;
+        if (p < end && *p == 'x')
             p++;
-        else if (*p) {
-            WEFT_LOG_ERROR("bench", "--fixed '%s': expected degrees like dp2xulysses2", s);
+        else if (p < end)
+            return -1;
+    }
+    *devices = product;
+    return p == s ? -1 : 0;
+}
+
+/* "dp2xulysses2", or groups of replicas "ulysses2+dp2" ([parallel] groups), into serve
+ * options; 0, or -1 (logged). */
+static int parse_layout(const char *s, long long workers, struct side *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "fixed %s", s);
+    char groups[sizeof(out->args[0]) - 20] = "";
+    long long total = 0;
+    int n_args = 0;
+    const bool split = strchr(s, '+') != NULL;
+    for (const char *p = s;;) {
+        const char *end = strchr(p, '+');
+        end = end ? end : p + strlen(p);
+        long long devices = 0;
+        if (split && groups[0]) {
+            const size_t at = strlen(groups);
+            snprintf(groups + at, sizeof(groups) - at, " + ");
+        }
+        if (parse_degrees(p, end, groups, sizeof(groups), split ? NULL : out, &n_args,
+                          &devices) != 0) {
+            WEFT_LOG_ERROR("bench", "--fixed '%s': expected degrees like dp2xulysses2, or "
+                           "groups like ulysses2+dp2", s);
             return -1;
         }
+        total += devices;
+        if (!*end)
+            break;
+        p = end + 1;
     }
-    if (product != workers) {
+    if (total != workers) {
         WEFT_LOG_ERROR("bench", "--fixed '%s': its degrees make %lld devices, not --workers %lld",
-                       s, product, workers);
+                       s, total, workers);
         return -1;
     }
+    if (split)
+        snprintf(out->args[0], sizeof(out->args[0]), "--parallel.groups=%s", groups);
     return 0;
 }
 
