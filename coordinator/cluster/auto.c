@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "coordinator/cluster/internal.h"
+#include "model/job.h"
 
 weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err)
 {
@@ -105,6 +106,16 @@ static bool same_layout(const struct weft_layout *a, const struct weft_layout *b
            a->device_map == b->device_map;
 }
 
+static bool same_plan(const struct cr_plan *a, const struct cr_plan *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (int g = 0; g < a->n; g++)
+        if (!same_layout(&a->g[g], &b->g[g]))
+            return false;
+    return true;
+}
+
 static double median(double *v, int n)
 {
     for (int i = 1; i < n; i++) { /* insertion sort: a handful */
@@ -184,11 +195,119 @@ static double stream_devices(const struct cluster_runner *r, const struct weft_r
     return span > 0 ? w / span : 0;
 }
 
-/* The layout the planner chooses for d over the joined workers, its reasons in why; false when
- * it chose nothing runnable (logged). Every worker takes part: the replicas a latency plan
- * leaves idle stay loaded for the next jobs. */
+/* The planner's layout over dev for a job, as the mesh runs it: dev.n / per replicas, and
+ * every split of the sequence allowed to be uneven (the replicas take jobs of other shapes
+ * than the one planned: one whose lengths do not divide must not be refused on them). false
+ * when it planned nothing (err). */
+static bool plan_layout(const struct cluster_runner *r, const struct weft_autoplan_devices *dev,
+                        const struct weft_autoplan_job *job, struct weft_layout *out,
+                        struct weft_autoplan *p, struct weft_error *err)
+{
+    if (weft_autoplan(&r->am, dev, job, p, err) != WEFT_OK)
+        return false;
+    weft_layout_single(out);
+    out->rotation = (enum weft_ring_rotation)r->conf->parallel.ring_rotation;
+    out->device_map = p->device_map;
+    const int per = p->device_map ? p->pp : p->cfg * p->ring * p->ulysses * p->tp;
+    out->mesh = (struct weft_mesh){dev->n / per, p->ring, p->ulysses, p->tp,
+                                   p->device_map ? p->pp : 1, p->cfg};
+    out->ulysses_anything = p->ulysses > 1;
+    out->ring_anything = p->ring > 1;
+    return true;
+}
+
+/* goal = latency, a stream that mixes small jobs with large ones (whose image pays for context
+ * parallelism: WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK tokens a rank, as weft_cr_route routes them):
+ * unequal groups side by side instead of l, one layout for all. A replica for the large ones,
+ * planned as a lone job over the devices the small ones leave (those they keep busy by
+ * stream_devices' estimate, rounded up, and at least a small head job's images), the rest
+ * single-device replicas. So a large job neither waits for the small ones' replicas nor
+ * splits over all of them while small jobs queue, and heads of either kind want the same
+ * plan. Only where every device holds the largest job alone (the singles take large jobs
+ * while the split replica is busy), l is not device_map, and a large head has one image
+ * (several get l's replicas). false (nothing said) otherwise. */
+static bool mixed(const struct cluster_runner *r, const struct weft_runner_demand *d,
+                  const struct weft_autoplan_devices *dev, const struct weft_layout *l,
+                  struct cr_plan *out, char *why, size_t why_len)
+{
+    const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
+    if (r->conf->parallel.goal != WEFT_GOAL_LATENCY || l->device_map || dev->n < 3 ||
+        d->n_arrivals < 3 || costs < 1)
+        return false;
+    const bool head_small = weft_job_image_tokens(r->model, d->height, d->width) /
+                                WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK < 2;
+    if (!head_small && d->images > 1)
+        return false;
+    const struct weft_runner_arrival *big = NULL;
+    int small = 0;
+    double work = 0; /* the small ones among the newest n - 1 (the oldest opens the span) */
+    for (int i = 1; i < d->n_arrivals; i++) {
+        const struct weft_runner_arrival *a = &d->arrivals[i];
+        const int64_t ranks = weft_job_image_tokens(r->model, a->height, a->width) /
+                              WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
+        if (ranks >= 2) {
+            if (!big || a->height * a->width > big->height * big->width)
+                big = a;
+            continue;
+        }
+        small++;
+        work += weft_cr_cost_predict(r->costs, costs, step_flops(r, a->height, a->width, a->cfg),
+                                     (double)a->height * (double)a->width, a->steps, a->images);
+    }
+    if (!big || small == 0)
+        return false;
+    const struct weft_autoplan_job job = {
+        .height = big->height, .width = big->width, .steps = big->steps, .prompts = 1,
+        .text_tokens = r->model->default_text_tokens, .cfg = big->cfg,
+        .goal = WEFT_GOAL_LATENCY};
+    const struct weft_autoplan_memory one = weft_autoplan_memory_of(&r->am, &job, 1, 1, 1);
+    if (one.weights + one.activations + one.workspace > dev->memory)
+        return false;
+    const double span0 = d->now - d->arrivals[0].at;
+    const double span = span0 > work / small ? span0 : work / small;
+    const double busy = span > 0 ? work / span : (double)dev->n;
+    int keep = busy < 1 ? 1 : (int)busy + (busy > (int)busy);
+    if (head_small && d->images > keep) /* what waits now runs on the singles */
+        keep = d->images < dev->n ? (int)d->images : dev->n;
+    struct weft_autoplan_devices left = *dev;
+    left.n = dev->n - keep;
+    if (left.n < 2)
+        return false;
+    if (left.n % left.nodes)
+        left.nodes = 1;
+    struct weft_autoplan p;
+    struct weft_error err = WEFT_ERROR_INIT;
+    struct weft_layout split;
+    if (!plan_layout(r, &left, &job, &split, &p, &err))
+        return false;
+    weft_autoplan_cleanup(&p);
+    const int per = weft_layout_replica_devices(&split);
+    if (per < 2 || split.device_map ||
+        weft_model_check_layout(r->model, &split, &r->conf->tp_plan, &err) != WEFT_OK)
+        return false;
+    split.mesh.dp = 1;
+    struct weft_layout single;
+    weft_layout_single(&single);
+    single.rotation = split.rotation;
+    single.mesh.dp = dev->n - per;
+    *out = (struct cr_plan){2, {split, single}};
+    char a[96];
+    weft_layout_name(&split, a, sizeof(a));
+    snprintf(why, why_len, "the recent stream mixes %d small job(s), keeping %.1f device(s) "
+             "busy, with large ones (%lldx%lld: their images pay for context parallelism): %s "
+             "for the large ones (a lone %lldx%lld job's latency plan over the %d devices the "
+             "small ones leave) beside %d single-device replicas, side by side", small, busy,
+             (long long)big->width, (long long)big->height, a, (long long)big->width,
+             (long long)big->height, left.n, dev->n - per);
+    return true;
+}
+
+/* The plan the planner chooses for d over the joined workers (one layout, or unequal groups for
+ * a mixed stream: mixed), its reasons in why; false when it chose nothing runnable (logged).
+ * Every worker takes part: the replicas a latency plan leaves idle stay loaded for the next
+ * jobs. */
 static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
-                   struct weft_layout *out, char *why, size_t why_len,
+                   struct cr_plan *out, char *why, size_t why_len,
                    struct weft_autoplan_devices *dev_p, struct weft_autoplan_job *job_p)
 {
     struct weft_autoplan_devices dev;
@@ -208,20 +327,12 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
         .cfg = d->cfg, .goal = (enum weft_goal)r->conf->parallel.goal};
     struct weft_autoplan p;
     struct weft_error err = WEFT_ERROR_INIT;
-    if (weft_autoplan(&r->am, &dev, &job, &p, &err) != WEFT_OK) {
+    struct weft_layout l;
+    if (!plan_layout(r, &dev, &job, &l, &p, &err)) {
         WEFT_LOG_WARN("cluster", "auto: no layout for a %lldx%lld job on %d workers: %s",
                       (long long)d->height, (long long)d->width, dev.n, weft_error_text(&err));
         return false;
     }
-    struct weft_layout l;
-    weft_layout_single(&l);
-    l.rotation = (enum weft_ring_rotation)r->conf->parallel.ring_rotation;
-    l.device_map = p.device_map;
-    const int per = p.device_map ? p.pp : p.cfg * p.ring * p.ulysses * p.tp;
-    l.mesh = (struct weft_mesh){dev.n / per, p.ring, p.ulysses, p.tp, p.device_map ? p.pp : 1,
-                                p.cfg};
-    l.ulysses_anything = p.ulysses_anything;
-    l.ring_anything = p.ring_anything;
     size_t n = 0;
     why[0] = '\0';
     if (streaming > waiting)
@@ -231,15 +342,19 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
                               "longer): planned "
                               "for %lld images; ", busy, d->n_arrivals - 1, work, span,
                               (long long)streaming);
-    for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
-        n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
-    weft_autoplan_cleanup(&p);
     if (weft_model_check_layout(r->model, &l, &r->conf->tp_plan, &err) != WEFT_OK) {
         WEFT_LOG_WARN("cluster", "auto: the planned layout cannot run: %s",
                       weft_error_text(&err));
+        weft_autoplan_cleanup(&p);
         return false;
     }
-    *out = l;
+    *out = (struct cr_plan){1, {l}};
+    n = n < why_len ? n : why_len - 1;
+    if (mixed(r, d, &dev, &l, out, why + n, why_len - n)) /* its reasons, not the layout's */
+        n = why_len;
+    for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
+        n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
+    weft_autoplan_cleanup(&p);
     if (dev_p)
         *dev_p = dev;
     if (job_p)
@@ -272,12 +387,20 @@ static double step_seconds(const struct cluster_runner *r, const struct weft_aut
  * workers keep their weights, and a plan costs what the last such plan took (its rendezvous);
  * otherwise every rank reads its new shard at the rate the last loading plan read (1 GB/s until
  * one was measured). */
-static double switch_seconds(const struct cluster_runner *r, const struct weft_layout *want,
-                             const struct weft_layout *now)
+static double switch_seconds(const struct cluster_runner *r, const struct cr_plan *want,
+                             const struct cr_plan *now)
 {
-    if (want->mesh.tp == now->mesh.tp && !want->device_map && !now->device_map)
+    bool same = true; /* every group of both with the first's shards */
+    for (int g = 0; g < want->n + now->n; g++) {
+        const struct weft_layout *l = g < want->n ? &want->g[g] : &now->g[g - want->n];
+        same &= l->mesh.tp == want->g[0].mesh.tp && !l->device_map;
+    }
+    if (same)
         return r->plan_kept_s;
-    const int tp = want->mesh.tp >= 1 && want->mesh.tp <= WEFT_AUTOPLAN_TP_MAX ? want->mesh.tp : 1;
+    int tp = 1; /* the group that reads the most */
+    for (int g = 0; g < want->n; g++)
+        tp = want->g[g].mesh.tp > tp ? want->g[g].mesh.tp : tp;
+    tp = tp <= WEFT_AUTOPLAN_TP_MAX ? tp : 1;
     const double bytes = (double)(tp > 1 && r->am.tp_bytes[tp] ? r->am.tp_bytes[tp]
                                                                : r->am.transformer_bytes);
     return bytes / (r->load_bps > 0 ? r->load_bps : 1e9);
@@ -315,11 +438,25 @@ static void backfill_check(struct cluster_runner *r, const struct weft_runner_de
         WEFT_LOG_INFO("cluster", "auto: %s", r->backfill_why);
 }
 
-/* The layout jobs run on now (the mesh of the current or coming plan). */
-static bool current(const struct cluster_runner *r, struct weft_layout *out)
+/* The plan jobs run on now (the mesh of the current or coming plan). */
+static bool current(const struct cluster_runner *r, struct cr_plan *out)
 {
-    *out = r->mesh.g[0]; /* auto plans one group */
+    *out = r->mesh;
     return r->planned || r->assigning;
+}
+
+/* The seconds what waits (job.prompts images of job) takes on plan p, on the group it would be
+ * routed to (weft_cr_route), its images over that group's replicas; -1 when the planner has no
+ * rate or does not rank that layout. */
+static double waits_seconds(const struct cluster_runner *r, const struct weft_autoplan_devices *dev,
+                            const struct weft_autoplan_job *job, const struct cr_plan *p)
+{
+    const int g = weft_cr_route(r, p, job->height, job->width, NULL);
+    if (g < 0)
+        return -1;
+    const double t = step_seconds(r, dev, job, &p->g[g]);
+    const int64_t rounds = (job->prompts + p->g[g].mesh.dp - 1) / p->g[g].mesh.dp;
+    return t > 0 ? t * (double)rounds * (double)job->steps : -1;
 }
 
 void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d)
@@ -329,7 +466,7 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
     r->backfill = false; /* until this head is found to fit before the drain */
     if (!r->auto_mode || r->stopping || r->plan_error[0])
         return;
-    struct weft_layout want, now;
+    struct cr_plan want, now;
     char why[640];
     struct weft_autoplan_devices dev;
     struct weft_autoplan_job job;
@@ -338,23 +475,19 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
     const bool have = current(r, &now);
     /* with a device rate, a switch must pay for itself on what waits: its images' steps over
      * the new layout's replicas and the switch against the same where the mesh is */
-    double t_now = have ? step_seconds(r, &dev, &job, &now) : -1;
-    double t_want = have ? step_seconds(r, &dev, &job, &want) : -1;
-    if (have && t_now > 0 && t_want > 0 && !same_layout(&want, &now)) {
-        const int64_t n = job.prompts;
-        const int64_t rounds_now = (n + now.mesh.dp - 1) / now.mesh.dp; /* images per replica */
-        const int64_t rounds_want = (n + want.mesh.dp - 1) / want.mesh.dp;
+    const double t_now = have ? waits_seconds(r, &dev, &job, &now) : -1;
+    double t_want = have ? waits_seconds(r, &dev, &job, &want) : -1;
+    if (have && t_now > 0 && t_want > 0 && !same_plan(&want, &now)) {
         const double cost = switch_seconds(r, &want, &now);
-        t_now *= (double)rounds_now * (double)d->steps;
-        t_want = t_want * (double)rounds_want * (double)d->steps + cost;
+        t_want += cost;
         if (t_want >= t_now) {
             if (r->switching) {
                 r->switching = false;
                 weft_cr_post_capacity(r);
             }
-            char a[96], b[96];
-            weft_layout_name(&want, a, sizeof(a));
-            weft_layout_name(&now, b, sizeof(b));
+            char a[96 * WEFT_CR_GROUPS], b[96 * WEFT_CR_GROUPS];
+            weft_cr_plan_name(&want, a, sizeof(a));
+            weft_cr_plan_name(&now, b, sizeof(b));
             snprintf(r->layout_why, sizeof(r->layout_why),
                      "the rules want %s, but the mesh stays %s: what waits is predicted to take "
                      "%.3f s there and %.3f s on %s, the switch's %.3f s included", a, b, t_now,
@@ -363,10 +496,11 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
             return;
         }
     }
+    const bool moved = r->switching && !same_plan(&r->want, &want);
     r->want = want;
     r->want_set = true;
     snprintf(r->want_why, sizeof(r->want_why), "%s", why);
-    if (have && same_layout(&want, &now)) {
+    if (have && same_plan(&want, &now)) {
         snprintf(r->layout_why, sizeof(r->layout_why), "%s", why); /* the next job's reasons */
         if (r->switching) { /* the queue no longer asks for the switch */
             r->switching = false;
@@ -376,9 +510,9 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
     }
     if (!have) /* the first plan, or one after a loss, takes want */
         return;
-    char a[96], b[96];
-    weft_layout_name(&want, a, sizeof(a));
-    weft_layout_name(&now, b, sizeof(b));
+    char a[96 * WEFT_CR_GROUPS], b[96 * WEFT_CR_GROUPS];
+    weft_cr_plan_name(&want, a, sizeof(a));
+    weft_cr_plan_name(&now, b, sizeof(b));
     if (!r->switching)
         WEFT_LOG_INFO("cluster", "auto: the next job (%lldx%lld, %lld step(s), %lld image(s) of "
                       "%lld waiting) wants %s, the mesh is %s: %s%s", (long long)d->width,
@@ -386,6 +520,8 @@ void weft_cr_demand(struct weft_runner *base, const struct weft_runner_demand *d
                       (long long)d->queued_images, a, b,
                       weft_cr_active_jobs(r) ? "new jobs wait for the running ones, then " : "",
                       "planning again");
+    if (moved)
+        WEFT_LOG_INFO("cluster", "auto: the mesh now drains for %s: %s", a, why);
     if (!r->switching) {
         r->switching = true;
         WEFT_LOG_INFO("cluster", "auto: %s", why);
@@ -420,7 +556,7 @@ void weft_cr_auto_prepare(struct cluster_runner *r)
             return; /* the one-replica-per-worker layout, as checked at start */
         r->want_set = true;
     }
-    r->plan = (struct cr_plan){1, {r->want}};
+    r->plan = r->want;
     snprintf(r->layout_why, sizeof(r->layout_why), "%s", r->want_why);
     r->switching = false;
 }

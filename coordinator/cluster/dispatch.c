@@ -196,29 +196,38 @@ static void send_run(struct cluster_runner *r, struct job_run *jr, int rep, cons
     }
 }
 
-/* The group a job starts on, among those with a free replica: the one whose devices per
- * replica come nearest to the context-parallel ranks its image pays for (weft plan's rule:
- * about WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK image tokens a rank) without exceeding them, else
- * the one with the fewest; -1 when no replica is free. Its free replicas into reps. */
-static int start_group(const struct cluster_runner *r, const struct weft_runner_job *job,
-                       int *reps, int *n_p)
+int weft_cr_route(const struct cluster_runner *r, const struct cr_plan *p, int64_t height,
+                  int64_t width, const bool *open)
 {
-    const int64_t tokens = weft_job_image_tokens(r->model, job->height, job->width);
-    const int64_t ranks = tokens / WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
+    const int64_t ranks = weft_job_image_tokens(r->model, height, width) /
+                          WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
     int best = -1, best_size = 0;
-    for (int g = 0, rep0 = 0; g < r->mesh.n; rep0 += r->mesh.g[g++].mesh.dp) {
-        bool any = false;
-        for (int rep = rep0; rep < rep0 + r->mesh.g[g].mesh.dp && rep < MAX_WORKERS; rep++)
-            any |= r->replica_job[rep] < 0;
-        if (!any)
+    for (int g = 0; g < p->n; g++) {
+        if (open && !open[g])
             continue;
-        const int size = weft_layout_replica_devices(&r->mesh.g[g]);
+        const int size = weft_layout_replica_devices(&p->g[g]);
         const bool fits = size == 1 || size <= ranks;
         const bool best_fits = best_size == 1 || best_size <= ranks;
         if (best < 0 || (fits && (!best_fits || size > best_size)) ||
             (!fits && !best_fits && size < best_size))
             best = g, best_size = size;
     }
+    return best;
+}
+
+/* The group a job starts on (weft_cr_route among the groups with a free replica; -1 none), and
+ * its free replicas into reps. */
+static int start_group(const struct cluster_runner *r, const struct weft_runner_job *job,
+                       int *reps, int *n_p)
+{
+    bool open[WEFT_CR_GROUPS] = {false};
+    for (int rep = 0; rep < weft_cr_plan_replicas(&r->mesh) && rep < MAX_WORKERS; rep++) {
+        int rep0, base;
+        const int g = weft_cr_plan_group(&r->mesh, rep, &rep0, &base);
+        if (g >= 0 && r->replica_job[rep] < 0)
+            open[g] = true;
+    }
+    const int best = weft_cr_route(r, &r->mesh, job->height, job->width, open);
     *n_p = 0;
     for (int rep = 0; best >= 0 && rep < MAX_WORKERS; rep++) {
         int rep0, base;

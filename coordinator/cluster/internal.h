@@ -215,7 +215,7 @@ struct cluster_runner {
     bool auto_mode, want_set, switching, backfill;
     char backfill_why[320];
     struct weft_autoplan_model am;
-    struct weft_layout want;
+    struct cr_plan want;
     char want_why[640], layout_why[640]; /* the planner's reasons for want, for the layout */
     uint64_t replans;    /* plans after the first */
     uint64_t backfilled; /* jobs started on the mesh as it is while it drained for a switch */
@@ -281,6 +281,12 @@ void weft_cr_auto_prepare(struct cluster_runner *r);
 bool weft_cr_auto_switch(struct cluster_runner *r);
 
 /* dispatch.c */
+/* The group of p a job of height x width runs on, among the open ones (NULL: all; -1 when none
+ * is): the one whose devices per replica come nearest to the context-parallel ranks its image
+ * pays for (weft plan's rule: WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK image tokens a rank) without
+ * exceeding them, else the one with the fewest. */
+int weft_cr_route(const struct cluster_runner *r, const struct cr_plan *p, int64_t height,
+                  int64_t width, const bool *open);
 weft_status_t weft_cr_start(struct weft_runner *base, const struct weft_runner_job *job,
                             struct weft_error *err);
 void weft_cr_cancel(struct weft_runner *base, uint64_t key);

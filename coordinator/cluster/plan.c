@@ -188,7 +188,7 @@ void weft_cr_plan_name(const struct cr_plan *p, char *buf, size_t len)
 static int mesh_workers(const struct cluster_runner *r, struct cr_plan *out)
 {
     struct cr_plan p = r->plan;
-    if (!r->conf->parallel.groups[0] || r->auto_mode) { /* one layout over the workers */
+    if (p.n == 1 && !r->conf->parallel.groups[0]) { /* one layout over the workers */
         const int per = weft_layout_replica_devices(&p.g[0]);
         p.g[0].mesh.dp = r->conf->cluster.workers ? (int)r->conf->cluster.workers / per
                                                   : (int)r->conf->parallel.dp_degree;

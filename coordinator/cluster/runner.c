@@ -203,8 +203,8 @@ static cJSON *cr_describe(struct weft_runner *base)
         cJSON_AddNumberToObject(d, "kept_bytes", (double)r->kept_bytes);
         cJSON_AddBoolToObject(d, "switching", r->switching);
         if (r->switching) { /* what the mesh drains for, and why */
-            char want[96];
-            weft_layout_name(&r->want, want, sizeof(want));
+            char want[96 * WEFT_CR_GROUPS];
+            weft_cr_plan_name(&r->want, want, sizeof(want));
             cJSON_AddStringToObject(d, "want", want);
             cJSON_AddStringToObject(d, "want_reason", r->want_why);
         }
