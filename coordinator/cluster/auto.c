@@ -29,6 +29,10 @@ weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "[parallel] mode = auto chooses device_map itself where the "
                                  "rules say so: leave [device_map] strategy at none");
+    if (c->parallel.groups[0])
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] mode = auto plans the layout itself: leave "
+                                 "[parallel] groups empty");
     if (c->cluster.workers < 1)
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "[parallel] mode = auto needs [cluster] workers: the devices "
@@ -38,10 +42,6 @@ weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err
         return st;
     r->auto_mode = true;
     /* until a plan: one replica per worker (what the coordinator checks jobs against) */
-    if (c->parallel.groups[0])
-        return weft_error_refuse(err, WEFT_ERR_CONFIG,
-                                 "[parallel] mode = auto plans the layout itself: leave "
-                                 "[parallel] groups empty");
     weft_layout_single(&r->check);
     r->check.mesh.dp = (int)c->cluster.workers;
     r->plan = (struct cr_plan){1, {r->check}};
