@@ -40,6 +40,8 @@ static void help(FILE *out)
         "               context-parallel split of an H x W image with T text tokens\n"
         "               (default 1024 x 1024, 512) is checked as the workers will\n"
         "  --np N       ranks available (default: the mesh size)\n"
+        "  [parallel] groups (e.g. --parallel.groups=\"ulysses 2 + dp 2\"): each group's\n"
+        "               mesh in turn (with --json: {\"spec\", \"groups\": [one per group]})\n"
         "  --shards     list every planned tensor's full and per-rank shape\n"
         "  --json       machine-readable output\n"
         "\n"
@@ -256,7 +258,7 @@ static void rank_of(const struct plan_result *p, int r, struct weft_mesh_coord *
     *heads = p->info.heads / p->a->tp;
 }
 
-static void print_json(const struct plan_result *p)
+static cJSON *plan_json(const struct plan_result *p)
 {
     const struct plan_args *a = p->a;
     const struct weft_tp_layout *lay = p->lay;
@@ -318,10 +320,7 @@ static void print_json(const struct plan_result *p)
         }
         cJSON_AddItemToArray(arr, e);
     }
-    char *text = cJSON_Print(j);
-    printf("%s\n", text ? text : "{}");
-    cJSON_free(text);
-    cJSON_Delete(j);
+    return j;
 }
 
 static void print_text(const struct plan_result *p)
@@ -367,43 +366,18 @@ static void print_text(const struct plan_result *p)
     }
 }
 
-int weft_cmd_plan(struct weft_cli *cli)
+/* The tensor-parallel plan and the mesh of layout (a's degrees), checked as the coordinator and
+ * the workers check them, printed (into groups, a JSON array, when given, else as --json or
+ * text says); 0, else 1 (logged). */
+static int plan_mesh(struct weft_cli *cli, const struct plan_args *ap, const char *dir,
+                     const struct weft_layout *layout, cJSON *groups)
 {
-    for (int i = 1; i < cli->argc; i++) {
-        if (weft_cli_is_help(cli->argv[i]))
-            break;
-        if (strcmp(cli->argv[i], "--auto") == 0)
-            return weft_cmd_plan_auto(cli, cli->conf.model.path[0] ? cli->conf.model.path
-                                                                   : WEFT_DEFAULT_MODEL);
-    }
-    struct plan_args a;
-    int done = 0, prc = parse_args(cli, &a, &done);
-    if (prc || done)
-        return prc;
+    const struct plan_args a = *ap;
     const struct weft_conf_parallel *par = &cli->conf.parallel;
-    const char *dir = a.model ? a.model : cli->conf.model.path[0] ? cli->conf.model.path
-                                                                  : WEFT_DEFAULT_MODEL;
-    if (a.strategy != WEFT_DEVMAP_NONE) {
-        if (a.tp > 1) {
-            WEFT_LOG_ERROR("plan", "device_map cannot be combined with tensor parallelism (tp "
-                                   "%lld): tensor parallelism already places each rank's "
-                                   "shard on that rank's device", a.tp);
-            return 2;
-        }
-        if (!a.devices && cli->conf.cluster.workers)
-            a.devices = cli->conf.cluster.workers / par->dp_degree;
-        return plan_devmap(dir, a.strategy, a.devices, a.max_memory, a.json);
-    }
-    /* the model and the layout, checked as the coordinator and the workers check them */
     struct weft_error err = WEFT_ERROR_INIT;
     struct weft_model *model = NULL;
-    struct weft_layout layout = {
-        .mesh = {(int)a.dp, (int)a.ring, (int)a.uly, (int)a.tp, 1, (int)a.cfg},
-        .ulysses_anything = par->ulysses_anything, .ring_anything = par->ring_anything,
-        .rotation = (enum weft_ring_rotation)par->ring_rotation,
-    };
     if (weft_model_open(dir, &model, &err) != WEFT_OK ||
-        weft_model_check_layout(model, &layout, &cli->conf.tp_plan, &err) != WEFT_OK) {
+        weft_model_check_layout(model, layout, &cli->conf.tp_plan, &err) != WEFT_OK) {
         weft_error_log(&err, "plan");
         weft_model_close(model);
         return 1;
@@ -433,7 +407,7 @@ int weft_cmd_plan(struct weft_cli *cli)
     const struct weft_job_desc job = {.height = a.height, .width = a.width, .steps = 1,
                                       .count = 1, .n_prompts = 1, .prompt_tokens = &tokens};
     struct weft_error why = WEFT_ERROR_INIT;
-    if (weft_job_check(model, &layout, &job, NULL, &why) != WEFT_OK)
+    if (weft_job_check(model, layout, &job, NULL, &why) != WEFT_OK)
         snprintf(p.cp_error, sizeof(p.cp_error), "%s", weft_error_text(&why));
     p.mesh = (struct weft_mesh){(int)a.dp, (int)a.ring, (int)a.uly, tp, 1, (int)a.cfg};
     p.lay = lay;
@@ -442,10 +416,17 @@ int weft_cmd_plan(struct weft_cli *cli)
         const struct weft_ckpt_tensor *t = weft_ckpt_find(ck, lay->shards[i].name);
         p.per_rank += lay->shards[i].dim >= 0 ? t->info->nbytes / (uint64_t)tp : t->info->nbytes;
     }
-    if (a.json)
-        print_json(&p);
-    else
+    if (groups) {
+        cJSON_AddItemToArray(groups, plan_json(&p));
+    } else if (a.json) {
+        cJSON *j = plan_json(&p);
+        char *text = cJSON_Print(j);
+        printf("%s\n", text ? text : "{}");
+        cJSON_free(text);
+        cJSON_Delete(j);
+    } else {
         print_text(&p);
+    }
     if (p.cp_error[0])
         WEFT_LOG_ERROR("plan", "%s", p.cp_error);
     rc = p.cp_error[0] ? 1 : 0;
@@ -454,4 +435,78 @@ out:
     weft_ckpt_close(ck);
     weft_model_close(model);
     return rc;
+}
+
+int weft_cmd_plan(struct weft_cli *cli)
+{
+    for (int i = 1; i < cli->argc; i++) {
+        if (weft_cli_is_help(cli->argv[i]))
+            break;
+        if (strcmp(cli->argv[i], "--auto") == 0)
+            return weft_cmd_plan_auto(cli, cli->conf.model.path[0] ? cli->conf.model.path
+                                                                   : WEFT_DEFAULT_MODEL);
+    }
+    struct plan_args a;
+    int done = 0, prc = parse_args(cli, &a, &done);
+    if (prc || done)
+        return prc;
+    const struct weft_conf_parallel *par = &cli->conf.parallel;
+    const char *dir = a.model ? a.model : cli->conf.model.path[0] ? cli->conf.model.path
+                                                                  : WEFT_DEFAULT_MODEL;
+    if (a.strategy != WEFT_DEVMAP_NONE) {
+        if (a.tp > 1) {
+            WEFT_LOG_ERROR("plan", "device_map cannot be combined with tensor parallelism (tp "
+                                   "%lld): tensor parallelism already places each rank's "
+                                   "shard on that rank's device", a.tp);
+            return 2;
+        }
+        if (!a.devices && cli->conf.cluster.workers)
+            a.devices = cli->conf.cluster.workers / par->dp_degree;
+        return plan_devmap(dir, a.strategy, a.devices, a.max_memory, a.json);
+    }
+    if (par->groups[0]) { /* each group of [parallel] groups as its own mesh */
+        if (a.tp != par->tp_degree || a.uly != par->ulysses_degree || a.ring != par->ring_degree ||
+            a.dp != par->dp_degree || a.cfg != par->cfg_degree) {
+            WEFT_LOG_ERROR("plan", "[parallel] groups (\"%s\") sets the degrees: no --tp, "
+                                   "--ulysses, --ring, --dp or --cfg beside it", par->groups);
+            return 2;
+        }
+        struct weft_layout base, g[16];
+        int n = 0;
+        struct weft_error err = WEFT_ERROR_INIT;
+        weft_layout_single(&base);
+        base.ulysses_anything = par->ulysses_anything;
+        base.ring_anything = par->ring_anything;
+        if (weft_layout_parse_groups(par->groups, &base, g, 16, &n, &err) != WEFT_OK) {
+            weft_error_log(&err, "plan");
+            return 2;
+        }
+        cJSON *all = a.json ? cJSON_CreateArray() : NULL;
+        int rc = 0;
+        for (int k = 0; k < n && rc == 0; k++) {
+            char name[96];
+            weft_layout_name(&g[k], name, sizeof(name));
+            if (!a.json)
+                printf("%sgroup %d of %d: %s\n", k ? "\n" : "", k + 1, n, name);
+            a.dp = g[k].mesh.dp, a.ring = g[k].mesh.ring, a.uly = g[k].mesh.ulysses;
+            a.tp = g[k].mesh.tp, a.cfg = g[k].mesh.cfg;
+            rc = plan_mesh(cli, &a, dir, &g[k], all);
+        }
+        if (all) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "spec", par->groups);
+            cJSON_AddItemToObject(j, "groups", all);
+            char *text = cJSON_Print(j);
+            printf("%s\n", text ? text : "{}");
+            cJSON_free(text);
+            cJSON_Delete(j);
+        }
+        return rc;
+    }
+    struct weft_layout layout = {
+        .mesh = {(int)a.dp, (int)a.ring, (int)a.uly, (int)a.tp, 1, (int)a.cfg},
+        .ulysses_anything = par->ulysses_anything, .ring_anything = par->ring_anything,
+        .rotation = (enum weft_ring_rotation)par->ring_rotation,
+    };
+    return plan_mesh(cli, &a, dir, &layout, NULL);
 }

@@ -123,6 +123,28 @@ int main(int argc, char **argv)
     CHECK(strstr(err, "--cfg 1 or 2"));
     free(out), free(err);
 
+    /* [parallel] groups: each group's mesh; a degree beside them, or a bad group, refused */
+    const char *groups[] = {"plan", "--parallel.groups=ulysses 2 + dp 2", "--json", NULL};
+    CHECK_EQ(run(groups, &out, &err), 0);
+    j = cJSON_Parse(out);
+    CHECK(j);
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(j, "groups");
+    CHECK_EQ(cJSON_GetArraySize(gs), 2);
+    const cJSON *m0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(gs, 0), "mesh");
+    const cJSON *m1 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(gs, 1), "mesh");
+    CHECK(num(m0, "ulysses") == 2 && num(m0, "dp") == 1 && num(m0, "ranks") == 2);
+    CHECK(num(m1, "ulysses") == 1 && num(m1, "dp") == 2 && num(m1, "ranks") == 2);
+    cJSON_Delete(j);
+    free(out), free(err);
+    const char *groups_tp[] = {"plan", "--parallel.groups=ulysses 2 + dp 2", "--tp", "2", NULL};
+    CHECK_EQ(run(groups_tp, &out, &err), 2);
+    CHECK(strstr(err, "sets the degrees"));
+    free(out), free(err);
+    const char *groups_bad[] = {"plan", "--parallel.groups=ulysses 2 + dq 2", NULL};
+    CHECK_EQ(run(groups_bad, &out, &err), 2);
+    CHECK(strstr(err, "\"dq\" is not a degree"));
+    free(out), free(err);
+
     /* 1008 x 1008 with 512 text tokens over ring 3: refused, then accepted with ring_anything */
     const char *odd[] = {"plan", "--ring", "3", "--height", "1008", "--width", "1008", NULL};
     CHECK_EQ(run(odd, &out, &err), 1);
