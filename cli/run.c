@@ -194,6 +194,11 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
         }
         for (int k = 0; k < n; k++)
             workers += g[k].mesh.dp * weft_layout_replica_devices(&g[k]);
+        if (workers > MAX_RANKS) {
+            WEFT_LOG_ERROR("run", "[parallel] groups (\"%s\") takes %d workers; weft run "
+                           "starts at most %d", p->groups, workers, MAX_RANKS);
+            return -1;
+        }
         if (o->tp || o->uly || o->ring || o->cfg || o->dp || devmap ||
             (o->np && o->np != workers)) {
             WEFT_LOG_ERROR("run", "[parallel] groups (\"%s\") sets the layouts and takes %d "
@@ -524,7 +529,10 @@ int weft_cmd_run(struct weft_cli *cli)
             goto out;
         track_child(pids[i]);
     }
-    if (o.device_map || cli->conf.device_map.strategy)
+    if (cli->conf.parallel.groups[0])
+        WEFT_LOG_INFO("run", "%lld worker(s): groups %s, %s", o.np, cli->conf.parallel.groups,
+                      model);
+    else if (o.device_map || cli->conf.device_map.strategy)
         WEFT_LOG_INFO("run", "%lld worker(s): dp %lld replicas of %lld device_map devices, %s",
                       o.np, o.dp, o.np / o.dp, model);
     else

@@ -133,6 +133,10 @@ struct weft_runner_ops {
     /* The layout the job start() accepted last runs on, where the runner's replicas differ
      * ([parallel] groups); NULL op: layout(). */
     void (*started_layout)(struct weft_runner *r, struct weft_layout *out);
+    /* Where its replicas differ: the layouts a job may be started on, each of which it must
+     * fit (the coordinator checks it against every one at submission), into out[0, max), and
+     * their count (0: none but layout()). NULL op: layout() alone. */
+    int (*check_layouts)(struct weft_runner *r, struct weft_layout *out, int max);
     /* The cluster for GET /v1/cluster: a new object the caller deletes, NULL when out of
      * memory. Keys: "runner" (name), "ready" (bool), "workers": [{"id", "host", "device",
      * "state", ...}], "mesh": {"dp", "ring", "ulysses", "tp"}, "device_map": {component:

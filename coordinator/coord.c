@@ -553,6 +553,14 @@ static weft_status_t check_spec(const struct weft_coord *c, const struct weft_jo
     const struct weft_job_limits lim = {c->api.max_prompts, c->api.max_images, c->api.max_pixels,
                                         c->api.max_steps};
     weft_status_t st = weft_job_check(c->model->desc, &c->layout, &desc, &lim, err);
+    for (int g = 0; g < c->n_groups && st == WEFT_OK; g++) {
+        if ((st = weft_job_check(c->model->desc, &c->groups[g], &desc, &lim, err)) != WEFT_OK) {
+            char name[96];
+            weft_layout_name(&c->groups[g], name, sizeof(name));
+            weft_error_prefix(err, "group %d of [parallel] groups (%s, where the job may be "
+                              "started)", g + 1, name);
+        }
+    }
     weft_free(tokens);
     return st;
 }
@@ -1246,6 +1254,9 @@ weft_status_t weft_coord_run_take(struct weft_coord *c, struct weft_runner *runn
 {
     c->runner = runner;
     runner->ops->layout(runner, &c->layout);
+    c->n_groups = runner->ops->check_layouts
+                      ? runner->ops->check_layouts(runner, c->groups, WEFT_COORD_CHECK_LAYOUTS)
+                      : 0;
     recheck_queue(c);
     int rc;
     if ((rc = uv_timer_init(&c->loop, &c->grace)) != 0 ||

@@ -143,6 +143,7 @@ struct weft_watch {
 };
 
 #define COORD_STREAM 16
+#define WEFT_COORD_CHECK_LAYOUTS 8 /* layouts a job is checked against beside layout() */
 
 struct weft_coord {
     struct weft_conf_api api;
@@ -151,6 +152,8 @@ struct weft_coord {
     struct weft_journal *journal; /* NULL: journal disabled */
     struct weft_runner *runner;
     struct weft_layout layout; /* the runner's: every job is checked against it */
+    struct weft_layout groups[WEFT_COORD_CHECK_LAYOUTS]; /* and against these, where its */
+    int n_groups;                                         /* replicas differ (check_layouts) */
     struct coord_sink sink;
     bool sink_ready, loop_ready;
     /* the table, in key order */

@@ -471,12 +471,19 @@ static weft_status_t parse_group(const char *s, const char *end, int index,
                                  struct weft_layout *l, struct weft_error *err)
 {
     bool seen[GROUP_DEGREES] = {false};
+    int factors = 0;
+    int64_t devices = 1;
     while (true) {
         s = skip_blank(s);
         const char *name = s;
-        while (s < end && *s >= 'a' && *s <= 'z')
+        while (s < end && *s != ' ' && *s != '\t' && (*s < '0' || *s > '9'))
             s++;
         const size_t len = (size_t)(s - name);
+        if (len == 0)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d: a degree's name (dp, cfg, "
+                                     "ring, ulysses or tp) expected%s", index + 1,
+                                     factors ? " after 'x'" : "");
         int which = 0;
         while (which < GROUP_DEGREES && (strlen(group_names[which]) != len ||
                                          strncmp(group_names[which], name, len) != 0))
@@ -485,8 +492,7 @@ static weft_status_t parse_group(const char *s, const char *end, int index,
             return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                      "[parallel] groups: group %d: \"%.*s\" is not a degree "
                                      "(dp, cfg, ring, ulysses or tp, each followed by its "
-                                     "value)", index + 1, len ? (int)len : (int)(end - name),
-                                     name);
+                                     "value)", index + 1, (int)len, name);
         if (seen[which])
             return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                      "[parallel] groups: group %d names %.*s twice", index + 1,
@@ -504,6 +510,12 @@ static weft_status_t parse_group(const char *s, const char *end, int index,
         int *const places[GROUP_DEGREES] = {&l->mesh.dp, &l->mesh.cfg, &l->mesh.ring,
                                             &l->mesh.ulysses, &l->mesh.tp};
         *places[which] = (int)v;
+        factors++;
+        devices *= v;
+        if (devices > WEFT_LAYOUT_GROUP_DEVICES_MAX)
+            return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                     "[parallel] groups: group %d takes more than %d devices",
+                                     index + 1, WEFT_LAYOUT_GROUP_DEVICES_MAX);
         s = skip_blank(s);
         if (s == end)
             return WEFT_OK;

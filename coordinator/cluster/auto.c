@@ -295,10 +295,10 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
     weft_layout_name(&split, a, sizeof(a));
     snprintf(why, why_len, "the recent stream mixes %d small job(s), keeping %.1f device(s) "
              "busy, with large ones (%lldx%lld: their images pay for context parallelism): %s "
-             "for the large ones (a lone %lldx%lld job's latency plan over the %d devices the "
-             "small ones leave) beside %d single-device replicas, side by side", small, busy,
-             (long long)big->width, (long long)big->height, a, (long long)big->width,
-             (long long)big->height, left.n, dev->n - per);
+             "for the large ones (a lone %lldx%lld job's latency plan given the %d devices the "
+             "small ones leave: it takes %d) beside %d single-device replicas, side by side",
+             small, busy, (long long)big->width, (long long)big->height, a,
+             (long long)big->width, (long long)big->height, left.n, per, dev->n - per);
     return true;
 }
 

@@ -420,5 +420,6 @@ void weft_cr_on_assigned(struct cluster_runner *r, struct worker *w,
         WEFT_LOG_INFO("cluster", "epoch %llu: every worker is loaded; serving",
                       (unsigned long long)r->epoch);
         weft_cr_post_capacity(r);
+        weft_cr_plan_maybe(r); /* workers that joined while it formed: grow now it is idle */
     }
 }

@@ -68,6 +68,18 @@ static void cr_layout(struct weft_runner *base, struct weft_layout *out)
         out->mesh.dp = weft_cr_plan_replicas(&r->mesh);
 }
 
+/* [parallel] groups: each group's layout (a job must fit every one: it may start on any). */
+static int cr_check_layouts(struct weft_runner *base, struct weft_layout *out, int max)
+{
+    const struct cluster_runner *r = (const struct cluster_runner *)base;
+    if (!r->conf->parallel.groups[0] || r->auto_mode)
+        return 0;
+    int n = 0;
+    for (; n < r->plan.n && n < max; n++)
+        out[n] = r->plan.g[n];
+    return n;
+}
+
 /* The layout of the group the job start() took last runs on. */
 static void cr_started_layout(struct weft_runner *base, struct weft_layout *out)
 {
@@ -399,6 +411,7 @@ static const struct weft_runner_ops cluster_ops = {
     .unavailable = cr_unavailable,
     .layout = cr_layout,
     .started_layout = cr_started_layout,
+    .check_layouts = cr_check_layouts,
     .demand = weft_cr_demand,
     .layout_reason = weft_cr_layout_reason,
     .describe = cr_describe,
@@ -407,14 +420,9 @@ static const struct weft_runner_ops cluster_ops = {
     .destroy = cr_destroy,
 };
 
-static int gcd(int a, int b)
-{
-    return b ? gcd(b, a % b) : a;
-}
-
-/* [parallel] groups: every group against the model, and what a job must allow to run on any of
- * them (check): its context-parallel degrees the least common multiples of the groups', an
- * uneven split only where every splitting group allows one. */
+/* [parallel] groups: every group against the model, and their workers against [cluster]. check
+ * (layout() before a plan) is as many single-device replicas as the groups have replicas: the
+ * coordinator checks each job against every group besides (cr_check_layouts). */
 static weft_status_t check_groups(const struct weft_cluster_runner_opts *opts,
                                   struct cr_plan *plan, struct weft_layout *check,
                                   struct weft_error *err)
@@ -437,8 +445,6 @@ static weft_status_t check_groups(const struct weft_cluster_runner_opts *opts,
                                                 &plan->n, err);
     if (st != WEFT_OK)
         return st;
-    *check = base;
-    bool uneven = true; /* every group that splits the sequence splits it unevenly */
     for (int g = 0; g < plan->n; g++) {
         const struct weft_layout *l = &plan->g[g];
         struct weft_error why = WEFT_ERROR_INIT;
@@ -447,17 +453,14 @@ static weft_status_t check_groups(const struct weft_cluster_runner_opts *opts,
         if (weft_model_check_layout(opts->model, l, &c->tp_plan, &why) != WEFT_OK)
             return weft_error_refuse(err, WEFT_ERR_CONFIG, "[parallel] groups: group %d (%s): "
                                      "%s", g + 1, name, weft_error_text(&why));
-        check->mesh.ring = check->mesh.ring / gcd(check->mesh.ring, l->mesh.ring) * l->mesh.ring;
-        check->mesh.ulysses =
-            check->mesh.ulysses / gcd(check->mesh.ulysses, l->mesh.ulysses) * l->mesh.ulysses;
-        if (l->mesh.ring * l->mesh.ulysses > 1 && !l->ulysses_anything && !l->ring_anything)
-            uneven = false;
     }
-    /* (a flag relaxes the degree it names: weft_model_check_layout's rule) */
-    check->ulysses_anything = uneven && check->mesh.ulysses > 1;
-    check->ring_anything = uneven && check->mesh.ring > 1;
+    weft_layout_single(check);
     check->mesh.dp = weft_cr_plan_replicas(plan);
     const int workers = weft_cr_plan_workers(plan);
+    if (workers > MAX_WORKERS)
+        return weft_error_refuse(err, WEFT_ERR_CONFIG,
+                                 "[parallel] groups (\"%s\") takes %d workers; a cluster holds "
+                                 "at most %d", p->groups, workers, MAX_WORKERS);
     if (c->cluster.workers && c->cluster.workers != workers)
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "[cluster] workers is %lld but [parallel] groups takes %d "

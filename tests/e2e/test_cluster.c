@@ -1765,7 +1765,8 @@ static void groups_refused(const char *const *opts, const char *says)
  * replica, the small ones side by side on the singles; a job of 2 small images takes both
  * singles, and the small job behind it the free Ulysses replica (no fitting group is free: the
  * free one with the fewest devices). Every image is one device's within one level, and the
- * record and /metrics name each job's group. A single's worker killed: the mesh is planned
+ * record and /metrics name each job's group; a job one group cannot split is refused at
+ * submission, naming the group. A single's worker killed: the mesh is planned
  * again as one replica of each group on the 3 left, and both kinds of job run there. weft run
  * with groups gives one device's image, and refuses a degree beside them. Wrong groups are
  * refused in one line before any worker. */
@@ -1812,6 +1813,17 @@ static int case_groups(void)
     groups_done(k.c, big, big_ref, split);
     groups_done(k.c, a, ref, single);
     groups_done(k.c, b, ref, single);
+    /* 784x784 (2401 tokens) splits evenly over no Ulysses 2: refused, naming the group */
+    struct weft_prompt odd_p = {.name = "red-fox"};
+    struct weft_job_request odd = {.prompts = &odd_p, .n_prompts = 1, .height = 784,
+                                   .width = 784, .steps = 1, .count = 1, .guidance = 3.5};
+    char odd_id[WEFT_CLIENT_ID_MAX];
+    CHECK(weft_client_submit(k.c, &odd, odd_id) != WEFT_OK);
+    printf("784x784 submitted: %s\n", weft_client_error(k.c));
+    CHECK(weft_client_http_status(k.c) == 400 &&
+          strstr(weft_client_error(k.c), "group 2 of [parallel] groups (dp 1 x ring 1 x ulysses "
+                                         "2 x tp 1") &&
+          strstr(weft_client_error(k.c), "ulysses_anything"));
     char two[WEFT_CLIENT_ID_MAX], behind[WEFT_CLIENT_ID_MAX];
     groups_submit(k.c, 256, 256, 3, 2, two);
     groups_submit(k.c, 256, 256, 3, 1, behind);

@@ -321,7 +321,14 @@ static void test_groups(void)
     CHECK_FAILS(weft_layout_parse_groups("tp 2 ulysses 2", &base, g, 4, &n, TERR),
                 WEFT_ERR_CONFIG, "'u' where 'x' or '+' was expected");
     CHECK_FAILS(weft_layout_parse_groups("tp 2 x", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
-                "is not a degree");
+                "a degree's name (dp, cfg, ring, ulysses or tp) expected after 'x'");
+    CHECK_FAILS(weft_layout_parse_groups("DP 2", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+                "\"DP\" is not a degree");
+    CHECK_FAILS(weft_layout_parse_groups("d\xcf\x81 2", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "\"d\xcf\x81\" is not a degree");
+    CHECK_FAILS(weft_layout_parse_groups("dp 1024 x ring 1024", &base, g, 4, &n, TERR),
+                WEFT_ERR_CONFIG, "group 1 takes more than 65536 devices");
+    CHECK_OK(weft_layout_parse_groups("dp 256 x ring 256", &base, g, 4, &n, TERR));
     CHECK_FAILS(weft_layout_parse_groups("dp 1 + dp 1 + dp 1 + dp 1 + dp 1", &base, g, 4, &n,
                                          TERR),
                 WEFT_ERR_CONFIG, "more than 4 groups");
