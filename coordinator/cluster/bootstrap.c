@@ -133,7 +133,7 @@ static void on_hello(struct conn *c, const cJSON *json)
     pending_remove(r, c);
     const cJSON *host = cJSON_GetObjectItemCaseSensitive(h.inventory, "host");
     const cJSON *pid = cJSON_GetObjectItemCaseSensitive(h.inventory, "pid");
-    *w = (struct worker){.r = r, .state = W_AUTHED, .conn = c, .rank = -1,
+    *w = (struct worker){.r = r, .state = W_AUTHED, .conn = c, .rank = -1, .group = -1,
                          .last_heard = weft_cr_now()};
     snprintf(w->host, sizeof(w->host), "%s", cJSON_IsString(host) ? host->valuestring : "?");
     w->pid = cJSON_IsNumber(pid) ? (long)weft_double_int_or(pid->valuedouble, 0, INT32_MAX, 0) : 0;

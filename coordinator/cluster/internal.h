@@ -72,6 +72,7 @@ struct worker {
     /* the current plan */
     int rank; /* world rank, -1 when outside the mesh */
     int replica, decode, assigned;
+    int group; /* the plan group of its last assignment, kept over a reset (-1 none) */
     uint64_t transformer_bytes, vae_bytes, text_bytes;
     int threads; /* its kernel threads, as its assignment left them */
 };
@@ -191,6 +192,7 @@ struct cluster_runner {
                             after losses) */
     int n_mesh;          /* its workers */
     int started_group;   /* the group of the job start() took last */
+    int mesh_group[WEFT_CR_GROUPS]; /* the plan's group each group of the mesh is */
     /* device_map: the placement of the current plan (map.n_devices 0: none) */
     struct weft_devmap map;
     struct weft_devmap_unit *map_units;

@@ -185,7 +185,8 @@ void weft_cr_plan_name(const struct cr_plan *p, char *buf, size_t len)
  * [cluster] workers (or dp_degree replicas); [parallel] groups take theirs. After a loss it
  * shrinks to whole replicas of the workers left: first one replica of each group, in order,
  * then the groups' other replicas, in order (a group with none left is dropped). */
-static int mesh_workers(const struct cluster_runner *r, struct cr_plan *out)
+static int mesh_workers(const struct cluster_runner *r, struct cr_plan *out,
+                        int plan_group[WEFT_CR_GROUPS])
 {
     struct cr_plan p = r->plan;
     if (p.n == 1 && !r->conf->parallel.groups[0]) { /* one layout over the workers */
@@ -196,9 +197,23 @@ static int mesh_workers(const struct cluster_runner *r, struct cr_plan *out)
     const int want = weft_cr_plan_workers(&p);
     const int joined = weft_cr_joined(r);
     int left = joined >= want ? want : (r->epoch > 0 ? joined : 0);
+    /* the groups in the order they get their first replica: those with the most of their
+     * workers still here first (after a loss, an intact group stays whole and keeps its
+     * weights), then in order */
+    int present[WEFT_CR_GROUPS] = {0}, order[WEFT_CR_GROUPS];
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (r->w[i].state == W_JOINED && r->w[i].group >= 0 && r->w[i].group < p.n)
+            present[r->w[i].group]++;
+    for (int g = 0; g < p.n; g++) {
+        int at = g;
+        for (; at > 0 && present[order[at - 1]] < present[g]; at--)
+            order[at] = order[at - 1];
+        order[at] = g;
+    }
     int dp[WEFT_CR_GROUPS] = {0};
     for (int pass = 0; pass < 2; pass++) {
-        for (int g = 0; g < p.n; g++) {
+        for (int o = 0; o < p.n; o++) {
+            const int g = pass == 0 ? order[o] : o;
             const int per = weft_layout_replica_devices(&p.g[g]);
             int more = pass == 0 ? 1 : p.g[g].mesh.dp - dp[g];
             more = left / per < more ? left / per : more;
@@ -210,6 +225,7 @@ static int mesh_workers(const struct cluster_runner *r, struct cr_plan *out)
     for (int g = 0; g < p.n; g++) {
         if (dp[g] < 1)
             continue;
+        plan_group[out->n] = g;
         out->g[out->n] = p.g[g];
         out->g[out->n++].mesh.dp = dp[g];
     }
@@ -288,6 +304,7 @@ static void assign_one(struct cluster_runner *r, struct worker *w, int rank, con
     m->compute = r->conf->model.dtype;
     m->tp_plan = r->conf->tp_plan;
     w->rank = rank;
+    w->group = r->mesh_group[g];
     w->replica = rep0 + c.dp;
     w->decode = decode;
     w->assigned = 0;
@@ -318,8 +335,9 @@ static weft_status_t open_rdv(struct cluster_runner *r, int n, char *rdv, size_t
 static bool should_grow(struct cluster_runner *r)
 {
     struct cr_plan p;
+    int g[WEFT_CR_GROUPS];
     return r->planned && !r->assigning && weft_cr_active_jobs(r) == 0 &&
-           mesh_workers(r, &p) > r->n_mesh;
+           mesh_workers(r, &p, g) > r->n_mesh;
 }
 
 void weft_cr_plan_maybe(struct cluster_runner *r)
@@ -335,15 +353,28 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
         return; /* the first plan waits for every worker: it plans over them */
     weft_cr_auto_prepare(r);
     struct cr_plan mesh;
-    const int n = mesh_workers(r, &mesh);
+    int plan_group[WEFT_CR_GROUPS];
+    const int n = mesh_workers(r, &mesh, plan_group);
     if (n == 0)
         return;
-    struct worker *ranked[MAX_WORKERS];
-    int k = 0;
-    for (int i = 0; i < MAX_WORKERS && k < n; i++)
-        if (r->w[i].state == W_JOINED)
-            ranked[k++] = &r->w[i];
+    /* world ranks group by group: each group's workers of the last plan where they still are
+     * (their loaded weights fit), then the other joined workers in their order */
+    struct worker *ranked[MAX_WORKERS] = {NULL};
+    bool taken[MAX_WORKERS] = {false};
+    for (int g = 0, base = 0; g < mesh.n; g++) {
+        const int size = mesh.g[g].mesh.dp * weft_layout_replica_devices(&mesh.g[g]);
+        for (int i = 0, k = base; i < MAX_WORKERS && k < base + size; i++)
+            if (r->w[i].state == W_JOINED && r->w[i].group == plan_group[g] && !taken[i])
+                ranked[k++] = &r->w[i], taken[i] = true;
+        base += size;
+    }
+    for (int k = 0, i = 0; k < n; k++) {
+        for (; !ranked[k] && i < MAX_WORKERS; i++)
+            if (r->w[i].state == W_JOINED && !taken[i])
+                ranked[k] = &r->w[i], taken[i] = true;
+    }
     r->mesh = mesh;
+    memcpy(r->mesh_group, plan_group, sizeof(r->mesh_group));
     if (mesh.g[0].device_map &&
         devmap_plan(r, ranked, n, weft_layout_replica_devices(&mesh.g[0])) != WEFT_OK) {
         WEFT_LOG_ERROR("cluster", "%s", r->plan_error);

@@ -536,6 +536,7 @@ weft_status_t weft_cluster_runner_create(const struct weft_cluster_runner_opts *
     for (int i = 0; i < MAX_WORKERS; i++) {
         r->w[i].r = r;
         r->w[i].rank = -1;
+        r->w[i].group = -1;
         r->replica_job[i] = -1;
     }
     if ((st = weft_cr_auto_init(r, err)) != WEFT_OK) {

@@ -1730,6 +1730,64 @@ static void groups_done(struct weft_client *c, const char *id, const char *ref,
     CHECK(d <= 1);
 }
 
+/* The plan GET /v1/cluster shows: its groups' layouts joined by " + ", "" until ready. */
+static void groups_plan(struct weft_client *c, char *plan, size_t len)
+{
+    cJSON *cl = cluster_record(c);
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "groups");
+    plan[0] = '\0';
+    const cJSON *e;
+    cJSON_ArrayForEach(e, gs)
+    {
+        const cJSON *lay = cJSON_GetObjectItemCaseSensitive(e, "layout");
+        snprintf(plan + strlen(plan), len - strlen(plan), "%s%s", plan[0] ? " + " : "",
+                 cJSON_IsString(lay) ? lay->valuestring : "?");
+    }
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cl, "ready")))
+        plan[0] = '\0';
+    cJSON_Delete(cl);
+}
+
+/* SIGKILL the first worker GET /v1/cluster lists in group g; its pid leaves k. */
+static pid_t groups_kill(struct cluster *k, int g)
+{
+    cJSON *cl = cluster_record(k->c);
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "groups"), g), "workers"), 0);
+    pid_t victim = 0;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(cl, "workers"))
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(w, "id");
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(w, "pid");
+        if (cJSON_IsString(first) && cJSON_IsString(id) && cJSON_IsNumber(pid) &&
+            strcmp(id->valuestring, first->valuestring) == 0)
+            victim = (pid_t)pid->valuedouble;
+    }
+    cJSON_Delete(cl);
+    CHECK(victim > 0);
+    for (int i = 0; i < k->n; i++)
+        if (k->w[i] == victim)
+            k->w[i] = 0;
+    kill(victim, SIGKILL);
+    (void)wait_pid(victim);
+    return victim;
+}
+
+/* Until the plan is want (bounded); the plan it ended on into plan. */
+static void groups_wait_plan(struct weft_client *c, const char *want, char *plan, size_t len)
+{
+    for (int i = 0; i < 300; i++) {
+        if (i)
+            sleep_ms(50);
+        groups_plan(c, plan, len);
+        if (strcmp(plan, want) == 0)
+            return;
+    }
+}
+
 /* serve --runner cluster with opts: it refuses to start, in one line that has `says`. */
 static void groups_refused(const char *const *opts, const char *says)
 {
@@ -1767,7 +1825,9 @@ static void groups_refused(const char *const *opts, const char *says)
  * free one with the fewest devices). Every image is one device's within one level, and the
  * record and /metrics name each job's group; a job one group cannot split is refused at
  * submission, naming the group. A single's worker killed: the mesh is planned
- * again as one replica of each group on the 3 left, and both kinds of job run there. weft run
+ * again as one replica of each group on the 3 left, and both kinds of job run there; on
+ * "tp 2 + ulysses 2" a lost tensor-parallel worker leaves the intact Ulysses group serving with
+ * its weights kept. weft run
  * with groups gives one device's image, and refuses a degree beside them. Wrong groups are
  * refused in one line before any worker. */
 static int case_groups(void)
@@ -1839,55 +1899,37 @@ static int case_groups(void)
                           "tp 1\"} 3"));
     weft_client_free(metrics);
     /* a single's worker lost: the mesh keeps a replica of each group on the 3 left */
-    cl = cluster_record(k.c);
-    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "groups"), 0), "workers"), 0);
-    pid_t victim = 0;
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(cl, "workers"))
-    {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(w, "id");
-        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(w, "pid");
-        if (cJSON_IsString(first) && cJSON_IsString(id) && cJSON_IsNumber(pid) &&
-            strcmp(id->valuestring, first->valuestring) == 0)
-            victim = (pid_t)pid->valuedouble;
-    }
-    cJSON_Delete(cl);
-    CHECK(victim > 0);
-    for (int i = 0; i < k.n; i++)
-        if (k.w[i] == victim)
-            k.w[i] = 0;
-    kill(victim, SIGKILL);
-    (void)wait_pid(victim);
-    char plan[256] = "";
-    for (int i = 0; i < 300; i++) {
-        if (i)
-            sleep_ms(50);
-        cl = cluster_record(k.c);
-        const cJSON *gs = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(cl, "mesh"), "groups");
-        plan[0] = '\0';
-        const cJSON *e;
-        cJSON_ArrayForEach(e, gs)
-        {
-            const cJSON *lay = cJSON_GetObjectItemCaseSensitive(e, "layout");
-            snprintf(plan + strlen(plan), sizeof(plan) - strlen(plan), "%s%s",
-                     plan[0] ? " + " : "", cJSON_IsString(lay) ? lay->valuestring : "?");
-        }
-        const bool ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cl, "ready"));
-        cJSON_Delete(cl);
-        if (ready && strcmp(plan, "dp 1 x ring 1 x ulysses 1 x tp 1 + dp 1 x ring 1 x ulysses "
-                                  "2 x tp 1") == 0)
-            break;
-    }
+    const pid_t victim = groups_kill(&k, 0);
+    char plan[256];
+    static const char *const shrunk =
+        "dp 1 x ring 1 x ulysses 1 x tp 1 + dp 1 x ring 1 x ulysses 2 x tp 1";
+    groups_wait_plan(k.c, shrunk, plan, sizeof(plan));
     printf("after worker pid %d was killed: %s\n", (int)victim, plan);
-    CHECK(strcmp(plan, "dp 1 x ring 1 x ulysses 1 x tp 1 + dp 1 x ring 1 x ulysses 2 x tp 1") ==
-          0);
+    CHECK(strcmp(plan, shrunk) == 0);
     groups_submit(k.c, 512, 1024, 1, 1, big);
     groups_submit(k.c, 256, 256, 3, 1, a);
     groups_done(k.c, big, big_ref, split);
     groups_done(k.c, a, ref, "dp 1 x ring 1 x ulysses 1 x tp 1");
+    cluster_down(&k);
+    /* "tp 2 + ulysses 2" losing a tensor-parallel worker: the 3 left hold one group, and the
+     * intact one stays (its workers keep their weights) rather than the first */
+    const char *tp_rules[] = {"--parallel.groups=tp 2 + ulysses 2", NULL};
+    cluster_up(&k, "1", tp_rules, 4);
+    const double epoch0 = cluster_number(k.c, "epoch");
+    groups_kill(&k, 0);
+    groups_wait_plan(k.c, split, plan, sizeof(plan));
+    int code0;
+    char *m0;
+    size_t m0len;
+    CHECK_OK(weft_client_request(k.c, "GET", "/metrics", NULL, 0, &code0, &m0, &m0len));
+    const char *kept = strstr(m0, "\nweft_weights_kept_bytes_total ");
+    const double kept_bytes = kept ? strtod(strchr(kept + 1, ' ') + 1, NULL) : 0;
+    weft_client_free(m0);
+    printf("tp 2 + ulysses 2 after losing a tp worker (epoch %g -> %g): %s, %.0f bytes of "
+           "weights kept\n", epoch0, cluster_number(k.c, "epoch"), plan, kept_bytes);
+    CHECK(strcmp(plan, split) == 0 && kept_bytes > 0);
+    groups_submit(k.c, 512, 1024, 1, 1, big);
+    groups_done(k.c, big, big_ref, split);
     cluster_down(&k);
     /* weft run takes its workers from the groups, and no degree beside them */
     char out[600], log[600], text[4096];
