@@ -19,8 +19,7 @@ weft_status_t weft_cr_auto_init(struct cluster_runner *r, struct weft_error *err
     const struct weft_conf_parallel *p = &c->parallel;
     if (p->mode != WEFT_PARALLEL_AUTO)
         return WEFT_OK;
-    if (p->tp_degree > 1 || p->ulysses_degree > 1 || p->ring_degree > 1 || p->dp_degree > 1 ||
-        p->cfg_degree > 1)
+    if (weft_cr_degrees_set(p))
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "[parallel] mode = auto plans the degrees itself: leave "
                                  "tp_degree, ulysses_degree, ring_degree, dp_degree and "
@@ -223,36 +222,46 @@ static bool plan_layout(const struct cluster_runner *r, const struct weft_autopl
  * stream_devices' estimate, rounded up, and at least a small head job's images), the rest
  * single-device replicas. So a large job neither waits for the small ones' replicas nor
  * splits over all of them while small jobs queue, and heads of either kind want the same
- * plan. Only where every device holds the largest job alone (the singles take large jobs
- * while the split replica is busy), l is not device_map, and a large head has one image
- * (several get l's replicas). false (nothing said) otherwise. */
+ * plan. Only where:
+ *   - the stream keeps fewer devices busy than there are (streaming: stream_devices rounded):
+ *     a stream that saturates the workers keeps l, replicas of one device each (the fixed
+ *     "ulysses2+dp2" had dp 4's jobs per minute and 6x its median latency on bench serve's
+ *     saturating stream); a large job that finds its replica busy takes a free single;
+ *   - every device holds the largest job alone (the singles take large jobs while the split
+ *     replica is busy);
+ *   - l is not device_map, and a large head has one image (several get l's replicas).
+ * false (nothing said) otherwise. */
 static bool mixed(const struct cluster_runner *r, const struct weft_runner_demand *d,
                   const struct weft_autoplan_devices *dev, const struct weft_layout *l,
-                  struct cr_plan *out, char *why, size_t why_len)
+                  int64_t streaming, struct cr_plan *out, char *why, size_t why_len)
 {
     const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
     if (r->conf->parallel.goal != WEFT_GOAL_LATENCY || l->device_map || dev->n < 3 ||
-        d->n_arrivals < 3 || costs < 1)
+        d->n_arrivals < 3 || costs < 1 || streaming >= dev->n)
         return false;
     const bool head_small = weft_job_image_tokens(r->model, d->height, d->width) /
                                 WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK < 2;
     if (!head_small && d->images > 1)
         return false;
     const struct weft_runner_arrival *big = NULL;
-    int small = 0;
-    double work = 0; /* the small ones among the newest n - 1 (the oldest opens the span) */
+    int small = 0, large = 0;
+    double work = 0, work_large = 0; /* among the newest n - 1 (the oldest opens the span) */
     for (int i = 1; i < d->n_arrivals; i++) {
         const struct weft_runner_arrival *a = &d->arrivals[i];
         const int64_t ranks = weft_job_image_tokens(r->model, a->height, a->width) /
                               WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
+        const double cost = weft_cr_cost_predict(
+            r->costs, costs, step_flops(r, a->height, a->width, a->cfg),
+            (double)a->height * (double)a->width, a->steps, a->images);
         if (ranks >= 2) {
             if (!big || a->height * a->width > big->height * big->width)
                 big = a;
-            continue;
+            large++;
+            work_large += cost;
+        } else {
+            small++;
+            work += cost;
         }
-        small++;
-        work += weft_cr_cost_predict(r->costs, costs, step_flops(r, a->height, a->width, a->cfg),
-                                     (double)a->height * (double)a->width, a->steps, a->images);
     }
     if (!big || small == 0)
         return false;
@@ -263,9 +272,11 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
     const struct weft_autoplan_memory one = weft_autoplan_memory_of(&r->am, &job, 1, 1, 1);
     if (one.weights + one.activations + one.workspace > dev->memory)
         return false;
-    const double span0 = d->now - d->arrivals[0].at;
-    const double span = span0 > work / small ? span0 : work / small;
+    /* as stream_devices: over the time they came in, at least their mean cost */
+    const double span0 = d->now - d->arrivals[0].at, mean = (work + work_large) / (small + large);
+    const double span = span0 > mean ? span0 : mean;
     const double busy = span > 0 ? work / span : (double)dev->n;
+    const double busy_large = span > 0 ? work_large / span : (double)dev->n;
     int keep = busy < 1 ? 1 : (int)busy + (busy > (int)busy);
     if (head_small && d->images > keep) /* what waits now runs on the singles */
         keep = d->images < dev->n ? (int)d->images : dev->n;
@@ -294,11 +305,12 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
     char a[96];
     weft_layout_name(&split, a, sizeof(a));
     snprintf(why, why_len, "the recent stream mixes %d small job(s), keeping %.1f device(s) "
-             "busy, with large ones (%lldx%lld: their images pay for context parallelism): %s "
-             "for the large ones (a lone %lldx%lld job's latency plan given the %d devices the "
-             "small ones leave: it takes %d) beside %d single-device replicas, side by side",
-             small, busy, (long long)big->width, (long long)big->height, a,
-             (long long)big->width, (long long)big->height, left.n, per, dev->n - per);
+             "busy, with %d large one(s) (%.1f; the largest %lldx%lld: their images pay for "
+             "context parallelism): %s for the large ones (a lone %lldx%lld job's latency plan "
+             "given the %d devices the small ones leave: it takes %d) beside %d single-device "
+             "replicas, side by side", small, busy, large, busy_large, (long long)big->width,
+             (long long)big->height, a, (long long)big->width, (long long)big->height, left.n,
+             per, dev->n - per);
     return true;
 }
 
@@ -350,7 +362,7 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     }
     *out = (struct cr_plan){1, {l}};
     n = n < why_len ? n : why_len - 1;
-    if (mixed(r, d, &dev, &l, out, why + n, why_len - n)) /* its reasons, not the layout's */
+    if (mixed(r, d, &dev, &l, streaming, out, why + n, why_len - n)) /* its reasons alone */
         n = why_len;
     for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
         n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);

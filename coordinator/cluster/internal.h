@@ -149,6 +149,13 @@ struct cr_plan {
     struct weft_layout g[WEFT_CR_GROUPS];
 };
 
+/* Whether [parallel] sets a degree (mode = auto and groups set them themselves). */
+static inline bool weft_cr_degrees_set(const struct weft_conf_parallel *p)
+{
+    return p->tp_degree > 1 || p->ulysses_degree > 1 || p->ring_degree > 1 ||
+           p->dp_degree > 1 || p->cfg_degree > 1;
+}
+
 /* The replicas of p, and the workers they take. */
 int weft_cr_plan_replicas(const struct cr_plan *p);
 int weft_cr_plan_workers(const struct cr_plan *p);

@@ -429,8 +429,7 @@ static weft_status_t check_groups(const struct weft_cluster_runner_opts *opts,
 {
     const struct weft_conf *c = opts->conf;
     const struct weft_conf_parallel *p = &c->parallel;
-    if (p->tp_degree > 1 || p->ulysses_degree > 1 || p->ring_degree > 1 || p->dp_degree > 1 ||
-        p->cfg_degree > 1)
+    if (weft_cr_degrees_set(p))
         return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                  "[parallel] groups sets the degrees of each group: leave "
                                  "tp_degree, ulysses_degree, ring_degree, dp_degree and "

@@ -1701,6 +1701,15 @@ static int case_text(void)
     return 0;
 }
 
+/* The one-device image of the groups cases' large job: 1024x512, 1 step, red-fox, seed 7. */
+static void big_reference(char *out, size_t len)
+{
+    snprintf(out, len, "%s/big-ref.png", tmp);
+    const char *gen[] = {"generate", "--height", "512", "--width", "1024", "--steps", "1",
+                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", out, NULL};
+    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+}
+
 /* A job of the groups case: submitted (not waited for), 1 image unless count says more. */
 static void groups_submit(struct weft_client *c, int height, int width, int steps, int count,
                           char *id)
@@ -1747,6 +1756,21 @@ static void groups_plan(struct weft_client *c, char *plan, size_t len)
     if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cl, "ready")))
         plan[0] = '\0';
     cJSON_Delete(cl);
+}
+
+/* A 1024x512 job (1 step) and two 256x256 ones (3 steps) submitted at once, each done and one
+ * device's image within one level: the large one on large_on, the small ones on small_on. The
+ * ids of the large one and the first small one into big and a. */
+static void groups_trio(struct weft_client *c, const char *big_ref, const char *ref,
+                        const char *large_on, const char *small_on, char *big, char *a)
+{
+    char b[WEFT_CLIENT_ID_MAX];
+    groups_submit(c, 512, 1024, 1, 1, big);
+    groups_submit(c, 256, 256, 3, 1, a);
+    groups_submit(c, 256, 256, 3, 1, b);
+    groups_done(c, big, big_ref, large_on);
+    groups_done(c, a, ref, small_on);
+    groups_done(c, b, ref, small_on);
 }
 
 /* SIGKILL the first worker GET /v1/cluster lists in group g; its pid leaves k. */
@@ -1834,10 +1858,7 @@ static int case_groups(void)
 {
     char ref[600], big_ref[600];
     one_device(ref, sizeof(ref));
-    snprintf(big_ref, sizeof(big_ref), "%s/big-ref.png", tmp);
-    const char *gen[] = {"generate", "--height", "512", "--width", "1024", "--steps", "1",
-                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", big_ref, NULL};
-    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    big_reference(big_ref, sizeof(big_ref));
     static const char *const single = "dp 2 x ring 1 x ulysses 1 x tp 1",
                              *split = "dp 1 x ring 1 x ulysses 2 x tp 1";
     const char *rules[] = {"--parallel.groups=dp 2 + ulysses 2", NULL};
@@ -1866,13 +1887,8 @@ static int case_groups(void)
         CHECK(cJSON_GetArraySize(ws) == 2);
     }
     cJSON_Delete(cl);
-    char big[WEFT_CLIENT_ID_MAX], a[WEFT_CLIENT_ID_MAX], b[WEFT_CLIENT_ID_MAX];
-    groups_submit(k.c, 512, 1024, 1, 1, big);
-    groups_submit(k.c, 256, 256, 3, 1, a);
-    groups_submit(k.c, 256, 256, 3, 1, b);
-    groups_done(k.c, big, big_ref, split);
-    groups_done(k.c, a, ref, single);
-    groups_done(k.c, b, ref, single);
+    char big[WEFT_CLIENT_ID_MAX], a[WEFT_CLIENT_ID_MAX];
+    groups_trio(k.c, big_ref, ref, split, single, big, a);
     /* 784x784 (2401 tokens) splits evenly over no Ulysses 2: refused, naming the group */
     struct weft_prompt odd_p = {.name = "red-fox"};
     struct weft_job_request odd = {.prompts = &odd_p, .n_prompts = 1, .height = 784,
@@ -1973,10 +1989,7 @@ static int case_auto_mixed(void)
 {
     char ref[600], big_ref[600], lay[96], why[640];
     one_device(ref, sizeof(ref));
-    snprintf(big_ref, sizeof(big_ref), "%s/big-ref.png", tmp);
-    const char *gen[] = {"generate", "--height", "512", "--width", "1024", "--steps", "1",
-                         "--prompt-embeds", "red-fox", "--seed", "7", "--out", big_ref, NULL};
-    CHECK_EQ(wait_pid(run_weft(gen, NULL, NULL)), 0);
+    big_reference(big_ref, sizeof(big_ref));
     static const char *const split = "dp 1 x ring 1 x ulysses 2 x tp 1",
                              *singles = "dp 2 x ring 1 x ulysses 1 x tp 1";
     struct cluster k;
@@ -1987,13 +2000,8 @@ static int case_auto_mixed(void)
     auto_job(k.c, 256, 256, 3, 1, ref, lay, sizeof(lay), why, sizeof(why));
     CHECK(strcmp(lay, singles) == 0 && strstr(why, "mixes"));
     const double replans = cluster_number(k.c, "replans");
-    char big[WEFT_CLIENT_ID_MAX], a[WEFT_CLIENT_ID_MAX], b[WEFT_CLIENT_ID_MAX];
-    groups_submit(k.c, 512, 1024, 1, 1, big);
-    groups_submit(k.c, 256, 256, 3, 1, a);
-    groups_submit(k.c, 256, 256, 3, 1, b);
-    groups_done(k.c, big, big_ref, split);
-    groups_done(k.c, a, ref, singles);
-    groups_done(k.c, b, ref, singles);
+    char big[WEFT_CLIENT_ID_MAX], a[WEFT_CLIENT_ID_MAX];
+    groups_trio(k.c, big_ref, ref, split, singles, big, a);
     const double big_end = job_number(k.c, big, "finished_at");
     const double a_start = job_number(k.c, a, "started_at");
     printf("the small job started %.3f s before the large one ended\n", big_end - a_start);
