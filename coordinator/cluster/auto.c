@@ -223,21 +223,27 @@ static bool plan_layout(const struct cluster_runner *r, const struct weft_autopl
  * single-device replicas. So a large job neither waits for the small ones' replicas nor
  * splits over all of them while small jobs queue, and heads of either kind want the same
  * plan. Only where:
- *   - the stream keeps fewer devices busy than there are (streaming: stream_devices rounded):
- *     a stream that saturates the workers keeps l, replicas of one device each (the fixed
- *     "ulysses2+dp2" had dp 4's jobs per minute and 6x its median latency on bench serve's
- *     saturating stream); a large job that finds its replica busy takes a free single;
+ *   - the stream (stream: stream_devices) keeps at most half the devices busy, or while the
+ *     mesh has such groups fewer than all of them (rounded): a stream that saturates the
+ *     workers keeps l, replicas of one device each (the fixed "ulysses2+dp2" had dp 4's jobs
+ *     per minute and 6x its median latency on bench serve's saturating stream); a large job
+ *     that finds its replica busy takes a free single;
  *   - every device holds the largest job alone (the singles take large jobs while the split
  *     replica is busy);
  *   - l is not device_map, and a large head has one image (several get l's replicas).
  * false (nothing said) otherwise. */
 static bool mixed(const struct cluster_runner *r, const struct weft_runner_demand *d,
                   const struct weft_autoplan_devices *dev, const struct weft_layout *l,
-                  int64_t streaming, struct cr_plan *out, char *why, size_t why_len)
+                  double stream, struct cr_plan *out, char *why, size_t why_len)
 {
     const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
+    /* hysteresis: a stream near saturation would flip the mesh (and drain it) at every
+     * fluctuation of the estimate; unequal groups begin at half the devices busy and end at
+     * all of them (rounded) */
+    const bool now_mixed = (r->planned || r->assigning) && r->mesh.n > 1;
+    const bool busy_now = now_mixed ? stream >= dev->n - 0.5 : stream > dev->n / 2.0;
     if (r->conf->parallel.goal != WEFT_GOAL_LATENCY || l->device_map || dev->n < 3 ||
-        d->n_arrivals < 3 || costs < 1 || streaming >= dev->n)
+        d->n_arrivals < 3 || costs < 1 || busy_now)
         return false;
     const bool head_small = weft_job_image_tokens(r->model, d->height, d->width) /
                                 WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK < 2;
@@ -362,7 +368,7 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     }
     *out = (struct cr_plan){1, {l}};
     n = n < why_len ? n : why_len - 1;
-    if (mixed(r, d, &dev, &l, streaming, out, why + n, why_len - n)) /* its reasons alone */
+    if (mixed(r, d, &dev, &l, busy, out, why + n, why_len - n)) /* its reasons alone */
         n = why_len;
     for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
         n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
