@@ -311,8 +311,8 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
     char a[96];
     weft_layout_name(&split, a, sizeof(a));
     snprintf(why, why_len, "the recent stream mixes %d small job(s), keeping %.1f device(s) "
-             "busy, with %d large one(s) (%.1f; the largest %lldx%lld: their images pay for "
-             "context parallelism): %s for the large ones (a lone %lldx%lld job's latency plan "
+             "busy, with %d large one(s) keeping %.1f (the largest %lldx%lld: their images pay "
+             "for context parallelism): %s for the large ones (a lone %lldx%lld job's latency plan "
              "given the %d devices the small ones leave: it takes %d) beside %d single-device "
              "replicas, side by side", small, busy, large, busy_large, (long long)big->width,
              (long long)big->height, a, (long long)big->width, (long long)big->height, left.n,

@@ -1,5 +1,6 @@
 /* Jobs on the cluster (see internal.h): a job's images split over the free data-parallel
- * replicas like Accelerate's split_between_processes, one RUN per worker of those replicas,
+ * replicas of one group (weft_cr_route: the group its image size wants) like Accelerate's
+ * split_between_processes, one RUN per worker of those replicas,
  * what the workers report, and the deadlines that keep every job owned: a job nobody advances
  * is taken back, and a stop does not wait for a worker that does not answer. */
 #include <stdio.h>

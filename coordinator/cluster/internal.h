@@ -1,8 +1,9 @@
 /* The cluster runner's inside, shared by its files (everything runs on the coordinator's loop):
  *   bootstrap.c  the worker port: connections, the authenticated bootstrap, control links,
  *                losing a worker
- *   plan.c       the mesh from the workers there are, device_map, the data-plane rendezvous,
- *                assignments and their answers
+ *   plan.c       the mesh from the workers there are (one layout, or groups of unequal
+ *                replicas), device_map, the data-plane rendezvous, assignments and their
+ *                answers
  *   dispatch.c   jobs: splitting them over replicas, RUN messages, what workers report, the
  *                progress deadlines, cancel
  *   runner.c     the runner's operations (control/runner.h), the tick, create and destroy */
