@@ -471,13 +471,11 @@ int weft_cmd_plan(struct weft_cli *cli)
                                    "--ulysses, --ring, --dp or --cfg beside it", par->groups);
             return 2;
         }
-        struct weft_layout base, g[16];
+        struct weft_layout base, g[WEFT_LAYOUT_GROUPS_MAX];
         int n = 0;
         struct weft_error err = WEFT_ERROR_INIT;
-        weft_layout_single(&base);
-        base.ulysses_anything = par->ulysses_anything;
-        base.ring_anything = par->ring_anything;
-        if (weft_layout_parse_groups(par->groups, &base, g, 16, &n, &err) != WEFT_OK) {
+        weft_layout_from_conf(&cli->conf, 0, &base);
+        if (weft_layout_parse_groups(par->groups, &base, g, &n, &err) != WEFT_OK) {
             weft_error_log(&err, "plan");
             return 2;
         }

@@ -184,16 +184,15 @@ static int parse(struct weft_cli *cli, struct run_opts *o)
     const bool devmap = o->device_map ? strcmp(o->device_map, "none") != 0
                                       : cli->conf.device_map.strategy != 0;
     if (p->groups[0]) { /* the groups give the workers; the coordinator checks the rest */
-        struct weft_layout base, g[64];
-        int n = 0, workers = 0;
+        struct weft_layout base, g[WEFT_LAYOUT_GROUPS_MAX];
+        int n = 0;
         struct weft_error err = WEFT_ERROR_INIT;
-        weft_layout_single(&base);
-        if (weft_layout_parse_groups(p->groups, &base, g, 64, &n, &err) != WEFT_OK) {
+        weft_layout_from_conf(&cli->conf, 0, &base);
+        if (weft_layout_parse_groups(p->groups, &base, g, &n, &err) != WEFT_OK) {
             WEFT_LOG_ERROR("run", "%s", weft_error_text(&err));
             return -1;
         }
-        for (int k = 0; k < n; k++)
-            workers += g[k].mesh.dp * weft_layout_replica_devices(&g[k]);
+        const int workers = weft_layout_groups_devices(g, n);
         if (workers > MAX_RANKS) {
             WEFT_LOG_ERROR("run", "[parallel] groups (\"%s\") takes %d workers; weft run "
                            "starts at most %d", p->groups, workers, MAX_RANKS);

@@ -143,7 +143,8 @@ struct weft_watch {
 };
 
 #define COORD_STREAM 16
-#define WEFT_COORD_CHECK_LAYOUTS 8 /* layouts a job is checked against beside layout() */
+#define WEFT_COORD_CHECK_LAYOUTS WEFT_LAYOUT_GROUPS_MAX /* a job is checked against these
+                                                          * beside layout() */
 
 struct weft_coord {
     struct weft_conf_api api;

@@ -528,7 +528,7 @@ static weft_status_t parse_group(const char *s, const char *end, int index,
 }
 
 weft_status_t weft_layout_parse_groups(const char *text, const struct weft_layout *base,
-                                       struct weft_layout *out, int max, int *n_p,
+                                       struct weft_layout out[WEFT_LAYOUT_GROUPS_MAX], int *n_p,
                                        struct weft_error *err)
 {
     *n_p = 0;
@@ -537,9 +537,10 @@ weft_status_t weft_layout_parse_groups(const char *text, const struct weft_layou
         const char *end = strchr(s, '+');
         if (!end)
             end = s + strlen(s);
-        if (n == max)
+        if (n == WEFT_LAYOUT_GROUPS_MAX)
             return weft_error_refuse(err, WEFT_ERR_CONFIG,
-                                     "[parallel] groups: more than %d groups", max);
+                                     "[parallel] groups: more than %d groups",
+                                     WEFT_LAYOUT_GROUPS_MAX);
         if (*skip_blank(s) == '\0' || skip_blank(s) == end)
             return weft_error_refuse(err, WEFT_ERR_CONFIG,
                                      "[parallel] groups: group %d is empty (layouts joined by "
@@ -564,6 +565,14 @@ int weft_layout_replica_devices(const struct weft_layout *l)
     return l->device_map ? l->mesh.pp
                          : (l->mesh.cfg > 1 ? l->mesh.cfg : 1) * l->mesh.ring * l->mesh.ulysses *
                                l->mesh.tp;
+}
+
+int weft_layout_groups_devices(const struct weft_layout *g, int n)
+{
+    int devices = 0;
+    for (int k = 0; k < n; k++)
+        devices += g[k].mesh.dp * weft_layout_replica_devices(&g[k]);
+    return devices;
 }
 
 void weft_layout_name(const struct weft_layout *l, char *buf, size_t len)

@@ -101,14 +101,17 @@ void weft_layout_from_conf(const struct weft_conf *conf, int devices_per_replica
 /* [parallel] groups: layouts joined by '+', each one's degrees as "name N" joined by 'x' (dp,
  * cfg, ring, ulysses, tp; those not named are 1), e.g. "ulysses 2 + dp 2": one replica of
  * Ulysses 2 beside two single-device replicas. Each group's anything flags are base's where it
- * has the degree they relax; its rotation is base's. out gets at most max groups, *n_p their
- * count; a one-line reason in err otherwise (a group of more than
+ * has the degree they relax; its rotation is base's. out gets at most WEFT_LAYOUT_GROUPS_MAX
+ * groups, *n_p their count; a one-line reason in err otherwise (a group of more than
  * WEFT_LAYOUT_GROUP_DEVICES_MAX devices too). The degrees are not checked against a model
  * (weft_model_check_layout). */
+#define WEFT_LAYOUT_GROUPS_MAX 8             /* groups in [parallel] groups */
 #define WEFT_LAYOUT_GROUP_DEVICES_MAX 65536 /* a group's dp x cfg x ring x ulysses x tp */
 weft_status_t weft_layout_parse_groups(const char *text, const struct weft_layout *base,
-                                       struct weft_layout *out, int max, int *n_p,
+                                       struct weft_layout out[WEFT_LAYOUT_GROUPS_MAX], int *n_p,
                                        struct weft_error *err);
+/* The devices groups g[0, n) take: each one's replicas times its devices per replica. */
+int weft_layout_groups_devices(const struct weft_layout *g, int n);
 /* Devices one replica of l takes: its device_map stages, or cfg x ring x ulysses x tp. */
 int weft_layout_replica_devices(const struct weft_layout *l);
 /* "dp 2 x ring 1 x ulysses 2 x tp 1" or "dp 1 x 2 device_map stages". */

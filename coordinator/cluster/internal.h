@@ -144,7 +144,7 @@ double weft_cr_cost_predict(const struct weft_cr_cost *costs, int n, double step
  * ranks in order (group g's first rank, its mesh's world_base, is the count of the earlier
  * groups' workers), and the replica numbers likewise. One group but with [parallel] groups;
  * auto plans one. */
-#define WEFT_CR_GROUPS 8
+#define WEFT_CR_GROUPS WEFT_LAYOUT_GROUPS_MAX
 struct cr_plan {
     int n;
     struct weft_layout g[WEFT_CR_GROUPS];

@@ -147,10 +147,7 @@ int weft_cr_plan_replicas(const struct cr_plan *p)
 
 int weft_cr_plan_workers(const struct cr_plan *p)
 {
-    int n = 0;
-    for (int g = 0; g < p->n; g++)
-        n += p->g[g].mesh.dp * weft_layout_replica_devices(&p->g[g]);
-    return n;
+    return weft_layout_groups_devices(p->g, p->n);
 }
 
 int weft_cr_plan_group(const struct cr_plan *p, int rep, int *rep0_p, int *base_p)

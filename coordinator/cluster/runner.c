@@ -440,8 +440,7 @@ static weft_status_t check_groups(const struct weft_cluster_runner_opts *opts,
                                  "version: leave one of them unset");
     struct weft_layout base;
     weft_layout_from_conf(c, 0, &base);
-    weft_status_t st = weft_layout_parse_groups(p->groups, &base, plan->g, WEFT_CR_GROUPS,
-                                                &plan->n, err);
+    weft_status_t st = weft_layout_parse_groups(p->groups, &base, plan->g, &plan->n, err);
     if (st != WEFT_OK)
         return st;
     for (int g = 0; g < plan->n; g++) {

@@ -280,12 +280,12 @@ static void test_empirical_mu(void)
  * group. */
 static void test_groups(void)
 {
-    struct weft_layout base, g[4];
+    struct weft_layout base, g[WEFT_LAYOUT_GROUPS_MAX];
     weft_layout_single(&base);
     base.ulysses_anything = true;
     base.rotation = WEFT_RING_P2P;
     int n = 0;
-    CHECK_OK(weft_layout_parse_groups("ulysses 2 + dp 2", &base, g, 4, &n, TERR));
+    CHECK_OK(weft_layout_parse_groups("ulysses 2 + dp 2", &base, g, &n, TERR));
     CHECK_EQ(n, 2);
     CHECK(g[0].mesh.dp == 1 && g[0].mesh.ulysses == 2 && g[0].mesh.ring == 1 &&
           g[0].mesh.tp == 1 && g[0].ulysses_anything && !g[0].ring_anything &&
@@ -293,7 +293,7 @@ static void test_groups(void)
     CHECK(g[1].mesh.dp == 2 && g[1].mesh.ulysses == 1 && !g[1].ulysses_anything);
     CHECK_EQ(weft_layout_replica_devices(&g[0]), 2);
     CHECK_EQ(weft_layout_replica_devices(&g[1]), 1);
-    CHECK_OK(weft_layout_parse_groups("\tdp 3xtp 2 x cfg 2 x ring 2+ulysses 4 ", &base, g, 4,
+    CHECK_OK(weft_layout_parse_groups("\tdp 3xtp 2 x cfg 2 x ring 2+ulysses 4 ", &base, g,
                                       &n, TERR));
     CHECK_EQ(n, 2);
     CHECK(g[0].mesh.dp == 3 && g[0].mesh.tp == 2 && g[0].mesh.cfg == 2 && g[0].mesh.ring == 2);
@@ -302,36 +302,40 @@ static void test_groups(void)
     char name[96];
     weft_layout_name(&g[0], name, sizeof(name));
     CHECK(strcmp(name, "dp 3 x cfg 2 x ring 2 x ulysses 1 x tp 2") == 0);
-    CHECK_FAILS(weft_layout_parse_groups("", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+    CHECK_FAILS(weft_layout_parse_groups("", &base, g, &n, TERR), WEFT_ERR_CONFIG,
                 "group 1 is empty");
-    CHECK_FAILS(weft_layout_parse_groups("dp 2 + + tp 2", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("dp 2 + + tp 2", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "group 2 is empty");
-    CHECK_FAILS(weft_layout_parse_groups("dp 2 + sp 2", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("dp 2 + sp 2", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "group 2", "\"sp\" is not a degree");
-    CHECK_FAILS(weft_layout_parse_groups("dp", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+    CHECK_FAILS(weft_layout_parse_groups("dp", &base, g, &n, TERR), WEFT_ERR_CONFIG,
                 "dp needs a degree");
-    CHECK_FAILS(weft_layout_parse_groups("tp 0", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+    CHECK_FAILS(weft_layout_parse_groups("tp 0", &base, g, &n, TERR), WEFT_ERR_CONFIG,
                 "tp needs a degree from 1 to 1024");
-    CHECK_FAILS(weft_layout_parse_groups("tp 1025", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+    CHECK_FAILS(weft_layout_parse_groups("tp 1025", &base, g, &n, TERR), WEFT_ERR_CONFIG,
                 "tp needs a degree");
-    CHECK_FAILS(weft_layout_parse_groups("tp 99999999999999999999", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("tp 99999999999999999999", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "tp needs a degree");
-    CHECK_FAILS(weft_layout_parse_groups("tp 2 x tp 2", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("tp 2 x tp 2", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "names tp twice");
-    CHECK_FAILS(weft_layout_parse_groups("tp 2 ulysses 2", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("tp 2 ulysses 2", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "'u' where 'x' or '+' was expected");
-    CHECK_FAILS(weft_layout_parse_groups("tp 2 x", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+    CHECK_FAILS(weft_layout_parse_groups("tp 2 x", &base, g, &n, TERR), WEFT_ERR_CONFIG,
                 "a degree's name (dp, cfg, ring, ulysses or tp) expected after 'x'");
-    CHECK_FAILS(weft_layout_parse_groups("DP 2", &base, g, 4, &n, TERR), WEFT_ERR_CONFIG,
+    CHECK_FAILS(weft_layout_parse_groups("DP 2", &base, g, &n, TERR), WEFT_ERR_CONFIG,
                 "\"DP\" is not a degree");
-    CHECK_FAILS(weft_layout_parse_groups("d\xcf\x81 2", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("d\xcf\x81 2", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "\"d\xcf\x81\" is not a degree");
-    CHECK_FAILS(weft_layout_parse_groups("dp 1024 x ring 1024", &base, g, 4, &n, TERR),
+    CHECK_FAILS(weft_layout_parse_groups("dp 1024 x ring 1024", &base, g, &n, TERR),
                 WEFT_ERR_CONFIG, "group 1 takes more than 65536 devices");
-    CHECK_OK(weft_layout_parse_groups("dp 256 x ring 256", &base, g, 4, &n, TERR));
-    CHECK_FAILS(weft_layout_parse_groups("dp 1 + dp 1 + dp 1 + dp 1 + dp 1", &base, g, 4, &n,
-                                         TERR),
-                WEFT_ERR_CONFIG, "more than 4 groups");
+    CHECK_OK(weft_layout_parse_groups("dp 256 x ring 256", &base, g, &n, TERR));
+    CHECK_FAILS(weft_layout_parse_groups("dp 1 + dp 1 + dp 1 + dp 1 + dp 1 + dp 1 + dp 1 + "
+                                         "dp 1 + dp 1", &base, g, &n, TERR),
+                WEFT_ERR_CONFIG, "more than 8 groups");
+    CHECK_OK(weft_layout_parse_groups("dp 1 + dp 1 + dp 1 + dp 1 + dp 1 + dp 1 + dp 1 + dp 1",
+                                      &base, g, &n, TERR));
+    CHECK_EQ(n, 8);
+    CHECK_EQ(weft_layout_groups_devices(g, n), 8);
 }
 
 int main(void)
