@@ -268,20 +268,12 @@ static int32_t thread_share(const struct cluster_runner *r, struct worker *const
     return share >= 1024 ? 1024 : share >= 1 ? (int32_t)share : 1;
 }
 
-static void assign_one(struct cluster_runner *r, struct worker *w, int rank, const char *rdv,
-                       struct weft_msg_assign *m)
+/* The ASSIGN of the worker of world rank `rank`, in group g of the mesh (its first world rank
+ * base, its first replica rep0). */
+static void assign_one(struct cluster_runner *r, struct worker *w, int g, int base, int rep0,
+                       int rank, const char *rdv, struct weft_msg_assign *m)
 {
-    /* its group: the one whose ranks hold it */
-    int g = 0, base = 0;
-    while (g + 1 < r->mesh.n &&
-           rank >= base + r->mesh.g[g].mesh.dp * weft_layout_replica_devices(&r->mesh.g[g])) {
-        base += r->mesh.g[g].mesh.dp * weft_layout_replica_devices(&r->mesh.g[g]);
-        g++;
-    }
     const struct weft_layout *l = &r->mesh.g[g];
-    int rep0 = 0;
-    for (int h = 0; h < g; h++)
-        rep0 += r->mesh.g[h].mesh.dp;
     const bool devmap = l->device_map;
     struct weft_mesh_coord c;
     weft_mesh_coord(&l->mesh, rank - base, &c);
@@ -391,15 +383,20 @@ void weft_cr_plan_maybe(struct cluster_runner *r)
     for (int rep = 0; rep < MAX_WORKERS; rep++)
         r->replica_job[rep] = -1; /* no job runs across a new plan (they were stopped) */
     struct weft_msg_assign *m = weft_malloc(sizeof(*m));
-    for (int rank = 0; rank < n; rank++) {
-        if (!m) {
-            weft_cr_worker_lost(ranked[rank], "no memory for its assignment");
-            return;
+    for (int g = 0, base = 0, rep0 = 0; g < mesh.n; g++) {
+        const int size = mesh.g[g].mesh.dp * weft_layout_replica_devices(&mesh.g[g]);
+        for (int rank = base; rank < base + size; rank++) {
+            if (!m) {
+                weft_cr_worker_lost(ranked[rank], "no memory for its assignment");
+                return;
+            }
+            assign_one(r, ranked[rank], g, base, rep0, rank, rdv, m);
+            m->threads = thread_share(r, ranked, n, rank);
+            /* a worker whose link is gone is lost by its link's end, which plans again */
+            (void)weft_cr_send(ranked[rank], WEFT_MSG_ASSIGN, (const union weft_msg *)m);
         }
-        assign_one(r, ranked[rank], rank, rdv, m);
-        m->threads = thread_share(r, ranked, n, rank);
-        /* a worker whose link is gone is lost by its link's end, which plans again */
-        (void)weft_cr_send(ranked[rank], WEFT_MSG_ASSIGN, (const union weft_msg *)m);
+        base += size;
+        rep0 += mesh.g[g].mesh.dp;
     }
     weft_free(m);
     char name[96 * WEFT_CR_GROUPS];

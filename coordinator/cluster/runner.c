@@ -56,8 +56,9 @@ static const char *cr_unavailable(struct weft_runner *base)
     return r->plan_error[0] ? r->plan_error : NULL;
 }
 
-/* What jobs are checked against: the layout, or with [parallel] groups one every group can
- * run (check_start). */
+/* The layout of the mesh (one group's, dp shrunk after losses); with [parallel] groups,
+ * single-device replicas as many as the groups' (the coordinator checks each job against every
+ * group: cr_check_layouts). */
 static void cr_layout(struct weft_runner *base, struct weft_layout *out)
 {
     const struct cluster_runner *r = (const struct cluster_runner *)base;
