@@ -86,6 +86,7 @@ struct weft_runner_event {
 };
 
 /* One submission, as a planner counts the work it brings. */
+#define WEFT_RUNNER_ARRIVALS 16 /* the submissions a demand carries, at most */
 struct weft_runner_arrival {
     double at; /* submitted, seconds since the epoch */
     int64_t height, width, steps, images;
@@ -101,8 +102,9 @@ struct weft_runner_demand {
     int64_t images;               /* its images */
     int64_t queued_images;        /* every queued job's images, its own included */
     int queued_jobs;
-    /* the last submissions, oldest first (queued, running or ended), and the time now: a
-     * planner serving a stream plans for what the stream keeps running, not only what waits */
+    /* the last submissions (at most WEFT_RUNNER_ARRIVALS), oldest first (queued, running or
+     * ended), and the time now: a planner serving a stream plans for what the stream keeps
+     * running, not only what waits */
     const struct weft_runner_arrival *arrivals;
     int n_arrivals;
     double now;

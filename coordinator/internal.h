@@ -142,7 +142,7 @@ struct weft_watch {
     struct weft_watch *prev, *next;
 };
 
-#define COORD_STREAM 16
+#define COORD_STREAM WEFT_RUNNER_ARRIVALS
 #define WEFT_COORD_CHECK_LAYOUTS WEFT_LAYOUT_GROUPS_MAX /* a job is checked against these
                                                           * beside layout() */
 

@@ -6,6 +6,7 @@
  * then the mesh is planned again. A worker whose tensor-parallel shard is the
  * same in the new layout keeps its loaded weights (worker/runtime.h), so a switch between data
  * and context parallelism costs a rendezvous, not a load. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -176,18 +177,14 @@ void weft_cr_auto_record(struct cluster_runner *r, const struct job_run *jr)
  * jobs keeps two devices busy, not as many as their work over the instant they came in). 0
  * below 3 submissions or before a job has completed: too few to say. */
 static double stream_devices(const struct cluster_runner *r, const struct weft_runner_demand *d,
-                             double *work_p, double *span_p)
+                             const double *cost, double *work_p, double *span_p)
 {
     const int n = d->n_arrivals;
-    const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
-    if (n < 3 || costs < 1)
+    if (n < 3 || r->n_costs < 1)
         return 0;
     double w = 0; /* the newest n - 1: the oldest opens the span */
-    for (int i = 1; i < n; i++) {
-        const struct weft_runner_arrival *a = &d->arrivals[i];
-        w += weft_cr_cost_predict(r->costs, costs, step_flops(r, a->height, a->width, a->cfg),
-                                  (double)a->height * (double)a->width, a->steps, a->images);
-    }
+    for (int i = 1; i < n; i++)
+        w += cost[i];
     *span_p = d->now - d->arrivals[0].at;
     *work_p = w;
     const double span = *span_p > w / (n - 1) ? *span_p : w / (n - 1);
@@ -207,9 +204,9 @@ static bool plan_layout(const struct cluster_runner *r, const struct weft_autopl
     weft_layout_single(out);
     out->rotation = (enum weft_ring_rotation)r->conf->parallel.ring_rotation;
     out->device_map = p->device_map;
-    const int per = p->device_map ? p->pp : p->cfg * p->ring * p->ulysses * p->tp;
-    out->mesh = (struct weft_mesh){dev->n / per, p->ring, p->ulysses, p->tp,
-                                   p->device_map ? p->pp : 1, p->cfg};
+    out->mesh = (struct weft_mesh){1, p->ring, p->ulysses, p->tp, p->device_map ? p->pp : 1,
+                                   p->cfg};
+    out->mesh.dp = dev->n / weft_layout_replica_devices(out);
     out->ulysses_anything = p->ulysses > 1;
     out->ring_anything = p->ring > 1;
     return true;
@@ -234,16 +231,16 @@ static bool plan_layout(const struct cluster_runner *r, const struct weft_autopl
  * false (nothing said) otherwise. */
 static bool mixed(const struct cluster_runner *r, const struct weft_runner_demand *d,
                   const struct weft_autoplan_devices *dev, const struct weft_layout *l,
-                  double stream, struct cr_plan *out, char *why, size_t why_len)
+                  double stream, const double *cost, struct cr_plan *out, char *why,
+                  size_t why_len)
 {
-    const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
     /* hysteresis: a stream near saturation would flip the mesh (and drain it) at every
      * fluctuation of the estimate; unequal groups begin at half the devices busy and end at
      * all of them (rounded) */
     const bool now_mixed = (r->planned || r->assigning) && r->mesh.n > 1;
     const bool busy_now = now_mixed ? stream >= dev->n - 0.5 : stream > dev->n / 2.0;
     if (r->conf->parallel.goal != WEFT_GOAL_LATENCY || l->device_map || dev->n < 3 ||
-        d->n_arrivals < 3 || costs < 1 || busy_now)
+        d->n_arrivals < 3 || r->n_costs < 1 || busy_now)
         return false;
     const bool head_small = weft_job_image_tokens(r->model, d->height, d->width) /
                                 WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK < 2;
@@ -256,17 +253,14 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
         const struct weft_runner_arrival *a = &d->arrivals[i];
         const int64_t ranks = weft_job_image_tokens(r->model, a->height, a->width) /
                               WEFT_AUTOPLAN_MIN_TOKENS_PER_RANK;
-        const double cost = weft_cr_cost_predict(
-            r->costs, costs, step_flops(r, a->height, a->width, a->cfg),
-            (double)a->height * (double)a->width, a->steps, a->images);
         if (ranks >= 2) {
             if (!big || a->height * a->width > big->height * big->width)
                 big = a;
             large++;
-            work_large += cost;
+            work_large += cost[i];
         } else {
             small++;
-            work += cost;
+            work += cost[i];
         }
     }
     if (!big || small == 0)
@@ -283,7 +277,7 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
     const double span = span0 > mean ? span0 : mean;
     const double busy = span > 0 ? work / span : (double)dev->n;
     const double busy_large = span > 0 ? work_large / span : (double)dev->n;
-    int keep = busy < 1 ? 1 : (int)busy + (busy > (int)busy);
+    int keep = busy < 1 ? 1 : (int)ceil(busy);
     if (head_small && d->images > keep) /* what waits now runs on the singles */
         keep = d->images < dev->n ? (int)d->images : dev->n;
     struct weft_autoplan_devices left = *dev;
@@ -324,10 +318,16 @@ static bool mixed(const struct cluster_runner *r, const struct weft_runner_deman
  * a mixed stream: mixed), its reasons in why; false when it chose nothing runnable (logged).
  * Every worker takes part: the replicas a latency plan leaves idle stay loaded for the next
  * jobs. */
-static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
+static bool choose(struct cluster_runner *r, const struct weft_runner_demand *demand,
                    struct cr_plan *out, char *why, size_t why_len,
                    struct weft_autoplan_devices *dev_p, struct weft_autoplan_job *job_p)
 {
+    struct weft_runner_demand newest = *demand; /* the last WEFT_RUNNER_ARRIVALS, as promised */
+    if (newest.n_arrivals > WEFT_RUNNER_ARRIVALS) {
+        newest.arrivals += newest.n_arrivals - WEFT_RUNNER_ARRIVALS;
+        newest.n_arrivals = WEFT_RUNNER_ARRIVALS;
+    }
+    const struct weft_runner_demand *d = &newest;
     struct weft_autoplan_devices dev;
     if (devices(r, &dev) < 1 || dev.memory == 0)
         return false;
@@ -336,7 +336,16 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
      * twice to run alone */
     const int64_t waiting = d->queued_images > 0 ? d->queued_images : 1;
     double work = 0, span = 0;
-    const double busy = stream_devices(r, d, &work, &span);
+    double cost[WEFT_RUNNER_ARRIVALS] = {0}; /* what each submission costs: stream_devices */
+    const int costs = r->n_costs < WEFT_CR_COSTS ? (int)r->n_costs : WEFT_CR_COSTS;
+    for (int i = 0; i < d->n_arrivals && costs > 0; i++) {
+        const struct weft_runner_arrival *a = &d->arrivals[i];
+        cost[i] = weft_cr_cost_predict(r->costs, costs,
+                                       step_flops(r, a->height, a->width, a->cfg),
+                                       (double)a->height * (double)a->width, a->steps,
+                                       a->images);
+    }
+    const double busy = stream_devices(r, d, cost, &work, &span);
     const int64_t streaming = (int64_t)(busy + 0.5);
     const struct weft_autoplan_job job = {
         .height = d->height, .width = d->width, .steps = d->steps,
@@ -368,7 +377,7 @@ static bool choose(struct cluster_runner *r, const struct weft_runner_demand *d,
     }
     *out = (struct cr_plan){1, {l}};
     n = n < why_len ? n : why_len - 1;
-    if (mixed(r, d, &dev, &l, busy, out, why + n, why_len - n)) /* its reasons alone */
+    if (mixed(r, d, &dev, &l, busy, cost, out, why + n, why_len - n)) /* its reasons alone */
         n = why_len;
     for (int i = 0; i < p.n_reasons && n + 4 < why_len; i++)
         n += (size_t)snprintf(why + n, why_len - n, "%s%s", i ? "; " : "", p.reasons[i]);
