@@ -140,6 +140,11 @@ static int parse_layout(const char *s, long long workers, struct side *out)
                        s, total, workers);
         return -1;
     }
+    if (split && strlen(groups) + 1 >= sizeof(groups)) {
+        WEFT_LOG_ERROR("bench", "--fixed '%s': more groups than a serve option holds (%zu "
+                       "characters)", s, sizeof(groups) - 1);
+        return -1;
+    }
     if (split)
         snprintf(out->args[0], sizeof(out->args[0]), "--parallel.groups=%s", groups);
     return 0;
