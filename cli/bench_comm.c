@@ -58,9 +58,11 @@ static void help(FILE *out)
         "\n"
         "Runs the collective on N forked weft processes (f32, out of place), once as\n"
         "configured (buffers from weft_big_alloc_shared, which the shared-memory path reads\n"
-        "in place, up to [transport] shm_max; private huge pages above) and once with [transport] shm off (weft-ucx: UCX moves every byte, from\n"
-        "private huge-page buffers; --private: the first on such buffers too, which the\n"
-        "shared-memory path copies into its staging buffer), then the same through Open MPI\n"
+        "in place; where the ranks cannot read each other's memory by CMA, only up to\n"
+        "[transport] shm_max, and private huge pages above) and once with [transport] shm\n"
+        "off (weft-ucx: UCX moves every byte, from private huge-page buffers; --private: the\n"
+        "first on such buffers too, which the shared-memory path reads by CMA from 256 KiB\n"
+        "and copies into its staging buffer below), then the same through Open MPI\n"
         "(mpirun --oversubscribe -np N, default and with MALLOC_MMAP_MAX_=0\n"
         "MALLOC_TRIM_THRESHOLD_=16GiB), then a one-core memcpy of the same\n"
         "size, in turn in every round. LIST: sizes such as 1MiB,16MiB,64MiB (the\n"
@@ -99,9 +101,10 @@ static int rank_sizes(struct weft_transport *tp, const struct params *p, int out
     for (int k = 0; k < p->nsizes; k++) {
         size_t sb, rb;
         op_sizes(p->op, p->bytes[k], n, &sb, &rb);
-        /* the shared-memory path reads shareable buffers in place; UCX (weft-ucx, and calls
-         * above [transport] shm_max) is at its best on private huge pages (its CMA copies pin
-         * every page) */
+        /* the shared-memory path reads shareable buffers in place (at every size where the
+         * group may use CMA, else up to [transport] shm_max); UCX (weft-ucx, and calls above
+         * shm_max without CMA) is at its best on private huge pages (its CMA copies pin every
+         * page) */
         bool priv = p->private_bufs || !weft_comm_shm_fits(w, p->bytes[k]);
         float *s = priv ? weft_big_alloc(sb) : weft_big_alloc_shared(sb);
         float *r = priv ? weft_big_alloc(rb) : weft_big_alloc_shared(rb);

@@ -205,11 +205,14 @@ static const struct conf_key transport_keys[] = {
              "memory: each rank reads its peers' buffers in place (a fused copy-reduce for "
              "all-reduce), UCX carrying only the set-up. false: UCX for everything."),
     KEY_SIZE(weft_conf_transport, shm_max, "1MiB", 0, 1ll << 40,
-             "Largest collective (bytes per rank: the all-reduce input, the all-gather output, "
-             "the all-to-all send buffer) that takes the shared-memory path; larger ones take "
-             "UCX, whose single-copy CMA on huge pages measured faster on kernels that give "
-             "shared memory no huge pages. 0: every size. All-to-all with per-rank counts "
-             "takes the shared-memory path only with 0 (its sizes differ between ranks)."),
+             "For groups that cannot read each other's memory by CMA (process_vm_readv, which "
+             "a container's seccomp profile may forbid): the largest collective (bytes per "
+             "rank: the all-reduce input, the all-gather output, the all-to-all send buffer) "
+             "that takes the shared-memory path, which then copies a private buffer into its "
+             "staging buffer first; larger ones take UCX. 0: every size. All-to-all with "
+             "per-rank counts then takes the shared-memory path only with 0 (its sizes differ "
+             "between ranks). Groups that can use CMA take the shared-memory path at every "
+             "size."),
 };
 
 static const struct conf_key cluster_keys[] = {

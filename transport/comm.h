@@ -60,7 +60,8 @@ struct weft_transport_opts {
                                     -1: 50 if this host has a core per local rank, else 0 */
     bool shm;                    /* groups whose ranks all run on this host move their
                                     collectives through shared memory (transport/shm.c) */
-    size_t shm_max;              /* ... those of at most this many bytes per rank (0: all) */
+    size_t shm_max;              /* ... those of at most this many bytes per rank (0: all)
+                                    where the group cannot read private buffers by CMA */
     int freeze_ms;               /* a process found not to have run for longer than this
                                     (stopped, paused) revokes its world; 0: off, else >= 20.
                                     Below the time after which peers give up on a silent rank
@@ -158,9 +159,14 @@ weft_status_t weft_comm_status(const struct weft_comm *comm);
  * buffer from weft_big_alloc_shared (common/alloc.h) is then read by the peers in place, any
  * other is copied once into a shareable staging buffer. */
 bool weft_comm_uses_shm(const struct weft_comm *comm);
-/* Whether a collective of bytes per rank takes the shared-memory path: the group uses it and
- * bytes is within [transport] shm_max (0: every size). SIZE_MAX: sizes that differ between
- * the members (all-to-all with counts), which take it only with shm_max 0. */
+/* Whether it reads its members' large private buffers in place by CMA (process_vm_readv)
+ * rather than through a staging copy: every member could read every other's memory when the
+ * group was created. */
+bool weft_comm_uses_cma(const struct weft_comm *comm);
+/* Whether a collective of bytes per rank takes the shared-memory path: the group uses it, and
+ * either reads its members' large private buffers by CMA (every size then) or bytes is within
+ * [transport] shm_max (0: every size). SIZE_MAX: sizes that differ between the members
+ * (all-to-all with counts), which without CMA take it only with shm_max 0. */
 bool weft_comm_shm_fits(const struct weft_comm *comm, size_t bytes);
 
 /* ---- Point-to-point ---------------------------------------------------------------------- */

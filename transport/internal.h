@@ -291,6 +291,8 @@ weft_status_t weft_tp_revoke_apply(struct weft_transport *tp);
 /* For UCX's log filter: a CMA copy that found no memory at its address is expected in the
  * world this thread is in UCX for (revoked, frozen, or a peer lost or leaving). */
 bool weft_tp_cma_fault_expected(void);
+/* The same for a copy of world tp's (the shared-memory path's own CMA reads). */
+bool weft_tp_cma_fault_expected_in(struct weft_transport *tp);
 
 /* ---- progress and waits (wait.c) ---- */
 /* One pass: UCX, liveness when due, every collective in flight. Returns events seen. */

@@ -226,8 +226,11 @@ weft_status_t weft_tp_revoke_apply(struct weft_transport *tp)
 bool weft_tp_cma_fault_expected(void)
 {
     struct weft_transport *tp = in_ucx_of;
-    if (!tp)
-        return false;
+    return tp && weft_tp_cma_fault_expected_in(tp);
+}
+
+bool weft_tp_cma_fault_expected_in(struct weft_transport *tp)
+{
     if (atomic_load(&tp->revoked))
         return true;
     if (tp->freeze_armed && weft_tp_boot_ns() - atomic_load(&tp->alive_ns) >

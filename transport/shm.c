@@ -4,11 +4,15 @@
  * /proc/PID/fd, the permission CMA also needs) moves its collectives through memory instead of
  * UCX. Each member maps a small control page of every other member (a memfd: sequence flags,
  * a doorbell, the descriptors of the call's buffers), and the buffers themselves: a buffer from
- * weft_big_alloc_shared is read by the peers in place; any other is first copied into the
- * member's own shareable staging buffer. Then:
+ * weft_big_alloc_shared is read by the peers in place; a private one of SHM_CMA_MIN bytes or
+ * more is read by them in place too, by cross-memory attach (process_vm_readv, a single copy)
+ * where every member could read every other's memory at setup; any other is first copied into
+ * the member's own shareable staging buffer. A group that may use CMA takes this path at every
+ * size; one that may not, up to [transport] shm_max. Then:
  *  - all-reduce is a fused copy-reduce: each rank sums its block straight from every rank's
- *    input (one read of each, one write, the sum order of comm.h), and every rank copies the
- *    other blocks from their owners' results;
+ *    input (one read of each, one write, the sum order of comm.h; an input read by CMA comes
+ *    through a small bounce buffer, a tile at a time), and every rank copies the other blocks
+ *    from their owners' results;
  *  - all-gather(v), all-to-all(v) and broadcast are single copies from the peers' buffers;
  *  - barrier is the arrival flags alone.
  * The flags count this group's shared-memory calls (64 bits, never wrap): arrive (the call's
@@ -21,7 +25,10 @@
  * peers ring after every flag they raise) for at most a millisecond, so the liveness sockets
  * and the deadline are read as often as before: a dead peer fails the call with "peer lost", a
  * silent one with "timed out", whatever path the bytes took. A rank that cannot map a peer's
- * buffer raises its failed flag and every peer fails the call with it.
+ * buffer raises its failed flag and every peer fails the call with it. A CMA read names a
+ * process by its pid, which the system may give to another process once the peer has ended:
+ * each member holds a pidfd of every peer, and a read counts only if that peer is still alive
+ * after it (else "peer lost"), so a reused pid is never read as the peer's memory.
  *
  * Whether a group uses this path is decided when it is created, by every member together (two
  * small all-gathers over UCX): all must want it ([transport] shm) and all must have mapped
@@ -35,7 +42,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <poll.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #ifdef __SSE2__
@@ -52,13 +61,15 @@
 #define SHM_YIELD_NS 20000    /* yield this long before sleeping on the doorbell */
 #define SHM_TILE 2048         /* elements summed at a time (the f32 accumulator stays in L1) */
 
-/* A buffer a rank publishes for its peers to read: id 0 is none. */
+/* A buffer a rank publishes for its peers to read: id 0 is none. A CMA one (cma set) is read
+ * with process_vm_readv at addr, len bytes; the others are mapped from the memfd fd. */
 struct shm_desc {
     uint64_t id;
-    uint64_t len;    /* the mapped length of the memfd */
+    uint64_t len;    /* the mapped length of the memfd; CMA: the buffer's */
     uint64_t offset; /* of the data in it */
     int32_t fd;
-    int32_t pad;
+    int32_t cma;
+    uint64_t addr;   /* CMA: the buffer in its owner's address space */
 };
 
 /* One rank's control page; its owner writes everything but the doorbell, which peers ring. */
@@ -90,7 +101,15 @@ struct weft_tp_shm {
     pid_t *pid;
     struct shm_map *maps;   /* [n][SHM_MAPS] */
     uint64_t *peer_frees;   /* [n]: the frees count their mappings were made under */
-    const char **src;       /* [n]: this call's input of each rank, mapped */
+    const char **src;       /* [n]: this call's input of each rank, mapped (or its owner's
+                               address, when src_cma[r]) */
+    bool *src_cma;          /* [n]: src[r] is read by CMA */
+    bool *res_cma;          /* [n]: res[r] is read by CMA */
+    bool sum_cma;           /* this all-reduce reads some input by CMA (sum_cma_part) */
+    float *acc;             /* sum_cma_part's accumulator and bounce buffer */
+    char *bounce;
+    int *pidfd;             /* [n]: a pidfd of each peer (-1: none), when cma */
+    bool cma;               /* the group reads private buffers by CMA (all members could) */
     const char **res;       /* [n]: this call's summed block of each rank */
     uint64_t seq;           /* shared-memory calls so far (the current one while in flight) */
     char *stage;            /* shareable copy of a buffer that is not shareable itself */
@@ -108,7 +127,19 @@ struct shm_hello {
     int32_t fd;
     uint32_t uid;
     uint32_t want; /* this rank takes the path: [transport] shm and its page made */
+    uint32_t pad;
+    uint64_t ctl_addr; /* its control page here: the CMA probe reads the cookie from it */
 };
+
+/* What each member says after mapping the others' pages. */
+enum { SHM_MAPPED = 1, SHM_CMA_OK = 2 };
+
+/* A private buffer of at least this many bytes is read by CMA, where the group may, rather than
+ * staged: below it a copy into the staging buffer costs less than the system call. */
+#define SHM_CMA_MIN ((size_t)256 << 10)
+/* Elements an all-reduce reads by CMA at a time (one system call; the f32 accumulator and the
+ * bounce buffer stay in L2). */
+#define SHM_CMA_TILE ((size_t)16 << 10)
 
 /* Copies of at least this many bytes bypass the cache (streaming stores): the result is
  * larger than what the cache would keep, and a store that misses would first read the line. */
@@ -230,6 +261,8 @@ void weft_tp_shm_free(struct weft_comm *comm)
             maps_drop(s, r);
         if (s->ctl && s->ctl[r])
             munmap(s->ctl[r], sizeof(struct shm_ctl));
+        if (s->pidfd && s->pidfd[r] >= 0)
+            close(s->pidfd[r]);
     }
     if (s->ctl_fd >= 0)
         close(s->ctl_fd);
@@ -239,6 +272,11 @@ void weft_tp_shm_free(struct weft_comm *comm)
     weft_free(s->maps);
     weft_free(s->peer_frees);
     weft_free(s->src);
+    weft_free(s->src_cma);
+    weft_free(s->res_cma);
+    weft_free(s->acc);
+    weft_free(s->bounce);
+    weft_free(s->pidfd);
     weft_free(s->res);
     weft_free(s);
     comm->shm = NULL;
@@ -259,8 +297,16 @@ static struct weft_tp_shm *shm_new(int n, int me)
     s->peer_frees = weft_calloc(un, sizeof(*s->peer_frees));
     s->src = weft_calloc(un, sizeof(*s->src));
     s->res = weft_calloc(un, sizeof(*s->res));
-    if (!s->ctl || !s->pid || !s->maps || !s->peer_frees || !s->src || !s->res)
+    s->src_cma = weft_calloc(un, sizeof(*s->src_cma));
+    s->res_cma = weft_calloc(un, sizeof(*s->res_cma));
+    s->acc = weft_calloc(SHM_CMA_TILE, sizeof(float));
+    s->bounce = weft_calloc(SHM_CMA_TILE, sizeof(float));
+    s->pidfd = weft_calloc(un, sizeof(*s->pidfd));
+    if (!s->ctl || !s->pid || !s->maps || !s->peer_frees || !s->src || !s->res ||
+        !s->src_cma || !s->res_cma || !s->acc || !s->bounce || !s->pidfd)
         return s; /* the caller sees the missing arrays and gives up */
+    for (int r = 0; r < n; r++)
+        s->pidfd[r] = -1;
     int fd = memfd_create("weft-shm-ctl", MFD_CLOEXEC);
     if (fd < 0)
         return s;
@@ -278,8 +324,25 @@ static struct weft_tp_shm *shm_new(int n, int me)
     return s;
 }
 
+/* Whether this process may read peer r's memory by CMA: a pidfd of it (the guard against a
+ * reused pid), and its cookie read from its control page at addr. A container's seccomp
+ * profile or a hardened kernel may forbid either; the group then stages private buffers. */
+static bool cma_probe(struct weft_tp_shm *s, int r, uint64_t addr, uint64_t cookie)
+{
+    s->pidfd[r] = (int)syscall(SYS_pidfd_open, s->pid[r], 0);
+    if (s->pidfd[r] < 0)
+        return false;
+    uint64_t got = 0;
+    struct iovec local = {&got, sizeof(got)};
+    struct iovec remote = {(void *)(uintptr_t)(addr + offsetof(struct shm_ctl, cookie)),
+                           sizeof(got)};
+    return process_vm_readv(s->pid[r], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(got) &&
+           got == cookie;
+}
+
 /* The group's first collective: every member says whether it can and wants to, and what to
- * map; then whether it mapped every other member. Both exchanges over UCX. */
+ * map; then whether it mapped every other member (and could read it by CMA). Both exchanges
+ * over UCX. */
 static weft_status_t shm_setup(struct weft_comm *comm)
 {
     int n = comm->size, me = comm->rank;
@@ -291,12 +354,13 @@ static weft_status_t shm_setup(struct weft_comm *comm)
     mine.want = comm->tp->opts.shm && s && s->ctl && s->ctl[me];
     mine.fd = mine.want ? s->ctl_fd : -1;
     mine.cookie = mine.want ? s->ctl[me]->cookie : 0;
+    mine.ctl_addr = mine.want ? (uint64_t)(uintptr_t)s->ctl[me] : 0;
     struct shm_hello *all = weft_calloc((size_t)n, sizeof(*all));
     uint8_t *ok = weft_calloc((size_t)n, 1);
     weft_status_t st = all && ok ? WEFT_OK : WEFT_ERR_NOMEM;
     if (st == WEFT_OK)
         st = weft_comm_allgather(comm, &mine, all, sizeof(mine), WEFT_DTYPE_U8);
-    bool able = st == WEFT_OK && mine.want && s;
+    bool able = st == WEFT_OK && mine.want && s, cma = able;
     for (int r = 0; r < n && able; r++) {
         able = all[r].want && memcmp(all[r].boot_id, mine.boot_id, 16) == 0;
         if (!able || r == me)
@@ -306,21 +370,26 @@ static weft_status_t shm_setup(struct weft_comm *comm)
                                                true);
         /* the cookie proves the page is that rank's, not another process's with its pid */
         able = s->ctl[r] && s->ctl[r]->cookie == all[r].cookie;
+        cma = cma && able && cma_probe(s, r, all[r].ctl_addr, all[r].cookie);
     }
-    uint8_t me_ok = able;
+    uint8_t me_ok = (uint8_t)((able ? SHM_MAPPED : 0) | (able && cma ? SHM_CMA_OK : 0));
     if (st == WEFT_OK)
         st = weft_comm_allgather(comm, &me_ok, ok, 1, WEFT_DTYPE_U8);
     bool on = st == WEFT_OK;
-    for (int r = 0; r < n && on; r++)
-        on = ok[r];
+    cma = on;
+    for (int r = 0; r < n && on; r++) {
+        on = ok[r] & SHM_MAPPED;
+        cma = cma && (ok[r] & SHM_CMA_OK);
+    }
     weft_free(all);
     weft_free(ok);
     comm->shm = s;
     if (on) {
         s->pid[me] = getpid();
+        s->cma = cma;
         comm->shm_state = SHM_ON;
         WEFT_LOG_DEBUG("transport", "group %u: %d ranks on this host, collectives through shared "
-                       "memory", comm->id, n);
+                       "memory%s", comm->id, n, cma ? " (private buffers read by CMA)" : "");
     } else {
         weft_tp_shm_free(comm);
         comm->shm_state = SHM_OFF;
@@ -343,14 +412,18 @@ weft_status_t weft_tp_shm_setup(struct weft_comm *comm)
 
 /* ---- buffers ---- */
 
-/* Describe [p, p + bytes) for the peers; a buffer that is not shareable is copied into the
- * staging buffer at stage_off first (copy set). */
+/* Describe [p, p + bytes) for the peers: read by CMA in place (cma set), or a buffer that is
+ * not shareable copied into the staging buffer at stage_off first (copy set). */
 static weft_status_t publish(struct weft_tp_shm *s, const void *p, size_t bytes, size_t stage_off,
-                             bool copy, struct shm_desc *d)
+                             bool copy, bool cma, struct shm_desc *d)
 {
     struct weft_shared_region reg;
     if (!bytes) {
         *d = (struct shm_desc){0};
+        return WEFT_OK;
+    }
+    if (cma) {
+        *d = (struct shm_desc){.id = 1, .len = bytes, .cma = 1, .addr = (uintptr_t)p};
         return WEFT_OK;
     }
     if (!copy && weft_shared_find(p, bytes, &reg) == 0) {
@@ -383,6 +456,12 @@ static bool unshared(const void *p, size_t bytes)
 {
     struct weft_shared_region reg;
     return bytes && weft_shared_find(p, bytes, &reg) != 0;
+}
+
+/* Whether the peers read this buffer by CMA: private, large enough, and the group may. */
+static bool via_cma(const struct weft_tp_shm *s, const void *p, size_t bytes)
+{
+    return s->cma && bytes >= SHM_CMA_MIN && unshared(p, bytes);
 }
 
 /* The address of rank r's described buffer in this process (mapped on first use). */
@@ -493,12 +572,87 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
         }
         s->src[r] = NULL;
         s->res[r] = NULL;
+        s->src_cma[r] = false;
+        s->res_cma[r] = false;
         if (r == s->me)
             continue;
-        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src)))
+        if (k->src.id && k->src.cma) {
+            s->src[r] = (const char *)(uintptr_t)k->src.addr;
+            s->src_cma[r] = true;
+        } else if (k->src.id && !(s->src[r] = resolve(s, r, &k->src)))
             return map_failed(c, "the input", r);
-        if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res)))
+        if (res && k->res.id && k->res.cma) {
+            s->res[r] = (const char *)(uintptr_t)k->res.addr;
+            s->res_cma[r] = true;
+        } else if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res))) {
             return map_failed(c, "the summed block", r);
+        }
+    }
+    return WEFT_OK;
+}
+
+/* Read bytes of peer r's memory at src into dst by CMA. It counts only if r is still alive
+ * afterwards (its pidfd not readable): a pid freed by the peer's end may name another process
+ * by then. A read that finds no memory there is a lost peer where the world expects such
+ * faults (revoked, frozen, or a peer leaving: it freed its buffers), else a protocol error. */
+static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char *dst,
+                              const char *src, size_t bytes)
+{
+    struct weft_tp_shm *s = c->shm;
+    while (bytes) {
+        struct iovec local = {dst, bytes}, remote = {(void *)(uintptr_t)src, bytes};
+        ssize_t got = process_vm_readv(s->pid[r], &local, 1, &remote, 1, 0);
+        if (got <= 0) {
+            const int err = got < 0 ? errno : EIO;
+            if (process_gone(s->pid[r]) ||
+                (err == EFAULT && weft_tp_cma_fault_expected_in(c->tp)))
+                return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
+            WEFT_LOG_ERROR("transport", "group %u: reading %s of rank %d (pid %d) by CMA: %s",
+                           c->id, what, r, (int)s->pid[r], strerror(err));
+            return fail_here(c, WEFT_ERR_PROTOCOL, what, r);
+        }
+        dst += got;
+        src += got;
+        bytes -= (size_t)got;
+    }
+    struct pollfd p = {.fd = s->pidfd[r], .events = POLLIN};
+    if (poll(&p, 1, 0) != 0) /* readable (ended) or an error: the bytes are not the peer's */
+        return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
+    return WEFT_OK;
+}
+
+/* sum_part where some input is read by CMA: a tile of each input in turn (into the bounce
+ * buffer when by CMA) summed into the accumulator, the order per element the same. */
+static weft_status_t sum_cma_part(struct weft_tp_op *op, const char *mine, int b, char *dst,
+                                  size_t from, size_t to)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    int n = s->n;
+    size_t off = c->off[b], es = op->esize;
+    const bool stream = c->len[b] * es >= SHM_NT_MIN;
+    for (size_t t = from; t < to; t += SHM_CMA_TILE) {
+        size_t m = to - t < SHM_CMA_TILE ? to - t : SHM_CMA_TILE;
+        for (int k = 1; k <= n; k++) {
+            int r = (b + k) % n;
+            const char *x = (r == s->me ? mine : s->src[r]) + (off + t) * es;
+            if (r != s->me && s->src_cma[r]) {
+                weft_status_t st = cma_read(c, r, "the input", s->bounce, x, m * es);
+                if (st != WEFT_OK)
+                    return st;
+                x = s->bounce;
+            }
+            if (k == 1)
+                weft_tp_sum_load(s->acc, x, m, op->dtype);
+            else
+                weft_tp_sum_acc(s->acc, x, m, op->dtype);
+        }
+        if (op->dtype == WEFT_DTYPE_F32) {
+            copy_out(dst + t * es, s->acc, m * es, stream);
+        } else {
+            weft_tp_sum_store(s->bounce, s->acc, m, op->dtype);
+            copy_out(dst + t * es, s->bounce, m * es, stream);
+        }
     }
     return WEFT_OK;
 }
@@ -535,13 +689,17 @@ static void sum_part(struct weft_tp_op *op, const char *mine, int b, char *dst, 
 }
 
 /* The k-th copy (k = 1 .. n-1: from rank me + k) of the copying step: destination, source
- * and bytes; 0 bytes when there is nothing to copy from that rank. */
-static size_t copy_job(struct weft_tp_op *op, int k, char **dst, const char **src)
+ * and bytes; 0 bytes when there is nothing to copy from that rank. *cma: the source is that
+ * rank's address, read by CMA. */
+static size_t copy_job(struct weft_tp_op *op, int k, char **dst, const char **src, int *from,
+                       bool *cma)
 {
     struct weft_comm *c = op->comm;
     struct weft_tp_shm *s = c->shm;
     size_t es = op->esize;
     int r = (s->me + k) % s->n; /* each rank starts at a different peer */
+    *from = r;
+    *cma = s->kind == WEFT_SHM_ALLREDUCE ? s->res_cma[r] : s->src_cma[r];
     *dst = op->out + c->off[r] * es;
     switch (s->kind) {
     case WEFT_SHM_ALLREDUCE:
@@ -563,8 +721,8 @@ static size_t copy_job(struct weft_tp_op *op, int k, char **dst, const char **sr
 }
 
 /* Copy from the peers, at most budget bytes (op->next_stream: the copy, op->done: bytes of
- * it). True once every copy is done. */
-static bool copy_step(struct weft_tp_op *op, size_t budget)
+ * it). WEFT_OK once every copy is done, WEFT_INPROGRESS before, or a failed CMA read. */
+static weft_status_t copy_step(struct weft_tp_op *op, size_t budget)
 {
     struct weft_tp_shm *s = op->comm->shm;
     if (op->next_stream == 0)
@@ -572,18 +730,37 @@ static bool copy_step(struct weft_tp_op *op, size_t budget)
     while (op->next_stream < (size_t)s->n) {
         char *dst = NULL;
         const char *src = NULL;
-        size_t len = copy_job(op, (int)op->next_stream, &dst, &src);
+        int from = 0;
+        bool cma = false;
+        size_t len = copy_job(op, (int)op->next_stream, &dst, &src, &from, &cma);
         size_t m = len - op->done < budget ? len - op->done : budget;
-        if (m && src) /* a rank publishes a buffer for every block it holds */
+        if (m && src && cma) {
+            weft_status_t st = cma_read(op->comm, from, s->kind == WEFT_SHM_ALLREDUCE
+                                                             ? "the summed block" : "the input",
+                                        dst + op->done, src + op->done, m);
+            if (st != WEFT_OK)
+                return st;
+        } else if (m && src) { /* a rank publishes a buffer for every block it holds */
             copy_out(dst + op->done, src + op->done, m, len >= SHM_NT_MIN);
+        }
         op->done += m;
         budget -= m;
         if (op->done < len)
-            return false;
+            return WEFT_INPROGRESS;
         op->next_stream++;
         op->done = 0;
     }
-    return true;
+    return WEFT_OK;
+}
+
+/* dst = src, bytes of them; large copies as the peers' (streaming stores), unless the two
+ * overlap. */
+static void local_copy(char *dst, const char *src, size_t bytes)
+{
+    if (dst + bytes <= src || src + bytes <= dst)
+        copy_out(dst, src, bytes, bytes >= SHM_NT_MIN);
+    else
+        memmove(dst, src, bytes);
 }
 
 /* This rank's own block, where it stays (out of place: from its input). */
@@ -593,10 +770,10 @@ static void own_copy(struct weft_tp_op *op)
     struct weft_tp_shm *s = c->shm;
     size_t es = op->esize;
     if (s->kind == WEFT_SHM_ALLGATHER && c->len[s->me] && !op->in_place)
-        memcpy(op->out + c->off[s->me] * es, op->in, c->len[s->me] * es);
+        local_copy(op->out + c->off[s->me] * es, op->in, c->len[s->me] * es);
     if (s->kind == WEFT_SHM_ALLTOALL && c->len[s->me] && !op->in_place)
-        memmove(op->out + c->off[s->me] * es, op->in + c->soff[s->me] * es,
-                c->len[s->me] * es);
+        local_copy(op->out + c->off[s->me] * es, op->in + c->soff[s->me] * es,
+                   c->len[s->me] * es);
 }
 
 static void phase_next(struct weft_tp_op *op, int phase)
@@ -627,6 +804,9 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
                 return WEFT_OK;
             if ((st = resolve_all(c, false)) != WEFT_OK)
                 return st;
+            s->sum_cma = false;
+            for (int r = 0; r < s->n; r++)
+                s->sum_cma = s->sum_cma || s->src_cma[r];
             op->retired = 1;
             if (s->kind != WEFT_SHM_ALLREDUCE)
                 own_copy(op);
@@ -640,7 +820,10 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             char *out_b = op->out + c->off[b] * es;
             char *dst = s->res_staged ? s->stage + s->res_at : out_b;
             to = to < len ? to : len;
-            sum_part(op, op->in, b, dst, op->done, to);
+            if (s->sum_cma && (st = sum_cma_part(op, op->in, b, dst, op->done, to)) != WEFT_OK)
+                return st;
+            if (!s->sum_cma)
+                sum_part(op, op->in, b, dst, op->done, to);
             if (dst != out_b)
                 memcpy(out_b + op->done * es, dst + op->done * es, (to - op->done) * es);
             op->done = to;
@@ -650,8 +833,8 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             raise_flag(s, &me->reduced);
             return WEFT_INPROGRESS;
         }
-        if (!copy_step(op, SHM_STEP))
-            return WEFT_INPROGRESS;
+        if ((st = copy_step(op, SHM_STEP)) != WEFT_OK)
+            return st;
         phase_next(op, 2);
         raise_flag(s, &me->done);
         return WEFT_INPROGRESS;
@@ -664,8 +847,8 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             op->retired = 1;
         }
         *moved = 1;
-        if (!copy_step(op, SHM_STEP))
-            return WEFT_INPROGRESS;
+        if ((st = copy_step(op, SHM_STEP)) != WEFT_OK)
+            return st;
         phase_next(op, 2);
         raise_flag(s, &me->done);
         return WEFT_INPROGRESS;
@@ -693,33 +876,37 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
     me->res = (struct shm_desc){0};
     weft_status_t st = WEFT_OK;
     size_t in_bytes = 0;
-    bool copy = false;
+    bool copy = false, cma = false;
     switch (kind) {
     case WEFT_SHM_BARRIER:
         break;
     case WEFT_SHM_ALLREDUCE: {
         /* in place, a shareable buffer is read in place: a peer reads only the blocks it
-         * sums, which this rank overwrites only once every sum is done (phase 1) */
+         * sums, which this rank overwrites only once every sum is done (phase 1); so is a
+         * private one read by CMA */
         in_bytes = op->count * es;
         size_t res_bytes = c->len[s->me] * es;
-        copy = unshared(op->in, in_bytes);
-        s->res_staged = unshared(op->out, in_bytes);
+        char *res = op->out + c->off[s->me] * es;
+        cma = via_cma(s, op->in, in_bytes);
+        copy = !cma && unshared(op->in, in_bytes);
+        const bool res_cma = via_cma(s, op->out, in_bytes);
+        s->res_staged = !res_cma && unshared(op->out, in_bytes);
         s->res_at = copy ? in_bytes : 0;
         st = stage_need(s, s->res_at + (s->res_staged ? res_bytes : 0));
         if (st == WEFT_OK)
-            st = publish(s, op->in, in_bytes, 0, copy, &me->src);
+            st = publish(s, op->in, in_bytes, 0, copy, cma, &me->src);
         if (st == WEFT_OK)
-            st = s->res_staged
-                     ? publish(s, NULL, res_bytes, s->res_at, false, &me->res)
-                     : publish(s, op->out + c->off[s->me] * es, res_bytes, 0, false, &me->res);
+            st = s->res_staged ? publish(s, NULL, res_bytes, s->res_at, false, false, &me->res)
+                               : publish(s, res, res_bytes, 0, false, res_cma, &me->res);
         break;
     }
     case WEFT_SHM_ALLGATHER:
         in_bytes = c->len[s->me] * es;
-        copy = unshared(op->in, in_bytes);
+        cma = via_cma(s, op->in, in_bytes);
+        copy = !cma && unshared(op->in, in_bytes);
         st = stage_need(s, copy ? in_bytes : 0);
         if (st == WEFT_OK)
-            st = publish(s, op->in, in_bytes, 0, copy, &me->src);
+            st = publish(s, op->in, in_bytes, 0, copy, cma, &me->src);
         break;
     case WEFT_SHM_ALLTOALL:
         for (int r = 0; r < s->n; r++) {
@@ -727,18 +914,20 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
             in_bytes += c->slen[r] * es; /* blocks packed in rank order */
         }
         /* in place, the peers would read what this rank is overwriting: always a copy */
-        copy = op->in_place || unshared(op->in, in_bytes);
+        cma = !op->in_place && via_cma(s, op->in, in_bytes);
+        copy = !cma && (op->in_place || unshared(op->in, in_bytes));
         st = stage_need(s, copy ? in_bytes : 0);
         if (st == WEFT_OK)
-            st = publish(s, op->in, in_bytes, 0, copy, &me->src);
+            st = publish(s, op->in, in_bytes, 0, copy, cma, &me->src);
         break;
     case WEFT_SHM_BCAST:
         if (c->rank == op->root) {
             in_bytes = op->count * es;
-            copy = unshared(op->out, in_bytes);
+            cma = via_cma(s, op->out, in_bytes);
+            copy = !cma && unshared(op->out, in_bytes);
             st = stage_need(s, copy ? in_bytes : 0);
             if (st == WEFT_OK)
-                st = publish(s, op->out, in_bytes, 0, copy, &me->src);
+                st = publish(s, op->out, in_bytes, 0, copy, cma, &me->src);
         }
         break;
     }
@@ -752,12 +941,17 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
 bool weft_comm_shm_fits(const struct weft_comm *comm, size_t bytes)
 {
     size_t max = comm->tp->opts.shm_max;
-    return comm->shm_state == SHM_ON && (max == 0 || bytes <= max);
+    return comm->shm_state == SHM_ON && (comm->shm->cma || max == 0 || bytes <= max);
 }
 
 bool weft_comm_uses_shm(const struct weft_comm *comm)
 {
     return comm && comm->shm_state == SHM_ON;
+}
+
+bool weft_comm_uses_cma(const struct weft_comm *comm)
+{
+    return weft_comm_uses_shm(comm) && comm->shm->cma;
 }
 
 /* ---- sleeping ---- */

@@ -2,7 +2,10 @@
  * (transport.c) and the control links (link.c) both use them, and the translation of UCX's
  * status codes into weft's. Nothing else in transport/ reads UCX's configuration or creates
  * a context or worker. */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "transport/internal.h"
@@ -30,7 +33,18 @@ weft_status_t weft_tp_ucs_status(ucs_status_t s)
     }
 }
 
-/* UCX's configuration from its environment (UCX_*), with UCX_TLS replaced by tls if set. */
+/* Whether this process may not call process_vm_readv at all (a container's seccomp profile, a
+ * kernel without it): reading its own memory, which no ptrace rule forbids, fails. */
+static bool cma_forbidden(void)
+{
+    int mine = 1, got = 0;
+    struct iovec local = {&got, sizeof(got)}, remote = {&mine, sizeof(mine)};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof(got);
+}
+
+/* UCX's configuration from its environment (UCX_*), with UCX_TLS replaced by tls if set. UCX
+ * 1.13 aborts the process on a failed CMA copy (transport.c), so where CMA is forbidden and
+ * nobody chose the transports, its CMA transport is left out. */
 static weft_status_t config_read(const struct weft_tp_ucx_params *p, ucp_config_t **cfg_p)
 {
     ucp_config_t *cfg;
@@ -39,8 +53,14 @@ static weft_status_t config_read(const struct weft_tp_ucx_params *p, ucp_config_
         WEFT_LOG_ERROR(p->subsys, "UCX configuration: %s", ucs_status_string(s));
         return weft_tp_ucs_status(s);
     }
-    if (p->tls && p->tls[0] && (s = ucp_config_modify(cfg, "TLS", p->tls)) != UCS_OK) {
-        WEFT_LOG_ERROR(p->subsys, "%s = '%s': UCX refuses it: %s", p->tls_key, p->tls,
+    const char *tls = p->tls && p->tls[0] ? p->tls : NULL;
+    if (!tls && !getenv("UCX_TLS") && cma_forbidden()) {
+        WEFT_LOG_INFO(p->subsys, "process_vm_readv is forbidden here: UCX runs without its CMA "
+                      "transport (UCX_TLS=^cma)");
+        tls = "^cma";
+    }
+    if (tls && (s = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) {
+        WEFT_LOG_ERROR(p->subsys, "%s = '%s': UCX refuses it: %s", p->tls_key, tls,
                        ucs_status_string(s));
         ucp_config_release(cfg);
         return WEFT_ERR_CONFIG;

@@ -2,14 +2,21 @@
  * against a naive reference computed locally (coll_ref.h).
  *
  * usage: test_comm_coll NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] [--depth=N]
- *                       [--shm=off] [--shm-max=BYTES] [--shared]
+ *                       [--shm=off] [--shm-max=BYTES] [--shared] [--no-cma=all|one]
  *   NP ranks run the matrix on the world; --mesh (NP = 4) runs it on the strided sub-groups
  *   {0,2},{1,3} of a 2x2 mesh and the small sizes on the contiguous ones {0,1},{2,3}.
  *   The ranks share one host, so the groups take the shared-memory path unless --shm=off
- *   (UCX for everything; checked after the group's creation); --shm-max: [transport] shm_max
- *   (0: every size on shared memory). Buffers are private (the path
- *   copies them into its staging buffer) or, with --shared, from weft_big_alloc_shared (read by
- *   the peers in place).
+ *   (UCX for everything; checked after the group's creation). Buffers are private (the path
+ *   reads those of 256 KiB or more by CMA and copies the others into its staging buffer) or,
+ *   with --shared, from weft_big_alloc_shared (read by the peers in place). Where the group
+ *   cannot use CMA it takes shared memory up to --shm-max ([transport] shm_max; 0: every
+ *   size, private buffers staged) and UCX above; --no-cma=all: no rank may call
+ *   process_vm_readv (a seccomp filter installed before the ranks start, as a container's
+ *   profile may forbid it; the transport then starts UCX without its CMA transport, which
+ *   would abort the process); --no-cma=one: rank 1 alone may not call
+ *   pidfd_open (installed once its transport is up), and the matrix runs on a group made
+ *   after that, whose members must agree to do without. Whether a group reads by CMA is
+ *   checked against what this host allows a forked child. 
  *
  * Sizes: 0, 1, 7, 4099 elements, 1 MiB and 24 MiB (the largest buffer of the call: three times
  * the scratch buffer a group registers at the defaults, 4 x depth 4 x 512 KiB = 8 MiB; at
@@ -17,10 +24,19 @@
  * cases are the slow ones on two cores; they run for every op in f32 (in and out of place),
  * for all-reduce and reduce-scatter in bf16 (out of place) and for all-reduce in f16 (in
  * place): the paths where 16-bit data is widened, summed and rounded. */
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coll_ref.h"
 #include "common/alloc.h"
@@ -91,6 +107,39 @@ struct bufs {
 
 static bool shared_bufs;
 static bool expect_shm; /* every test rank runs on this host */
+static bool expect_cma; /* ... and may read the others' memory by CMA */
+
+/* Whether a forked child may read this process's memory by CMA (the test ranks are siblings,
+ * whom the same rules govern). */
+static bool host_allows_cma(void)
+{
+    static volatile int probe = 42;
+    pid_t parent = getpid(), child = fork();
+    if (child == 0) {
+        int got = 0;
+        struct iovec l = {&got, sizeof(got)}, r = {(void *)&probe, sizeof(got)};
+        _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) && got == 42
+                  ? 0
+                  : 1);
+    }
+    int ws = 0;
+    return child > 0 && waitpid(child, &ws, 0) == child && WIFEXITED(ws) &&
+           WEXITSTATUS(ws) == 0;
+}
+
+/* System call nr fails with EPERM from now on in this process and its children. */
+static void forbid(long nr)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+    CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+    CHECK(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
+}
 
 static void *big(size_t bytes)
 {
@@ -248,6 +297,11 @@ static int run_matrix(struct weft_comm *comm, const char *label, int max_size)
                 want ? "does not use" : "uses");
         fails++;
     }
+    if (weft_comm_uses_cma(comm) != (want && expect_cma)) {
+        fprintf(stderr, "%s: the group %s CMA\n", label,
+                want && expect_cma ? "does not use" : "uses");
+        fails++;
+    }
     for (int op = 0; op < OP_COUNT; op++) {
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
             enum weft_dtype dt = dtypes[d];
@@ -283,6 +337,7 @@ static int run_matrix(struct weft_comm *comm, const char *label, int max_size)
 
 struct args {
     bool mesh;
+    bool no_cma_one;
     int max_size;
 };
 
@@ -292,7 +347,20 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     weft_log_set_level(WEFT_LOG_LEVEL_ERROR);
     int me = weft_transport_rank(tp);
     int fails = 0;
-    if (!a->mesh) {
+    if (a->no_cma_one) {
+        /* a group made once rank 1 cannot use CMA safely: its members agree to do without */
+        int n = weft_transport_size(tp), all[16];
+        for (int r = 0; r < n; r++)
+            all[r] = r;
+        if (me == 1)
+            forbid(SYS_pidfd_open);
+        struct weft_comm *g;
+        CHECK_OK(weft_comm_create(tp, n, all, 3, &g));
+        char label[48];
+        snprintf(label, sizeof(label), "group of %d without CMA", n);
+        fails += run_matrix(g, label, a->max_size);
+        weft_comm_destroy(g);
+    } else if (!a->mesh) {
         char label[32];
         snprintf(label, sizeof(label), "world of %d", weft_transport_size(tp));
         fails += run_matrix(weft_transport_world(tp), label, a->max_size);
@@ -317,13 +385,16 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] "
-                        "[--depth=N] [--no-big] [--shm=off] [--shm-max=N] [--shared]\n", argv[0]);
+                        "[--depth=N] [--no-big] [--shm=off] [--shm-max=N] [--shared] "
+                        "[--no-cma=all|one]\n",
+                argv[0]);
         return 2;
     }
     int np = atoi(argv[1]);
     struct args a = {.max_size = (int)N_SIZES};
     struct weft_transport_opts opts;
     launch_opts(&opts);
+    bool no_cma_all = false;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--mesh") == 0)
             a.mesh = true;
@@ -343,6 +414,10 @@ int main(int argc, char **argv)
             opts.shm_max = strtoul(argv[i] + 10, NULL, 10);
         else if (strcmp(argv[i], "--shared") == 0)
             shared_bufs = true;
+        else if (strcmp(argv[i], "--no-cma=one") == 0)
+            a.no_cma_one = true;
+        else if (strcmp(argv[i], "--no-cma=all") == 0)
+            no_cma_all = true;
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -350,5 +425,9 @@ int main(int argc, char **argv)
     }
     CHECK(np >= 1 && np <= 16 && (!a.mesh || np == 4));
     expect_shm = opts.shm;
+    if (no_cma_all)
+        forbid(SYS_process_vm_readv);
+    expect_cma = !a.no_cma_one && host_allows_cma();
+    CHECK(!a.no_cma_one || np >= 2);
     return launch_run(np, &opts, rank_fn, &a, 170, -1);
 }

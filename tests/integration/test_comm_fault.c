@@ -1,11 +1,12 @@
-/* A rank dies (SIGKILL) or goes silent (SIGSTOP) in the middle of a 64 MiB all-reduce: every
- * survivor must return a "peer lost" status within the deadline, the group must refuse further
- * work with it, and nobody may hang or crash (the launcher kills and fails a hung rank).
+/* A rank dies (SIGKILL) or goes silent (SIGSTOP) in the middle of a 64 MiB all-reduce (or
+ * all-to-all): every survivor must return a "peer lost" status within the deadline, the group
+ * must refuse further work with it, and nobody may hang or crash (the launcher kills and fails
+ * a hung rank).
  *
- * usage: test_comm_fault kill|stop NP [shared|ucx]
+ * usage: test_comm_fault kill|stop NP [shared|ucx|a2a]
  *   The ranks share one host: the group takes the shared-memory path, on private buffers (its
  *   staging copies), on shareable ones (shared: read in place), or UCX (ucx: [transport] shm
- *   off). */
+ *   off); a2a: an all-to-all of private buffers, which the peers read by CMA. */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 struct args {
     bool stop; /* SIGSTOP instead of SIGKILL */
     bool shared;
+    bool a2a;
     int victim;
     int timeout_ms;
 };
@@ -33,6 +35,22 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* The collective under test on x (y: all-to-all's output). */
+static weft_status_t start(const struct args *a, struct weft_comm *c, float *x, float *y,
+                           struct weft_comm_req **req)
+{
+    int n = weft_comm_size(c);
+    return a->a2a ? weft_comm_alltoall_start(c, x, y, COUNT / (size_t)n, WEFT_DTYPE_F32, req)
+                  : weft_comm_allreduce_start(c, x, x, COUNT, WEFT_DTYPE_F32, req);
+}
+
+static weft_status_t run(const struct args *a, struct weft_comm *c, float *x, float *y)
+{
+    struct weft_comm_req *req = NULL;
+    weft_status_t st = start(a, c, x, y, &req);
+    return st == WEFT_OK ? weft_comm_wait(&req) : st;
+}
+
 static int rank_fn(struct weft_transport *tp, void *arg)
 {
     const struct args *a = arg;
@@ -42,17 +60,22 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     int me = weft_transport_rank(tp);
     float *x = a->shared ? weft_big_alloc_shared(COUNT * sizeof(float))
                          : weft_big_alloc(COUNT * sizeof(float));
-    CHECK(x);
+    const int n = weft_transport_size(tp);
+    float *y = a->a2a ? weft_big_alloc(COUNT * sizeof(float)) : NULL;
+    CHECK(x && (y || !a->a2a));
     for (size_t i = 0; i < COUNT; i++)
-        x[i] = 1.0f;
+        x[i] = a->a2a ? (float)me : 1.0f;
     /* one healthy round first: everyone is connected and warm */
-    CHECK_OK(weft_comm_allreduce(world, x, x, COUNT, WEFT_DTYPE_F32));
-    CHECK(x[0] == (float)weft_transport_size(tp) && x[COUNT - 1] == x[0]);
+    CHECK_OK(run(a, world, x, y));
+    if (a->a2a)
+        CHECK(y[0] == 0.0f && y[COUNT / (size_t)n * (size_t)n - 1] == (float)(n - 1));
+    else
+        CHECK(x[0] == (float)weft_transport_size(tp) && x[COUNT - 1] == x[0]);
     CHECK_OK(weft_comm_barrier(world));
 
     if (me == a->victim) {
         struct weft_comm_req *req;
-        CHECK_OK(weft_comm_allreduce_start(world, x, x, COUNT, WEFT_DTYPE_F32, &req));
+        CHECK_OK(start(a, world, x, y, &req));
         double t0 = now_ms();
         while (now_ms() - t0 < 3.0) /* a few ms into it: data is moving */
             CHECK(weft_comm_test(&req) == WEFT_INPROGRESS);
@@ -63,10 +86,10 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     }
 
     double t0 = now_ms();
-    weft_status_t st = weft_comm_allreduce(world, x, x, COUNT, WEFT_DTYPE_F32);
+    weft_status_t st = run(a, world, x, y);
     double dt = now_ms() - t0;
-    fprintf(stderr, "rank %d: allreduce returned '%s' after %.1f ms\n", me, weft_status_str(st),
-            dt);
+    fprintf(stderr, "rank %d: %s returned '%s' after %.1f ms\n", me,
+            a->a2a ? "alltoall" : "allreduce", weft_status_str(st), dt);
     CHECK(WEFT_STATUS_IS_PEER_LOST(st));
     if (a->stop) {
         CHECK_EQ(st, WEFT_ERR_TIMEOUT);
@@ -83,7 +106,7 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     CHECK_EQ(weft_comm_allreduce(world, x, x, 4, WEFT_DTYPE_F32), st);
     CHECK(now_ms() - t0 < 100);
     /* a group without the victim still works */
-    int n = weft_transport_size(tp), others[16], k = 0;
+    int others[16], k = 0;
     for (int r = 0; r < n; r++)
         if (r != a->victim)
             others[k++] = r;
@@ -95,13 +118,14 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     CHECK(x[0] == 2.0f * (float)k && x[1023] == x[0]);
     weft_comm_destroy(rest);
     weft_big_free(x, COUNT * sizeof(float));
+    weft_big_free(y, y ? COUNT * sizeof(float) : 0);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 3 || argc > 4 || (strcmp(argv[1], "kill") != 0 && strcmp(argv[1], "stop") != 0)) {
-        fprintf(stderr, "usage: %s kill|stop NP [shared|ucx]\n", argv[0]);
+        fprintf(stderr, "usage: %s kill|stop NP [shared|ucx|a2a]\n", argv[0]);
         return 2;
     }
     int np = atoi(argv[2]);
@@ -110,6 +134,7 @@ int main(int argc, char **argv)
     struct weft_transport_opts opts;
     launch_opts(&opts);
     a.shared = argc == 4 && strcmp(argv[3], "shared") == 0;
+    a.a2a = argc == 4 && strcmp(argv[3], "a2a") == 0;
     if (argc == 4 && strcmp(argv[3], "ucx") == 0)
         opts.shm = false;
     else
