@@ -78,6 +78,7 @@ struct shm_ctl {
     _Alignas(64) _Atomic uint64_t reduced;
     _Alignas(64) _Atomic uint64_t done;
     _Alignas(64) _Atomic uint64_t failed; /* the call this rank failed (0: none) */
+    _Atomic int32_t failed_st;            /* with this status (set before failed) */
     _Alignas(64) _Atomic uint32_t bell;
     _Atomic uint32_t sleeping;
     uint64_t cookie;
@@ -140,6 +141,8 @@ enum { SHM_MAPPED = 1, SHM_CMA_OK = 2 };
 /* Elements an all-reduce reads by CMA at a time (one system call; the f32 accumulator and the
  * bounce buffer stay in L2). */
 #define SHM_CMA_TILE ((size_t)16 << 10)
+/* How long a failed CMA read waits for its peer's end to become visible. */
+#define SHM_END_WAIT_MS 200
 
 /* Copies of at least this many bytes bypass the cache (streaming stores): the result is
  * larger than what the cache would keep, and a store that misses would first read the line. */
@@ -490,14 +493,19 @@ static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *
 
 /* ---- the calls ---- */
 
+/* Rank r failed this call. A peer it found lost is lost to this rank too; any other failure
+ * (it could not map or read a buffer) leaves the members out of step: the group is done. */
 static weft_status_t peer_failed(struct weft_comm *c, int r)
 {
+    const weft_status_t why = (weft_status_t)atomic_load(&c->shm->ctl[r]->failed_st);
+    const weft_status_t st = WEFT_STATUS_IS_PEER_LOST(why) ? why : WEFT_ERR_PROTOCOL;
     WEFT_LOG_ERROR("transport", "group %u: rank %d could not take part in shared-memory "
-                   "collective %llu (it could not map a buffer)", c->id, r,
-                   (unsigned long long)c->shm->seq);
+                   "collective %llu (%s)", c->id, r, (unsigned long long)c->shm->seq,
+                   WEFT_STATUS_IS_PEER_LOST(why) ? "it lost a peer"
+                                                 : "it could not map or read a buffer");
     if (c->failed == WEFT_OK)
-        c->failed = WEFT_ERR_PROTOCOL; /* the members are out of step: the group is done */
-    return WEFT_ERR_PROTOCOL;
+        c->failed = st;
+    return st;
 }
 
 /* The first rank whose flag (the field of its control page) has not reached this call, -1 when
@@ -525,6 +533,7 @@ static weft_status_t all_at(struct weft_comm *c, size_t field)
 static weft_status_t fail_here(struct weft_comm *c, weft_status_t st, const char *what, int r)
 {
     struct weft_tp_shm *s = c->shm;
+    atomic_store(&s->ctl[s->me]->failed_st, (int32_t)st);
     atomic_store(&s->ctl[s->me]->failed, s->seq);
     ring_all(s);
     if (c->failed == WEFT_OK)
@@ -591,10 +600,20 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
     return WEFT_OK;
 }
 
+/* Whether peer r has ended or is ending: a killed process frees its memory (a CMA read of it
+ * fails) before it closes its descriptors and becomes a zombie, so a read that failed waits a
+ * little for the end (its pidfd turning readable). */
+static bool peer_ending(const struct weft_tp_shm *s, int r)
+{
+    struct pollfd p = {.fd = s->pidfd[r], .events = POLLIN};
+    return poll(&p, 1, SHM_END_WAIT_MS) != 0 || process_gone(s->pid[r]);
+}
+
 /* Read bytes of peer r's memory at src into dst by CMA. It counts only if r is still alive
  * afterwards (its pidfd not readable): a pid freed by the peer's end may name another process
- * by then. A read that finds no memory there is a lost peer where the world expects such
- * faults (revoked, frozen, or a peer leaving: it freed its buffers), else a protocol error. */
+ * by then. A read that fails is a lost peer when the peer has no memory left (ESRCH), ends
+ * soon after, or where the world expects such faults (revoked, frozen, or a peer leaving: it
+ * freed its buffers); else a protocol error. */
 static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char *dst,
                               const char *src, size_t bytes)
 {
@@ -604,7 +623,7 @@ static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char
         ssize_t got = process_vm_readv(s->pid[r], &local, 1, &remote, 1, 0);
         if (got <= 0) {
             const int err = got < 0 ? errno : EIO;
-            if (process_gone(s->pid[r]) ||
+            if (err == ESRCH || peer_ending(s, r) ||
                 (err == EFAULT && weft_tp_cma_fault_expected_in(c->tp)))
                 return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
             WEFT_LOG_ERROR("transport", "group %u: reading %s of rank %d (pid %d) by CMA: %s",
