@@ -609,13 +609,23 @@ static bool peer_ending(const struct weft_tp_shm *s, int r)
     return poll(&p, 1, SHM_END_WAIT_MS) != 0 || process_gone(s->pid[r]);
 }
 
+/* What CMA read of peer r counts only if r is still alive now (its pidfd not readable). */
+static weft_status_t cma_alive(struct weft_comm *c, int r, const char *what)
+{
+    struct pollfd p = {.fd = c->shm->pidfd[r], .events = POLLIN};
+    if (poll(&p, 1, 0) != 0) /* readable (ended) or an error: the bytes are not the peer's */
+        return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
+    return WEFT_OK;
+}
+
 /* Read bytes of peer r's memory at src into dst by CMA. It counts only if r is still alive
  * afterwards (its pidfd not readable): a pid freed by the peer's end may name another process
- * by then. A read that fails is a lost peer when the peer has no memory left (ESRCH), ends
+ * by then (check: here; else the caller's cma_alive once its reads are done). A read that
+ * fails is a lost peer when the peer has no memory left (ESRCH), ends
  * soon after, or where the world expects such faults (revoked, frozen, or a peer leaving: it
  * freed its buffers); else a protocol error. */
 static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char *dst,
-                              const char *src, size_t bytes)
+                              const char *src, size_t bytes, bool check)
 {
     struct weft_tp_shm *s = c->shm;
     while (bytes) {
@@ -634,10 +644,7 @@ static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char
         src += got;
         bytes -= (size_t)got;
     }
-    struct pollfd p = {.fd = s->pidfd[r], .events = POLLIN};
-    if (poll(&p, 1, 0) != 0) /* readable (ended) or an error: the bytes are not the peer's */
-        return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
-    return WEFT_OK;
+    return check ? cma_alive(c, r, what) : WEFT_OK;
 }
 
 /* sum_part where some input is read by CMA: a tile of each input in turn (into the bounce
@@ -656,7 +663,7 @@ static weft_status_t sum_cma_part(struct weft_tp_op *op, const char *mine, int b
             int r = (b + k) % n;
             const char *x = (r == s->me ? mine : s->src[r]) + (off + t) * es;
             if (r != s->me && s->src_cma[r]) {
-                weft_status_t st = cma_read(c, r, "the input", s->bounce, x, m * es);
+                weft_status_t st = cma_read(c, r, "the input", s->bounce, x, m * es, false);
                 if (st != WEFT_OK)
                     return st;
                 x = s->bounce;
@@ -672,6 +679,11 @@ static weft_status_t sum_cma_part(struct weft_tp_op *op, const char *mine, int b
             weft_tp_sum_store(s->bounce, s->acc, m, op->dtype);
             copy_out(dst + t * es, s->bounce, m * es, stream);
         }
+    }
+    for (int r = 0; r < n; r++) {
+        weft_status_t st = s->src_cma[r] ? cma_alive(c, r, "the input") : WEFT_OK;
+        if (st != WEFT_OK)
+            return st;
     }
     return WEFT_OK;
 }
@@ -756,7 +768,7 @@ static weft_status_t copy_step(struct weft_tp_op *op, size_t budget)
         if (m && src && cma) {
             weft_status_t st = cma_read(op->comm, from, s->kind == WEFT_SHM_ALLREDUCE
                                                              ? "the summed block" : "the input",
-                                        dst + op->done, src + op->done, m);
+                                        dst + op->done, src + op->done, m, true);
             if (st != WEFT_OK)
                 return st;
         } else if (m && src) { /* a rank publishes a buffer for every block it holds */
