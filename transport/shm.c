@@ -36,13 +36,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
-#include <poll.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -358,6 +359,10 @@ static weft_status_t shm_setup(struct weft_comm *comm)
     mine.fd = mine.want ? s->ctl_fd : -1;
     mine.cookie = mine.want ? s->ctl[me]->cookie : 0;
     mine.ctl_addr = mine.want ? (uint64_t)(uintptr_t)s->ctl[me] : 0;
+    /* Yama's ptrace_scope 1 (Ubuntu's default) lets only an ancestor read a process's memory
+     * unless the process allows others, as UCX's CMA transport also does; no effect elsewhere */
+    if (mine.want)
+        (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     struct shm_hello *all = weft_calloc((size_t)n, sizeof(*all));
     uint8_t *ok = weft_calloc((size_t)n, 1);
     weft_status_t st = all && ok ? WEFT_OK : WEFT_ERR_NOMEM;
@@ -609,7 +614,8 @@ static bool peer_ending(const struct weft_tp_shm *s, int r)
     return poll(&p, 1, SHM_END_WAIT_MS) != 0 || process_gone(s->pid[r]);
 }
 
-/* What CMA read of peer r counts only if r is still alive now (its pidfd not readable). */
+/* What was read of peer r by CMA counts only if r is still alive now (its pidfd not
+ * readable). */
 static weft_status_t cma_alive(struct weft_comm *c, int r, const char *what)
 {
     struct pollfd p = {.fd = c->shm->pidfd[r], .events = POLLIN};
@@ -621,9 +627,9 @@ static weft_status_t cma_alive(struct weft_comm *c, int r, const char *what)
 /* Read bytes of peer r's memory at src into dst by CMA. It counts only if r is still alive
  * afterwards (its pidfd not readable): a pid freed by the peer's end may name another process
  * by then (check: here; else the caller's cma_alive once its reads are done). A read that
- * fails is a lost peer when the peer has no memory left (ESRCH), ends
- * soon after, or where the world expects such faults (revoked, frozen, or a peer leaving: it
- * freed its buffers); else a protocol error. */
+ * fails is a lost peer when the peer has no memory left (ESRCH), ends soon after, or where the
+ * world expects such faults (revoked, frozen, or a peer leaving: it freed its buffers); else a
+ * protocol error. */
 static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char *dst,
                               const char *src, size_t bytes, bool check)
 {
@@ -788,7 +794,8 @@ static weft_status_t copy_step(struct weft_tp_op *op, size_t budget)
  * overlap. */
 static void local_copy(char *dst, const char *src, size_t bytes)
 {
-    if (dst + bytes <= src || src + bytes <= dst)
+    const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (d + bytes <= s || s + bytes <= d)
         copy_out(dst, src, bytes, bytes >= SHM_NT_MIN);
     else
         memmove(dst, src, bytes);
