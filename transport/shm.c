@@ -142,6 +142,9 @@ enum { SHM_MAPPED = 1, SHM_CMA_OK = 2 };
 /* Elements an all-reduce reads by CMA at a time (one system call; the f32 accumulator and the
  * bounce buffer stay in L2). */
 #define SHM_CMA_TILE ((size_t)16 << 10)
+/* A staging buffer larger than this is freed once its call is done (only an in-place
+ * all-to-all stages that much where the group reads by CMA). */
+#define SHM_STAGE_KEEP ((size_t)1 << 20)
 /* How long a failed CMA read waits for its peer's end to become visible. */
 #define SHM_END_WAIT_MS 200
 
@@ -306,11 +309,11 @@ static struct weft_tp_shm *shm_new(int n, int me)
     s->acc = weft_calloc(SHM_CMA_TILE, sizeof(float));
     s->bounce = weft_calloc(SHM_CMA_TILE, sizeof(float));
     s->pidfd = weft_calloc(un, sizeof(*s->pidfd));
+    for (int r = 0; s->pidfd && r < n; r++)
+        s->pidfd[r] = -1; /* before any return: weft_tp_shm_free closes the others */
     if (!s->ctl || !s->pid || !s->maps || !s->peer_frees || !s->src || !s->res ||
         !s->src_cma || !s->res_cma || !s->acc || !s->bounce || !s->pidfd)
         return s; /* the caller sees the missing arrays and gives up */
-    for (int r = 0; r < n; r++)
-        s->pidfd[r] = -1;
     int fd = memfd_create("weft-shm-ctl", MFD_CLOEXEC);
     if (fd < 0)
         return s;
@@ -605,21 +608,37 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
     return WEFT_OK;
 }
 
+/* Whether the process of pidfd fd has ended, waiting at most ms for it (a signal does not cut
+ * the wait short). An unusable descriptor counts as ended: the peer cannot be vouched for. */
+static bool pidfd_ended(int fd, int ms)
+{
+    const int64_t end = weft_tp_now_ns() + (int64_t)ms * 1000000;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int64_t left = (end - weft_tp_now_ns()) / 1000000;
+        int k = poll(&p, 1, left > 0 ? (int)left : 0);
+        if (k > 0)
+            return true; /* POLLIN: it ended; POLLERR, POLLHUP, POLLNVAL: no telling */
+        if (k == 0)
+            return false;
+        if (errno != EINTR)
+            return true;
+    }
+}
+
 /* Whether peer r has ended or is ending: a killed process frees its memory (a CMA read of it
  * fails) before it closes its descriptors and becomes a zombie, so a read that failed waits a
  * little for the end (its pidfd turning readable). */
 static bool peer_ending(const struct weft_tp_shm *s, int r)
 {
-    struct pollfd p = {.fd = s->pidfd[r], .events = POLLIN};
-    return poll(&p, 1, SHM_END_WAIT_MS) != 0 || process_gone(s->pid[r]);
+    return pidfd_ended(s->pidfd[r], SHM_END_WAIT_MS) || process_gone(s->pid[r]);
 }
 
 /* What was read of peer r by CMA counts only if r is still alive now (its pidfd not
  * readable). */
 static weft_status_t cma_alive(struct weft_comm *c, int r, const char *what)
 {
-    struct pollfd p = {.fd = c->shm->pidfd[r], .events = POLLIN};
-    if (poll(&p, 1, 0) != 0) /* readable (ended) or an error: the bytes are not the peer's */
+    if (pidfd_ended(c->shm->pidfd[r], 0)) /* the bytes may not be the peer's */
         return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
     return WEFT_OK;
 }
@@ -639,6 +658,9 @@ static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char
         ssize_t got = process_vm_readv(s->pid[r], &local, 1, &remote, 1, 0);
         if (got <= 0) {
             const int err = got < 0 ? errno : EIO;
+            /* a peer that failed this call may have freed or reused its buffer already */
+            if (atomic_load(&s->ctl[r]->failed) >= s->seq)
+                return peer_failed(c, r);
             if (err == ESRCH || peer_ending(s, r) ||
                 (err == EFAULT && weft_tp_cma_fault_expected_in(c->tp)))
                 return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
@@ -894,6 +916,11 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
         if ((st = all_at(c, offsetof(struct shm_ctl, done))) != WEFT_OK)
             return st;
         *moved = 1;
+        if (s->cma && s->stage_len > SHM_STAGE_KEEP) { /* a large in-place all-to-all */
+            weft_big_free(s->stage, s->stage_len);
+            s->stage = NULL;
+            s->stage_len = 0;
+        }
         return WEFT_OK;
     }
 }

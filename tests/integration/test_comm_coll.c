@@ -33,8 +33,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,24 +106,6 @@ struct bufs {
 static bool shared_bufs;
 static bool expect_shm; /* every test rank runs on this host */
 static bool expect_cma; /* ... and may read the others' memory by CMA */
-
-/* Whether a forked child may read this process's memory by CMA (the test ranks are siblings,
- * whom the same rules govern). */
-static bool host_allows_cma(void)
-{
-    static volatile int probe = 42;
-    pid_t parent = getpid(), child = fork();
-    if (child == 0) {
-        int got = 0;
-        struct iovec l = {&got, sizeof(got)}, r = {(void *)&probe, sizeof(got)};
-        _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) && got == 42
-                  ? 0
-                  : 1);
-    }
-    int ws = 0;
-    return child > 0 && waitpid(child, &ws, 0) == child && WIFEXITED(ws) &&
-           WEXITSTATUS(ws) == 0;
-}
 
 /* System call nr fails with EPERM from now on in this process and its children. */
 static void forbid(long nr)
@@ -427,7 +407,7 @@ int main(int argc, char **argv)
     expect_shm = opts.shm;
     if (no_cma_all)
         forbid(SYS_process_vm_readv);
-    expect_cma = !a.no_cma_one && host_allows_cma();
+    expect_cma = !a.no_cma_one && launch_host_allows_cma();
     CHECK(!a.no_cma_one || np >= 2);
     return launch_run(np, &opts, rank_fn, &a, 170, -1);
 }

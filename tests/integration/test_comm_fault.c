@@ -4,9 +4,10 @@
  * a hung rank).
  *
  * usage: test_comm_fault kill|stop NP [shared|ucx|a2a]
- *   The ranks share one host: the group takes the shared-memory path, on private buffers (its
- *   staging copies), on shareable ones (shared: read in place), or UCX (ucx: [transport] shm
- *   off); a2a: an all-to-all of private buffers, which the peers read by CMA. */
+ *   The ranks share one host: the group takes the shared-memory path, on private buffers (read
+ *   by CMA where the host allows it, else copied into the staging buffer), on shareable ones
+ *   (shared: read in place), or UCX (ucx: [transport] shm off); a2a: an all-to-all of private
+ *   buffers, which the peers read by CMA where the host allows it (checked). */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ struct args {
     bool stop; /* SIGSTOP instead of SIGKILL */
     bool shared;
     bool a2a;
+    bool cma; /* the host lets the ranks read each other by CMA */
     int victim;
     int timeout_ms;
 };
@@ -58,6 +60,7 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     test_quiet(); /* the losses are logged as errors: expected here */
     struct weft_comm *world = weft_transport_world(tp);
     int me = weft_transport_rank(tp);
+    CHECK(!a->a2a || weft_comm_uses_cma(world) == a->cma);
     float *x = a->shared ? weft_big_alloc_shared(COUNT * sizeof(float))
                          : weft_big_alloc(COUNT * sizeof(float));
     const int n = weft_transport_size(tp);
@@ -135,6 +138,7 @@ int main(int argc, char **argv)
     launch_opts(&opts);
     a.shared = argc == 4 && strcmp(argv[3], "shared") == 0;
     a.a2a = argc == 4 && strcmp(argv[3], "a2a") == 0;
+    a.cma = launch_host_allows_cma();
     if (argc == 4 && strcmp(argv[3], "ucx") == 0)
         opts.shm = false;
     else
