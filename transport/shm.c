@@ -75,16 +75,18 @@ struct shm_desc {
 
 /* One rank's control page; its owner writes everything but the doorbell, which peers ring. */
 struct shm_ctl {
-    _Alignas(64) _Atomic uint64_t arrive; /* each flag on a cache line of its own */
+    /* each flag on a cache line of its own, with what the peers read once it is raised */
+    _Alignas(64) _Atomic uint64_t arrive;
+    struct shm_desc src;         /* what peers read: the input */
     _Alignas(64) _Atomic uint64_t reduced;
+    struct shm_desc res;         /* all-reduce: the summed block */
     _Alignas(64) _Atomic uint64_t done;
-    _Alignas(64) _Atomic uint64_t failed; /* the call this rank failed (0: none) */
-    _Atomic int32_t failed_st;            /* with this status (set before failed) */
-    _Alignas(64) _Atomic uint32_t bell;
-    _Atomic uint32_t sleeping;
     uint64_t cookie;
     uint64_t frees;              /* weft_shared_frees() of the owner when it published */
-    struct shm_desc src, res;    /* what peers read: the input; all-reduce: the summed block */
+    _Alignas(64) _Atomic uint64_t failed; /* the call this rank failed (0: none) */
+    _Atomic int32_t failed_st;   /* ... with this status (set before failed) */
+    _Alignas(64) _Atomic uint32_t bell;
+    _Atomic uint32_t sleeping;
     uint64_t soff[SHM_MAX_RANKS]; /* all-to-all(v): element offset of the block for rank j */
 };
 
@@ -331,19 +333,19 @@ static struct weft_tp_shm *shm_new(int n, int me)
     return s;
 }
 
-/* Whether this process may read peer r's memory by CMA: a pidfd of it (the guard against a
- * reused pid), and its cookie read from its control page at addr. A container's seccomp
+/* Whether this process may read the memory of peer pid by CMA: a pidfd of it (the guard
+ * against a reused pid, into *pidfd), and its cookie read from its control page at addr. A container's seccomp
  * profile or a hardened kernel may forbid either; the group then stages private buffers. */
-static bool cma_probe(struct weft_tp_shm *s, int r, uint64_t addr, uint64_t cookie)
+static bool cma_probe(pid_t pid, int *pidfd, uint64_t addr, uint64_t cookie)
 {
-    s->pidfd[r] = (int)syscall(SYS_pidfd_open, s->pid[r], 0);
-    if (s->pidfd[r] < 0)
+    *pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (*pidfd < 0)
         return false;
     uint64_t got = 0;
     struct iovec local = {&got, sizeof(got)};
     struct iovec remote = {(void *)(uintptr_t)(addr + offsetof(struct shm_ctl, cookie)),
                            sizeof(got)};
-    return process_vm_readv(s->pid[r], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(got) &&
+    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof(got) &&
            got == cookie;
 }
 
@@ -371,7 +373,7 @@ static weft_status_t shm_setup(struct weft_comm *comm)
     weft_status_t st = all && ok ? WEFT_OK : WEFT_ERR_NOMEM;
     if (st == WEFT_OK)
         st = weft_comm_allgather(comm, &mine, all, sizeof(mine), WEFT_DTYPE_U8);
-    bool able = st == WEFT_OK && mine.want && s, cma = able;
+    bool able = st == WEFT_OK && mine.want && s && s->ctl, cma = able;
     for (int r = 0; r < n && able; r++) {
         able = all[r].want && memcmp(all[r].boot_id, mine.boot_id, 16) == 0;
         if (!able || r == me)
@@ -381,7 +383,7 @@ static weft_status_t shm_setup(struct weft_comm *comm)
                                                true);
         /* the cookie proves the page is that rank's, not another process's with its pid */
         able = s->ctl[r] && s->ctl[r]->cookie == all[r].cookie;
-        cma = cma && able && cma_probe(s, r, all[r].ctl_addr, all[r].cookie);
+        cma = cma && able && cma_probe(s->pid[r], &s->pidfd[r], all[r].ctl_addr, all[r].cookie);
     }
     uint8_t me_ok = (uint8_t)((able ? SHM_MAPPED : 0) | (able && cma ? SHM_CMA_OK : 0));
     if (st == WEFT_OK)
