@@ -315,13 +315,16 @@ static void env_describe(const struct params *p, char *buf, size_t len)
     for (char **e = environ; *e; e++)
         if (strncmp(*e, "UCX_", 4) == 0 && strlen(ucx) + strlen(*e) + 2 < sizeof(ucx))
             strcat(strcat(ucx, *ucx ? " " : ""), *e);
+    const bool cma = weft_transport_cma_allowed();
     snprintf(buf, len,
              "[transport] tls = '%s' (empty: UCX's choice), chunk_bytes = %zu, "
              "pipeline_depth = %d, spin_us = %d (-1: auto), shm = %s, shm_max = %zu (0: every "
-             "size); UCX environment: %s; THP: %s (weft "
+             "size); CMA between this host's processes: %s; UCX environment: %s; THP: %s (weft "
              "buffers and memcpy use MADV_HUGEPAGE)",
              p->tls, p->opts.chunk_bytes, p->opts.pipeline_depth, p->opts.spin_us,
              p->opts.shm ? "true" : "false", p->opts.shm_max,
+             cma ? "allowed (shared memory at every size)"
+                 : "forbidden (shared memory up to shm_max, private buffers staged)",
              *ucx ? ucx : "none", thp);
 }
 

@@ -163,6 +163,10 @@ bool weft_comm_uses_shm(const struct weft_comm *comm);
  * rather than through a staging copy: every member could read every other's memory when the
  * group was created. */
 bool weft_comm_uses_cma(const struct weft_comm *comm);
+/* Whether processes of this host may read each other's memory by CMA, as the groups' set-up
+ * finds it (a forked child reads this process). Allows any process of this user to read this
+ * one (PR_SET_PTRACER_ANY, what every rank of a shared-memory group does) before it asks. */
+bool weft_transport_cma_allowed(void);
 /* Whether a collective of bytes per rank takes the shared-memory path: the group uses it, and
  * either reads its members' large private buffers by CMA (every size then) or bytes is within
  * [transport] shm_max (0: every size). SIZE_MAX: sizes that differ between the members

@@ -46,6 +46,7 @@
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifdef __SSE2__
@@ -1019,6 +1020,23 @@ bool weft_comm_uses_shm(const struct weft_comm *comm)
 bool weft_comm_uses_cma(const struct weft_comm *comm)
 {
     return weft_comm_uses_shm(comm) && comm->shm->cma;
+}
+
+bool weft_transport_cma_allowed(void)
+{
+    static volatile int probe = 42;
+    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    const pid_t parent = getpid(), child = fork();
+    if (child == 0) {
+        int got = 0;
+        struct iovec l = {&got, sizeof(got)}, r = {(void *)&probe, sizeof(got)};
+        _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) && got == 42
+                  ? 0
+                  : 1);
+    }
+    int ws = 0;
+    return child > 0 && waitpid(child, &ws, 0) == child && WIFEXITED(ws) &&
+           WEXITSTATUS(ws) == 0;
 }
 
 /* ---- sleeping ---- */

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -165,23 +164,6 @@ static int rank_main(int rank, int np, const char *where, void *arg)
     int rc = ra->fn(tp, ra->arg);
     weft_transport_destroy(tp);
     return rc;
-}
-
-bool launch_host_allows_cma(void)
-{
-    static volatile int probe = 42;
-    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    pid_t parent = getpid(), child = fork();
-    if (child == 0) {
-        int got = 0;
-        struct iovec l = {&got, sizeof(got)}, r = {(void *)&probe, sizeof(got)};
-        _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) && got == 42
-                  ? 0
-                  : 1);
-    }
-    int ws = 0;
-    return child > 0 && waitpid(child, &ws, 0) == child && WIFEXITED(ws) &&
-           WEXITSTATUS(ws) == 0;
 }
 
 int launch_run(int np, const struct weft_transport_opts *opts, launch_rank_cb fn, void *arg,

@@ -3,7 +3,6 @@
 #ifndef WEFT_TESTS_INTEGRATION_LAUNCH_H
 #define WEFT_TESTS_INTEGRATION_LAUNCH_H
 
-#include <stdbool.h>
 #include <sys/types.h>
 
 #include "transport/comm.h"
@@ -19,11 +18,6 @@ typedef int (*launch_child_cb)(int rank, int np, const char *rendezvous, void *a
 /* Transport options: the [transport] defaults of conf/, then WEFT_TRANSPORT_* from the
  * environment (so a run can be tuned without rebuilding). */
 void launch_opts(struct weft_transport_opts *opts);
-
-/* Whether ranks of this host may read each other's memory by CMA, as the transport's
- * shared-memory path finds it: a forked child reads this process's memory, once this process
- * has allowed any process of its user to (PR_SET_PTRACER_ANY, as the ranks do). */
-bool launch_host_allows_cma(void);
 
 /* Runs fn in np processes. Every rank must exit 0 within timeout_s, except killed_rank (-1:
  * none), which must die of SIGKILL (the launcher sends it once every other rank has exited, in

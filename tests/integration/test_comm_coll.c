@@ -407,7 +407,7 @@ int main(int argc, char **argv)
     expect_shm = opts.shm;
     if (no_cma_all)
         forbid(SYS_process_vm_readv);
-    expect_cma = !a.no_cma_one && launch_host_allows_cma();
+    expect_cma = !a.no_cma_one && weft_transport_cma_allowed();
     CHECK(!a.no_cma_one || np >= 2);
     return launch_run(np, &opts, rank_fn, &a, 170, -1);
 }

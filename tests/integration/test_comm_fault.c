@@ -138,7 +138,7 @@ int main(int argc, char **argv)
     launch_opts(&opts);
     a.shared = argc == 4 && strcmp(argv[3], "shared") == 0;
     a.a2a = argc == 4 && strcmp(argv[3], "a2a") == 0;
-    a.cma = launch_host_allows_cma();
+    a.cma = weft_transport_cma_allowed();
     if (argc == 4 && strcmp(argv[3], "ucx") == 0)
         opts.shm = false;
     else
