@@ -110,8 +110,8 @@ struct weft_tp_shm {
                                address, when src_cma[r]) */
     bool *src_cma;          /* [n]: src[r] is read by CMA */
     bool *res_cma;          /* [n]: res[r] is read by CMA */
-    bool sum_cma;           /* this all-reduce reads some input by CMA (sum_cma_part) */
-    float *acc;             /* sum_cma_part's accumulator and bounce buffer */
+    float *acc;             /* sum_part's accumulator (SHM_CMA_TILE floats) and the bounce
+                               buffer of its CMA reads and 16-bit results */
     char *bounce;
     int *pidfd;             /* [n]: a pidfd of each peer (-1: none), when cma */
     bool cma;               /* the group reads private buffers by CMA (all members could) */
@@ -478,11 +478,13 @@ static bool via_cma(const struct weft_tp_shm *s, const void *p, size_t bytes)
     return s->cma && bytes >= SHM_CMA_MIN && unshared(p, bytes);
 }
 
-/* The address of rank r's described buffer in this process (mapped on first use). */
-static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *d)
+/* The address of rank r's described buffer in this process (mapped on first use); a CMA one's
+ * address is its owner's (*cma set). */
+static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *d, bool *cma)
 {
-    if (!d->id)
-        return NULL;
+    *cma = d->id && d->cma;
+    if (!d->id || d->cma)
+        return d->id ? (const char *)(uintptr_t)d->addr : NULL;
     struct shm_map *m = &s->maps[(size_t)r * SHM_MAPS], *victim = m;
     for (int k = 0; k < SHM_MAPS; k++) {
         if (m[k].id == d->id && m[k].len == d->len) {
@@ -596,17 +598,10 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
         s->res_cma[r] = false;
         if (r == s->me)
             continue;
-        if (k->src.id && k->src.cma) {
-            s->src[r] = (const char *)(uintptr_t)k->src.addr;
-            s->src_cma[r] = true;
-        } else if (k->src.id && !(s->src[r] = resolve(s, r, &k->src)))
+        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src, &s->src_cma[r])))
             return map_failed(c, "the input", r);
-        if (res && k->res.id && k->res.cma) {
-            s->res[r] = (const char *)(uintptr_t)k->res.addr;
-            s->res_cma[r] = true;
-        } else if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res))) {
+        if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res, &s->res_cma[r])))
             return map_failed(c, "the summed block", r);
-        }
     }
     return WEFT_OK;
 }
@@ -678,18 +673,25 @@ static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char
     return check ? cma_alive(c, r, what) : WEFT_OK;
 }
 
-/* sum_part where some input is read by CMA: a tile of each input in turn (into the bounce
- * buffer when by CMA) summed into the accumulator, the order per element the same. */
-static weft_status_t sum_cma_part(struct weft_tp_op *op, const char *mine, int b, char *dst,
-                                  size_t from, size_t to)
+/* Part of block b of the sum (elements off + from .. off + to) from every rank's input, in the
+ * order of comm.h: starting after the owner, ending with it. mine: this rank's own input. A tile
+ * of each input in turn is summed into the accumulator; an input read by CMA comes through the
+ * bounce buffer, in larger tiles (one system call each), and counts once its owner is seen
+ * alive after the reads. */
+static weft_status_t sum_part(struct weft_tp_op *op, const char *mine, int b, char *dst,
+                              size_t from, size_t to)
 {
     struct weft_comm *c = op->comm;
     struct weft_tp_shm *s = c->shm;
     int n = s->n;
     size_t off = c->off[b], es = op->esize;
     const bool stream = c->len[b] * es >= SHM_NT_MIN;
-    for (size_t t = from; t < to; t += SHM_CMA_TILE) {
-        size_t m = to - t < SHM_CMA_TILE ? to - t : SHM_CMA_TILE;
+    bool cma = false;
+    for (int r = 0; r < n; r++)
+        cma = cma || s->src_cma[r];
+    const size_t tile = cma ? SHM_CMA_TILE : SHM_TILE;
+    for (size_t t = from; t < to; t += tile) {
+        size_t m = to - t < tile ? to - t : tile;
         for (int k = 1; k <= n; k++) {
             int r = (b + k) % n;
             const char *x = (r == s->me ? mine : s->src[r]) + (off + t) * es;
@@ -717,37 +719,6 @@ static weft_status_t sum_cma_part(struct weft_tp_op *op, const char *mine, int b
             return st;
     }
     return WEFT_OK;
-}
-
-/* Part of block b of the sum (elements off + from .. off + to) from every rank's input, in the
- * order of comm.h: starting after the owner, ending with it. mine: this rank's own input. */
-static void sum_part(struct weft_tp_op *op, const char *mine, int b, char *dst, size_t from,
-                     size_t to)
-{
-    struct weft_comm *c = op->comm;
-    struct weft_tp_shm *s = c->shm;
-    int n = s->n;
-    size_t off = c->off[b], es = op->esize;
-    const bool stream = c->len[b] * es >= SHM_NT_MIN;
-    float acc[SHM_TILE];
-    uint16_t half[SHM_TILE];
-    for (size_t t = from; t < to; t += SHM_TILE) {
-        size_t m = to - t < SHM_TILE ? to - t : SHM_TILE;
-        for (int k = 1; k <= n; k++) {
-            int r = (b + k) % n;
-            const char *x = (r == s->me ? mine : s->src[r]) + (off + t) * es;
-            if (k == 1)
-                weft_tp_sum_load(acc, x, m, op->dtype);
-            else
-                weft_tp_sum_acc(acc, x, m, op->dtype);
-        }
-        if (op->dtype == WEFT_DTYPE_F32) {
-            copy_out(dst + t * es, acc, m * es, stream);
-        } else {
-            weft_tp_sum_store(half, acc, m, op->dtype);
-            copy_out(dst + t * es, half, m * es, stream);
-        }
-    }
 }
 
 /* The k-th copy (k = 1 .. n-1: from rank me + k) of the copying step: destination, source
@@ -867,9 +838,6 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
                 return WEFT_OK;
             if ((st = resolve_all(c, false)) != WEFT_OK)
                 return st;
-            s->sum_cma = false;
-            for (int r = 0; r < s->n; r++)
-                s->sum_cma = s->sum_cma || s->src_cma[r];
             op->retired = 1;
             if (s->kind != WEFT_SHM_ALLREDUCE)
                 own_copy(op);
@@ -883,10 +851,8 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             char *out_b = op->out + c->off[b] * es;
             char *dst = s->res_staged ? s->stage + s->res_at : out_b;
             to = to < len ? to : len;
-            if (s->sum_cma && (st = sum_cma_part(op, op->in, b, dst, op->done, to)) != WEFT_OK)
+            if ((st = sum_part(op, op->in, b, dst, op->done, to)) != WEFT_OK)
                 return st;
-            if (!s->sum_cma)
-                sum_part(op, op->in, b, dst, op->done, to);
             if (dst != out_b)
                 memcpy(out_b + op->done * es, dst + op->done * es, (to - op->done) * es);
             op->done = to;
