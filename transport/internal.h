@@ -291,8 +291,10 @@ weft_status_t weft_tp_revoke_apply(struct weft_transport *tp);
 /* For UCX's log filter: a CMA copy that found no memory at its address is expected in the
  * world this thread is in UCX for (revoked, frozen, or a peer lost or leaving). */
 bool weft_tp_cma_fault_expected(void);
-/* The same for a copy of world tp's (the shared-memory path's own CMA reads). */
-bool weft_tp_cma_fault_expected_in(struct weft_transport *tp);
+/* The same for a copy of world tp's (the shared-memory path's own CMA reads) among the n world
+ * ranks in ranks (a group's members; NULL: the whole world): a member lost or leaving, not any
+ * rank of the world. */
+bool weft_tp_cma_fault_expected_in(struct weft_transport *tp, const int *ranks, int n);
 
 /* ---- progress and waits (wait.c) ---- */
 /* One pass: UCX, liveness when due, every collective in flight. Returns events seen. */

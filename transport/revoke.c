@@ -226,22 +226,31 @@ weft_status_t weft_tp_revoke_apply(struct weft_transport *tp)
 bool weft_tp_cma_fault_expected(void)
 {
     struct weft_transport *tp = in_ucx_of;
-    return tp && weft_tp_cma_fault_expected_in(tp);
+    return tp && weft_tp_cma_fault_expected_in(tp, NULL, 0);
 }
 
-bool weft_tp_cma_fault_expected_in(struct weft_transport *tp)
+bool weft_tp_cma_fault_expected_in(struct weft_transport *tp, const int *ranks, int n)
 {
     if (atomic_load(&tp->revoked))
         return true;
     if (tp->freeze_armed && weft_tp_boot_ns() - atomic_load(&tp->alive_ns) >
                                 (int64_t)tp->opts.freeze_ms * 1000000)
         return true; /* the copy resumed after a freeze nobody has noticed yet */
-    for (int r = 0; r < tp->size; r++)
-        if (tp->peer[r] != PEER_UP && r != tp->rank)
+    if (!ranks)
+        n = tp->size;
+    for (int i = 0; i < n; i++) {
+        int r = ranks ? ranks[i] : i;
+        if (r == tp->rank)
+            continue;
+        if (tp->peer[r] != PEER_UP)
             return true;
-    /* A peer that abandons the world shuts its liveness socket down before it frees
-     * anything: a copy that faults on its memory finds the socket readable already. */
-    return poll(tp->pfd + 1, (nfds_t)tp->size, 0) > 0;
+        /* A peer that abandons the world shuts its liveness socket down before it frees
+         * anything: a copy that faults on its memory finds the socket readable already. */
+        struct pollfd p = {.fd = tp->pfd[1 + r].fd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0)
+            return true;
+    }
+    return false;
 }
 
 /* ---- the watchdog ------------------------------------------------------------------------ */

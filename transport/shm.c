@@ -335,8 +335,9 @@ static struct weft_tp_shm *shm_new(int n, int me)
 }
 
 /* Whether this process may read the memory of peer pid by CMA: a pidfd of it (the guard
- * against a reused pid, into *pidfd), and its cookie read from its control page at addr. A container's seccomp
- * profile or a hardened kernel may forbid either; the group then stages private buffers. */
+ * against a reused pid, into *pidfd), and its cookie read from its control page at addr. A
+ * container's seccomp profile or a hardened kernel may forbid either; the group then stages
+ * private buffers. */
 static bool cma_probe(pid_t pid, int *pidfd, uint64_t addr, uint64_t cookie)
 {
     *pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -660,7 +661,7 @@ static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char
             if (atomic_load(&s->ctl[r]->failed) >= s->seq)
                 return peer_failed(c, r);
             if (err == ESRCH || peer_ending(s, r) ||
-                (err == EFAULT && weft_tp_cma_fault_expected_in(c->tp)))
+                (err == EFAULT && weft_tp_cma_fault_expected_in(c->tp, c->ranks, c->size)))
                 return fail_here(c, WEFT_ERR_PEER_LOST, what, r);
             WEFT_LOG_ERROR("transport", "group %u: reading %s of rank %d (pid %d) by CMA: %s",
                            c->id, what, r, (int)s->pid[r], strerror(err));
