@@ -163,6 +163,10 @@ bool weft_comm_uses_shm(const struct weft_comm *comm);
  * rather than through a staging copy: every member could read every other's memory when the
  * group was created. */
 bool weft_comm_uses_cma(const struct weft_comm *comm);
+/* Whether its last shared-memory call was an all-reduce in which the owner of each block wrote
+ * its sum straight into every member's output (one phase instead of two): every member's
+ * output was a buffer from weft_big_alloc_shared. */
+bool weft_comm_shm_pushed(const struct weft_comm *comm);
 /* Whether processes of this host may read each other's memory by CMA, as the groups' set-up
  * finds it (a forked child reads this process). Allows any process of this user to read this
  * one (PR_SET_PTRACER_ANY, what every rank of a shared-memory group does) before it asks. */

@@ -10,14 +10,16 @@
  * the member's own shareable staging buffer. A group that may use CMA takes this path at every
  * size; one that may not, up to [transport] shm_max. Then:
  *  - all-reduce is a fused copy-reduce: each rank sums its block straight from every rank's
- *    input (one read of each, one write, the sum order of comm.h; an input read by CMA comes
- *    through a small bounce buffer, a tile at a time), and every rank copies the other blocks
- *    from their owners' results;
+ *    input (one read of each, the sum order of comm.h; an input read by CMA comes through a
+ *    small bounce buffer, a tile at a time). Where every rank's output is shareable, the
+ *    owner writes each tile of its sum into every output (push: one phase, each byte read
+ *    once and written once, memcpy's traffic); else into its own output, and every rank
+ *    copies the other blocks from their owners' results (a second phase);
  *  - all-gather(v), all-to-all(v) and broadcast are single copies from the peers' buffers;
  *  - barrier is the arrival flags alone.
  * The flags count this group's shared-memory calls (64 bits, never wrap): arrive (the call's
  * descriptors are published), reduced (this rank's block of the sum is ready) and done (this
- * rank has read everything it needed from the others). A rank leaves a call only once every
+ * rank has read everything it needed from the others, and written all it writes into theirs). A rank leaves a call only once every
  * rank is done, so the caller may reuse its buffers at once.
  *
  * Waiting: the op's progress callback only looks at the flags (weft_tp_progress, wait.c, runs
@@ -79,8 +81,9 @@ struct shm_ctl {
     /* each flag on a cache line of its own, with what the peers read once it is raised */
     _Alignas(64) _Atomic uint64_t arrive;
     struct shm_desc src;         /* what peers read: the input */
+    uint32_t whole;              /* all-reduce: res is the whole output, shareable */
     _Alignas(64) _Atomic uint64_t reduced;
-    struct shm_desc res;         /* all-reduce: the summed block */
+    struct shm_desc res;         /* all-reduce: the summed block, or the whole output */
     _Alignas(64) _Atomic uint64_t done;
     uint64_t cookie;
     uint64_t frees;              /* weft_shared_frees() of the owner when it published */
@@ -96,6 +99,7 @@ struct shm_map {
     char *base;
     size_t len;
     uint64_t used; /* call number of the last use */
+    bool writable;
 };
 
 
@@ -115,7 +119,10 @@ struct weft_tp_shm {
     char *bounce;
     int *pidfd;             /* [n]: a pidfd of each peer (-1: none), when cma */
     bool cma;               /* the group reads private buffers by CMA (all members could) */
-    const char **res;       /* [n]: this call's summed block of each rank */
+    char **res;             /* [n]: this call's summed block of each rank (push: its whole
+                               output, mapped writable) */
+    bool push;              /* all-reduce: every rank's output is shareable, and the owner of
+                               each block writes its sum into every output */
     uint64_t seq;           /* shared-memory calls so far (the current one while in flight) */
     char *stage;            /* shareable copy of a buffer that is not shareable itself */
     size_t stage_len;
@@ -479,16 +486,17 @@ static bool via_cma(const struct weft_tp_shm *s, const void *p, size_t bytes)
     return s->cma && bytes >= SHM_CMA_MIN && unshared(p, bytes);
 }
 
-/* The address of rank r's described buffer in this process (mapped on first use); a CMA one's
- * address is its owner's (*cma set). */
-static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *d, bool *cma)
+/* The address of rank r's described buffer in this process (mapped on first use, writable if
+ * asked); a CMA one's address is its owner's (*cma set). */
+static char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *d, bool writable,
+                     bool *cma)
 {
     *cma = d->id && d->cma;
     if (!d->id || d->cma)
-        return d->id ? (const char *)(uintptr_t)d->addr : NULL;
+        return d->id ? (char *)(uintptr_t)d->addr : NULL;
     struct shm_map *m = &s->maps[(size_t)r * SHM_MAPS], *victim = m;
     for (int k = 0; k < SHM_MAPS; k++) {
-        if (m[k].id == d->id && m[k].len == d->len) {
+        if (m[k].id == d->id && m[k].len == d->len && (m[k].writable || !writable)) {
             m[k].used = s->seq;
             return m[k].base + d->offset;
         }
@@ -498,10 +506,10 @@ static const char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *
     if (victim->base)
         munmap(victim->base, victim->len);
     *victim = (struct shm_map){0};
-    char *base = map_peer(s->pid[r], d->fd, d->len, false);
+    char *base = map_peer(s->pid[r], d->fd, d->len, writable);
     if (!base)
         return NULL;
-    *victim = (struct shm_map){d->id, base, d->len, s->seq};
+    *victim = (struct shm_map){d->id, base, d->len, s->seq, writable};
     return base + d->offset;
 }
 
@@ -582,8 +590,9 @@ static weft_status_t map_failed(struct weft_comm *c, const char *what, int r)
                      what, r);
 }
 
-/* The peers' buffers of this call, mapped; new mappings after a peer freed a shareable
- * buffer (what it frees may come back at the same descriptor). */
+/* The peers' buffers of this call, mapped (their results too when res; writable when
+ * s->push); new mappings after a peer freed a shareable buffer (what it frees may come back at
+ * the same descriptor). */
 static weft_status_t resolve_all(struct weft_comm *c, bool res)
 {
     struct weft_tp_shm *s = c->shm;
@@ -599,10 +608,10 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
         s->res_cma[r] = false;
         if (r == s->me)
             continue;
-        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src, &s->src_cma[r])))
+        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src, s->push, &s->src_cma[r])))
             return map_failed(c, "the input", r);
-        if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res, &s->res_cma[r])))
-            return map_failed(c, "the summed block", r);
+        if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res, s->push, &s->res_cma[r])))
+            return map_failed(c, s->push ? "the output" : "the summed block", r);
     }
     return WEFT_OK;
 }
@@ -675,10 +684,11 @@ static weft_status_t cma_read(struct weft_comm *c, int r, const char *what, char
 }
 
 /* Part of block b of the sum (elements off + from .. off + to) from every rank's input, in the
- * order of comm.h: starting after the owner, ending with it. mine: this rank's own input. A tile
- * of each input in turn is summed into the accumulator; an input read by CMA comes through the
- * bounce buffer, in larger tiles (one system call each), and counts once its owner is seen
- * alive after the reads. */
+ * order of comm.h: starting after the owner, ending with it, into dst (and, push, into every
+ * peer's output). mine: this rank's own input. A tile of each input in turn is summed into the
+ * accumulator; an input read by CMA comes through the bounce buffer, in larger tiles (one
+ * system call each), and counts once its owner is seen alive after the reads. In place, a
+ * tile of a peer's output is its input: every input's tile is read before it is written. */
 static weft_status_t sum_part(struct weft_tp_op *op, const char *mine, int b, char *dst,
                               size_t from, size_t to)
 {
@@ -707,12 +717,15 @@ static weft_status_t sum_part(struct weft_tp_op *op, const char *mine, int b, ch
             else
                 weft_tp_sum_acc(s->acc, x, m, op->dtype);
         }
-        if (op->dtype == WEFT_DTYPE_F32) {
-            copy_out(dst + t * es, s->acc, m * es, stream);
-        } else {
+        const char *sum = (const char *)s->acc;
+        if (op->dtype != WEFT_DTYPE_F32) {
             weft_tp_sum_store(s->bounce, s->acc, m, op->dtype);
-            copy_out(dst + t * es, s->bounce, m * es, stream);
+            sum = s->bounce;
         }
+        copy_out(dst + t * es, sum, m * es, stream);
+        for (int r = 0; s->push && r < n; r++)
+            if (r != s->me)
+                copy_out(s->res[r] + (off + t) * es, sum, m * es, stream);
     }
     for (int r = 0; r < n; r++) {
         weft_status_t st = s->src_cma[r] ? cma_alive(c, r, "the input") : WEFT_OK;
@@ -736,8 +749,8 @@ static size_t copy_job(struct weft_tp_op *op, int k, char **dst, const char **sr
     *cma = s->kind == WEFT_SHM_ALLREDUCE ? s->res_cma[r] : s->src_cma[r];
     *dst = op->out + c->off[r] * es;
     switch (s->kind) {
-    case WEFT_SHM_ALLREDUCE:
-        *src = s->res[r];
+    case WEFT_SHM_ALLREDUCE: /* a whole output is read at the owner's block */
+        *src = s->res[r] && s->ctl[r]->whole ? s->res[r] + c->off[r] * es : s->res[r];
         return c->len[r] * es;
     case WEFT_SHM_ALLGATHER:
         *src = s->src[r];
@@ -837,7 +850,10 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             *moved = 1;
             if (s->kind == WEFT_SHM_BARRIER)
                 return WEFT_OK;
-            if ((st = resolve_all(c, false)) != WEFT_OK)
+            s->push = s->kind == WEFT_SHM_ALLREDUCE;
+            for (int r = 0; r < s->n; r++)
+                s->push = s->push && s->ctl[r]->whole;
+            if ((st = resolve_all(c, s->push)) != WEFT_OK)
                 return st;
             op->retired = 1;
             if (s->kind != WEFT_SHM_ALLREDUCE)
@@ -859,8 +875,9 @@ static weft_status_t shm_progress(struct weft_tp_op *op, int *moved)
             op->done = to;
             if (to < len)
                 return WEFT_INPROGRESS;
-            phase_next(op, 1);
-            raise_flag(s, &me->reduced);
+            /* push: every output has its block from this rank; nothing is left to read */
+            phase_next(op, s->push ? 2 : 1);
+            raise_flag(s, s->push ? &me->done : &me->reduced);
             return WEFT_INPROGRESS;
         }
         if ((st = copy_step(op, SHM_STEP)) != WEFT_OK)
@@ -917,8 +934,11 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
         break;
     case WEFT_SHM_ALLREDUCE: {
         /* in place, a shareable buffer is read in place: a peer reads only the blocks it
-         * sums, which this rank overwrites only once every sum is done (phase 1); so is a
-         * private one read by CMA */
+         * sums, which this rank overwrites only once every sum is done (phase 1), and which
+         * a pushing peer overwrites only tile by tile after reading them; so is a private
+         * one read by CMA. A shareable output is published whole: where every rank's is,
+         * the owners write their sums into every output (push, one phase); else each rank
+         * reads the others' blocks from their owners' results. */
         in_bytes = op->count * es;
         size_t res_bytes = c->len[s->me] * es;
         char *res = op->out + c->off[s->me] * es;
@@ -926,11 +946,14 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
         copy = !cma && unshared(op->in, in_bytes);
         const bool res_cma = via_cma(s, op->out, in_bytes);
         s->res_staged = !res_cma && unshared(op->out, in_bytes);
+        me->whole = !res_cma && !s->res_staged;
         s->res_at = copy ? in_bytes : 0;
         st = stage_need(s, s->res_at + (s->res_staged ? res_bytes : 0));
         if (st == WEFT_OK)
             st = publish(s, op->in, in_bytes, 0, copy, cma, &me->src);
-        if (st == WEFT_OK)
+        if (st == WEFT_OK && me->whole)
+            st = publish(s, op->out, in_bytes, 0, false, false, &me->res);
+        else if (st == WEFT_OK)
             st = s->res_staged ? publish(s, NULL, res_bytes, s->res_at, false, false, &me->res)
                                : publish(s, res, res_bytes, 0, false, res_cma, &me->res);
         break;
@@ -982,6 +1005,11 @@ bool weft_comm_shm_fits(const struct weft_comm *comm, size_t bytes)
 bool weft_comm_uses_shm(const struct weft_comm *comm)
 {
     return comm && comm->shm_state == SHM_ON;
+}
+
+bool weft_comm_shm_pushed(const struct weft_comm *comm)
+{
+    return comm->shm_state == SHM_ON && comm->shm->push;
 }
 
 bool weft_comm_uses_cma(const struct weft_comm *comm)

@@ -2,13 +2,15 @@
  * against a naive reference computed locally (coll_ref.h).
  *
  * usage: test_comm_coll NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] [--depth=N]
- *                       [--shm=off] [--shm-max=BYTES] [--shared] [--no-cma=all|one]
+ *                       [--shm=off] [--shm-max=BYTES] [--shared[=odd]] [--no-cma=all|one]
  *   NP ranks run the matrix on the world; --mesh (NP = 4) runs it on the strided sub-groups
  *   {0,2},{1,3} of a 2x2 mesh and the small sizes on the contiguous ones {0,1},{2,3}.
  *   The ranks share one host, so the groups take the shared-memory path unless --shm=off
  *   (UCX for everything; checked after the group's creation). Buffers are private (the path
  *   reads those of 256 KiB or more by CMA and copies the others into its staging buffer) or,
- *   with --shared, from weft_big_alloc_shared (read by the peers in place). Where the group
+ *   with --shared, from weft_big_alloc_shared (read by the peers in place; an all-reduce's
+ *   owners then write their sums into every output, checked), with --shared=odd only on the
+ *   odd ranks (the others' private: every all-reduce reads the owners' results). Where the group
  *   cannot use CMA it takes shared memory up to --shm-max ([transport] shm_max; 0: every
  *   size, private buffers staged) and UCX above; --no-cma=all: no rank may call
  *   process_vm_readv (a seccomp filter installed before the ranks start, as a container's
@@ -103,7 +105,8 @@ struct bufs {
     size_t alen, blen;
 };
 
-static bool shared_bufs;
+static int shared_mode; /* 0: private buffers, 1: shareable ones, 2: shareable on odd ranks */
+static bool shared_bufs; /* this rank's */
 static bool expect_shm; /* every test rank runs on this host */
 static bool expect_cma; /* ... and may read the others' memory by CMA */
 
@@ -196,6 +199,13 @@ static int run_case(struct weft_comm *comm, enum op op, enum weft_dtype dt, size
         ref_fill(B.a, count, dt, seed, me, 0);
         char *recv = in_place ? B.a : (B.b = big(B.blen = count * es));
         st = weft_comm_allreduce(comm, B.a, recv, count, dt);
+        /* every output shareable: the owners write into them */
+        const bool push = shared_mode == 1 && weft_comm_uses_shm(comm) && count;
+        if (st == WEFT_OK && count && weft_comm_shm_pushed(comm) != push) {
+            fprintf(stderr, "%s: the all-reduce %s its sums into every output\n", what,
+                    push ? "did not write" : "wrote");
+            bad = 1;
+        }
         for (int b = 0; b < n && st == WEFT_OK && !bad; b++) {
             size_t off, len;
             weft_comm_block(count, n, b, &off, &len);
@@ -327,6 +337,7 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     weft_log_set_level(WEFT_LOG_LEVEL_ERROR);
     int me = weft_transport_rank(tp);
     int fails = 0;
+    shared_bufs = shared_mode == 1 || (shared_mode == 2 && me % 2);
     if (a->no_cma_one) {
         /* a group made once rank 1 cannot use CMA safely: its members agree to do without */
         int n = weft_transport_size(tp), all[16];
@@ -365,7 +376,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s NP [--mesh] [--algo=ring|direct] [--chunk=BYTES] "
-                        "[--depth=N] [--no-big] [--shm=off] [--shm-max=N] [--shared] "
+                        "[--depth=N] [--no-big] [--shm=off] [--shm-max=N] [--shared[=odd]] "
                         "[--no-cma=all|one]\n",
                 argv[0]);
         return 2;
@@ -393,7 +404,9 @@ int main(int argc, char **argv)
         else if (strncmp(argv[i], "--shm-max=", 10) == 0)
             opts.shm_max = strtoul(argv[i] + 10, NULL, 10);
         else if (strcmp(argv[i], "--shared") == 0)
-            shared_bufs = true;
+            shared_mode = 1;
+        else if (strcmp(argv[i], "--shared=odd") == 0)
+            shared_mode = 2;
         else if (strcmp(argv[i], "--no-cma=one") == 0)
             a.no_cma_one = true;
         else if (strcmp(argv[i], "--no-cma=all") == 0)
