@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static atomic_long alloc_count;
@@ -113,7 +114,14 @@ struct shared_buf {
     size_t len;
     int fd;
     uint64_t id;
+    uint64_t ino; /* the memfd's inode: names the file, where a descriptor number may be reused */
 };
+
+static uint64_t inode_of(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
 
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shared_buf *shared;
@@ -145,7 +153,7 @@ void *weft_big_alloc_shared(size_t size)
         }
     }
     if (p && n_shared < cap_shared) {
-        shared[n_shared++] = (struct shared_buf){p, len, fd, shared_next_id++};
+        shared[n_shared++] = (struct shared_buf){p, len, fd, shared_next_id++, inode_of(fd)};
         pthread_mutex_unlock(&shared_lock);
         if (len >= HUGE_SZ)
             madvise(p, len, MADV_HUGEPAGE);
@@ -166,12 +174,51 @@ int weft_shared_find(const void *p, size_t bytes, struct weft_shared_region *out
     for (size_t i = 0; i < n_shared && found < 0; i++) {
         const struct shared_buf *b = &shared[i];
         if (c >= b->base && c <= b->base + b->len && bytes <= (size_t)(b->base + b->len - c)) {
-            *out = (struct weft_shared_region){b->fd, b->id, b->len, (size_t)(c - b->base)};
+            *out = (struct weft_shared_region){b->fd, b->id, b->len, (size_t)(c - b->base),
+                                               b->ino};
             found = 0;
         }
     }
     pthread_mutex_unlock(&shared_lock);
     return found;
+}
+
+int weft_shared_renew(const void *p)
+{
+    const char *c = p;
+    int rc = -1;
+    pthread_mutex_lock(&shared_lock);
+    for (size_t i = 0; i < n_shared; i++) {
+        struct shared_buf *b = &shared[i];
+        if (c < b->base || c >= b->base + b->len)
+            continue;
+        int fd = memfd_create("weft-shared", MFD_CLOEXEC);
+        char *tmp = fd >= 0 && ftruncate(fd, (off_t)b->len) == 0
+                        ? mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                        : MAP_FAILED;
+        if (tmp != MAP_FAILED) {
+            memcpy(tmp, b->base, b->len);
+            /* the new file takes the old one's place at the same addresses, in one call */
+            if (mmap(b->base, b->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
+                MAP_FAILED) {
+                close(b->fd);
+                b->fd = fd;
+                b->id = shared_next_id++;
+                b->ino = inode_of(fd);
+                fd = -1;
+                rc = 0;
+                atomic_fetch_add(&shared_freed, 1); /* peers drop their mappings of the old */
+                if (b->len >= HUGE_SZ)
+                    madvise(b->base, b->len, MADV_HUGEPAGE);
+            }
+            munmap(tmp, b->len);
+        }
+        if (fd >= 0)
+            close(fd);
+        break;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    return rc;
 }
 
 uint64_t weft_shared_frees(void)

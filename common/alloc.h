@@ -39,18 +39,25 @@ void *weft_big_alloc_shared(size_t size);
 void *weft_map_shared(int fd, size_t len, int writable);
 
 /* Where [p, p + bytes) lies in a shareable buffer: the memfd, the buffer's id (unique in this
- * process, never reused), its mapped length and the offset of p in it. 0 on success, -1 when
- * the range is not inside one. */
+ * process, never reused), its mapped length, the offset of p in it and the memfd's inode (what
+ * a peer that opens the descriptor checks: the number may name another file by then). 0 on
+ * success, -1 when the range is not inside one. */
 struct weft_shared_region {
     int fd;
     uint64_t id;
     size_t len;
     size_t offset;
+    uint64_t ino;
 };
 int weft_shared_find(const void *p, size_t bytes, struct weft_shared_region *out);
-/* How many shareable buffers this process has freed so far (a peer that maps them drops its
- * mappings when this changes). */
+/* How many shareable buffers this process has freed or renewed so far (a peer that maps them
+ * drops its mappings when this changes). */
 uint64_t weft_shared_frees(void);
+/* Put a new memfd, with the same contents, behind the shareable buffer that holds p, at the same
+ * addresses and under a new id: whatever a peer still writes through a mapping of the old one
+ * no longer reaches this process's buffer. 0 on success; -1 when p is in no shareable buffer or
+ * the system refused (the old memfd then stays). */
+int weft_shared_renew(const void *p);
 
 /* Fault injection: the n-th allocation from now (1 = the next) fails, and every one after it
  * while sticky is set. n <= 0 disables. Counts weft_malloc/calloc/realloc/strdup/big_alloc. */

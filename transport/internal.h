@@ -376,6 +376,9 @@ enum weft_tp_shm_kind {
     WEFT_SHM_BCAST,
 };
 weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kind);
+/* The op failed on this rank (weft_tp_op_abort): where it is a shared-memory all-reduce whose
+ * peers may be writing into this rank's output, that output is moved out of their reach. */
+void weft_tp_shm_abort(struct weft_tp_op *op);
 /* Sleep on the doorbell when the collectives in flight are all shared-memory ones (at most a
  * millisecond); false when there is UCX work to sleep on instead. */
 bool weft_tp_shm_sleep(struct weft_transport *tp, int64_t deadline);

@@ -75,6 +75,7 @@ weft_status_t weft_tp_op_launch(struct weft_tp_op *op, weft_status_t status,
 void weft_tp_op_abort(struct weft_tp_op *op)
 {
     struct weft_comm *c = op->comm;
+    weft_tp_shm_abort(op);
     for (size_t i = 0; i < op->fifo_len; i++)
         weft_tp_abandon(c, &op->fifo[(op->fifo_head + i) % op->fifo_cap], false);
     op->fifo_len = 0;

@@ -19,8 +19,10 @@
  *  - barrier is the arrival flags alone.
  * The flags count this group's shared-memory calls (64 bits, never wrap): arrive (the call's
  * descriptors are published), reduced (this rank's block of the sum is ready) and done (this
- * rank has read everything it needed from the others, and written all it writes into theirs). A rank leaves a call only once every
- * rank is done, so the caller may reuse its buffers at once.
+ * rank has read everything it needed from the others, and written all it writes into theirs). A
+ * rank leaves a call only once every rank is done, so the caller may reuse its buffers at once;
+ * a rank that leaves a failed all-reduce its peers may still be writing into first moves its
+ * output out of their reach (weft_tp_shm_abort).
  *
  * Waiting: the op's progress callback only looks at the flags (weft_tp_progress, wait.c, runs
  * it); a wait that finds nothing sleeps on the doorbell of its own control page (a futex the
@@ -46,6 +48,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -74,6 +77,7 @@ struct shm_desc {
     int32_t fd;
     int32_t cma;
     uint64_t addr;   /* CMA: the buffer in its owner's address space */
+    uint64_t ino;    /* the memfd's inode: the descriptor must still name it when opened */
 };
 
 /* One rank's control page; its owner writes everything but the doorbell, which peers ring. */
@@ -245,14 +249,20 @@ static void boot_id(uint8_t out[16])
 }
 
 /* Map the memfd fd of process pid (the whole len bytes) on a 2 MiB boundary, so the huge pages
- * behind it are mapped as such. */
-static char *map_peer(pid_t pid, int fd, size_t len, bool writable)
+ * behind it are mapped as such; ino (unless 0): the file's inode, which a descriptor number
+ * closed and reused since it was published no longer has. */
+static char *map_peer(pid_t pid, int fd, size_t len, bool writable, uint64_t ino)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
     int f = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (f < 0)
         return NULL;
+    struct stat st;
+    if (ino && (fstat(f, &st) != 0 || (uint64_t)st.st_ino != ino)) {
+        close(f);
+        return NULL;
+    }
     char *p = weft_map_shared(f, len, writable);
     close(f);
     return p;
@@ -389,7 +399,7 @@ static weft_status_t shm_setup(struct weft_comm *comm)
             continue;
         s->pid[r] = all[r].pid;
         s->ctl[r] = (struct shm_ctl *)map_peer(all[r].pid, all[r].fd, sizeof(struct shm_ctl),
-                                               true);
+                                               true, 0);
         /* the cookie proves the page is that rank's, not another process's with its pid */
         able = s->ctl[r] && s->ctl[r]->cookie == all[r].cookie;
         cma = cma && able && cma_probe(s->pid[r], &s->pidfd[r], all[r].ctl_addr, all[r].cookie);
@@ -449,14 +459,14 @@ static weft_status_t publish(struct weft_tp_shm *s, const void *p, size_t bytes,
         return WEFT_OK;
     }
     if (!copy && weft_shared_find(p, bytes, &reg) == 0) {
-        *d = (struct shm_desc){reg.id, reg.len, reg.offset, reg.fd, 0};
+        *d = (struct shm_desc){reg.id, reg.len, reg.offset, reg.fd, 0, 0, reg.ino};
         return WEFT_OK;
     }
     if (weft_shared_find(s->stage + stage_off, bytes, &reg) != 0)
         return WEFT_ERR_NOMEM; /* the staging buffer could not be made shareable */
     if (copy && p)
         memcpy(s->stage + stage_off, p, bytes);
-    *d = (struct shm_desc){reg.id, reg.len, reg.offset, reg.fd, 0};
+    *d = (struct shm_desc){reg.id, reg.len, reg.offset, reg.fd, 0, 0, reg.ino};
     return WEFT_OK;
 }
 
@@ -506,7 +516,7 @@ static char *resolve(struct weft_tp_shm *s, int r, const struct shm_desc *d, boo
     if (victim->base)
         munmap(victim->base, victim->len);
     *victim = (struct shm_map){0};
-    char *base = map_peer(s->pid[r], d->fd, d->len, writable);
+    char *base = map_peer(s->pid[r], d->fd, d->len, writable, d->ino);
     if (!base)
         return NULL;
     *victim = (struct shm_map){d->id, base, d->len, s->seq, writable};
@@ -608,7 +618,9 @@ static weft_status_t resolve_all(struct weft_comm *c, bool res)
         s->res_cma[r] = false;
         if (r == s->me)
             continue;
-        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src, s->push, &s->src_cma[r])))
+        /* in place, the input is the output a pushing rank writes: one writable mapping */
+        const bool same = k->src.id && k->src.id == k->res.id && !k->src.cma;
+        if (k->src.id && !(s->src[r] = resolve(s, r, &k->src, s->push && same, &s->src_cma[r])))
             return map_failed(c, "the input", r);
         if (res && k->res.id && !(s->res[r] = resolve(s, r, &k->res, s->push, &s->res_cma[r])))
             return map_failed(c, s->push ? "the output" : "the summed block", r);
@@ -921,6 +933,7 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
     struct shm_ctl *me = s->ctl[s->me];
     size_t es = op->esize;
     s->kind = kind;
+    s->push = false;
     s->seq++;
     op->progress = shm_progress;
     phase_next(op, 0);
@@ -994,6 +1007,27 @@ weft_status_t weft_tp_shm_start(struct weft_tp_op *op, enum weft_tp_shm_kind kin
     me->frees = weft_shared_frees();
     raise_flag(s, &me->arrive);
     return WEFT_INPROGRESS;
+}
+
+/* A rank that pushes writes into the peers' outputs until it has seen every output (a rank
+ * that failed does not tell everyone; one stopped mid-call writes the rest of its step when it
+ * resumes, whatever happened meanwhile). So a rank that leaves a failed all-reduce after it
+ * published its output for the peers to write (whole, arrive raised) puts a new memfd behind
+ * it: what they still write lands in the old one, which nobody reads. A peer that opens the
+ * published descriptor afterwards finds another inode behind the number and fails. */
+void weft_tp_shm_abort(struct weft_tp_op *op)
+{
+    struct weft_comm *c = op->comm;
+    struct weft_tp_shm *s = c->shm;
+    if (op->progress != shm_progress || !s || s->kind != WEFT_SHM_ALLREDUCE || !op->count)
+        return;
+    struct shm_ctl *me = s->ctl[s->me];
+    if (!me->whole || atomic_load(&me->arrive) != s->seq)
+        return;
+    if (weft_shared_renew(op->out) != 0)
+        WEFT_LOG_ERROR("transport", "group %u: the output of failed all-reduce %llu cannot be "
+                       "given a new memfd: a peer that still writes into it may change it",
+                       c->id, (unsigned long long)s->seq);
 }
 
 bool weft_comm_shm_fits(const struct weft_comm *comm, size_t bytes)

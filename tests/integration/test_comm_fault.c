@@ -3,16 +3,22 @@
  * must refuse further work with it, and nobody may hang or crash (the launcher kills and fails
  * a hung rank).
  *
- * usage: test_comm_fault kill|stop NP [shared|ucx|a2a]
+ * usage: test_comm_fault kill|stop NP [shared|ucx|a2a|resume]
  *   The ranks share one host: the group takes the shared-memory path, on private buffers (read
  *   by CMA where the host allows it, else copied into the staging buffer), on shareable ones
- *   (shared: read in place), or UCX (ucx: [transport] shm off); a2a: an all-to-all of private
- *   buffers, which the peers read by CMA where the host allows it (checked). */
+ *   (shared: read in place, the all-reduce's sums written into every output), or UCX (ucx:
+ *   [transport] shm off); a2a: an all-to-all of private buffers, which the peers read by CMA
+ *   where the host allows it (checked). resume (stop 2): shareable buffers; the survivor stops
+ *   the victim from outside while both are summing (so it stops inside the call, not between
+ *   two tests of it), times out, fills its buffer and lets the victim run on: whatever the
+ *   victim still writes into the survivor's output must not reach the buffer the survivor
+ *   holds after its call failed. */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -22,7 +28,8 @@
 #define COUNT ((size_t)16 << 20) /* 64 MiB of f32 */
 
 struct args {
-    bool stop; /* SIGSTOP instead of SIGKILL */
+    bool stop;   /* SIGSTOP instead of SIGKILL */
+    bool resume; /* the survivor stops the victim, and resumes it once its own call failed */
     bool shared;
     bool a2a;
     bool cma; /* the host lets the ranks read each other by CMA */
@@ -74,8 +81,18 @@ static int rank_fn(struct weft_transport *tp, void *arg)
         CHECK(y[0] == 0.0f && y[COUNT / (size_t)n * (size_t)n - 1] == (float)(n - 1));
     else
         CHECK(x[0] == (float)weft_transport_size(tp) && x[COUNT - 1] == x[0]);
+    float pids[16] = {0};
+    pids[me] = (float)getpid(); /* exact in f32 below 2^24 */
+    CHECK_OK(weft_comm_allreduce(world, pids, pids, (size_t)n, WEFT_DTYPE_F32));
+    const pid_t victim_pid = (pid_t)pids[a->victim];
     CHECK_OK(weft_comm_barrier(world));
 
+    if (me == a->victim && a->resume) { /* stopped from outside, inside the call */
+        weft_status_t vst = run(a, world, x, y);
+        fprintf(stderr, "rank %d (resumed): allreduce returned '%s'\n", me, weft_status_str(vst));
+        for (;;)
+            pause();
+    }
     if (me == a->victim) {
         struct weft_comm_req *req;
         CHECK_OK(start(a, world, x, y, &req));
@@ -89,7 +106,17 @@ static int rank_fn(struct weft_transport *tp, void *arg)
     }
 
     double t0 = now_ms();
-    weft_status_t st = run(a, world, x, y);
+    weft_status_t st;
+    if (a->resume) {
+        struct weft_comm_req *req;
+        CHECK_OK(start(a, world, x, y, &req));
+        while (now_ms() - t0 < 2.0) /* both ranks summing */
+            CHECK(weft_comm_test(&req) == WEFT_INPROGRESS);
+        CHECK(kill(victim_pid, SIGSTOP) == 0);
+        st = weft_comm_wait(&req);
+    } else {
+        st = run(a, world, x, y);
+    }
     double dt = now_ms() - t0;
     fprintf(stderr, "rank %d: %s returned '%s' after %.1f ms\n", me,
             a->a2a ? "alltoall" : "allreduce", weft_status_str(st), dt);
@@ -101,6 +128,21 @@ static int rank_fn(struct weft_transport *tp, void *arg)
         /* seen through the liveness sockets, long before the deadline */
         CHECK_EQ(st, WEFT_ERR_PEER_LOST);
         CHECK(dt < a->timeout_ms / 2.0);
+    }
+    if (a->resume) {
+        /* the buffer the survivor holds now is its own: the victim writes on when it resumes
+         * (the rest of its step), then finds itself frozen */
+        for (size_t i = 0; i < COUNT; i++)
+            x[i] = 7.0f;
+        CHECK(kill(victim_pid, SIGCONT) == 0);
+        struct timespec pause_ts = {0, 300000000L};
+        nanosleep(&pause_ts, NULL);
+        size_t changed = 0;
+        for (size_t i = 0; i < COUNT; i++)
+            changed += x[i] != 7.0f;
+        fprintf(stderr, "rank %d: %zu of %zu floats changed after the victim resumed\n", me,
+                changed, COUNT);
+        CHECK(changed == 0);
     }
     /* the group refuses further work with the same status, at once */
     CHECK_EQ(weft_comm_status(world), st);
@@ -128,7 +170,7 @@ static int rank_fn(struct weft_transport *tp, void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 3 || argc > 4 || (strcmp(argv[1], "kill") != 0 && strcmp(argv[1], "stop") != 0)) {
-        fprintf(stderr, "usage: %s kill|stop NP [shared|ucx|a2a]\n", argv[0]);
+        fprintf(stderr, "usage: %s kill|stop NP [shared|ucx|a2a|resume]\n", argv[0]);
         return 2;
     }
     int np = atoi(argv[2]);
@@ -136,7 +178,9 @@ int main(int argc, char **argv)
     struct args a = {.stop = strcmp(argv[1], "stop") == 0, .victim = np > 2 ? 2 : 1};
     struct weft_transport_opts opts;
     launch_opts(&opts);
-    a.shared = argc == 4 && strcmp(argv[3], "shared") == 0;
+    a.resume = argc == 4 && strcmp(argv[3], "resume") == 0;
+    CHECK(!a.resume || (a.stop && np == 2));
+    a.shared = argc == 4 && (strcmp(argv[3], "shared") == 0 || a.resume);
     a.a2a = argc == 4 && strcmp(argv[3], "a2a") == 0;
     a.cma = weft_transport_cma_allowed();
     if (argc == 4 && strcmp(argv[3], "ucx") == 0)
