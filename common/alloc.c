@@ -129,6 +129,28 @@ static size_t n_shared, cap_shared;
 static uint64_t shared_next_id = 1;
 static atomic_ullong shared_freed;
 
+/* A memfd of len bytes, or -1. */
+static int memfd_of(size_t len)
+{
+    int fd = memfd_create("weft-shared", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, (off_t)len) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The registered buffer that holds [c, c + bytes), or NULL; under shared_lock. */
+static struct shared_buf *holder(const char *c, size_t bytes)
+{
+    for (size_t i = 0; i < n_shared; i++) {
+        struct shared_buf *b = &shared[i];
+        if (c >= b->base && c <= b->base + b->len && bytes <= (size_t)(b->base + b->len - c))
+            return b;
+    }
+    return NULL;
+}
+
 void *weft_map_shared(int fd, size_t len, int writable)
 {
     return map_aligned(len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd);
@@ -139,10 +161,10 @@ void *weft_big_alloc_shared(size_t size)
     size_t len = big_round(size);
     if (should_fail())
         return NULL;
-    int fd = memfd_create("weft-shared", MFD_CLOEXEC);
+    int fd = memfd_of(len);
     if (fd < 0)
         return weft_big_alloc(size); /* descriptors exhausted: a private buffer still works */
-    char *p = ftruncate(fd, (off_t)len) == 0 ? weft_map_shared(fd, len, 1) : NULL;
+    char *p = weft_map_shared(fd, len, 1);
     pthread_mutex_lock(&shared_lock);
     if (p && n_shared == cap_shared) {
         size_t cap = cap_shared ? cap_shared * 2 : 16;
@@ -169,54 +191,41 @@ void *weft_big_alloc_shared(size_t size)
 int weft_shared_find(const void *p, size_t bytes, struct weft_shared_region *out)
 {
     const char *c = p;
-    int found = -1;
     pthread_mutex_lock(&shared_lock);
-    for (size_t i = 0; i < n_shared && found < 0; i++) {
-        const struct shared_buf *b = &shared[i];
-        if (c >= b->base && c <= b->base + b->len && bytes <= (size_t)(b->base + b->len - c)) {
-            *out = (struct weft_shared_region){b->fd, b->id, b->len, (size_t)(c - b->base),
-                                               b->ino};
-            found = 0;
-        }
-    }
+    const struct shared_buf *b = holder(c, bytes);
+    if (b)
+        *out = (struct weft_shared_region){b->fd, b->id, b->len, (size_t)(c - b->base), b->ino};
     pthread_mutex_unlock(&shared_lock);
-    return found;
+    return b ? 0 : -1;
 }
 
 int weft_shared_renew(const void *p)
 {
-    const char *c = p;
     int rc = -1;
     pthread_mutex_lock(&shared_lock);
-    for (size_t i = 0; i < n_shared; i++) {
-        struct shared_buf *b = &shared[i];
-        if (c < b->base || c >= b->base + b->len)
-            continue;
-        int fd = memfd_create("weft-shared", MFD_CLOEXEC);
-        char *tmp = fd >= 0 && ftruncate(fd, (off_t)b->len) == 0
-                        ? mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    struct shared_buf *b = holder(p, 1);
+    int fd = b ? memfd_of(b->len) : -1;
+    char *tmp = fd >= 0 ? mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                         : MAP_FAILED;
-        if (tmp != MAP_FAILED) {
-            memcpy(tmp, b->base, b->len);
-            /* the new file takes the old one's place at the same addresses, in one call */
-            if (mmap(b->base, b->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
-                MAP_FAILED) {
-                close(b->fd);
-                b->fd = fd;
-                b->id = shared_next_id++;
-                b->ino = inode_of(fd);
-                fd = -1;
-                rc = 0;
-                atomic_fetch_add(&shared_freed, 1); /* peers drop their mappings of the old */
-                if (b->len >= HUGE_SZ)
-                    madvise(b->base, b->len, MADV_HUGEPAGE);
-            }
-            munmap(tmp, b->len);
+    if (tmp != MAP_FAILED) {
+        memcpy(tmp, b->base, b->len);
+        /* the new file takes the old one's place at the same addresses, in one call */
+        if (mmap(b->base, b->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
+            MAP_FAILED) {
+            close(b->fd);
+            b->fd = fd;
+            b->id = shared_next_id++;
+            b->ino = inode_of(fd);
+            fd = -1;
+            rc = 0;
+            atomic_fetch_add(&shared_freed, 1); /* peers drop their mappings of the old */
+            if (b->len >= HUGE_SZ)
+                madvise(b->base, b->len, MADV_HUGEPAGE);
         }
-        if (fd >= 0)
-            close(fd);
-        break;
+        munmap(tmp, b->len);
     }
+    if (fd >= 0)
+        close(fd);
     pthread_mutex_unlock(&shared_lock);
     return rc;
 }

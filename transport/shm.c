@@ -1043,7 +1043,7 @@ bool weft_comm_uses_shm(const struct weft_comm *comm)
 
 bool weft_comm_shm_pushed(const struct weft_comm *comm)
 {
-    return comm->shm_state == SHM_ON && comm->shm->push;
+    return weft_comm_uses_shm(comm) && comm->shm->push;
 }
 
 bool weft_comm_uses_cma(const struct weft_comm *comm)

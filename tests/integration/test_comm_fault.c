@@ -81,10 +81,9 @@ static int rank_fn(struct weft_transport *tp, void *arg)
         CHECK(y[0] == 0.0f && y[COUNT / (size_t)n * (size_t)n - 1] == (float)(n - 1));
     else
         CHECK(x[0] == (float)weft_transport_size(tp) && x[COUNT - 1] == x[0]);
-    float pids[16] = {0};
-    pids[me] = (float)getpid(); /* exact in f32 below 2^24 */
-    CHECK_OK(weft_comm_allreduce(world, pids, pids, (size_t)n, WEFT_DTYPE_F32));
-    const pid_t victim_pid = (pid_t)pids[a->victim];
+    pid_t pids[16], mine = getpid();
+    CHECK_OK(weft_comm_allgather(world, &mine, pids, sizeof(mine), WEFT_DTYPE_U8));
+    const pid_t victim_pid = pids[a->victim];
     CHECK_OK(weft_comm_barrier(world));
 
     if (me == a->victim && a->resume) { /* stopped from outside, inside the call */
